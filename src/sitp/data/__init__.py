@@ -1,0 +1,58 @@
+"""Data for the book's models: corpora of names, the character vocabulary, datasets.
+
+One concept per module, in the order a reader meets them:
+
+* :mod:`sitp.data.names` — load a corpus (``load_names``), offline by default.
+* :mod:`sitp.data.download` — fetch, check and cache makemore's names.txt.
+* :mod:`sitp.data.vocab` — characters to integers and back (``Vocab``).
+* :mod:`sitp.data.datasets` — splits, context windows, sequences, batches.
+
+Example:
+    >>> from sitp.data import load_names, Vocab, split_words, build_context_dataset
+    >>> words = load_names()  # the census names; no network
+    >>> vocab = Vocab(words)
+    >>> len(vocab), vocab.itos[:4]
+    (27, ['.', 'a', 'b', 'c'])
+    >>> train, val, test = split_words(words, seed=42)
+    >>> X, Y = build_context_dataset(train[:2], vocab, block_size=3)
+    >>> tuple(X.shape)[1]
+    3
+"""
+from sitp.data.datasets import (
+    IGNORE_INDEX,
+    build_context_dataset,
+    build_sequence_dataset,
+    build_token_stream,
+    get_batch,
+    split_words,
+)
+from sitp.data.download import (
+    MAKEMORE_URL,
+    ChecksumError,
+    DownloadError,
+    OfflineError,
+    cache_dir,
+    download_makemore_names,
+)
+from sitp.data.names import census_first_names, load_names, read_names_file
+from sitp.data.vocab import BOUNDARY, Vocab
+
+__all__ = [
+    "BOUNDARY",
+    "IGNORE_INDEX",
+    "MAKEMORE_URL",
+    "ChecksumError",
+    "DownloadError",
+    "OfflineError",
+    "Vocab",
+    "build_context_dataset",
+    "build_sequence_dataset",
+    "build_token_stream",
+    "cache_dir",
+    "census_first_names",
+    "download_makemore_names",
+    "get_batch",
+    "load_names",
+    "read_names_file",
+    "split_words",
+]

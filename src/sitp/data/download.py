@@ -1,0 +1,197 @@
+"""Downloading makemore's ``names.txt`` once, checking it, and caching it.
+
+The file lives at :data:`MAKEMORE_URL`. It is saved under the sitp cache
+directory (:func:`cache_dir`) as ``makemore/names.txt`` and read from there
+on every later call, so only the first call needs the network.
+
+What is checked. We have not pinned the file's SHA-256 (we could not fetch it
+from the machines that built this book, and a digest written from memory is
+worse than none), so :data:`MAKEMORE_FACTS` holds facts about the file that
+are published and that we verified against a public copy: it has 228,145
+bytes and 32,033 lines, and every line is a name of the letters a–z. A
+downloaded or cached file that disagrees with any of them is rejected. A
+:class:`FileFacts` with a ``sha256`` adds a digest check; the tests use one.
+
+The file is written atomically: the bytes go to a temporary file in the
+cache directory, which :func:`os.replace` then renames onto ``names.txt``.
+A reader never sees half a file, even if the download is interrupted.
+"""
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import re
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Where makemore's names live.
+MAKEMORE_URL = "https://raw.githubusercontent.com/karpathy/makemore/master/names.txt"
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """What a good copy of a names file must satisfy.
+
+    Attributes:
+        num_bytes: its exact size in bytes.
+        num_lines: its number of names (lines, as ``str.splitlines`` counts them).
+        sha256: its SHA-256 hex digest, or None to skip the digest check.
+    """
+
+    num_bytes: int
+    num_lines: int
+    sha256: str | None = None
+
+
+#: The facts of makemore's names.txt (no digest pinned; see the module docstring).
+MAKEMORE_FACTS = FileFacts(num_bytes=228_145, num_lines=32_033)
+
+_NAME_LINE = re.compile(rb"[a-z]+")
+
+
+class DownloadError(ConnectionError):
+    """The names file is not cached and could not be downloaded."""
+
+
+class OfflineError(DownloadError):
+    """The names file is not cached and the server could not be reached."""
+
+
+class ChecksumError(RuntimeError):
+    """A downloaded or cached file is not the file we expected."""
+
+
+def cache_dir() -> Path:
+    """The directory where sitp caches downloads.
+
+    ``$SITP_CACHE`` if set; else ``$XDG_CACHE_HOME/sitp``; else ``~/.cache/sitp``.
+
+    >>> import os
+    >>> os.environ["SITP_CACHE"] = "/tmp/sitp-cache"
+    >>> str(cache_dir())
+    '/tmp/sitp-cache'
+    >>> del os.environ["SITP_CACHE"]
+    """
+    if os.environ.get("SITP_CACHE"):
+        return Path(os.environ["SITP_CACHE"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "sitp"
+
+
+def makemore_names_path() -> Path:
+    """Where the cached copy of makemore's names.txt is (or will be) stored."""
+    return cache_dir() / "makemore" / "names.txt"
+
+
+def check_facts(data: bytes, facts: FileFacts) -> None:
+    """Raises :class:`ChecksumError` unless ``data`` satisfies ``facts``.
+
+    >>> check_facts(b"ava\\nemma\\n", FileFacts(num_bytes=9, num_lines=2))
+    >>> try:
+    ...     check_facts(b"ava\\nEmma\\n", FileFacts(num_bytes=9, num_lines=2))
+    ... except ChecksumError as error:
+    ...     print(error)
+    line 2 is not a lower-case name: b'Emma'
+    """
+    if len(data) != facts.num_bytes:
+        raise ChecksumError(f"expected {facts.num_bytes:,} bytes, got {len(data):,}")
+    lines = data.splitlines()
+    if len(lines) != facts.num_lines:
+        raise ChecksumError(f"expected {facts.num_lines:,} lines, got {len(lines):,}")
+    for number, line in enumerate(lines, start=1):
+        if not _NAME_LINE.fullmatch(line):
+            raise ChecksumError(f"line {number} is not a lower-case name: {line[:40]!r}")
+    if facts.sha256 is not None:
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != facts.sha256.lower():
+            raise ChecksumError(f"expected SHA-256 {facts.sha256}, got {digest}")
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Writes ``data`` to ``path`` so that ``path`` is either old or complete.
+
+    The bytes go to a temporary file in the same directory (so the rename
+    stays on one file system), then :func:`os.replace` renames it onto ``path``.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _manual_message(url: str, path: Path, what: str) -> str:
+    return (
+        f"could not download {url}: {what}.\n"
+        f"To use it offline, download names.txt on a machine with internet access "
+        f"and place it at\n    {path}\n"
+        f"(or set SITP_CACHE to a directory holding makemore/names.txt), or use "
+        f'load_names("offline"), the census names that install with sitp.'
+    )
+
+
+def download_makemore_names(
+    *,
+    url: str = MAKEMORE_URL,
+    facts: FileFacts = MAKEMORE_FACTS,
+    path: str | os.PathLike | None = None,
+    force: bool = False,
+    timeout: float = 30.0,
+) -> Path:
+    """Returns the path of a checked local copy of makemore's names.txt.
+
+    The first call downloads the file and caches it; later calls only check
+    the cached copy. A cached copy that fails the check is downloaded again.
+
+    Args:
+        url: where to download from.
+        facts: what the file must satisfy (see :data:`MAKEMORE_FACTS`).
+        path: where to cache it; defaults to :func:`makemore_names_path`.
+        force: download even if a good cached copy exists.
+        timeout: seconds to wait for the server.
+
+    Returns:
+        The path of the cached file.
+
+    Raises:
+        OfflineError: if the file must be downloaded and the server cannot
+            be reached; the message says where to place the file by hand.
+        DownloadError: if the server answers with an HTTP error.
+        ChecksumError: if the downloaded bytes fail the check (nothing is written).
+    """
+    path = Path(path) if path is not None else makemore_names_path()
+    problem = None
+    if path.exists() and not force:
+        try:
+            check_facts(path.read_bytes(), facts)
+            return path
+        except ChecksumError as error:
+            problem = f"the cached copy at {path} is damaged: {error}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            data = response.read()
+    except urllib.error.HTTPError as error:
+        what = f"the server answered HTTP {error.code} {error.reason}"
+        raise DownloadError(_manual_message(url, path, what)) from error
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
+        what = f"{getattr(error, 'reason', error)}; you seem to be offline"
+        if problem:
+            what += f", and {problem}"
+        raise OfflineError(_manual_message(url, path, what)) from error
+    try:
+        check_facts(data, facts)
+    except ChecksumError as error:
+        raise ChecksumError(f"the file downloaded from {url} is not the expected one: {error}") from None
+    write_atomically(path, data)
+    return path
