@@ -69,12 +69,6 @@ def cache_dir() -> Path:
     """The directory where sitp caches downloads.
 
     ``$SITP_CACHE`` if set; else ``$XDG_CACHE_HOME/sitp``; else ``~/.cache/sitp``.
-
-    >>> import os
-    >>> os.environ["SITP_CACHE"] = "/tmp/sitp-cache"
-    >>> str(cache_dir())
-    '/tmp/sitp-cache'
-    >>> del os.environ["SITP_CACHE"]
     """
     if os.environ.get("SITP_CACHE"):
         return Path(os.environ["SITP_CACHE"]).expanduser()
@@ -84,7 +78,11 @@ def cache_dir() -> Path:
 
 
 def makemore_names_path() -> Path:
-    """Where the cached copy of makemore's names.txt is (or will be) stored."""
+    """Where the cached copy of makemore's names.txt is (or will be) stored.
+
+    >>> makemore_names_path().relative_to(cache_dir()).as_posix()
+    'makemore/names.txt'
+    """
     return cache_dir() / "makemore" / "names.txt"
 
 
@@ -143,7 +141,7 @@ def _manual_message(url: str, path: Path, what: str) -> str:
 
 def download_makemore_names(
     *,
-    url: str = MAKEMORE_URL,
+    url: str | None = None,
     facts: FileFacts = MAKEMORE_FACTS,
     path: str | os.PathLike | None = None,
     force: bool = False,
@@ -155,7 +153,7 @@ def download_makemore_names(
     the cached copy. A cached copy that fails the check is downloaded again.
 
     Args:
-        url: where to download from.
+        url: where to download from; defaults to :data:`MAKEMORE_URL`.
         facts: what the file must satisfy (see :data:`MAKEMORE_FACTS`).
         path: where to cache it; defaults to :func:`makemore_names_path`.
         force: download even if a good cached copy exists.
@@ -170,6 +168,7 @@ def download_makemore_names(
         DownloadError: if the server answers with an HTTP error.
         ChecksumError: if the downloaded bytes fail the check (nothing is written).
     """
+    url = url or MAKEMORE_URL
     path = Path(path) if path is not None else makemore_names_path()
     problem = None
     if path.exists() and not force:
