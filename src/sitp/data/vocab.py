@@ -60,8 +60,10 @@ class Vocab:
         return [self.stoi[ch] for ch in text]
 
     def decode(self, indices: Iterable[int]) -> str:
-        """Turns a sequence of indices (ints, or a 1-D array) back into a string."""
-        return "".join(self.itos[int(i)] for i in indices)
+        """Turns a sequence of indices (ints, or a 1-D array or tensor) into a string."""
+        if hasattr(indices, "tolist"):  # numpy arrays and tensors
+            indices = indices.tolist()
+        return "".join(self.itos[i] for i in indices)
 
     def __repr__(self) -> str:
         return f"Vocab({''.join(self.itos)!r})"
