@@ -1,0 +1,190 @@
+"""``x[key]`` and ``x[key] = value`` with NumPy/PyTorch semantics.
+
+Indexing happens in two steps:
+
+1. *Basic* indexing — ints, slices (with steps), ``None`` and ``...`` — only
+   changes shape, strides and offset: a view, no copy.
+2. *Advanced* indexing — integer tensors (or lists) and boolean masks — picks
+   entries by position and so must copy (a gather, ``cpu.take``). Index
+   arrays broadcast together; when they are separated by a slice their dims
+   go first, as in NumPy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import cpu, ops
+from .dtypes import bool_, int64
+
+_ADV = object()  # marks a dim that an index array will select
+
+
+def _as_index_tensor(k):
+    from .creation import tensor
+    from .tensor import Tensor
+
+    if isinstance(k, Tensor):
+        t = k
+    elif isinstance(k, (list, np.ndarray)):
+        t = tensor(k)
+    else:
+        return None
+    if t.dtype is not int64 and t.dtype is not bool_:
+        raise IndexError(
+            f"tensors used as indices must be long, int or bool tensors (got {t.dtype})")
+    return t
+
+
+def _normalize_key(x, key):
+    """A tuple of index items with ``...`` expanded and lists turned into tensors."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    items = []
+    for k in key:
+        t = _as_index_tensor(k)
+        if t is not None:
+            items.append(t)
+        elif k is None or k is Ellipsis or isinstance(k, slice):
+            items.append(k)
+        elif isinstance(k, (bool, np.bool_)):
+            raise IndexError("indexing with a Python bool is not supported by sitp")
+        elif isinstance(k, (int, np.integer)):
+            items.append(int(k))
+        else:
+            raise TypeError(
+                f"only integers, slices (`:`), ellipsis (`...`), None and long or bool tensors "
+                f"are valid indices (got {type(k).__name__})")
+    used = sum(1 if not hasattr(k, "dtype") else (k.ndim if k.dtype is bool_ else 1)
+               for k in items if k is not None and k is not Ellipsis)
+    if used > x.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
+    if sum(k is Ellipsis for k in items) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if Ellipsis in items:
+        i = items.index(Ellipsis)
+        items[i:i + 1] = [slice(None)] * (x.ndim - used)
+    return items
+
+
+# --8<-- [start:basic_index]
+def _decompose(x, key):
+    """Split ``key`` into a view of x (shape, strides, offset) and index arrays.
+
+    Returns (shape, strides, offset, basic_key, adv) where ``adv`` lists
+    (view_dim, index_tensor) for every integer index array (masks already
+    turned into integer arrays) and ``basic_key`` is the key with arrays
+    replaced by full slices (used by the backward of the view).
+    """
+    items = _normalize_key(x, key)
+    shape, strides, offset = [], [], x._offset
+    basic_key, adv = [], []
+    d = 0  # the dim of x the next item applies to
+    for k in items:
+        if k is None:
+            shape.append(1)
+            strides.append(0)
+            basic_key.append(None)
+        elif isinstance(k, int):
+            n = x._shape[d]
+            if not -n <= k < n:
+                raise IndexError(
+                    f"index {k} is out of bounds for dimension {d} with size {n}")
+            offset += (k % n) * x._strides[d]
+            basic_key.append(k)
+            d += 1
+        elif isinstance(k, slice):
+            if k.step is not None and k.step <= 0:
+                raise ValueError("step must be greater than zero")
+            start, stop, step = k.indices(x._shape[d])
+            size = max(0, (stop - start + step - 1) // step)
+            offset += start * x._strides[d] if size else 0
+            shape.append(size)
+            strides.append(x._strides[d] * step)
+            basic_key.append(k)
+            d += 1
+        elif k.dtype is bool_:  # a mask over k.ndim dims -> one int array per dim
+            mshape = tuple(x._shape[d:d + k.ndim])
+            if tuple(k.shape) != mshape:
+                raise IndexError(
+                    f"The shape of the mask {tuple(k.shape)} at index {d} does not match the "
+                    f"shape of the indexed tensor {mshape}")
+            for col in k.nonzero(as_tuple=True):
+                adv.append((len(shape), col))
+                shape.append(x._shape[d])
+                strides.append(x._strides[d])
+                basic_key.append(slice(None))
+                d += 1
+        else:
+            adv.append((len(shape), k))
+            shape.append(x._shape[d])
+            strides.append(x._strides[d])
+            basic_key.append(slice(None))
+            d += 1
+    shape += x._shape[d:]
+    strides += x._strides[d:]
+    return tuple(shape), tuple(strides), offset, tuple(basic_key), adv
+# --8<-- [end:basic_index]
+
+
+def _adv_plan(view, adv):
+    """Arrange the indexed dims: returns (view, a, idx (k, m) int64, index shape)."""
+    arrays = [t._np() for _, t in adv]
+    try:
+        bshape = np.broadcast_shapes(*[a.shape for a in arrays])
+    except ValueError:
+        raise IndexError(
+            "shape mismatch: indexing tensors could not be broadcast together with shapes "
+            + " ".join(str(tuple(a.shape)) for a in arrays)) from None
+    idx = np.stack([np.broadcast_to(a, bshape).reshape(-1) for a in arrays]) if arrays else None
+    dims = [p for p, _ in adv]
+    if dims == list(range(dims[0], dims[0] + len(dims))):
+        return view, dims[0], np.ascontiguousarray(idx, dtype=np.int64), bshape
+    # Separated index arrays: their dims move to the front (NumPy's rule).
+    rest = [i for i in range(view.ndim) if i not in dims]
+    return view.permute(dims + rest), 0, np.ascontiguousarray(idx, dtype=np.int64), bshape
+
+
+def getitem(x, key):
+    shape, strides, offset, basic_key, adv = _decompose(x, key)
+    same = shape == tuple(x._shape) and strides == x._strides and offset == x._offset
+    view = x if same else ops.Slice.apply(x, shape, strides, offset, basic_key)
+    if not adv:
+        return view
+    view, a, idx, bshape = _adv_plan(view, adv)
+    return ops.Take.apply(view, a, idx, bshape)
+
+
+def setitem(x, key, value, accumulate=False):
+    """Write ``value`` (a tensor or scalar, broadcast) into ``x[key]`` in place."""
+    from .creation import tensor
+    from .tensor import Tensor, _scalar
+
+    shape, strides, offset, _, adv = _decompose(x, key)
+    view = x._alias(shape, strides, offset)
+    if isinstance(value, Tensor):
+        v = value.detach().to(x.dtype)
+    elif isinstance(value, (list, np.ndarray)):
+        v = tensor(value, dtype=x.dtype)
+    else:
+        v = _scalar(value, x.dtype)
+    if not adv:
+        _check_broadcast(v, view.shape)
+        if accumulate:
+            v = view + v
+        cpu.assign(view, v)
+        return
+    view, a, idx, bshape = _adv_plan(view, adv)
+    k = idx.shape[0]
+    out_shape = tuple(view.shape[:a]) + tuple(bshape) + tuple(view.shape[a + k:])
+    _check_broadcast(v, out_shape)
+    cpu.put(view, a, idx, v.expand(out_shape), accumulate)
+
+
+def _check_broadcast(v, shape):
+    try:
+        v.expand(shape) if v.ndim <= len(shape) else v.view(shape)
+    except (RuntimeError, ValueError):
+        raise RuntimeError(
+            f"shape mismatch: value tensor of shape {tuple(v.shape)} cannot be broadcast to "
+            f"indexing result of shape {tuple(shape)}") from None

@@ -1,0 +1,264 @@
+"""Reverse-mode automatic differentiation: the engine (chapter 4.1).
+
+Every differentiable op is a :class:`Function` with a ``forward`` and a
+``backward`` side by side (they live in ``sitp/ops.py``, the table of local
+derivatives). Calling ``Op.apply(...)`` runs ``forward`` and, when gradients
+are wanted, records a :class:`Node` in the output's ``grad_fn``: the op's
+backward, what it saved, and the nodes of its inputs. ``backward()`` then
+sorts those nodes topologically and walks them from the output to the leaves,
+applying each local derivative once (the chain rule) and accumulating into
+the leaves' ``.grad``.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+# --8<-- [start:grad_mode]
+_state = threading.local()
+
+
+def is_grad_enabled() -> bool:
+    """Whether ops record the graph right now."""
+    return getattr(_state, "enabled", True)
+
+
+def set_grad_enabled(mode: bool) -> None:
+    _state.enabled = bool(mode)
+
+
+class _GradMode:
+    """Base of :class:`no_grad` and :class:`enable_grad`: a context manager
+    that is also a decorator."""
+
+    mode = True
+
+    def __enter__(self):
+        self.prev = is_grad_enabled()
+        set_grad_enabled(self.mode)
+
+    def __exit__(self, *exc):
+        set_grad_enabled(self.prev)
+        return False
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self.__class__():
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+class no_grad(_GradMode):
+    """Turn off graph recording, like ``torch.no_grad`` (context or decorator).
+
+    >>> import sitp
+    >>> x = sitp.ones(2, requires_grad=True)
+    >>> with sitp.no_grad():
+    ...     y = x * 2
+    >>> y.requires_grad
+    False
+    """
+
+    mode = False
+
+
+class enable_grad(_GradMode):
+    """Turn graph recording back on inside a ``no_grad`` block."""
+
+    mode = True
+# --8<-- [end:grad_mode]
+
+
+# --8<-- [start:function]
+class Context:
+    """What a forward pass leaves for its backward pass."""
+
+    __slots__ = ("saved_tensors", "needs_input_grad", "__dict__")
+
+    def __init__(self):
+        self.saved_tensors = ()
+
+    def save_for_backward(self, *tensors):
+        self.saved_tensors = tensors
+
+
+class Node:
+    """One op in the recorded graph (what PyTorch shows as ``grad_fn``)."""
+
+    __slots__ = ("fn", "ctx", "inputs", "freed")
+
+    def __init__(self, fn, ctx, inputs):
+        self.fn = fn          # the Function subclass
+        self.ctx = ctx        # its Context
+        self.inputs = inputs  # the input tensors that require grad (None otherwise)
+        self.freed = False
+
+    def name(self) -> str:
+        return f"{self.fn.__name__}Backward"
+
+    def __repr__(self) -> str:
+        return f"<{self.name()}>"
+
+
+class Function:
+    """Subclass with ``forward(ctx, *args)`` and ``backward(ctx, grad)``.
+
+    ``backward`` returns one gradient per *tensor* argument of ``forward``
+    (or ``None`` where none is needed), each with that argument's shape.
+    """
+
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        raise NotImplementedError
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise NotImplementedError
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        from .tensor import Tensor
+
+        ctx = Context()
+        record = is_grad_enabled() and any(
+            isinstance(a, Tensor) and a.requires_grad for a in args
+        )
+        ctx.needs_input_grad = tuple(
+            isinstance(a, Tensor) and a.requires_grad for a in args
+        )
+        # The forward pass never records: it may use other ops freely.
+        prev = is_grad_enabled()
+        set_grad_enabled(False)
+        try:
+            out = cls.forward(ctx, *args, **kwargs)
+        finally:
+            set_grad_enabled(prev)
+        if record:
+            inputs = tuple(a if isinstance(a, Tensor) and a.requires_grad else None for a in args)
+            node = Node(cls, ctx, inputs)
+            for o in out if isinstance(out, tuple) else (out,):
+                if o.dtype.is_floating_point:
+                    o.requires_grad = True
+                    o.grad_fn = node
+        return out
+# --8<-- [end:function]
+
+
+# --8<-- [start:toposort]
+def toposort(root: Node) -> list[Node]:
+    """Nodes reachable from ``root``, each after every node that uses it.
+
+    Depth-first search with an explicit stack (a GPT's graph is deep enough to
+    overflow Python's recursion limit); a node is emitted once all of its
+    inputs' nodes have been emitted, then the list is reversed.
+    """
+    order, seen = [], set()
+    stack = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        for t in node.inputs:
+            if t is not None and t.grad_fn is not None and id(t.grad_fn) not in seen:
+                stack.append((t.grad_fn, False))
+    return order[::-1]
+# --8<-- [end:toposort]
+
+
+# --8<-- [start:backward]
+def backward(tensor, gradient=None, retain_graph: bool = False) -> None:
+    """Accumulate d(tensor)/d(leaf) into every leaf's ``.grad``."""
+    from . import creation
+    from .tensor import Tensor
+
+    if not tensor.requires_grad:
+        raise RuntimeError(
+            "element 0 of tensors does not require grad and does not have a grad_fn"
+        )
+    if gradient is None:
+        if tensor.numel() != 1:
+            raise RuntimeError(
+                f"grad can be implicitly created only for scalar outputs; "
+                f"got a tensor of shape {tuple(tensor.shape)}: pass backward(gradient=...)"
+            )
+        gradient = creation.ones_like(tensor)
+    elif not isinstance(gradient, Tensor):
+        gradient = creation.tensor(gradient, dtype=tensor.dtype, device=tensor.device)
+    if tuple(gradient.shape) != tuple(tensor.shape):
+        raise RuntimeError(
+            f"gradient has shape {tuple(gradient.shape)} but the tensor has shape {tuple(tensor.shape)}"
+        )
+    if tensor.grad_fn is None:  # a leaf: d(leaf)/d(leaf) = 1
+        _accumulate(tensor, gradient)
+        return
+
+    grads = {id(tensor.grad_fn): gradient}  # node -> d(output)/d(node's output)
+    with no_grad():
+        for node in toposort(tensor.grad_fn):
+            if node.freed:
+                raise RuntimeError(
+                    "Trying to backward through the graph a second time (or directly access "
+                    "saved tensors after they have already been freed). Specify "
+                    "retain_graph=True if you need to backward through the graph a second time."
+                )
+            g = grads.pop(id(node), None)
+            if g is None:
+                continue
+            in_grads = node.fn.backward(node.ctx, g)
+            if not isinstance(in_grads, tuple):
+                in_grads = (in_grads,)
+            for t, gi in zip(node.inputs, in_grads):
+                if t is None or gi is None:
+                    continue
+                if t.grad_fn is None:          # a leaf: accumulate into .grad
+                    _accumulate(t, gi)
+                else:                          # an interior node: sum its uses
+                    k = id(t.grad_fn)
+                    grads[k] = gi if k not in grads else grads[k] + gi
+            if not retain_graph:
+                node.ctx = None
+                node.freed = True
+
+
+def _accumulate(leaf, g) -> None:
+    if tuple(g.shape) != tuple(leaf.shape):
+        raise RuntimeError(
+            f"internal error: gradient of shape {tuple(g.shape)} for a leaf of shape {tuple(leaf.shape)}"
+        )
+    if g.dtype is not leaf.dtype:
+        g = g.to(leaf.dtype)
+    if leaf.grad is None:
+        leaf.grad = g.contiguous() if g._storage is not leaf._storage else g.clone()
+    else:
+        leaf.grad.add_(g)
+# --8<-- [end:backward]
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph: bool = False):
+    """Gradients of ``outputs`` with respect to ``inputs``, returned (not accumulated).
+
+    A small subset of ``torch.autograd.grad``: one output tensor, no
+    ``create_graph``. The inputs' ``.grad`` fields are left as they were.
+    """
+    from .tensor import Tensor
+
+    single = isinstance(inputs, Tensor)
+    inputs = (inputs,) if single else tuple(inputs)
+    saved = [t.grad for t in inputs]
+    for t in inputs:
+        t.grad = None
+    try:
+        backward(outputs, grad_outputs, retain_graph=retain_graph)
+        result = tuple(t.grad for t in inputs)
+    finally:
+        for t, g in zip(inputs, saved):
+            t.grad = g
+    return result[0] if single else result

@@ -1,0 +1,184 @@
+"""Making tensors: from Python data, and filled with constants or ranges."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from . import cpu
+from .dtypes import bool_, float32, from_numpy_dtype, int64, to_dtype
+from .strides import contiguous_strides
+from .tensor import Tensor, device as _device
+
+
+def _check_device(device):
+    if device is not None and _device(device).type != "cpu":
+        raise RuntimeError(
+            f"sitp was asked for device {device!s}, but this build runs on the CPU "
+            f"(sitp.cuda.is_available() is False)")
+
+
+def _from_numpy_owned(arr: np.ndarray) -> Tensor:
+    """Wrap a contiguous numpy array as a tensor (shares its memory)."""
+    arr = np.ascontiguousarray(arr)
+    d = from_numpy_dtype(arr.dtype)
+    if arr.dtype != d.np:
+        arr = arr.astype(d.np)
+    return Tensor._make(arr.reshape(-1), arr.shape, contiguous_strides(arr.shape), 0, d)
+
+
+def _size(size):
+    if len(size) == 1 and not isinstance(size[0], (int, np.integer)):
+        size = tuple(size[0])
+    out = []
+    for n in size:
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise TypeError(f"size must be a tuple of ints, got {tuple(size)}")
+        if n < 0:
+            raise RuntimeError(f"Trying to create tensor with negative dimension {n}: {list(size)}")
+        out.append(int(n))
+    return tuple(out)
+
+
+# --8<-- [start:tensor]
+def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """A new tensor holding a copy of ``data`` (nested lists, numbers, arrays).
+
+    Floats default to float32 and ints to int64, as in PyTorch; a numpy
+    float64 array stays float64.
+
+    >>> import sitp
+    >>> sitp.tensor([[1, 2], [3, 4]]).dtype
+    sitp.int64
+    >>> sitp.tensor([1.5, 2]).dtype
+    sitp.float32
+
+    Raises:
+        TypeError: for strings or objects that are not numbers.
+        ValueError: for ragged nested lists.
+    """
+    _check_device(device)
+    if isinstance(data, Tensor):
+        arr = data._np().copy()
+    elif isinstance(data, np.ndarray):
+        arr = data.copy()
+    else:
+        if isinstance(data, (str, bytes)):
+            raise TypeError(f"new(): invalid data type '{type(data).__name__}'")
+        try:
+            arr = np.array(data)
+        except ValueError as e:
+            raise ValueError(
+                f"expected a rectangular nested sequence of numbers; {e}") from None
+        if arr.dtype.kind == "f" and dtype is None:
+            arr = arr.astype(np.float32)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(
+            f"sitp.tensor() takes numbers, nested lists of numbers or arrays; got data of "
+            f"type {type(data).__name__} (numpy dtype {arr.dtype})")
+    t = _from_numpy_owned(arr if dtype is None else arr.astype(to_dtype(dtype).np))
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+# --8<-- [end:tensor]
+
+
+def as_tensor(data, dtype=None, device=None) -> Tensor:
+    if isinstance(data, Tensor) and (dtype is None or to_dtype(dtype) is data.dtype):
+        return data
+    return tensor(data, dtype=dtype, device=device)
+
+
+def from_numpy(arr: np.ndarray) -> Tensor:
+    """A tensor sharing memory with a numpy array (copied only if not contiguous)."""
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"expected np.ndarray (got {type(arr).__name__})")
+    return _from_numpy_owned(arr)
+
+
+def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """A tensor of ``size`` filled with ``fill_value``."""
+    _check_device(device)
+    size = _size((size,) if isinstance(size, (int, np.integer)) else size)
+    if dtype is None:
+        dtype = bool_ if isinstance(fill_value, bool) else (
+            int64 if isinstance(fill_value, numbers.Integral) else float32)
+    dtype = to_dtype(dtype)
+    storage = np.empty(math.prod(size), dtype.np)
+    storage.fill(fill_value)  # a memset: numpy as a buffer
+    t = Tensor._make(storage, size, contiguous_strides(size), 0, dtype)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return full(_size(size), 0, dtype=dtype or float32, device=device, requires_grad=requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return full(_size(size), 1, dtype=dtype or float32, device=device, requires_grad=requires_grad)
+
+
+def empty(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    size = _size(size)
+    d = to_dtype(dtype) if dtype is not None else float32
+    t = Tensor._make(np.empty(math.prod(size), d.np), size, contiguous_strides(size), 0, d)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def zeros_like(t, dtype=None, requires_grad=False) -> Tensor:
+    return zeros(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def ones_like(t, dtype=None, requires_grad=False) -> Tensor:
+    return ones(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def full_like(t, fill_value, dtype=None) -> Tensor:
+    return full(t.shape, fill_value, dtype=dtype or t.dtype)
+
+
+def empty_like(t, dtype=None) -> Tensor:
+    return empty(t.shape, dtype=dtype or t.dtype)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """Values from ``start`` up to (not including) ``end`` in steps of ``step``."""
+    _check_device(device)
+    if end is None:
+        start, end = 0, start
+    if step == 0:
+        raise RuntimeError("step must be nonzero")
+    if (end - start) * step < 0:
+        raise RuntimeError(
+            f"upper bound and larger bound inconsistent with step sign (start={start}, end={end}, step={step})")
+    if dtype is None:
+        dtype = int64 if all(isinstance(v, numbers.Integral) for v in (start, end, step)) else float32
+    t = cpu.arange(start, end, step, to_dtype(dtype))
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def linspace(start, end, steps: int, dtype=None, device=None) -> Tensor:
+    """``steps`` evenly spaced values from ``start`` to ``end`` inclusive."""
+    if steps < 0:
+        raise RuntimeError(f"number of steps must be non-negative, got {steps}")
+    dtype = to_dtype(dtype) if dtype is not None else float32
+    if steps == 1:
+        return full((1,), start, dtype=dtype)
+    step = (end - start) / (steps - 1) if steps > 1 else 0.0
+    out = cpu.arange(0, steps, 1, to_dtype("float64")) * step + start
+    return out.to(dtype)
+
+
+def eye(n: int, m=None, dtype=None, device=None) -> Tensor:
+    """The identity matrix (n x m)."""
+    m = n if m is None else m
+    ones_ = ones(n, m, dtype=dtype)
+    return ones_.tril().triu()

@@ -1,0 +1,544 @@
+"""Maps, zips and reductions as numba kernels on strided storage (chapter 2.2).
+
+Every kernel here works on *flat storage* plus positions computed from
+strides, so the same kernel serves a contiguous tensor, a transpose, a slice
+with steps, or a broadcast (stride 0) operand. The pattern is always:
+
+1. In Python, view each operand with the output's shape (broadcasting gives
+   stride 0), and merge adjacent dimensions that are contiguous in all
+   operands, so that the last dimension (a *row*) is as long as possible.
+2. :func:`row_starts` computes where each row begins in each operand's
+   storage (an "odometer" over the leading dimensions).
+3. The kernel walks the rows, and inside a row steps by the last stride.
+
+Which scalar function a kernel applies is an integer op code, dispatched by
+``if``/``elif`` in a small inlined function; one compiled kernel per dtype
+signature serves every op, and all of them are cached on disk
+(``cache=True``) so a second Python session starts fast.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+# Op codes. The Tensor layer looks them up by name in these dicts.
+# --8<-- [start:opcodes]
+UNARY = {name: i for i, name in enumerate([
+    "neg", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "abs", "sin", "cos",
+    "pow", "clamp", "sign", "square", "rsqrt", "log1p", "expm1", "reciprocal",
+    "gelu", "gelu_tanh", "floor", "ceil", "round", "logical_not", "erf", "silu",
+])}
+BINARY = {name: i for i, name in enumerate([
+    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "floordiv", "remainder",
+    "atan2",
+])}
+COMPARE = {name: i for i, name in enumerate([
+    "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+])}
+REDUCE = {name: i for i, name in enumerate(["sum", "prod", "max", "min", "any", "all"])}
+# --8<-- [end:opcodes]
+
+
+# --8<-- [start:row_starts]
+@njit(cache=True)
+def positions(shape, strides, offset):
+    """Storage position of every entry of a strided view, in row-major order.
+
+    An odometer: bump the last index; when it rolls over its size, reset it
+    and carry into the one before, adjusting the position by the strides.
+    """
+    ndim = shape.size
+    n = 1
+    for k in range(ndim):
+        n *= shape[k]
+    out = np.empty(n, np.int64)
+    if n == 0:
+        return out
+    idx = np.zeros(ndim, np.int64)
+    pos = offset
+    for r in range(n):
+        out[r] = pos
+        k = ndim - 1
+        while k >= 0:
+            idx[k] += 1
+            pos += strides[k]
+            if idx[k] < shape[k]:
+                break
+            pos -= strides[k] * shape[k]
+            idx[k] = 0
+            k -= 1
+    return out
+
+
+def row_starts(shape, strides, offset):
+    """Where each row (the last dimension) of a strided view begins."""
+    return positions(shape[:-1], strides[:-1], offset)
+# --8<-- [end:row_starts]
+
+
+# --8<-- [start:unary]
+@njit(cache=True, inline="always")
+def unary(op, x, p0, p1):
+    """The scalar function behind op code ``op``; ``p0``/``p1`` are parameters."""
+    if op == 0:
+        return -x
+    elif op == 1:
+        return math.exp(x)
+    elif op == 2:
+        return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+    elif op == 3:
+        return math.sqrt(x) if x >= 0 else math.nan
+    elif op == 4:
+        return math.tanh(x)
+    elif op == 5:  # sigmoid, written so that exp never overflows
+        if x >= 0:
+            return 1.0 / (1.0 + math.exp(-x))
+        e = math.exp(x)
+        return e / (1.0 + e)
+    elif op == 6:
+        return x if x > 0 else x * 0
+    elif op == 7:
+        return abs(x)
+    elif op == 8:
+        return math.sin(x)
+    elif op == 9:
+        return math.cos(x)
+    elif op == 10:
+        return x ** p0
+    elif op == 11:  # clamp(min=p0, max=p1); NaN bounds mean "no bound"
+        y = x
+        if p0 == p0 and y < p0:
+            y = p0
+        if p1 == p1 and y > p1:
+            y = p1
+        return y
+    elif op == 12:
+        return (x > 0) - (x < 0)
+    elif op == 13:
+        return x * x
+    elif op == 14:
+        return 1.0 / math.sqrt(x) if x >= 0 else math.nan
+    elif op == 15:
+        return math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)
+    elif op == 16:
+        return math.expm1(x)
+    elif op == 17:
+        return 1.0 / x if x != 0 else math.copysign(math.inf, x)
+    elif op == 18:  # exact GELU: x * Phi(x)
+        return 0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0)))
+    elif op == 19:  # tanh approximation of GELU
+        return 0.5 * x * (1.0 + math.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+    elif op == 20:
+        return math.floor(x)
+    elif op == 21:
+        return math.ceil(x)
+    elif op == 22:  # round half to even, as PyTorch and NumPy
+        r = math.floor(x + 0.5)
+        if r - x == 0.5 and r % 2 != 0:
+            r -= 1
+        return r
+    elif op == 23:
+        return x == 0
+    elif op == 24:
+        return math.erf(x)
+    else:  # 25: silu
+        if x >= 0:
+            return x / (1.0 + math.exp(-x))
+        e = math.exp(x)
+        return x * e / (1.0 + e)
+# --8<-- [end:unary]
+
+
+# --8<-- [start:binary]
+@njit(cache=True, inline="always")
+def binary(op, x, y):
+    """The scalar function behind binary op code ``op``."""
+    if op == 0:
+        return x + y
+    elif op == 1:
+        return x - y
+    elif op == 2:
+        return x * y
+    elif op == 3:
+        return x / y if y != 0 else (math.copysign(math.inf, x) * math.copysign(1.0, y) if x != 0 and x == x else math.nan)
+    elif op == 4:
+        return x ** y
+    elif op == 5:  # maximum propagates NaN, like PyTorch
+        return x if (x > y or x != x) else y
+    elif op == 6:
+        return x if (x < y or x != x) else y
+    elif op == 7:
+        return x // y
+    elif op == 8:  # Python-style remainder: the sign of the divisor
+        return x - (x // y) * y
+    else:
+        return math.atan2(x, y)
+
+
+@njit(cache=True, inline="always")
+def compare(op, x, y):
+    """The boolean function behind comparison op code ``op``."""
+    if op == 0:
+        return x == y
+    elif op == 1:
+        return x != y
+    elif op == 2:
+        return x < y
+    elif op == 3:
+        return x <= y
+    elif op == 4:
+        return x > y
+    elif op == 5:
+        return x >= y
+    elif op == 6:
+        return (x != 0) and (y != 0)
+    elif op == 7:
+        return (x != 0) or (y != 0)
+    else:
+        return (x != 0) != (y != 0)
+# --8<-- [end:binary]
+
+
+# --8<-- [start:map_kernel]
+@njit(cache=True)
+def map_kernel(op, p0, p1, x, x_starts, x_step, n, out):
+    """out[r, j] = f(x[r, j]) for each row r of length n; ``out`` is contiguous."""
+    for r in range(x_starts.size):
+        xs = x_starts[r]
+        o = r * n
+        for j in range(n):
+            out[o + j] = unary(op, x[xs + j * x_step], p0, p1)
+# --8<-- [end:map_kernel]
+
+
+# --8<-- [start:zip_kernel]
+@njit(cache=True)
+def zip_kernel(op, a, a_starts, a_step, b, b_starts, b_step, n, out):
+    """out[r, j] = f(a[r, j], b[r, j]); a broadcast operand has step 0."""
+    for r in range(a_starts.size):
+        as_ = a_starts[r]
+        bs = b_starts[r]
+        o = r * n
+        for j in range(n):
+            out[o + j] = binary(op, a[as_ + j * a_step], b[bs + j * b_step])
+# --8<-- [end:zip_kernel]
+
+
+@njit(cache=True)
+def compare_kernel(op, a, a_starts, a_step, b, b_starts, b_step, n, out):
+    """out[r, j] = a[r, j] <op> b[r, j], a bool result."""
+    for r in range(a_starts.size):
+        as_ = a_starts[r]
+        bs = b_starts[r]
+        o = r * n
+        for j in range(n):
+            out[o + j] = compare(op, a[as_ + j * a_step], b[bs + j * b_step])
+
+
+@njit(cache=True)
+def where_kernel(c, c_starts, c_step, a, a_starts, a_step, b, b_starts, b_step, n, out):
+    """out = a where c else b, all three broadcast to out's shape."""
+    for r in range(c_starts.size):
+        cs = c_starts[r]
+        as_ = a_starts[r]
+        bs = b_starts[r]
+        o = r * n
+        for j in range(n):
+            out[o + j] = a[as_ + j * a_step] if c[cs + j * c_step] else b[bs + j * b_step]
+
+
+# --8<-- [start:assign_kernel]
+@njit(cache=True)
+def assign_kernel(dst, d_starts, d_step, src, s_starts, s_step, n):
+    """dst[r, j] = src[r, j] between two strided views (a copy or a cast)."""
+    for r in range(d_starts.size):
+        ds = d_starts[r]
+        ss = s_starts[r]
+        for j in range(n):
+            dst[ds + j * d_step] = src[ss + j * s_step]
+# --8<-- [end:assign_kernel]
+
+
+# --8<-- [start:reduce_kernel]
+@njit(cache=True)
+def reduce_kernel(op, x, x_starts, x_step, n, zero, out):
+    """out[r] = reduce(x[r, 0..n)); ``zero`` fixes the accumulator's type.
+
+    Sums of float32 accumulate in float64 (pass ``zero=np.float64(0)``), so a
+    long row does not lose the small terms.
+    """
+    for r in range(x_starts.size):
+        xs = x_starts[r]
+        if op == 0:
+            acc = zero
+            for j in range(n):
+                acc += x[xs + j * x_step]
+        elif op == 1:
+            acc = zero + 1
+            for j in range(n):
+                acc *= x[xs + j * x_step]
+        elif op == 2 or op == 3:
+            acc = zero + x[xs]
+            for j in range(1, n):
+                v = x[xs + j * x_step]
+                if v != v or (op == 2 and v > acc) or (op == 3 and v < acc):
+                    acc = zero + v
+                    if v != v:
+                        break
+        elif op == 4:
+            acc = zero
+            for j in range(n):
+                if x[xs + j * x_step] != 0:
+                    acc = zero + 1
+                    break
+        else:
+            acc = zero + 1
+            for j in range(n):
+                if x[xs + j * x_step] == 0:
+                    acc = zero
+                    break
+        out[r] = acc
+# --8<-- [end:reduce_kernel]
+
+
+@njit(cache=True)
+def argreduce_kernel(is_max, x, x_starts, x_step, n, values, indices):
+    """values[r], indices[r] = max (or min) of row r and its first position.
+
+    A NaN wins over any number, as in PyTorch.
+    """
+    for r in range(x_starts.size):
+        xs = x_starts[r]
+        best = x[xs]
+        arg = 0
+        if best == best:
+            for j in range(1, n):
+                v = x[xs + j * x_step]
+                if v != v:
+                    best = v
+                    arg = j
+                    break
+                if (is_max and v > best) or (not is_max and v < best):
+                    best = v
+                    arg = j
+        values[r] = best
+        indices[r] = arg
+
+
+# --8<-- [start:softmax_kernel]
+@njit(cache=True)
+def softmax_kernel(x, x_starts, x_step, n, log, out):
+    """Row-wise (log-)softmax, stable: subtract the row max before exp.
+
+    softmax(x)_j = exp(x_j - m) / sum_k exp(x_k - m), with m = max_k x_k.
+    """
+    for r in range(x_starts.size):
+        xs = x_starts[r]
+        o = r * n
+        m = -np.inf
+        for j in range(n):
+            v = x[xs + j * x_step]
+            if v > m or v != v:
+                m = v
+        if m == -np.inf:  # a fully masked row: exp(-inf - (-inf)) would be NaN
+            m = 0.0
+        total = 0.0
+        for j in range(n):
+            total += math.exp(x[xs + j * x_step] - m)
+        if log:
+            lse = m + math.log(total)
+            for j in range(n):
+                out[o + j] = x[xs + j * x_step] - lse
+        else:
+            for j in range(n):
+                out[o + j] = math.exp(x[xs + j * x_step] - m) / total
+# --8<-- [end:softmax_kernel]
+
+
+@njit(cache=True)
+def softmax_backward_kernel(y, g, n_rows, n, log, out):
+    """Gradient of row-wise (log-)softmax from its output y and upstream g.
+
+    softmax:     dx = y * (g - sum(g * y))
+    log_softmax: dx = g - exp(y) * sum(g)
+    All arrays are contiguous (n_rows, n).
+    """
+    for r in range(n_rows):
+        o = r * n
+        acc = 0.0
+        if log:
+            for j in range(n):
+                acc += g[o + j]
+            for j in range(n):
+                out[o + j] = g[o + j] - math.exp(y[o + j]) * acc
+        else:
+            for j in range(n):
+                acc += g[o + j] * y[o + j]
+            for j in range(n):
+                out[o + j] = y[o + j] * (g[o + j] - acc)
+
+
+# --8<-- [start:index_table]
+@njit(cache=True)
+def index_table(idx, sizes, strides, table):
+    """Storage offsets for advanced indexing with k broadcast index arrays.
+
+    ``idx`` is (k, m): the m index tuples; entry ``i`` along dim k adds
+    ``i * strides[k]`` (negative indices count from the end). Returns -1 when
+    all are in range, else the position of the first bad index tuple.
+    """
+    k_dims, m = idx.shape
+    for n in range(m):
+        t = 0
+        for k in range(k_dims):
+            i = idx[k, n]
+            if i < 0:
+                i += sizes[k]
+            if i < 0 or i >= sizes[k]:
+                return n
+            t += i * strides[k]
+        table[n] = t
+    return -1
+# --8<-- [end:index_table]
+
+
+# --8<-- [start:take_kernel]
+@njit(cache=True)
+def take_kernel(x, pre, table, post, out):
+    """out[p, n, q] = x[pre[p] + table[n] + post[q]] — a gather."""
+    o = 0
+    for p in range(pre.size):
+        for t in range(table.size):
+            base = pre[p] + table[t]
+            for q in range(post.size):
+                out[o] = x[base + post[q]]
+                o += 1
+
+
+@njit(cache=True)
+def put_kernel(x, pre, table, post, values, accumulate):
+    """x[pre[p] + table[n] + post[q]] (+)= values[p, n, q] — a scatter.
+
+    With ``accumulate`` repeated indices add up (the backward of a gather).
+    """
+    o = 0
+    for p in range(pre.size):
+        for t in range(table.size):
+            base = pre[p] + table[t]
+            for q in range(post.size):
+                if accumulate:
+                    x[base + post[q]] += values[o]
+                else:
+                    x[base + post[q]] = values[o]
+                o += 1
+# --8<-- [end:take_kernel]
+
+
+@njit(cache=True)
+def gather_positions(base, index, stride, size, out):
+    """out[n] = base[n] + index[n] * stride, checking 0 <= index < size.
+
+    Returns -1, or the position of the first out-of-range index.
+    """
+    for n in range(base.size):
+        i = index[n]
+        if i < 0:
+            i += size
+        if i < 0 or i >= size:
+            return n
+        out[n] = base[n] + i * stride
+    return -1
+
+
+@njit(cache=True)
+def gather_kernel(x, pos, out):
+    """out[n] = x[pos[n]]."""
+    for n in range(pos.size):
+        out[n] = x[pos[n]]
+
+
+@njit(cache=True)
+def scatter_add_kernel(x, pos, values):
+    """x[pos[n]] += values[n]; repeated positions accumulate."""
+    for n in range(pos.size):
+        x[pos[n]] += values[n]
+
+
+@njit(cache=True)
+def tri_kernel(x, rows, cols, diagonal, upper, out):
+    """Keep the lower (or upper) triangle of each (rows, cols) matrix.
+
+    lower: keep entry (i, j) when j - i <= diagonal; upper: when j - i >= diagonal.
+    ``x`` and ``out`` are contiguous stacks of matrices.
+    """
+    per = rows * cols
+    for b in range(x.size // per if per > 0 else 0):
+        for i in range(rows):
+            for j in range(cols):
+                o = b * per + i * cols + j
+                keep = (j - i >= diagonal) if upper else (j - i <= diagonal)
+                out[o] = x[o] if keep else x[o] * 0
+
+
+@njit(cache=True)
+def nonzero_kernel(x, x_starts, x_step, n, out):
+    """Row-major ordinals of the nonzero entries; returns how many."""
+    c = 0
+    for r in range(x_starts.size):
+        xs = x_starts[r]
+        for j in range(n):
+            if x[xs + j * x_step] != 0:
+                out[c] = r * n + j
+                c += 1
+    return c
+
+
+@njit(cache=True)
+def arange_kernel(start, step, out):
+    """out[i] = start + i * step."""
+    for i in range(out.size):
+        out[i] = start + i * step
+
+
+@njit(cache=True)
+def cumsum_kernel(x, x_starts, x_step, n, out):
+    """Running sum along each row."""
+    for r in range(x_starts.size):
+        xs = x_starts[r]
+        acc = x[xs] * 0
+        for j in range(n):
+            acc += x[xs + j * x_step]
+            out[r * n + j] = acc
+
+
+@njit(cache=True)
+def multinomial_kernel(p, n_rows, n, u, num_samples, replacement, out):
+    """Draw ``num_samples`` category indices per row of unnormalised weights.
+
+    ``u`` holds uniform numbers in [0, 1), one per draw. Without replacement a
+    drawn category's weight is set to zero before the next draw.
+    """
+    w = np.empty(n, np.float64)
+    for r in range(n_rows):
+        for j in range(n):
+            w[j] = p[r * n + j]
+        for s in range(num_samples):
+            total = 0.0
+            for j in range(n):
+                total += w[j]
+            target = u[r * num_samples + s] * total
+            acc = 0.0
+            pick = n - 1
+            while pick > 0 and w[pick] == 0:
+                pick -= 1
+            for j in range(n):
+                acc += w[j]
+                if target < acc and w[j] > 0:
+                    pick = j
+                    break
+            out[r * num_samples + s] = pick
+            if not replacement:
+                w[pick] = 0.0

@@ -1,0 +1,427 @@
+"""The table of local derivatives: every differentiable op, forward beside backward.
+
+Each op is a :class:`~sitp.autograd.Function`. ``forward`` computes with the
+CPU backend (``sitp/cpu.py``) and saves what ``backward`` needs; ``backward``
+receives ``grad`` — d(loss)/d(output) — and returns d(loss)/d(input) for each
+tensor input, by the chain rule: grad times the op's local derivative.
+Backward code runs with recording off and may use any tensor op.
+
+Elementwise ops are rows of two tables, ``UNARY_GRAD`` and ``BINARY_GRAD``:
+adding one is adding a row.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import cpu
+from .autograd import Function
+from .strides import contiguous_strides, numel
+
+
+def unbroadcast(g, shape):
+    """Sum ``g`` down to ``shape``: the backward of broadcasting.
+
+    A dim that broadcasting added (on the left) or stretched from size 1 got
+    the same input entry many times, so its gradient is the sum of them all.
+    """
+    shape = tuple(shape)
+    if tuple(g.shape) == shape:
+        return g
+    lead = g.ndim - len(shape)
+    dims = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1)
+    if dims:
+        g = g.sum(dim=dims, keepdim=True)
+    return g.reshape(shape)
+
+
+# --8<-- [start:unary_table]
+# op name -> d(out)/d(in) times grad, from input x, output y, upstream g and
+# the op's parameters p0, p1.
+UNARY_GRAD = {
+    "neg":        lambda x, y, g, p0, p1: -g,
+    "exp":        lambda x, y, g, p0, p1: g * y,
+    "log":        lambda x, y, g, p0, p1: g / x,
+    "sqrt":       lambda x, y, g, p0, p1: g / (2 * y),
+    "tanh":       lambda x, y, g, p0, p1: g * (1 - y * y),
+    "sigmoid":    lambda x, y, g, p0, p1: g * y * (1 - y),
+    "relu":       lambda x, y, g, p0, p1: g * (x > 0),
+    "abs":        lambda x, y, g, p0, p1: g * x.sign(),
+    "sin":        lambda x, y, g, p0, p1: g * x.cos(),
+    "cos":        lambda x, y, g, p0, p1: -g * x.sin(),
+    "pow":        lambda x, y, g, p0, p1: g * p0 * x.pow(p0 - 1),
+    "clamp":      lambda x, y, g, p0, p1: g * _in_range(x, p0, p1),
+    "square":     lambda x, y, g, p0, p1: g * 2 * x,
+    "rsqrt":      lambda x, y, g, p0, p1: g * -0.5 * y * y * y,
+    "log1p":      lambda x, y, g, p0, p1: g / (1 + x),
+    "expm1":      lambda x, y, g, p0, p1: g * (y + 1),
+    "reciprocal": lambda x, y, g, p0, p1: -g * y * y,
+    "erf":        lambda x, y, g, p0, p1: g * (2 / math.sqrt(math.pi)) * (-x * x).exp(),
+    "gelu":       lambda x, y, g, p0, p1: g * _gelu_grad(x),
+    "gelu_tanh":  lambda x, y, g, p0, p1: g * _gelu_tanh_grad(x),
+    "silu":       lambda x, y, g, p0, p1: g * _silu_grad(x),
+    "sign":       lambda x, y, g, p0, p1: g * 0,
+    "floor":      lambda x, y, g, p0, p1: g * 0,
+    "ceil":       lambda x, y, g, p0, p1: g * 0,
+    "round":      lambda x, y, g, p0, p1: g * 0,
+}
+# --8<-- [end:unary_table]
+
+
+def _in_range(x, lo, hi):
+    m = x == x
+    if lo == lo:
+        m = m & (x >= lo)
+    if hi == hi:
+        m = m & (x <= hi)
+    return m
+
+
+def _gelu_grad(x):
+    cdf = 0.5 * (1 + (x * (1 / math.sqrt(2))).erf())
+    pdf = (-0.5 * x * x).exp() * (1 / math.sqrt(2 * math.pi))
+    return cdf + x * pdf
+
+
+def _gelu_tanh_grad(x):
+    c = math.sqrt(2 / math.pi)
+    inner = c * (x + 0.044715 * x * x * x)
+    t = inner.tanh()
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x)
+
+
+def _silu_grad(x):
+    s = x.sigmoid()
+    return s * (1 + x * (1 - s))
+
+
+# --8<-- [start:unary_function]
+class Unary(Function):
+    """y = f(x) for an op named in ``UNARY_GRAD``."""
+
+    @staticmethod
+    def forward(ctx, x, op, p0=math.nan, p1=math.nan):
+        y = cpu.unary(op, x, p0, p1)
+        ctx.op, ctx.p0, ctx.p1 = op, p0, p1
+        ctx.save_for_backward(x, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return UNARY_GRAD[ctx.op](x, y, g, ctx.p0, ctx.p1)
+# --8<-- [end:unary_function]
+
+
+# --8<-- [start:binary_table]
+# op name -> (grad wrt a, grad wrt b), before un-broadcasting.
+BINARY_GRAD = {
+    "add":     lambda a, b, y, g: (g, g),
+    "sub":     lambda a, b, y, g: (g, -g),
+    "mul":     lambda a, b, y, g: (g * b, g * a),
+    "div":     lambda a, b, y, g: (g / b, -g * a / (b * b)),
+    "pow":     lambda a, b, y, g: (g * b * a.pow(b - 1), g * y * _safe_log(a)),
+    "maximum": lambda a, b, y, g: _split_ties(g, a > b, a == b),
+    "minimum": lambda a, b, y, g: _split_ties(g, a < b, a == b),
+    "atan2":   lambda a, b, y, g: (g * b / (a * a + b * b), -g * a / (a * a + b * b)),
+}
+# --8<-- [end:binary_table]
+
+
+def _safe_log(a):
+    # d(a^b)/db = a^b log a; PyTorch takes it as 0 where a == 0.
+    return cpu.where(a == 0, a * 0, a.log()) if (a == 0).any().item() else a.log()
+
+
+def _split_ties(g, wins, ties):
+    # Where a and b are equal, PyTorch gives each half of the gradient.
+    half = g * ties * 0.5
+    return g * wins + half, g * (~wins & ~ties) + half
+
+
+class Binary(Function):
+    """y = f(a, b) with broadcasting, for an op named in ``BINARY_GRAD``."""
+
+    @staticmethod
+    def forward(ctx, a, b, op):
+        y = cpu.binary(op, a, b)
+        ctx.op = op
+        ctx.save_for_backward(a, b, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b, y = ctx.saved_tensors
+        ga, gb = BINARY_GRAD[ctx.op](a, b, y, g)
+        na, nb = ctx.needs_input_grad[:2]
+        return (unbroadcast(ga, a.shape) if na else None,
+                unbroadcast(gb, b.shape) if nb else None)
+
+
+class Where(Function):
+    """out = a where cond else b (cond is not differentiable)."""
+
+    @staticmethod
+    def forward(ctx, cond, a, b):
+        ctx.save_for_backward(cond)
+        ctx.shapes = (a.shape, b.shape)
+        return cpu.where(cond, a, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        (cond,) = ctx.saved_tensors
+        zero = g.new_zeros(())
+        return (None,
+                unbroadcast(cpu.where(cond, g, zero), ctx.shapes[0]),
+                unbroadcast(cpu.where(cond, zero, g), ctx.shapes[1]))
+
+
+class Cast(Function):
+    """Convert to another dtype; the gradient converts back."""
+
+    @staticmethod
+    def forward(ctx, x, dtype):
+        ctx.dtype = x.dtype
+        return cpu.copy(x, dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to(ctx.dtype)
+
+
+class Clone(Function):
+    """A contiguous copy; the gradient passes through unchanged."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return cpu.copy(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+# --8<-- [start:views]
+class View(Function):
+    """Same storage, new shape/strides/offset: no data moves."""
+
+    @staticmethod
+    def forward(ctx, x, shape, strides, offset):
+        ctx.shape = x.shape
+        return x._alias(shape, strides, offset)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.reshape(ctx.shape)
+
+
+class Permute(Function):
+    @staticmethod
+    def forward(ctx, x, dims):
+        ctx.dims = dims
+        return x._alias(tuple(x._shape[d] for d in dims),
+                        tuple(x._strides[d] for d in dims), x._offset)
+
+    @staticmethod
+    def backward(ctx, g):
+        inv = [0] * len(ctx.dims)
+        for i, d in enumerate(ctx.dims):
+            inv[d] = i
+        return g.permute(inv)
+
+
+class Expand(Function):
+    """Broadcast to a bigger shape with stride-0 dims; backward sums them."""
+
+    @staticmethod
+    def forward(ctx, x, shape, strides):
+        ctx.shape = x.shape
+        return x._alias(shape, strides, x._offset)
+
+    @staticmethod
+    def backward(ctx, g):
+        return unbroadcast(g, ctx.shape)
+
+
+class Slice(Function):
+    """Basic indexing (ints, slices, None, ...): a view; backward writes g
+    into the same window of a zero tensor."""
+
+    @staticmethod
+    def forward(ctx, x, shape, strides, offset, key):
+        ctx.shape, ctx.dtype, ctx.key = x.shape, x.dtype, key
+        return x._alias(shape, strides, offset)
+
+    @staticmethod
+    def backward(ctx, g):
+        from .creation import zeros
+
+        z = zeros(ctx.shape, dtype=g.dtype)
+        z[ctx.key] = g
+        return z
+# --8<-- [end:views]
+
+
+# --8<-- [start:reductions]
+class Sum(Function):
+    @staticmethod
+    def forward(ctx, x, dims, keepdim):
+        ctx.shape, ctx.dims, ctx.keepdim = x.shape, dims, keepdim
+        return cpu.reduce("sum", x, dims, keepdim)
+
+    @staticmethod
+    def backward(ctx, g):
+        if not ctx.keepdim:
+            g = g.reshape(tuple(1 if d in ctx.dims else n for d, n in enumerate(ctx.shape)))
+        return g.expand(ctx.shape)
+
+
+class MaxAll(Function):
+    """max()/min()/amax/amin over dims: the gradient is shared evenly by ties."""
+
+    @staticmethod
+    def forward(ctx, x, dims, keepdim, is_max):
+        y = cpu.reduce("max" if is_max else "min", x, dims, True)
+        ctx.save_for_backward(x, y)
+        ctx.dims, ctx.keepdim = dims, keepdim
+        return y if keepdim else y.reshape(tuple(n for d, n in enumerate(x.shape) if d not in dims))
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        if not ctx.keepdim:
+            g = g.reshape(y.shape)
+        mask = (x == y).to(g.dtype)
+        return mask * (g / mask.sum(dim=ctx.dims, keepdim=True))
+
+
+class MaxDim(Function):
+    """max(dim)/min(dim): values and indices; the gradient goes to the index."""
+
+    @staticmethod
+    def forward(ctx, x, dim, keepdim, is_max):
+        values, indices = cpu.argreduce(x, dim, is_max, keepdim)
+        ctx.shape, ctx.dim, ctx.keepdim = x.shape, dim, keepdim
+        ctx.save_for_backward(indices)
+        return values, indices
+
+    @staticmethod
+    def backward(ctx, g):
+        (indices,) = ctx.saved_tensors
+        if not ctx.keepdim:
+            g, indices = g.unsqueeze(ctx.dim), indices.unsqueeze(ctx.dim)
+        return cpu.scatter_add(ctx.shape, ctx.dim, indices, g, g.dtype)
+# --8<-- [end:reductions]
+
+
+# --8<-- [start:softmax]
+class Softmax(Function):
+    """softmax (log=False) or log_softmax (log=True) along one dim."""
+
+    @staticmethod
+    def forward(ctx, x, dim, log):
+        y = cpu.softmax(x, dim, log)
+        ctx.dim, ctx.log = dim, log
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return cpu.softmax_backward(y, g, ctx.dim, ctx.log)
+# --8<-- [end:softmax]
+
+
+# --8<-- [start:matmul]
+class MatMul(Function):
+    """C = A @ B for (..., M, K) @ (..., K, N), batch dims broadcast.
+
+    dA = dC @ B^T and dB = A^T @ dC, summed over batch dims A or B was
+    broadcast along.
+    """
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return cpu.matmul(a, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        na, nb = ctx.needs_input_grad
+        ga = unbroadcast(cpu.matmul(g, b.mT), a.shape) if na else None
+        gb = unbroadcast(cpu.matmul(a.mT, g), b.shape) if nb else None
+        return ga, gb
+# --8<-- [end:matmul]
+
+
+# --8<-- [start:gather]
+class Gather(Function):
+    @staticmethod
+    def forward(ctx, x, dim, index):
+        ctx.shape, ctx.dim = x.shape, dim
+        ctx.save_for_backward(index)
+        return cpu.gather(x, dim, index)
+
+    @staticmethod
+    def backward(ctx, g):
+        (index,) = ctx.saved_tensors
+        return cpu.scatter_add(ctx.shape, ctx.dim, index, g, g.dtype)
+
+
+class Take(Function):
+    """Indexing dims a..a+k with integer arrays; backward scatter-adds, so an
+    index that appears twice receives both gradients."""
+
+    @staticmethod
+    def forward(ctx, x, a, idx, idx_shape):
+        k = idx.shape[0]
+        ctx.shape, ctx.a, ctx.idx = x.shape, a, idx
+        out_shape = tuple(x.shape[:a]) + tuple(idx_shape) + tuple(x.shape[a + k:])
+        return x._wrap_np(cpu.take(x, a, idx), out_shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        from .creation import zeros
+
+        z = zeros(ctx.shape, dtype=g.dtype)
+        cpu.put(z, ctx.a, ctx.idx, g, True)
+        return z
+# --8<-- [end:gather]
+
+
+class Cat(Function):
+    @staticmethod
+    def forward(ctx, dim, *tensors):
+        from .creation import empty
+
+        shape = list(tensors[0].shape)
+        shape[dim] = sum(t.shape[dim] for t in tensors)
+        out = empty(shape, dtype=tensors[0].dtype)
+        start = 0
+        ctx.sizes, ctx.dim = [t.shape[dim] for t in tensors], dim
+        for t in tensors:
+            cpu.assign(out.narrow(dim, start, t.shape[dim]), t)
+            start += t.shape[dim]
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        return (None,) + tuple(g.split(ctx.sizes, ctx.dim))
+
+
+class Tri(Function):
+    """tril/triu: keep one triangle of the last two dims."""
+
+    @staticmethod
+    def forward(ctx, x, diagonal, upper):
+        ctx.diagonal, ctx.upper = diagonal, upper
+        return cpu.tri(x, diagonal, upper)
+
+    @staticmethod
+    def backward(ctx, g):
+        return cpu.tri(g, ctx.diagonal, ctx.upper)
+
