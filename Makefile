@@ -1,0 +1,83 @@
+# SITP: set-up and checks. A contributor needs two targets:
+#   make serve   set up, build the book and serve it on http://127.0.0.1:8000
+#   make test    set up, then run every check (what CI runs)
+# Set-up is idempotent: it reruns only when pyproject.toml, the pinned constraints or
+# package-lock.json change (stamps in .venv/ and node_modules/).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+.DELETE_ON_ERROR:
+
+PYTHON ?= python3
+VENV ?= .venv
+EXTRAS ?= test,docs
+CONSTRAINTS := requirements/constraints.txt
+BIN := $(VENV)/bin
+comma := ,
+STAMP := $(VENV)/.sitp-setup-$(subst $(comma),-,$(EXTRAS))
+NPM_STAMP := node_modules/.sitp-setup
+HOST ?= 127.0.0.1:8000
+# pytest workers; the suite is sized for 2 cores.
+JOBS ?= 2
+
+# numba reads NUMBA_ENABLE_CUDASIM when it is first imported: where no GPU answers,
+# CUDA kernels run in numba's simulator. An explicit setting wins.
+ifeq ($(origin NUMBA_ENABLE_CUDASIM),undefined)
+NUMBA_ENABLE_CUDASIM := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 0 || echo 1)
+endif
+export NUMBA_ENABLE_CUDASIM
+export MPLBACKEND ?= Agg
+export NO_MKDOCS_2_WARNING ?= 1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+# Everything pytest checks: unit tests (tests/), every Python fence and every `>>>`
+# example of the book (docs/), the package's docstring examples (src/sitp/).
+PYTEST_CHECKS := tests docs src/sitp \
+	--markdown-docs --doctest-modules --ignore-glob='*/__main__.py'
+
+.PHONY: help setup venv node serve build test test-book lock clean
+
+help:
+	@echo "make serve   set up, build the book, serve it on http://$(HOST)"
+	@echo "make test    set up, run every check (unit tests, fences, doctests, strict build)"
+	@echo "make build   set up, build the site into site/ (strict)"
+	@echo "make lock    re-pin requirements/constraints.txt from .venv"
+	@echo "make clean   remove built files (site/, caches)"
+
+setup: venv node
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml $(CONSTRAINTS)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
+	@touch $@
+
+node: $(NPM_STAMP)
+
+$(NPM_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+serve: setup
+	$(BIN)/mkdocs serve --no-strict -a $(HOST) -w src -w hooks
+
+build: setup
+	$(BIN)/mkdocs build --strict
+
+test: setup
+	$(BIN)/python -m pytest -n $(JOBS) -p no:cacheprovider $(PYTEST_CHECKS)
+	SITP_NOTEBOOK_CACHE=false $(BIN)/mkdocs build --strict
+
+# The book alone: fences and doctests of docs/ and the machinery's tests.
+test-book: setup
+	$(BIN)/python -m pytest -p no:cacheprovider --markdown-docs docs tests/test_book.py
+
+lock: venv
+	{ sed -n '/^#/p' $(CONSTRAINTS); $(BIN)/python -m pip freeze --exclude-editable \
+	  | grep -iv '^sitp\b' | sed 's/+cpu$$//'; } > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
+
+clean:
+	rm -rf site .cache .pytest_cache

@@ -1,0 +1,47 @@
+"""Book-wide pytest setup, loaded for every path under the repository.
+
+It lives at the root (not in tests/) so that it also applies when pytest is pointed at
+docs/ or src/ alone, e.g. ``pytest --markdown-docs docs/ch02/strides.md``.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+
+
+def _has_gpu() -> bool:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        return subprocess.run([smi, "-L"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+# --8<-- [start:simulator]
+# Must happen before numba is first imported (by sitp, by a fence, by a test): numba
+# reads NUMBA_ENABLE_CUDASIM once. Without a GPU, CUDA kernels run in numba's simulator.
+# An explicit setting (the Makefile's, gpu.yml's NUMBA_ENABLE_CUDASIM=0) wins.
+if "NUMBA_ENABLE_CUDASIM" not in os.environ:
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "0" if _has_gpu() else "1"
+# --8<-- [end:simulator]
+# Figures drawn by fences and doctests go nowhere.
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from hooks.fences import make_parser  # noqa: E402
+
+# tests/test_book.py runs pytest-markdown-docs on sample pages with `pytester`.
+pytest_plugins = ["pytester"]
+
+
+def pytest_markdown_docs_markdown_it():
+    """Let pytest-markdown-docs see fences inside admonitions and content tabs."""
+    return make_parser()

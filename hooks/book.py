@@ -1,0 +1,89 @@
+"""MkDocs hooks for the SITP book (registered under ``hooks:`` in mkdocs.yml).
+
+1. Math is rendered in the reader's browser by KaTeX, which set-up installs from the npm
+   registry (package.json). The hook publishes its files from node_modules/katex/dist as
+   part of the site, so the book needs no network and no third-party file is committed.
+2. A published page never says "TODO", "TBD", "Lorem ipsum" or "coming soon": an
+   unwritten section is marked as planned, with what it will cover.
+3. A built page loads no script, style sheet or image from another host. Notebook pages
+   come with a MathJax <script> from a CDN (nbconvert's template); it is removed, and
+   KaTeX renders their math like every other page's.
+
+Problems are logged as warnings, which `mkdocs build --strict` turns into a failed build.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+from mkdocs.structure.files import File
+
+log = logging.getLogger("mkdocs.hooks.book")
+
+ROOT = Path(__file__).resolve().parent.parent
+KATEX_DIST = ROOT / "node_modules" / "katex" / "dist"
+KATEX_DEST = "assets/katex"
+# The parts of KaTeX's distribution the site loads (see extra_javascript/extra_css).
+KATEX_FILES = ("katex.min.js", "katex.min.css", "contrib/auto-render.min.js")
+
+PLACEHOLDERS = re.compile(r"\b(TODO|TBD|FIXME|XXX)\b|lorem ipsum|coming soon", re.IGNORECASE)
+_CASE_SENSITIVE = {"todo", "tbd", "fixme", "xxx"}  # "todo" in prose is a fine word
+
+# What nbconvert's template puts in a notebook page that would reach for a CDN: MathJax,
+# and a module that imports Mermaid when the notebook has diagrams (ours have none).
+NBCONVERT_CDN = (
+    re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", re.DOTALL),
+    re.compile(r'<script type="module">(?:(?!</script>).)*?jp-Mermaid.*?</script>', re.DOTALL),
+)
+EXTERNAL_ASSET = re.compile(
+    r"<(?:script|img|iframe|source|link)\b[^>]*?\b(?:src|href)=[\"']?(?:https?:)?//[^\s\"'>]+"
+    r"|\bimport\(\s*[\"'](?:https?:)?//[^\"']+",
+    re.IGNORECASE,
+)
+
+
+def on_files(files, config):
+    if not (KATEX_DIST / "katex.min.js").is_file():
+        log.warning(
+            "KaTeX is not installed (%s is missing): run `npm ci` (make does it), "
+            "or the book's math will not render.",
+            KATEX_DIST,
+        )
+        return files
+    wanted = [KATEX_DIST / name for name in KATEX_FILES]
+    wanted += sorted((KATEX_DIST / "fonts").glob("*.woff2"))
+    for path in wanted:
+        uri = f"{KATEX_DEST}/{path.relative_to(KATEX_DIST).as_posix()}"
+        files.append(File.generated(config, uri, abs_src_path=str(path)))
+    return files
+
+
+def on_page_markdown(markdown, page, config, files):
+    for lineno, line in enumerate(markdown.splitlines(), 1):
+        for m in PLACEHOLDERS.finditer(line):
+            word = m.group(0)
+            if word.lower() in _CASE_SENSITIVE and not word.isupper():
+                continue
+            log.warning(
+                "%s:%d: placeholder %r on a published page; mark the section as "
+                'planned (!!! note "Planned") and say what it will cover.',
+                page.file.src_uri,
+                lineno,
+                word,
+            )
+    return markdown
+
+
+def on_post_page(output, page, config):
+    for pattern in NBCONVERT_CDN:
+        output = pattern.sub("", output)
+    for m in EXTERNAL_ASSET.finditer(output):
+        log.warning(
+            "%s loads a file from another host (%s): the book must work offline; "
+            "install it with a package manager and serve it from the site.",
+            page.file.src_uri,
+            m.group(0)[:160],
+        )
+    return output
