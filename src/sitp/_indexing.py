@@ -61,8 +61,9 @@ def _normalize_key(x, key):
         raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
     if sum(k is Ellipsis for k in items) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
-    if Ellipsis in items:
-        i = items.index(Ellipsis)
+    ell = [i for i, k in enumerate(items) if k is Ellipsis]
+    if ell:
+        i = ell[0]
         items[i:i + 1] = [slice(None)] * (x.ndim - used)
     return items
 

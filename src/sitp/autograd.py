@@ -97,7 +97,9 @@ class Node:
         self.freed = False
 
     def name(self) -> str:
-        return f"{self.fn.__name__}Backward"
+        op = getattr(self.ctx, "op", None) if self.ctx is not None else None
+        base = op.title().replace("_", "") if isinstance(op, str) else self.fn.__name__
+        return f"{base}Backward"
 
     def __repr__(self) -> str:
         return f"<{self.name()}>"
