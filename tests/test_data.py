@@ -17,6 +17,7 @@ import urllib.request
 import numpy as np
 import pytest
 
+import sitp
 from sitp.data import (
     IGNORE_INDEX,
     ChecksumError,
@@ -38,7 +39,8 @@ from sitp.data.download import MAKEMORE_FACTS, FileFacts, write_atomically
 
 
 def as_list(t):
-    """A tensor or an array as nested Python lists."""
+    """A tensor as nested Python lists; checks that it is an int64 sitp tensor."""
+    assert isinstance(t, sitp.Tensor) and t.dtype == sitp.int64
     return t.tolist()
 
 
@@ -160,7 +162,7 @@ def test_context_dataset_by_hand():
     assert vocab.itos == [".", "a", "e", "m", "v"]
     X, Y = build_context_dataset(["emma", "ava"], vocab, block_size=3)
     assert tuple(X.shape) == (9, 3) and tuple(Y.shape) == (9,)
-    assert str(X.dtype).endswith("int64") and str(Y.dtype).endswith("int64")
+    assert X.dtype == sitp.int64 and Y.dtype == sitp.int64
     assert as_list(X) == EXPECTED_X
     assert as_list(Y) == EXPECTED_Y
 
@@ -204,14 +206,20 @@ def test_token_stream_and_batches():
     vocab = Vocab(words)
     stream = build_token_stream(words, vocab)
     assert vocab.decode(as_list(stream)) == ".emma.ava.olivia."
-    X, Y = get_batch(stream, batch_size=16, block_size=4, generator=np.random.default_rng(0))
+    X, Y = get_batch(stream, batch_size=16, block_size=4, generator=sitp.Generator().manual_seed(0))
     assert tuple(X.shape) == (16, 4) and tuple(Y.shape) == (16, 4)
     text = ".emma.ava.olivia."
     for x, y in zip(as_list(X), as_list(Y)):
         assert x[1:] == y[:-1]
         assert vocab.decode(x + y[-1:]) in text
-    X2, Y2 = get_batch(stream, batch_size=16, block_size=4, generator=np.random.default_rng(0))
+    X2, Y2 = get_batch(stream, batch_size=16, block_size=4, generator=sitp.Generator().manual_seed(0))
     assert as_list(X2) == as_list(X) and as_list(Y2) == as_list(Y)
+    # without a generator, the default one: sitp.manual_seed makes it repeatable
+    sitp.manual_seed(1)
+    X3, _ = get_batch(stream.numpy(), batch_size=16, block_size=4)
+    sitp.manual_seed(1)
+    X4, _ = get_batch(stream.numpy(), batch_size=16, block_size=4)
+    assert as_list(X3) == as_list(X4)
     with pytest.raises(ValueError):
         get_batch(stream, batch_size=1, block_size=len(text))
 

@@ -10,8 +10,9 @@ Three ways to cut names into (input, target) pairs, one per family of models:
   target shifted by one (nanoGPT's scheme); :func:`build_token_stream` makes
   the stream.
 
-Each is computed with numpy (the ``_arrays`` helpers) and handed to the
-caller as a sitp tensor of dtype int64 (see :func:`_to_tensor`).
+Each is computed with numpy (the ``_arrays`` helpers: data preparation is
+bookkeeping, not a kernel) and handed to the caller as a sitp tensor of dtype
+int64, ready for ``C[X]`` embedding lookups and ``cross_entropy(logits, Y)``.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+import sitp
 from sitp.data.vocab import Vocab
 
 #: The target value that cross-entropy skips (PyTorch's default ``ignore_index``).
@@ -125,28 +127,24 @@ def _token_stream_array(words: Sequence[str], vocab: Vocab) -> np.ndarray:
     return np.array(tokens, dtype=np.int64)
 
 
-def _batch_arrays(
-    data: np.ndarray, batch_size: int, block_size: int, generator: np.random.Generator
+def _window_arrays(
+    data: np.ndarray, starts_B: np.ndarray, block_size: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The numpy form of :func:`get_batch`.
+    """The windows of :func:`get_batch` that start at ``starts_B``, in numpy.
 
-    >>> data = np.arange(10)
-    >>> X, Y = _batch_arrays(data, 2, 3, np.random.default_rng(0))
-    >>> (Y - X).tolist()
-    [[1, 1, 1], [1, 1, 1]]
+    >>> X, Y = _window_arrays(np.arange(10), np.array([0, 5]), block_size=3)
+    >>> X.tolist(), Y.tolist()
+    ([[0, 1, 2], [5, 6, 7]], [[1, 2, 3], [6, 7, 8]])
     """
-    if len(data) <= block_size:
-        raise ValueError(f"a stream of {len(data)} tokens has no window of {block_size} + 1")
-    starts_B = generator.integers(0, len(data) - block_size, size=batch_size)
     offsets_T = np.arange(block_size)
     X_BT = data[starts_B[:, None] + offsets_T]  # (B, T): tokens i .. i+T-1
     Y_BT = data[starts_B[:, None] + offsets_T + 1]  # (B, T): tokens i+1 .. i+T
     return X_BT.astype(np.int64), Y_BT.astype(np.int64)
 
 
-def _to_tensor(array: np.ndarray):
-    """Hands a numpy array to the caller. For now: the array itself."""
-    return array
+def _to_tensor(array: np.ndarray) -> sitp.Tensor:
+    """A sitp tensor holding the array (int64 stays int64)."""
+    return sitp.tensor(array)
 
 
 def build_context_dataset(words: Sequence[str], vocab: Vocab, block_size: int = 3):
@@ -169,8 +167,8 @@ def build_context_dataset(words: Sequence[str], vocab: Vocab, block_size: int = 
     Example:
         >>> vocab = Vocab(["emma"])
         >>> X, Y = build_context_dataset(["emma"], vocab, block_size=3)
-        >>> tuple(X.shape), tuple(Y.shape)
-        ((5, 3), (5,))
+        >>> X.shape, Y.shape, X.dtype
+        (sitp.Size([5, 3]), sitp.Size([5]), sitp.int64)
         >>> [vocab.decode(x) + " -> " + vocab.itos[int(y)] for x, y in zip(X.tolist(), Y.tolist())]
         ['... -> e', '..e -> m', '.em -> m', 'emm -> a', 'mma -> .']
     """
@@ -215,7 +213,7 @@ def build_token_stream(words: Sequence[str], vocab: Vocab):
     ``".emma.ava."``. Feed it to :func:`get_batch`.
 
     Returns:
-        A 1-D int64 array of ``1 + sum(len(w) + 1 for w in words)`` tokens.
+        A 1-D int64 tensor of ``1 + sum(len(w) + 1 for w in words)`` tokens.
 
     Example:
         >>> vocab = Vocab(["emma", "ava"])
@@ -225,21 +223,23 @@ def build_token_stream(words: Sequence[str], vocab: Vocab):
     return _to_tensor(_token_stream_array(words, vocab))
 
 
-def get_batch(data, batch_size: int, block_size: int, generator=None):
+def get_batch(data, batch_size: int, block_size: int, generator: sitp.Generator | None = None):
     """A random batch of windows of a token stream, with targets shifted by one.
 
-    Picks ``batch_size`` start positions ``i`` uniformly from
-    ``0 .. len(data) - block_size - 1``; row ``b`` of X is
-    ``data[i : i + block_size]`` and row ``b`` of Y is ``data[i + 1 : i + block_size + 1]``.
-    This is nanoGPT's ``get_batch``. Windows cross name boundaries; the
-    ``'.'`` tokens tell the model where one name ends.
+    Draws ``batch_size`` start positions ``i`` with
+    ``sitp.randint(len(data) - block_size, (batch_size,), generator=generator)``;
+    row ``b`` of X is ``data[i : i + block_size]`` and row ``b`` of Y is
+    ``data[i + 1 : i + block_size + 1]``. This is nanoGPT's ``get_batch``.
+    Windows cross name boundaries; the ``'.'`` tokens tell the model where
+    one name ends.
 
     Args:
-        data: a 1-D stream of token indices (see :func:`build_token_stream`).
+        data: a 1-D stream of token indices, a tensor or an array (see
+            :func:`build_token_stream`).
         batch_size: B, the number of windows.
         block_size: T, the length of each window.
-        generator: a ``numpy.random.Generator``, or an int seed for a new one;
-            None draws from fresh, unseeded randomness.
+        generator: a ``sitp.Generator``; None uses the default generator,
+            which ``sitp.manual_seed`` seeds.
 
     Returns:
         ``(X, Y)``, both of shape ``(B, T)`` and dtype int64.
@@ -247,12 +247,16 @@ def get_batch(data, batch_size: int, block_size: int, generator=None):
     Example:
         >>> vocab = Vocab(["emma", "ava"])
         >>> stream = build_token_stream(["emma", "ava"], vocab)
-        >>> X, Y = get_batch(stream, batch_size=4, block_size=3, generator=0)
-        >>> tuple(X.shape), tuple(Y.shape)
-        ((4, 3), (4, 3))
+        >>> g = sitp.Generator().manual_seed(0)
+        >>> X, Y = get_batch(stream, batch_size=4, block_size=3, generator=g)
+        >>> X.shape, Y.shape
+        (sitp.Size([4, 3]), sitp.Size([4, 3]))
+        >>> bool((X[:, 1:] == Y[:, :-1]).all())  # Y is X shifted by one
+        True
     """
-    if not isinstance(generator, np.random.Generator):
-        generator = np.random.default_rng(generator)
-    data = np.asarray(data.numpy() if hasattr(data, "numpy") else data)
-    X_BT, Y_BT = _batch_arrays(data.reshape(-1), batch_size, block_size, generator)
+    data = np.asarray(data.numpy() if isinstance(data, sitp.Tensor) else data).reshape(-1)
+    if len(data) <= block_size:
+        raise ValueError(f"a stream of {len(data)} tokens has no window of {block_size} + 1 tokens")
+    starts_B = sitp.randint(len(data) - block_size, (batch_size,), generator=generator)
+    X_BT, Y_BT = _window_arrays(data, starts_B.numpy(), block_size)
     return _to_tensor(X_BT), _to_tensor(Y_BT)
