@@ -24,7 +24,8 @@ import numpy as np
 import sitp
 from sitp.data.vocab import Vocab
 
-#: The target value that cross-entropy skips (PyTorch's default ``ignore_index``).
+#: The padding of sequence targets. Pass ``ignore_index=-1`` to ``cross_entropy``
+#: so these positions are skipped, as makemore does (PyTorch's default is -100).
 IGNORE_INDEX = -1
 
 
@@ -181,7 +182,8 @@ def build_sequence_dataset(words: Sequence[str], vocab: Vocab, block_size: int |
 
     Row ``X[i]`` is ``'.'`` followed by the name, padded with ``'.'`` (index
     0); row ``Y[i]`` is X shifted left by one: the name, its closing ``'.'``,
-    then ``-1`` (:data:`IGNORE_INDEX`), which cross-entropy skips.
+    then ``-1`` (:data:`IGNORE_INDEX`), which ``cross_entropy(...,
+    ignore_index=-1)`` skips.
 
     Args:
         words: the names.
