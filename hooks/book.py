@@ -37,9 +37,14 @@ NBCONVERT_CDN = (
     re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", re.DOTALL),
     re.compile(r'<script type="module">(?:(?!</script>).)*?jp-Mermaid.*?</script>', re.DOTALL),
 )
+_REMOTE = r"""(?:https?:)?//[^\s"'>]+"""
 EXTERNAL_ASSET = re.compile(
-    r"<(?:script|img|iframe|source|link)\b[^>]*?\b(?:src|href)=[\"']?(?:https?:)?//[^\s\"'>]+"
-    r"|\bimport\(\s*[\"'](?:https?:)?//[^\"']+",
+    # scripts, images, frames, media, and dynamic imports of modules
+    rf"""<(?:script|img|iframe|source|video|audio|embed)\b[^>]*?\bsrc=["']?{_REMOTE}"""
+    rf"""|\bimport\(\s*["']{_REMOTE}"""
+    # style sheets, fonts, icons (not <link rel="canonical">, which only names a URL)
+    rf"""|<link\b(?=[^>]*\brel=["']?(?:stylesheet|preload|modulepreload|icon|manifest))"""
+    rf"""[^>]*?\bhref=["']?{_REMOTE}""",
     re.IGNORECASE,
 )
 
