@@ -1008,30 +1008,37 @@ class Tensor:
         return self
 
     def add_(self, other, alpha=1):
+        _check_inplace(self)
         with _no_grad():
             return self._inplace(self + (other * alpha if alpha != 1 else other))
 
     def sub_(self, other, alpha=1):
+        _check_inplace(self)
         with _no_grad():
             return self._inplace(self - (other * alpha if alpha != 1 else other))
 
     def mul_(self, other):
+        _check_inplace(self)
         with _no_grad():
             return self._inplace(self * other)
 
     def div_(self, other):
+        _check_inplace(self)
         with _no_grad():
             return self._inplace(self / other)
 
     def addcmul_(self, t1, t2, value=1):
+        _check_inplace(self)
         with _no_grad():
             return self._inplace(self + t1 * t2 * value)
 
     def addcdiv_(self, t1, t2, value=1):
+        _check_inplace(self)
         with _no_grad():
             return self._inplace(self + t1 / t2 * value)
 
     def lerp_(self, end, weight):
+        _check_inplace(self)
         with _no_grad():
             return self._inplace(self + (end - self) * weight)
 
@@ -1050,22 +1057,27 @@ class Tensor:
     # --8<-- [end:inplace]
 
     def clamp_(self, min=None, max=None):
+        _check_inplace(self)
         with _no_grad():
             return self._inplace(self.clamp(min, max))
 
     def exp_(self):
+        _check_inplace(self)
         with _no_grad():
             return self._inplace(self.exp())
 
     def sqrt_(self):
+        _check_inplace(self)
         with _no_grad():
             return self._inplace(self.sqrt())
 
     def neg_(self):
+        _check_inplace(self)
         with _no_grad():
             return self._inplace(-self)
 
     def pow_(self, e):
+        _check_inplace(self)
         with _no_grad():
             return self._inplace(self ** e)
 
