@@ -264,3 +264,10 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool = False):
         for t, g in zip(inputs, saved):
             t.grad = g
     return result[0] if single else result
+
+
+def gradcheck(*args, **kwargs):
+    """``sitp.gradcheck.gradcheck``: the engine's gradients against central differences."""
+    from .gradcheck import gradcheck as _gradcheck
+
+    return _gradcheck(*args, **kwargs)
