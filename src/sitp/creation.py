@@ -22,7 +22,8 @@ def _check_device(device):
 
 def _from_numpy_owned(arr: np.ndarray) -> Tensor:
     """Wrap a contiguous numpy array as a tensor (shares its memory)."""
-    arr = np.ascontiguousarray(arr)
+    if not arr.flags.c_contiguous:  # (np.ascontiguousarray would turn a 0-d array 1-d)
+        arr = np.ascontiguousarray(arr)
     d = from_numpy_dtype(arr.dtype)
     if arr.dtype != d.np:
         arr = arr.astype(d.np)
