@@ -329,7 +329,7 @@ def argreduce_kernel(is_max, x, x_starts, x_step, n, values, indices):
 
 
 # --8<-- [start:softmax_kernel]
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")  # 0/0 is NaN (a fully masked row), not an exception
 def softmax_kernel(x, x_starts, x_step, n, log, out):
     """Row-wise (log-)softmax, stable: subtract the row max before exp.
 
