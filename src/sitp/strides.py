@@ -72,6 +72,7 @@ def numel(shape: Sequence[int]) -> int:
     return math.prod(shape)
 
 
+# --8<-- [start:is_contiguous]
 def is_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
     """True when ``strides`` are the row-major strides of ``shape``.
 
@@ -85,6 +86,7 @@ def is_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
             return False
         expected *= n
     return True
+# --8<-- [end:is_contiguous]
 
 
 def normalize_dim(dim: int, ndim: int, *, name: str = "dim") -> int:
