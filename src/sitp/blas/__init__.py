@@ -1,0 +1,124 @@
+"""sitp.blas: the matrix kernels of section 2.3, and the matmul behind ``Tensor.__matmul__``.
+
+Kernels, in the order the book builds them (each accumulates into its last argument):
+
+* level 1: :func:`saxpy` (y += alpha x), :func:`triad` (a = b + alpha c)
+* level 2: :func:`sgemv` (y += A x)
+* level 3, the GEMM ladder, C += A @ B: :func:`gemm_naive` (ijk), :func:`gemm_ikj`,
+  :func:`gemm_blocked`, :func:`gemm_packed` (packed panels + register micro-kernel),
+  :func:`gemm_parallel` (the same on all threads); :func:`bmm_kernel` for batches.
+
+The production entry points are :func:`matmul` and :func:`bmm`; they check shapes,
+allocate the result and pick a kernel by size.
+
+Example:
+    >>> import numpy as np
+    >>> from sitp import blas
+    >>> a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    >>> b = np.ones((3, 2), dtype=np.float32)
+    >>> blas.matmul(a, b)
+    array([[ 3.,  3.],
+           [12., 12.]], dtype=float32)
+"""
+import numpy as np
+
+from .. import _env  # noqa: F401  (must run before numba compiles anything)
+from .batched import SMALL_MNK, bmm_kernel
+from .ladder import gemm_blocked, gemm_ikj, gemm_naive
+from .level1 import saxpy, triad
+from .level2 import sgemv
+from .packed import KC, MC, MR, NR, gemm_packed, gemm_parallel, micro_kernel
+
+__all__ = [
+    "matmul", "bmm", "saxpy", "triad", "sgemv", "gemm_naive", "gemm_ikj",
+    "gemm_blocked", "gemm_packed", "gemm_parallel", "micro_kernel", "bmm_kernel",
+    "MR", "NR", "KC", "MC",
+]
+
+DTYPES = (np.float32, np.float64, np.int64)
+# Above this many multiply-adds, threads pay for their start-up (~10 us).
+PARALLEL_MNK = 96 * 96 * 96
+
+
+def _check(a, b, ndim, name):
+    """Validate operands; return them as C-contiguous arrays."""
+    if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+        raise TypeError(f"{name} expects numpy arrays, got {type(a).__name__} and {type(b).__name__}")
+    if a.ndim != ndim or b.ndim != ndim:
+        raise ValueError(f"{name} expects {ndim}-D arrays, got shapes {a.shape} and {b.shape}")
+    if a.shape[-1] != b.shape[-2] or (ndim == 3 and a.shape[0] != b.shape[0]):
+        raise ValueError(f"{name}: shapes {a.shape} and {b.shape} are not aligned")
+    if a.dtype != b.dtype:
+        raise ValueError(f"{name}: dtypes differ ({a.dtype} for shape {a.shape}, "
+                         f"{b.dtype} for shape {b.shape})")
+    if a.dtype.type not in DTYPES:
+        raise TypeError(f"{name} supports float32, float64 and int64, not {a.dtype}")
+    return np.ascontiguousarray(a), np.ascontiguousarray(b)
+
+
+# --8<-- [start:matmul]
+def matmul(a, b):
+    """Matrix product of 2-D arrays: (M, K) @ (K, N) -> new C-contiguous (M, N).
+
+    Args:
+        a: (M, K) array; float32, float64 or int64.
+        b: (K, N) array of the same dtype.
+
+    Returns:
+        A new (M, N) array of that dtype. K = 0 gives zeros.
+
+    Raises:
+        ValueError: the shapes do not line up or the dtypes differ.
+
+    Kernel choice: int64 uses the ikj loop; small float products the ikj loop;
+    one-column products ``sgemv``; the rest the packed micro-kernel, on all
+    threads once there are enough multiply-adds to share.
+    """
+    a, b = _check(a, b, 2, "matmul")
+    (M, K), N = a.shape, b.shape[1]
+    c = np.zeros((M, N), dtype=a.dtype)
+    mnk = M * N * K
+    if mnk == 0:
+        return c
+    if a.dtype == np.int64 or mnk < SMALL_MNK:
+        gemm_ikj(a, b, c)
+    elif N == 1:
+        sgemv(a, b.reshape(K), c.reshape(M))
+    elif mnk < PARALLEL_MNK:
+        gemm_packed(a, b, c)
+    else:
+        gemm_parallel(a, b, c)
+    return c
+# --8<-- [end:matmul]
+
+
+def bmm(a, b):
+    """Batched matrix product: (batch, M, K) @ (batch, K, N) -> new (batch, M, N).
+
+    Args:
+        a: (batch, M, K) array; float32, float64 or int64.
+        b: (batch, K, N) array of the same dtype.
+
+    Returns:
+        A new C-contiguous (batch, M, N) array.
+
+    Raises:
+        ValueError: batch sizes or inner dimensions differ, or the dtypes differ.
+
+    Small products (the usual case in attention) run one per thread through
+    :func:`bmm_kernel`. A batch of fewer large products than threads instead
+    calls :func:`matmul` per product, so each gets all the threads.
+    """
+    a, b = _check(a, b, 3, "bmm")
+    n_batch, M, K = a.shape
+    N = b.shape[2]
+    c = np.zeros((n_batch, M, N), dtype=a.dtype)
+    if n_batch * M * N * K == 0:
+        return c
+    import numba
+    if a.dtype != np.int64 and M * N * K >= PARALLEL_MNK and n_batch < numba.get_num_threads():
+        for i in range(n_batch):
+            c[i] = matmul(a[i], b[i])
+        return c
+    bmm_kernel(a, b, c)
+    return c

@@ -1,0 +1,35 @@
+"""Batched GEMM: many independent products C[b] += A[b] @ B[b] (section 2.3).
+
+Attention multiplies, for every (batch, head) pair, a (T, K) matrix by a (K, T)
+one: often a hundred products of 32 x 32 matrices. Each is too small to split
+across threads (a parallel region costs microseconds), so the batch itself is
+the parallel loop: one thread per matrix product, one kernel call per product,
+no Python in between.
+"""
+from numba import njit, prange
+
+from .ladder import gemm_ikj
+from .packed import gemm_packed
+
+# Products with fewer multiply-adds than this use the plain ikj loop: packing
+# costs more than it saves on matrices that already fit in L1.
+SMALL_MNK = 48 * 48 * 48
+
+
+# --8<-- [start:bmm]
+@njit(cache=True, parallel=True)
+def bmm_kernel(A, B, C):
+    """C[b] += A[b] @ B[b] for A (batch, M, K), B (batch, K, N), C (batch, M, N).
+
+    Threads split the batch (``prange``); each product runs on one thread with
+    the ikj loop when small, the packed micro-kernel when large.
+    """
+    n_batch, M, K = A.shape
+    N = B.shape[2]
+    small = M * N * K < SMALL_MNK
+    for b in prange(n_batch):
+        if small:
+            gemm_ikj(A[b], B[b], C[b])
+        else:
+            gemm_packed(A[b], B[b], C[b])
+# --8<-- [end:bmm]

@@ -1,0 +1,191 @@
+"""The GEMM ladder, rungs 4-5: packed panels, a register micro-kernel, threads.
+
+This is the structure of BLIS and OpenBLAS (Goto's algorithm). For each slab of
+KC columns of A / rows of B:
+
+* B's slab (KC, N) is copied into *panels* of NR columns, each stored so that
+  the NR values of one row are adjacent: ``Bp[jp, p, :] == B[pc + p, jp*NR:(jp+1)*NR]``.
+* A block of MC rows of A's slab is copied into panels of MR rows, transposed so
+  the MR values of one column are adjacent: ``Ap[ip, p, :] == A[ip*MR:(ip+1)*MR, pc + p]``.
+* The micro-kernel multiplies one A panel (KC x MR) by one B panel (KC x NR) into
+  an MR x NR tile of C that lives in registers for the whole KC loop.
+
+Panels are zero-padded to full MR / NR, so the micro-kernel never sees an edge;
+only the final write-back into C is clipped.
+"""
+import numpy as np
+from llvmlite import ir
+import numba
+from numba import carray, njit, prange, types
+from numba.extending import intrinsic
+
+# --8<-- [start:params]
+MR, NR = 6, 16  # register tile: 6 x 16 float32 = 12 AVX2 registers of 8 lanes
+KC = 512        # depth of a panel: an NR-panel of B is KC * NR * 4 B = 32 KiB (L1-sized)
+MC = 120        # rows of A per block: MC * KC * 4 B = 240 KiB of packed A sits in L2
+# Fast-math flags for the micro-kernel: fuse a*b+c into one FMA ("contract"),
+# but no "reassoc", which would let LLVM reorder the k-sum and spill registers.
+FASTMATH = {"nnan", "ninf", "nsz", "contract", "arcp", "afn"}
+# --8<-- [end:params]
+
+
+@intrinsic
+def _register_tile(typingctx, dtype):
+    """Pointer to MR * NR elements of ``dtype`` on the stack of the calling kernel.
+
+    numba allocates arrays on the heap, and LLVM will not keep heap memory in
+    registers across a loop. A stack slot (``alloca``) of fixed size whose address
+    never escapes is promoted to registers by LLVM's SROA pass: this is how the
+    MR x NR accumulator tile becomes 12 vector registers.
+    """
+    elem = dtype.dtype
+    sig = types.CPointer(elem)(dtype)
+
+    def codegen(context, builder, signature, args):
+        with builder.goto_entry_block():
+            return builder.alloca(context.get_value_type(elem),
+                                  size=ir.Constant(ir.IntType(64), MR * NR))
+
+    return sig, codegen
+
+
+# --8<-- [start:pack]
+@njit(cache=True)
+def pack_a(A, Ap):
+    """Copy A (m, kc), m <= MR * Ap.shape[0], into MR-row panels Ap (m_panels, kc, MR).
+
+    Rows past m are filled with zeros.
+    """
+    m, kc = A.shape
+    for ip in range(Ap.shape[0]):
+        for p in range(kc):
+            for i in range(MR):
+                r = ip * MR + i
+                Ap[ip, p, i] = A[r, p] if r < m else 0
+
+
+@njit(cache=True)
+def pack_b_panel(B, jp, Bp_j):
+    """Copy columns jp*NR .. jp*NR+NR of B (kc, n) into one panel Bp_j (kc, NR).
+
+    Columns past n are filled with zeros.
+    """
+    kc, n = B.shape
+    j0 = jp * NR
+    w = min(NR, n - j0)
+    for p in range(kc):
+        b_p = B[p, j0:j0 + w]
+        for j in range(w):
+            Bp_j[p, j] = b_p[j]
+        for j in range(w, NR):
+            Bp_j[p, j] = 0
+# --8<-- [end:pack]
+
+
+# --8<-- [start:micro_kernel]
+@njit(cache=True, fastmath=FASTMATH)
+def micro_kernel(Ap_i, Bp_j, C_ij):
+    """C_ij += Ap_i.T @ Bp_j for panels Ap_i (kc, MR) and Bp_j (kc, NR).
+
+    C_ij is the (mr, nr) view of C under this tile, mr <= MR, nr <= NR. The MR x NR
+    accumulators live in registers for the whole loop over p: each step loads one
+    row of the B panel (NR values = 2 vectors), broadcasts each of the MR values of
+    the A panel's row, and does MR * NR multiply-adds (12 vector FMAs). That is
+    2 * MR * NR FLOPs per (MR + NR) loaded values, all from L1.
+    """
+    acc = carray(_register_tile(Ap_i.dtype), (MR, NR))
+    for i in range(MR):
+        for j in range(NR):
+            acc[i, j] = 0
+    for p in range(Ap_i.shape[0]):
+        for i in range(MR):
+            a = Ap_i[p, i]
+            for j in range(NR):
+                acc[i, j] += a * Bp_j[p, j]
+    mr, nr = C_ij.shape
+    if mr == MR and nr == NR:   # full tile: fixed trip counts, vector stores
+        for i in range(MR):
+            for j in range(NR):
+                C_ij[i, j] += acc[i, j]
+    else:                       # edge tile: clip to the part inside C
+        for i in range(mr):
+            for j in range(nr):
+                C_ij[i, j] += acc[i, j]
+# --8<-- [end:micro_kernel]
+
+
+# --8<-- [start:gemm_packed]
+@njit(cache=True)
+def gemm_packed(A, B, C):
+    """C += A @ B with packed panels and the MR x NR micro-kernel, one thread.
+
+    Loops, outer to inner: pc over KC-slabs of K; pack B's slab; ic over MC-row
+    blocks of A, packed; jp over B panels (one stays in L1); ip over A panels
+    (the packed block stays in L2); micro-kernel.
+    """
+    M, K = A.shape
+    N = B.shape[1]
+    n_bp = (N + NR - 1) // NR
+    for pc in range(0, K, KC):
+        kc = min(KC, K - pc)
+        Bp = np.empty((n_bp, kc, NR), A.dtype)
+        for jp in range(n_bp):
+            pack_b_panel(B[pc:pc + kc], jp, Bp[jp])
+        for ic in range(0, M, MC):
+            m = min(MC, M - ic)
+            Ap = np.empty(((m + MR - 1) // MR, kc, MR), A.dtype)
+            pack_a(A[ic:ic + m, pc:pc + kc], Ap)
+            for jp in range(n_bp):
+                for ip in range(Ap.shape[0]):
+                    i0 = ic + ip * MR
+                    j0 = jp * NR
+                    micro_kernel(Ap[ip], Bp[jp], C[i0:i0 + MR, j0:j0 + NR])
+# --8<-- [end:gemm_packed]
+
+
+def gemm_parallel(A, B, C):
+    """C += A @ B on all of numba's threads (``numba.set_num_threads``)."""
+    _gemm_parallel(A, B, C, numba.get_num_threads())
+
+
+# --8<-- [start:gemm_parallel]
+@njit(cache=True, parallel=True)
+def _gemm_parallel(A, B, C, n_threads):
+    """C += A @ B: gemm_packed with n_threads threads over blocks of C.
+
+    B's slab is packed by all threads (one panel each, ``prange``). C is cut
+    into a grid of (row block, column block) pieces, at least one per thread and
+    a multiple of the thread count so that no thread waits for the last one;
+    each thread packs its own rows of A and runs the micro-kernel over its piece.
+    Threads write disjoint parts of C, so no locks are needed.
+    """
+    M, K = A.shape
+    N = B.shape[1]
+    n_bp = (N + NR - 1) // NR
+    # row blocks: about MC rows each, count rounded up to a multiple of n_threads
+    n_ib = (M + MC - 1) // MC
+    n_ib = max(1, (n_ib + n_threads - 1) // n_threads * n_threads)
+    mb = ((M + n_ib - 1) // n_ib + MR - 1) // MR * MR
+    n_ib = (M + mb - 1) // mb
+    # column blocks: split N too when there are fewer row blocks than threads
+    n_jb = min(n_bp, max(1, n_threads // n_ib))
+    pb = (n_bp + n_jb - 1) // n_jb          # B panels per column block
+    for pc in range(0, K, KC):
+        kc = min(KC, K - pc)
+        Bp = np.empty((n_bp, kc, NR), A.dtype)
+        for jp in prange(n_bp):
+            pack_b_panel(B[pc:pc + kc], jp, Bp[jp])
+        for t in prange(n_ib * n_jb):
+            ic = (t // n_jb) * mb
+            m = min(mb, M - ic)
+            if m <= 0:
+                continue
+            Ap = np.empty(((m + MR - 1) // MR, kc, MR), A.dtype)
+            pack_a(A[ic:ic + m, pc:pc + kc], Ap)
+            jp0 = (t % n_jb) * pb
+            for jp in range(jp0, min(n_bp, jp0 + pb)):
+                for ip in range(Ap.shape[0]):
+                    i0 = ic + ip * MR
+                    j0 = jp * NR
+                    micro_kernel(Ap[ip], Bp[jp], C[i0:i0 + MR, j0:j0 + NR])
+# --8<-- [end:gemm_parallel]
