@@ -1,0 +1,173 @@
+"""sitp.blas against numpy on awkward sizes: odd, prime, below and above one tile.
+
+Tile sizes are MR x NR = 6 x 16 and KC = 512, MC = 120, so the shapes below cover
+partial register tiles, partial panels and more than one KC slab.
+"""
+import numba
+import numpy as np
+import pytest
+
+from sitp import blas
+
+# (M, K, N): not multiples of any tile; one-element; one tile exactly; K = 0
+SHAPES = [(33, 17, 29), (1, 1, 1), (7, 129, 65), (6, 16, 16), (5, 0, 3), (13, 600, 37)]
+SMALL_SHAPES = SHAPES[:5]  # the naive kernel only gets these
+FLOATS = [np.float32, np.float64]
+
+
+def rand(shape, dtype, rng):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def tol(dtype, k):
+    """Rounding grows with the length of the sums: scale the tolerance by sqrt(K)."""
+    eps = np.finfo(dtype).eps
+    return dict(rtol=10 * eps * np.sqrt(max(k, 1)), atol=10 * eps * np.sqrt(max(k, 1)))
+
+
+LADDER = [blas.gemm_naive, blas.gemm_ikj, blas.gemm_blocked, blas.gemm_packed, blas.gemm_parallel]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("kernel", LADDER, ids=lambda f: f.__name__)
+def test_ladder_matches_numpy(kernel, dtype):
+    rng = np.random.default_rng(0)
+    shapes = SMALL_SHAPES if kernel is blas.gemm_naive else SHAPES
+    for M, K, N in shapes:
+        A, B = rand((M, K), dtype, rng), rand((K, N), dtype, rng)
+        C0 = rand((M, N), dtype, rng)
+        C = C0.copy()
+        kernel(A, B, C)  # accumulates: C = C0 + A @ B
+        np.testing.assert_allclose(C, C0 + A @ B, **tol(dtype, K), err_msg=f"{M}x{K}x{N}")
+
+
+def test_blocked_with_small_blocks():
+    """Block sizes that do not divide the matrix: every edge case of the block loops."""
+    rng = np.random.default_rng(1)
+    A, B = rand((37, 23), np.float32, rng), rand((23, 41), np.float32, rng)
+    C = np.zeros((37, 41), np.float32)
+    blas.gemm_blocked(A, B, C, 8, 5, 16)
+    np.testing.assert_allclose(C, A @ B, **tol(np.float32, 23))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_packed_more_than_one_slab_and_block(dtype):
+    """K > KC and M > MC: several packed slabs and several row blocks."""
+    rng = np.random.default_rng(2)
+    M, K, N = blas.MC + 7, blas.KC + 3, 2 * blas.NR + 5
+    A, B = rand((M, K), dtype, rng), rand((K, N), dtype, rng)
+    for kernel in (blas.gemm_packed, blas.gemm_parallel):
+        C = np.zeros((M, N), dtype)
+        kernel(A, B, C)
+        np.testing.assert_allclose(C, A @ B, **tol(dtype, K))
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_parallel_grid_thin_matrices(n_threads):
+    """Fewer row blocks than threads: the parallel kernel splits columns instead."""
+    n_threads = min(n_threads, numba.config.NUMBA_NUM_THREADS)
+    old = numba.get_num_threads()
+    numba.set_num_threads(n_threads)
+    try:
+        rng = np.random.default_rng(3)
+        for M, K, N in [(1, 40, 300), (3, 70, 33), (250, 9, 2)]:
+            A, B = rand((M, K), np.float32, rng), rand((K, N), np.float32, rng)
+            C = np.zeros((M, N), np.float32)
+            blas.gemm_parallel(A, B, C)
+            np.testing.assert_allclose(C, A @ B, **tol(np.float32, K))
+    finally:
+        numba.set_num_threads(old)
+
+
+def test_micro_kernel_edge_tile():
+    rng = np.random.default_rng(4)
+    kc = 9
+    Ap, Bp = rand((kc, blas.MR), np.float32, rng), rand((kc, blas.NR), np.float32, rng)
+    C = np.zeros((blas.MR + 2, blas.NR + 3), np.float32)
+    blas.micro_kernel(Ap, Bp, C[:4, :11])  # only the 4 x 11 corner is written
+    expected = np.zeros_like(C)
+    expected[:4, :11] = (Ap.T @ Bp)[:4, :11]
+    np.testing.assert_allclose(C, expected, **tol(np.float32, kc))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_saxpy_sgemv_triad(dtype):
+    rng = np.random.default_rng(5)
+    x, y = rand(1001, dtype, rng), rand(1001, dtype, rng)
+    y0 = y.copy()
+    blas.saxpy(dtype(2.5), x, y)
+    np.testing.assert_allclose(y, y0 + 2.5 * x, **tol(dtype, 1))
+    A, v, w = rand((37, 129), dtype, rng), rand(129, dtype, rng), rand(37, dtype, rng)
+    w0 = w.copy()
+    blas.sgemv(A, v, w)
+    np.testing.assert_allclose(w, w0 + A @ v, **tol(dtype, 129))
+    a = np.empty_like(x)
+    blas.triad(a, x, y, dtype(3))
+    np.testing.assert_allclose(a, x + 3 * y, **tol(dtype, 1))
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [np.int64])
+@pytest.mark.parametrize("shape", SHAPES + [(0, 4, 3), (4, 3, 0), (64, 70, 1), (150, 140, 130)])
+def test_matmul(shape, dtype):
+    M, K, N = shape
+    rng = np.random.default_rng(6)
+    if dtype is np.int64:
+        A, B = rng.integers(-9, 9, (M, K)), rng.integers(-9, 9, (K, N))
+    else:
+        A, B = rand((M, K), dtype, rng), rand((K, N), dtype, rng)
+    C = blas.matmul(A, B)
+    assert C.shape == (M, N) and C.dtype == dtype and C.flags.c_contiguous
+    if dtype is np.int64:
+        np.testing.assert_array_equal(C, A @ B)
+    else:
+        np.testing.assert_allclose(C, A @ B, **tol(dtype, K))
+
+
+def test_matmul_non_contiguous_input():
+    rng = np.random.default_rng(7)
+    A = rand((40, 30), np.float32, rng)
+    np.testing.assert_allclose(blas.matmul(A.T, A), A.T @ A, **tol(np.float32, 40))
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [np.int64])
+@pytest.mark.parametrize("shape", [(128, 32, 16, 32), (3, 7, 5, 9), (1, 1, 1, 1), (2, 0, 3, 4),
+                                   (4, 3, 0, 5), (5, 60, 50, 70), (1, 130, 100, 120)])
+def test_bmm(shape, dtype):
+    nb, M, K, N = shape
+    rng = np.random.default_rng(8)
+    if dtype is np.int64:
+        A, B = rng.integers(-9, 9, (nb, M, K)), rng.integers(-9, 9, (nb, K, N))
+    else:
+        A, B = rand((nb, M, K), dtype, rng), rand((nb, K, N), dtype, rng)
+    C = blas.bmm(A, B)
+    assert C.shape == (nb, M, N) and C.dtype == dtype and C.flags.c_contiguous
+    np.testing.assert_allclose(C, A @ B, **tol(dtype, K) if dtype is not np.int64 else {})
+
+
+@pytest.mark.parametrize("fn,a_shape,b_shape", [
+    (blas.matmul, (3, 4), (5, 6)),
+    (blas.matmul, (3, 4), (4,)),
+    (blas.matmul, (2, 3, 4), (2, 4, 5)),
+    (blas.bmm, (2, 3, 4), (2, 5, 6)),
+    (blas.bmm, (2, 3, 4), (3, 4, 5)),
+    (blas.bmm, (3, 4), (4, 5)),
+])
+def test_shape_errors_name_both_shapes(fn, a_shape, b_shape):
+    a, b = np.zeros(a_shape, np.float32), np.zeros(b_shape, np.float32)
+    with pytest.raises(ValueError) as err:
+        fn(a, b)
+    assert str(a_shape) in str(err.value) and str(b_shape) in str(err.value)
+
+
+def test_dtype_errors():
+    with pytest.raises(ValueError, match="dtypes differ"):
+        blas.matmul(np.zeros((2, 2), np.float32), np.zeros((2, 2), np.float64))
+    with pytest.raises(TypeError):
+        blas.matmul(np.zeros((2, 2), np.int8), np.zeros((2, 2), np.int8))
+    with pytest.raises(TypeError):
+        blas.matmul([[1.0]], [[1.0]])
+
+
+def test_slp_vectorizer_is_on():
+    """The micro-kernel is ~25x slower without it; sitp turns it on at import."""
+    assert numba.config.SLP_VECTORIZE
