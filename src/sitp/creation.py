@@ -63,8 +63,8 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
     _check_device(device)
     if isinstance(data, Tensor):
         arr = data._np().copy()
-    elif isinstance(data, np.ndarray):
-        arr = data.copy()
+    elif isinstance(data, (np.ndarray, np.generic)):
+        arr = np.array(data)
     else:
         if isinstance(data, (str, bytes)):
             raise TypeError(f"new(): invalid data type '{type(data).__name__}'")

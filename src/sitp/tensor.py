@@ -1159,7 +1159,8 @@ def _operands(a, b):
             b = tensor(b)
         elif isinstance(b, (numbers.Number, np.generic)):
             b = b.item() if isinstance(b, np.generic) else b
-            return a, _scalar(b, scalar_dtype(b, a.dtype))
+            d = scalar_dtype(b, a.dtype)
+            return (a if a.dtype is d else a.to(d)), _scalar(b, d)
         else:
             raise TypeError(f"unsupported operand type for a tensor op: {type(b).__name__}")
     if not isinstance(a, Tensor):

@@ -1,0 +1,453 @@
+"""Every op, forward and backward, against PyTorch (CPU), with hypothesis over
+shapes, broadcasting, non-contiguous views and dtypes."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import assume, given, settings, strategies as st
+from hypothesis.extra import numpy as hnp
+
+import sitp
+from helpers import assert_close, non_contiguous, np_of
+
+SETTINGS = settings(max_examples=25, deadline=None)
+
+UNARY = {
+    # name: (sitp fn, torch fn, domain transform of raw uniform(-2, 2) input)
+    "neg": (lambda x: -x, lambda x: -x, None),
+    "exp": (lambda x: x.exp(), torch.exp, None),
+    "log": (lambda x: x.log(), torch.log, "pos"),
+    "sqrt": (lambda x: x.sqrt(), torch.sqrt, "pos"),
+    "rsqrt": (lambda x: x.rsqrt(), torch.rsqrt, "pos"),
+    "tanh": (lambda x: x.tanh(), torch.tanh, None),
+    "sigmoid": (lambda x: x.sigmoid(), torch.sigmoid, None),
+    "relu": (lambda x: x.relu(), torch.relu, "nonzero"),
+    "abs": (lambda x: x.abs(), torch.abs, "nonzero"),
+    "sin": (lambda x: x.sin(), torch.sin, None),
+    "cos": (lambda x: x.cos(), torch.cos, None),
+    "square": (lambda x: x.square(), torch.square, None),
+    "log1p": (lambda x: x.log1p(), torch.log1p, "pos"),
+    "expm1": (lambda x: x.expm1(), torch.expm1, None),
+    "reciprocal": (lambda x: x.reciprocal(), torch.reciprocal, "pos"),
+    "erf": (lambda x: x.erf(), torch.erf, None),
+    "pow2.5": (lambda x: x ** 2.5, lambda x: x ** 2.5, "pos"),
+    "pow3": (lambda x: x.pow(3), lambda x: x.pow(3), None),
+    "pow-1": (lambda x: x ** -1, lambda x: x ** -1, "pos"),
+    "clamp": (lambda x: x.clamp(-0.5, 0.7), lambda x: x.clamp(-0.5, 0.7), "nonzero"),
+    "clamp_min": (lambda x: x.clamp(min=0.1), lambda x: x.clamp(min=0.1), "nonzero"),
+    "gelu": (lambda x: sitp.Tensor._unary(x, "gelu"), torch.nn.functional.gelu, None),
+    "gelu_tanh": (lambda x: sitp.Tensor._unary(x, "gelu_tanh"),
+                  lambda x: torch.nn.functional.gelu(x, approximate="tanh"), None),
+    "silu": (lambda x: sitp.Tensor._unary(x, "silu"), torch.nn.functional.silu, None),
+    "sign": (lambda x: x.sign(), torch.sign, None),
+    "floor": (lambda x: x.floor(), torch.floor, None),
+    "round": (lambda x: x.round(), torch.round, None),
+}
+
+
+def _domain(arr, kind):
+    if kind == "pos":
+        return np.abs(arr) + 0.1
+    if kind == "nonzero":  # keep away from kinks where gradients are conventions
+        return np.where(np.abs(arr) < 0.05, 0.3, arr)
+    return arr
+
+
+shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=1, max_side=5)
+
+
+def _rand(shape, seed, dtype=np.float64):
+    return np.random.default_rng(seed).uniform(-2, 2, size=shape).astype(dtype)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+@SETTINGS
+@given(shape=shapes, seed=st.integers(0, 2**16), kind=st.integers(0, 2),
+       dtype=st.sampled_from([np.float32, np.float64]))
+def test_unary_forward_backward(name, shape, seed, kind, dtype):
+    fs, ft, dom = UNARY[name]
+    arr = _domain(_rand(shape, seed, dtype), dom)
+    s = non_contiguous(arr, kind).requires_grad_(True)
+    t = torch.tensor(arr, requires_grad=True)
+    ys, yt = fs(s), ft(t)
+    tol = dict(rtol=2e-5, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-12)
+    assert ys.dtype.np == yt.detach().numpy().dtype
+    assert_close(ys, yt, **tol)
+    g = _rand(shape, seed + 1, dtype)
+    ys.backward(sitp.tensor(g))
+    yt.backward(torch.tensor(g))
+    assert_close(s.grad, t.grad, **tol)
+
+
+BINARY = {
+    "add": (lambda a, b: a + b, None),
+    "sub": (lambda a, b: a - b, None),
+    "mul": (lambda a, b: a * b, None),
+    "div": (lambda a, b: a / b, "b_pos"),
+    "pow": (lambda a, b: a ** b, "a_pos"),
+    "maximum": (lambda a, b: a.maximum(b), None),
+    "minimum": (lambda a, b: a.minimum(b), None),
+    "atan2": (lambda a, b: a.atan2(b), "b_pos"),
+}
+
+
+@st.composite
+def broadcastable(draw):
+    """Two shapes that broadcast together."""
+    out = draw(hnp.array_shapes(min_dims=0, max_dims=3, min_side=1, max_side=4))
+    def sub(shape):
+        k = draw(st.integers(0, len(shape)))
+        return tuple(n if draw(st.booleans()) else 1 for n in shape[len(shape) - k:])
+    return sub(out), sub(out)
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+@SETTINGS
+@given(shapes=broadcastable(), seed=st.integers(0, 2**16), kind=st.integers(0, 2))
+def test_binary_forward_backward_broadcasting(name, shapes, seed, kind):
+    f, dom = BINARY[name]
+    a = _rand(shapes[0], seed)
+    b = _rand(shapes[1], seed + 7)
+    if dom == "a_pos":
+        a = np.abs(a) + 0.1
+    if dom == "b_pos":
+        b = np.abs(b) + 0.1
+    sa = non_contiguous(a, kind).requires_grad_(True)
+    sb = sitp.tensor(b, requires_grad=True)
+    ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    ys, yt = f(sa, sb), f(ta, tb)
+    assert_close(ys, yt, rtol=1e-10, atol=1e-12)
+    g = _rand(tuple(yt.shape), seed + 3)
+    ys.backward(sitp.tensor(g))
+    yt.backward(torch.tensor(g))
+    assert_close(sa.grad, ta.grad, rtol=1e-10, atol=1e-12)
+    assert_close(sb.grad, tb.grad, rtol=1e-10, atol=1e-12)
+
+
+def test_maximum_ties_split_gradient_like_torch():
+    a = sitp.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    b = sitp.tensor([1.0, 5.0, 3.0], requires_grad=True)
+    a.maximum(b).sum().backward()
+    ta = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    tb = torch.tensor([1.0, 5.0, 3.0], requires_grad=True)
+    ta.maximum(tb).sum().backward()
+    assert_close(a.grad, ta.grad)
+    assert_close(b.grad, tb.grad)
+
+
+def test_scalar_operands_and_promotion():
+    x = sitp.tensor([1, 2, 3])
+    assert (x * 2).dtype is sitp.int64
+    assert (x * 2.5).dtype is sitp.float32
+    assert (x / 2).dtype is sitp.float32 and (x / 2).tolist() == [0.5, 1.0, 1.5]
+    f = sitp.tensor([1.0, 2.0])
+    assert (f * 2.5).dtype is sitp.float32
+    assert (f + sitp.tensor([1.0], dtype=sitp.float64)).dtype is sitp.float64
+    assert (f + sitp.tensor(1.0, dtype=sitp.float64)).dtype is sitp.float32
+    assert (2 - f).tolist() == [1.0, 0.0]
+    assert (1 / f).tolist() == [1.0, 0.5]
+    assert (2 ** f).tolist() == [2.0, 4.0]
+    assert (sitp.tensor([True, False]) + 1).tolist() == [2, 1]
+    assert (x // 2).tolist() == [0, 1, 1] and (x % 2).tolist() == [1, 0, 1]
+    with pytest.raises(ValueError, match=r"\(2, 3\) and \(4,\)"):
+        sitp.zeros(2, 3) + sitp.zeros(4)
+    with pytest.raises(TypeError):
+        sitp.zeros(2) + "a"
+
+
+def test_comparisons_and_logic_match_torch():
+    a = np.array([[1.0, 2, 3], [3, 2, 1]])
+    b = np.array([2.0, 2, 2])
+    for op in ["__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"]:
+        assert_close(getattr(sitp.tensor(a), op)(sitp.tensor(b)),
+                     getattr(torch.tensor(a), op)(torch.tensor(b)))
+    m = sitp.tensor(a) > 1.5
+    tm = torch.tensor(a) > 1.5
+    assert_close(m & ~m, tm & ~tm)
+    assert_close(m | (sitp.tensor(a) < 1.5), tm | (torch.tensor(a) < 1.5))
+    assert_close(m.any(1), tm.any(1))
+    assert_close(m.all(0), tm.all(0))
+
+
+REDUCTIONS = {
+    "sum": (lambda x, d, k: x.sum(d, keepdim=k), lambda x, d, k: x.sum(d, keepdim=k)),
+    "mean": (lambda x, d, k: x.mean(d, keepdim=k), lambda x, d, k: x.mean(d, keepdim=k)),
+    "var": (lambda x, d, k: x.var(d, keepdim=k), lambda x, d, k: x.var(d, keepdim=k)),
+    "var0": (lambda x, d, k: x.var(d, keepdim=k, correction=0),
+             lambda x, d, k: x.var(d, keepdim=k, correction=0)),
+    "std": (lambda x, d, k: x.std(d, keepdim=k), lambda x, d, k: x.std(d, keepdim=k)),
+    "amax": (lambda x, d, k: x.amax(d, keepdim=k), lambda x, d, k: x.amax(d, keepdim=k)),
+    "amin": (lambda x, d, k: x.amin(d, keepdim=k), lambda x, d, k: x.amin(d, keepdim=k)),
+    "logsumexp": (lambda x, d, k: x.logsumexp(d, keepdim=k),
+                  lambda x, d, k: x.logsumexp(d, keepdim=k)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REDUCTIONS))
+@SETTINGS
+@given(shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=2, max_side=5),
+       data=st.data(), seed=st.integers(0, 2**16), kind=st.integers(0, 2))
+def test_reductions_forward_backward(name, shape, data, seed, kind):
+    fs, ft = REDUCTIONS[name]
+    dims = tuple(sorted(data.draw(st.sets(st.integers(0, len(shape) - 1), min_size=1))))
+    keep = data.draw(st.booleans())
+    arr = _rand(shape, seed)
+    s = non_contiguous(arr, kind).requires_grad_(True)
+    t = torch.tensor(arr, requires_grad=True)
+    ys, yt = fs(s, dims, keep), ft(t, dims, keep)
+    assert_close(ys, yt, rtol=1e-10, atol=1e-12)
+    g = _rand(tuple(yt.shape), seed + 1)
+    ys.backward(sitp.tensor(g))
+    yt.backward(torch.tensor(g))
+    assert_close(s.grad, t.grad, rtol=1e-9, atol=1e-12)
+
+
+def test_full_reductions_and_float32_accuracy():
+    arr = np.random.default_rng(0).standard_normal((257, 33)).astype(np.float32)
+    s, t = sitp.tensor(arr), torch.tensor(arr)
+    assert_close(s.sum(), t.sum(), rtol=1e-5)
+    assert_close(s.mean(), t.mean(), rtol=1e-4, atol=1e-6)
+    assert_close(s.max(), t.max())
+    assert_close(s.min(), t.min())
+    assert_close(s.argmax(), t.argmax())
+    assert_close(s.T.sum(0), t.T.sum(0), rtol=1e-5)
+    big = sitp.full((10**6,), 0.1)
+    assert abs(big.sum().item() - 1e5) < 1e-1  # float64 accumulation
+    assert sitp.tensor([1, 2, 3]).sum().dtype is sitp.int64
+    assert sitp.tensor([True, True, False]).sum().item() == 2
+    with pytest.raises(RuntimeError, match="floating point"):
+        sitp.tensor([1, 2]).mean()
+
+
+@pytest.mark.parametrize("is_max", [True, False])
+def test_max_min_dim_values_indices_and_grad(is_max):
+    arr = np.array([[1.0, 5.0, 5.0, 2.0], [7.0, 0.0, 7.0, 7.0], [3.0, 3.0, 1.0, 4.0]])
+    s = sitp.tensor(arr, requires_grad=True)
+    t = torch.tensor(arr, requires_grad=True)
+    rs = s.max(1) if is_max else s.min(1)
+    rt = t.max(1) if is_max else t.min(1)
+    assert_close(rs.values, rt.values)
+    assert_close(rs.indices, rt.indices)
+    (rs.values * sitp.tensor([1.0, 2.0, 3.0])).sum().backward()
+    (rt.values * torch.tensor([1.0, 2.0, 3.0])).sum().backward()
+    assert_close(s.grad, t.grad)
+    # full max/min: ties share the gradient evenly
+    s.grad = None
+    t.grad = None
+    (s.max() if is_max else s.min()).backward()
+    (t.max() if is_max else t.min()).backward()
+    assert_close(s.grad, t.grad)
+    v, i = s.max(0, keepdim=True)
+    assert v.shape == (1, 4) and i.shape == (1, 4)
+
+
+def test_max_propagates_nan_and_empty_errors():
+    x = sitp.tensor([1.0, math.nan, 3.0])
+    assert math.isnan(x.max().item())
+    assert math.isnan(x.max(0).values.item())
+    with pytest.raises(RuntimeError, match="numel"):
+        sitp.zeros(0).max()
+    with pytest.raises(IndexError, match="size 0"):
+        sitp.zeros(2, 0).max(1)
+
+
+@pytest.mark.parametrize("fn", ["softmax", "log_softmax"])
+@SETTINGS
+@given(shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=6),
+       data=st.data(), seed=st.integers(0, 2**16), kind=st.integers(0, 2))
+def test_softmax_forward_backward(fn, shape, data, seed, kind):
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+    arr = _rand(shape, seed) * 10
+    s = non_contiguous(arr, kind).requires_grad_(True)
+    t = torch.tensor(arr, requires_grad=True)
+    ys, yt = getattr(s, fn)(dim), getattr(t, fn)(dim)
+    assert_close(ys, yt, rtol=1e-10, atol=1e-12)
+    g = _rand(shape, seed + 1)
+    ys.backward(sitp.tensor(g))
+    yt.backward(torch.tensor(g))
+    assert_close(s.grad, t.grad, rtol=1e-9, atol=1e-12)
+
+
+def test_softmax_is_stable_and_masked_rows():
+    x = sitp.tensor([[1000.0, 1000.0], [-math.inf, 0.0]])
+    assert x.softmax(-1).tolist() == [[0.5, 0.5], [0.0, 1.0]]
+    ls = x.log_softmax(-1)
+    assert abs(ls[0, 0].item() - math.log(0.5)) < 1e-6
+
+
+@SETTINGS
+@given(b=st.integers(0, 2), m=st.integers(1, 9), k=st.integers(1, 9), n=st.integers(1, 9),
+       seed=st.integers(0, 2**16), ta=st.booleans(), tb=st.booleans())
+def test_matmul_forward_backward(b, m, k, n, seed, ta, tb):
+    batch = (2, 3)[:b]
+    A = _rand(batch + (m, k), seed)
+    B = _rand((k, n) if b == 1 else batch + (k, n), seed + 1)
+    sa = (sitp.tensor(np.ascontiguousarray(np.swapaxes(A, -1, -2))).mT if ta else sitp.tensor(A))
+    sb = (sitp.tensor(np.ascontiguousarray(np.swapaxes(B, -1, -2))).mT if tb else sitp.tensor(B))
+    sa.requires_grad_(False)
+    sa = sa.detach().requires_grad_(True) if not ta else sa
+    sa_leaf = sa if not ta else None
+    A_t, B_t = torch.tensor(A, requires_grad=True), torch.tensor(B, requires_grad=True)
+    leaf_a = sitp.tensor(A, requires_grad=True)
+    leaf_b = sitp.tensor(B, requires_grad=True)
+    # non-contiguous operands through a differentiable transpose
+    xa = leaf_a.mT.contiguous().mT if ta else leaf_a
+    xb = leaf_b.mT.contiguous().mT if tb else leaf_b
+    ys, yt = xa @ xb, A_t @ B_t
+    assert_close(ys, yt, rtol=1e-10, atol=1e-12)
+    g = _rand(tuple(yt.shape), seed + 2)
+    ys.backward(sitp.tensor(g))
+    yt.backward(torch.tensor(g))
+    assert_close(leaf_a.grad, A_t.grad, rtol=1e-10, atol=1e-12)
+    assert_close(leaf_b.grad, B_t.grad, rtol=1e-10, atol=1e-12)
+    del sa_leaf, sb
+
+
+@pytest.mark.parametrize("sa, sb", [((4,), (4,)), ((3, 4), (4,)), ((4,), (4, 5)),
+                                    ((2, 3, 4), (4,)), ((4,), (2, 4, 3)),
+                                    ((2, 1, 3, 4), (5, 4, 2)), ((33, 17), (17, 29))])
+def test_matmul_shapes_like_torch(sa, sb):
+    a, b = _rand(sa, 1).astype(np.float32), _rand(sb, 2).astype(np.float32)
+    s_a, s_b = sitp.tensor(a, requires_grad=True), sitp.tensor(b, requires_grad=True)
+    t_a, t_b = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    ys, yt = s_a @ s_b, t_a @ t_b
+    assert_close(ys, yt, rtol=1e-5, atol=1e-5)
+    ys.sum().backward()
+    yt.sum().backward()
+    assert_close(s_a.grad, t_a.grad, rtol=1e-5, atol=1e-5)
+    assert_close(s_b.grad, t_b.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_errors_name_shapes():
+    with pytest.raises(RuntimeError, match=r"\(2, 3\) @ \(4, 5\)"):
+        sitp.zeros(2, 3) @ sitp.zeros(4, 5)
+    with pytest.raises(RuntimeError, match="at least 1D"):
+        sitp.zeros(()) @ sitp.zeros(3)
+    with pytest.raises(ValueError, match="broadcast"):
+        sitp.zeros(2, 3, 4) @ sitp.zeros(3, 4, 5)
+    assert (sitp.tensor([[1, 2]]) @ sitp.tensor([[3], [4]])).tolist() == [[11]]
+
+
+def test_indexing_gradients_accumulate_repeats():
+    arr = _rand((5, 3), 0)
+    s = sitp.tensor(arr, requires_grad=True)
+    t = torch.tensor(arr, requires_grad=True)
+    idx = [0, 2, 2, 4, 0, 0]
+    ys = s[sitp.tensor(idx)] * sitp.arange(18).view(6, 3).double()
+    yt = t[torch.tensor(idx)] * torch.arange(18).view(6, 3).double()
+    ys.sum().backward()
+    yt.sum().backward()
+    assert_close(s.grad, t.grad)
+    s.grad, t.grad = None, None
+    (s[1:4:2, ::-1 + 2] ** 2).sum().backward()
+    (t[1:4:2, ::1] ** 2).sum().backward()
+    assert_close(s.grad, t.grad)
+    s.grad, t.grad = None, None
+    m = arr > 0
+    (s[sitp.tensor(m)] * 3).sum().backward()
+    (t[torch.tensor(m)] * 3).sum().backward()
+    assert_close(s.grad, t.grad)
+
+
+@SETTINGS
+@given(shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=5),
+       data=st.data(), seed=st.integers(0, 2**16))
+def test_gather_forward_backward(shape, data, seed):
+    dim = data.draw(st.integers(0, len(shape) - 1))
+    ishape = tuple(data.draw(st.integers(1, n)) if d != dim else data.draw(st.integers(1, 6))
+                   for d, n in enumerate(shape))
+    rng = np.random.default_rng(seed)
+    index = rng.integers(0, shape[dim], size=ishape)
+    arr = _rand(shape, seed)
+    s = sitp.tensor(arr, requires_grad=True)
+    t = torch.tensor(arr, requires_grad=True)
+    ys, yt = s.gather(dim, sitp.tensor(index)), t.gather(dim, torch.tensor(index))
+    assert_close(ys, yt)
+    g = _rand(ishape, seed + 1)
+    ys.backward(sitp.tensor(g))
+    yt.backward(torch.tensor(g))
+    assert_close(s.grad, t.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_gather_and_index_select_errors():
+    x = sitp.zeros(3, 4)
+    with pytest.raises(IndexError, match="out of bounds"):
+        x.gather(1, sitp.tensor([[0, 4]]))
+    with pytest.raises(RuntimeError, match="same number of dimensions"):
+        x.gather(1, sitp.tensor([0]))
+    assert_close(sitp.arange(12).view(3, 4).index_select(1, sitp.tensor([3, 0])),
+                 torch.arange(12).view(3, 4).index_select(1, torch.tensor([3, 0])))
+
+
+def test_cat_stack_split_where_masked_fill_grads():
+    a0, b0 = _rand((2, 3), 0), _rand((4, 3), 1)
+    sa, sb = sitp.tensor(a0, requires_grad=True), sitp.tensor(b0, requires_grad=True)
+    ta, tb = torch.tensor(a0, requires_grad=True), torch.tensor(b0, requires_grad=True)
+    w = np.arange(18.0).reshape(6, 3)
+    ys = sitp.cat([sa, sb], 0) * sitp.tensor(w)
+    yt = torch.cat([ta, tb], 0) * torch.tensor(w)
+    p1s, p2s = ys.split([1, 5])
+    p1t, p2t = yt.split([1, 5])
+    (p1s.sum() * 2 + sitp.stack([p2s, p2s]).pow(2).sum()).backward()
+    (p1t.sum() * 2 + torch.stack([p2t, p2t]).pow(2).sum()).backward()
+    assert_close(sa.grad, ta.grad)
+    assert_close(sb.grad, tb.grad)
+    sa.grad, ta.grad = None, None
+    cond = a0 > 0
+    ys = sitp.where(sitp.tensor(cond), sa * 2, 0.5) + sa.masked_fill(sitp.tensor(cond[0]), -1.0)
+    yt = torch.where(torch.tensor(cond), ta * 2, 0.5) + ta.masked_fill(torch.tensor(cond[0]), -1.0)
+    assert_close(ys, yt)
+    (ys * ys).sum().backward()
+    (yt * yt).sum().backward()
+    assert_close(sa.grad, ta.grad)
+
+
+def test_tril_triu_cumsum_one_hot_topk_flip():
+    arr = _rand((2, 4, 5), 3)
+    s = sitp.tensor(arr, requires_grad=True)
+    t = torch.tensor(arr, requires_grad=True)
+    for d in (-1, 0, 2):
+        assert_close(s.tril(d), t.tril(d))
+        assert_close(s.triu(d), t.triu(d))
+    (s.tril() * 3).sum().backward()
+    (t.tril() * 3).sum().backward()
+    assert_close(s.grad, t.grad)
+    assert_close(s.detach().cumsum(1), t.detach().cumsum(1))
+    assert_close(sitp.one_hot(sitp.tensor([2, 0, 1])), torch.nn.functional.one_hot(torch.tensor([2, 0, 1])))
+    v, i = s.detach().topk(3, dim=-1)
+    tv, ti = t.detach().topk(3, dim=-1)
+    assert_close(v, tv)
+    assert_close(i, ti)
+    assert_close(s.detach().flip(1), t.detach().flip(1))
+    assert_close(s.detach().repeat(2, 1, 3), t.detach().repeat(2, 1, 3))
+
+
+def test_casts_are_differentiable():
+    s = sitp.tensor([1.5, -2.0], requires_grad=True)
+    y = (s.double() * 3).float().sum()
+    y.backward()
+    assert s.grad.tolist() == [3.0, 3.0] and s.grad.dtype is sitp.float32
+
+
+def test_permute_expand_view_grads():
+    arr = _rand((2, 3, 1), 5)
+    s = sitp.tensor(arr, requires_grad=True)
+    t = torch.tensor(arr, requires_grad=True)
+    w = _rand((3, 4, 2), 6)
+    ys = (s.permute(1, 2, 0).expand(3, 4, 2) * sitp.tensor(w)).reshape(12, 2).T.sum(0)
+    yt = (t.permute(1, 2, 0).expand(3, 4, 2) * torch.tensor(w)).reshape(12, 2).T.sum(0)
+    g = _rand((12,), 7)
+    ys.backward(sitp.tensor(g))
+    yt.backward(torch.tensor(g))
+    assert_close(s.grad, t.grad)
+
+
+def test_integer_ops_stay_integer():
+    x = sitp.tensor([[3, -1], [2, 5]])
+    assert_close(x * x + 1, torch.tensor([[3, -1], [2, 5]]) ** 2 + 1)
+    assert (x.abs()).tolist() == [[3, 1], [2, 5]]
+    assert x.max().item() == 5 and x.argmin().item() == 1
+    assert x.sum(0).tolist() == [5, 4]
+    assert (x.exp()).dtype is sitp.float32
