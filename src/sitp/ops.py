@@ -21,6 +21,7 @@ from .autograd import Function
 from .strides import contiguous_strides, numel
 
 
+# --8<-- [start:unbroadcast]
 def unbroadcast(g, shape):
     """Sum ``g`` down to ``shape``: the backward of broadcasting.
 
@@ -36,6 +37,7 @@ def unbroadcast(g, shape):
     if dims:
         g = g.sum(dim=dims, keepdim=True)
     return g.reshape(shape)
+# --8<-- [end:unbroadcast]
 
 
 # --8<-- [start:unary_table]
