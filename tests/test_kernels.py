@@ -1,0 +1,108 @@
+"""The numba kernels themselves, against numpy, on odd (non-tile-multiple) sizes."""
+
+import numpy as np
+import pytest
+
+from sitp import cpu, kernels as K
+from sitp.strides import contiguous_strides
+
+I64 = np.int64
+
+
+def _view(arr):
+    """(storage, shape, strides, offset) of a numpy array that is a view of a flat buffer."""
+    base = arr.base if arr.base is not None else arr
+    while base.base is not None:
+        base = base.base
+    flat = base.reshape(-1)
+    item = arr.itemsize
+    offset = (arr.__array_interface__["data"][0] - flat.__array_interface__["data"][0]) // item
+    return flat, np.asarray(arr.shape, I64), np.asarray([s // item for s in arr.strides], I64), offset
+
+
+@pytest.mark.parametrize("shape", [(33, 17), (1,), (7, 1, 13), (3, 5, 2, 9)])
+def test_positions_is_the_stride_formula(shape):
+    arr = np.arange(int(np.prod(shape)) * 2, dtype=np.float64)[::2].reshape(shape)
+    arr = np.swapaxes(arr, 0, -1)
+    flat, shp, st, off = _view(arr)
+    pos = K.positions(shp, st, off)
+    np.testing.assert_array_equal(flat[pos], arr.reshape(-1))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op, ref", [("exp", np.exp), ("tanh", np.tanh), ("neg", np.negative),
+                                     ("abs", np.abs), ("sin", np.sin), ("square", np.square)])
+def test_map_kernel_on_strided_rows(dtype, op, ref):
+    x = np.random.default_rng(0).standard_normal((33, 29)).astype(dtype)
+    xt = x.T  # rows of x.T are strided by 29
+    flat, shp, st, off = _view(xt)
+    starts = K.positions(shp[:-1], st[:-1], off)
+    out = np.empty(xt.size, dtype)
+    K.map_kernel(K.UNARY[op], np.nan, np.nan, flat, starts, st[-1], shp[-1], out)
+    np.testing.assert_allclose(out.reshape(xt.shape), ref(xt), rtol=1e-6)
+
+
+@pytest.mark.parametrize("op, ref", [("add", np.add), ("mul", np.multiply), ("sub", np.subtract),
+                                     ("maximum", np.maximum), ("div", np.divide)])
+def test_zip_kernel_with_broadcast_step_zero(op, ref):
+    a = np.random.default_rng(1).standard_normal((17, 33))
+    b = np.random.default_rng(2).standard_normal(33) + 3.0
+    # b broadcast along rows: every row starts at 0
+    a_starts = np.arange(17, dtype=I64) * 33
+    b_starts = np.zeros(17, I64)
+    out = np.empty(17 * 33)
+    K.zip_kernel(K.BINARY[op], a.reshape(-1), a_starts, 1, b, b_starts, 1, 33, out)
+    np.testing.assert_allclose(out.reshape(17, 33), ref(a, b))
+
+
+@pytest.mark.parametrize("op, ref", [("sum", np.sum), ("prod", np.prod), ("max", np.max), ("min", np.min)])
+def test_reduce_kernel_rows(op, ref):
+    x = np.random.default_rng(3).uniform(0.5, 1.5, (13, 29))
+    out = np.empty(13)
+    K.reduce_kernel(K.REDUCE[op], x.reshape(-1), np.arange(13, dtype=I64) * 29, 1, 29,
+                    np.float64(0), out)
+    np.testing.assert_allclose(out, ref(x, axis=1))
+
+
+def test_argreduce_and_softmax_kernels():
+    x = np.random.default_rng(4).standard_normal((9, 31))
+    v = np.empty(9)
+    i = np.empty(9, I64)
+    starts = np.arange(9, dtype=I64) * 31
+    K.argreduce_kernel(True, x.reshape(-1), starts, 1, 31, v, i)
+    np.testing.assert_array_equal(i, x.argmax(1))
+    out = np.empty(9 * 31)
+    K.softmax_kernel(x.reshape(-1), starts, 1, 31, False, out)
+    e = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(out.reshape(9, 31), e / e.sum(1, keepdims=True), rtol=1e-12)
+
+
+def test_take_and_put_kernels_gather_and_scatter_add():
+    x = np.arange(7 * 5, dtype=np.float64)
+    table = np.array([0, 3, 3, 6], I64) * 5   # rows 0, 3, 3, 6
+    pre = np.zeros(1, I64)
+    post = np.arange(5, dtype=I64)
+    out = np.empty(4 * 5)
+    K.take_kernel(x, pre, table, post, out)
+    np.testing.assert_array_equal(out.reshape(4, 5), x.reshape(7, 5)[[0, 3, 3, 6]])
+    acc = np.zeros(35)
+    K.put_kernel(acc, pre, table, post, np.ones(20), True)
+    expected = np.zeros((7, 5))
+    np.add.at(expected, [0, 3, 3, 6], 1.0)
+    np.testing.assert_array_equal(acc.reshape(7, 5), expected)
+
+
+def test_index_table_reports_bad_index():
+    idx = np.array([[0, 2, -1, 5]], I64)
+    table = np.empty(4, I64)
+    assert K.index_table(idx, np.array([5], I64), np.array([3], I64), table) == 3
+    assert K.index_table(idx[:, :3], np.array([5], I64), np.array([3], I64), table[:3]) == -1
+    np.testing.assert_array_equal(table[:3], [0, 6, 12])
+
+
+def test_collapse_merges_contiguous_dims():
+    shape = (4, 5, 6)
+    c = contiguous_strides(shape)
+    assert cpu.collapse(shape, c, (0, 0, 1)) == ([20, 6], [[6, 1], [0, 1]])
+    assert cpu.collapse(shape, c) == ([120], [[1]])
+    assert cpu.collapse((), ()) == ([1], [[0]])
