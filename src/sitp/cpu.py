@@ -78,6 +78,7 @@ def unary(op: str, x, p0=_NAN, p1=_NAN, out_dtype=None):
 # --8<-- [end:unary_launch]
 
 
+# --8<-- [start:binary_launch]
 def binary(op: str, a, b, out_dtype=None):
     """A new tensor f(a, b) with broadcasting; a and b share a dtype."""
     shape = broadcast_shapes(a._shape, b._shape)
@@ -87,6 +88,7 @@ def binary(op: str, a, b, out_dtype=None):
             shape, (a, _bstrides(a, shape)), (b, _bstrides(b, shape)))
         K.zip_kernel(K.BINARY[op], as_, sa, pa, bs, sb, pb, n, out._storage)
     return out
+# --8<-- [end:binary_launch]
 
 
 def compare(op: str, a, b):
