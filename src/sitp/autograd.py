@@ -122,24 +122,19 @@ class Function:
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        from .tensor import Tensor
-
         ctx = Context()
-        record = is_grad_enabled() and any(
-            isinstance(a, Tensor) and a.requires_grad for a in args
-        )
-        ctx.needs_input_grad = tuple(
-            isinstance(a, Tensor) and a.requires_grad for a in args
-        )
-        # The forward pass never records: it may use other ops freely.
+        needs = tuple(getattr(a, "requires_grad", False) is True for a in args)
+        ctx.needs_input_grad = needs
         prev = is_grad_enabled()
-        set_grad_enabled(False)
+        record = prev and any(needs)
+        # The forward pass never records: it may use other ops freely.
+        _state.enabled = False
         try:
             out = cls.forward(ctx, *args, **kwargs)
         finally:
-            set_grad_enabled(prev)
+            _state.enabled = prev
         if record:
-            inputs = tuple(a if isinstance(a, Tensor) and a.requires_grad else None for a in args)
+            inputs = tuple(a if n else None for a, n in zip(args, needs))
             node = Node(cls, ctx, inputs)
             for o in out if isinstance(out, tuple) else (out,):
                 if o.dtype.is_floating_point:

@@ -52,9 +52,12 @@ def collapse(shape, *strides_list):
 
 
 def _launch_args(shape, *tensors_and_strides):
-    """(shape, [(storage, starts, step), ...], n) for a row-wise kernel."""
+    """([(storage, starts, step), ...], n) for a row-wise kernel."""
     strides = [s for _, s in tensors_and_strides]
     cshape, cstrides = collapse(shape, *strides)
+    if len(cshape) == 1:  # one row: no odometer needed
+        return [(t._storage, np.full(1, t._offset, _I64), st[0])
+                for (t, _), st in zip(tensors_and_strides, cstrides)], cshape[0]
     shp = np.asarray(cshape[:-1], _I64)
     args = []
     for (t, _), st in zip(tensors_and_strides, cstrides):
@@ -64,6 +67,8 @@ def _launch_args(shape, *tensors_and_strides):
 
 
 def _bstrides(t, shape):
+    if t._shape == shape:
+        return t._strides
     return broadcast_strides(t._shape, t._strides, shape)
 
 
@@ -81,7 +86,7 @@ def unary(op: str, x, p0=_NAN, p1=_NAN, out_dtype=None):
 # --8<-- [start:binary_launch]
 def binary(op: str, a, b, out_dtype=None):
     """A new tensor f(a, b) with broadcasting; a and b share a dtype."""
-    shape = broadcast_shapes(a._shape, b._shape)
+    shape = a._shape if a._shape == b._shape else broadcast_shapes(a._shape, b._shape)
     out = _new(shape, out_dtype or a.dtype)
     if out._storage.size:
         [(as_, sa, pa), (bs, sb, pb)], n = _launch_args(
