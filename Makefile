@@ -27,7 +27,6 @@ ifeq ($(origin NUMBA_ENABLE_CUDASIM),undefined)
 NUMBA_ENABLE_CUDASIM := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 0 || echo 1)
 endif
 export NUMBA_ENABLE_CUDASIM
-export MPLBACKEND ?= Agg
 export NO_MKDOCS_2_WARNING ?= 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 

@@ -9,13 +9,18 @@
    come with a MathJax <script> from a CDN (nbconvert's template); it is removed, and
    KaTeX renders their math like every other page's.
 
+4. Without a GPU, notebooks run with NUMBA_ENABLE_CUDASIM=1.
+
 Problems are logged as warnings, which `mkdocs build --strict` turns into a failed build.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 from mkdocs.structure.files import File
@@ -27,6 +32,23 @@ KATEX_DIST = ROOT / "node_modules" / "katex" / "dist"
 KATEX_DEST = "assets/katex"
 # The parts of KaTeX's distribution the site loads (see extra_javascript/extra_css).
 KATEX_FILES = ("katex.min.js", "katex.min.css", "contrib/auto-render.min.js")
+
+
+def _has_gpu() -> bool:
+    smi = shutil.which("nvidia-smi")
+    try:
+        return bool(smi) and subprocess.run([smi, "-L"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+# Notebooks are executed by a kernel that inherits this environment: without a GPU,
+# CUDA kernels run in numba's simulator (`make` sets this too; an explicit value wins).
+if "NUMBA_ENABLE_CUDASIM" not in os.environ:
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "0" if _has_gpu() else "1"
+# A notebook draws its figures with matplotlib's inline backend, which ipykernel selects
+# only when MPLBACKEND is unset (with MPLBACKEND=Agg the figures silently vanish).
+os.environ.pop("MPLBACKEND", None)
 
 PLACEHOLDERS = re.compile(r"\b(TODO|TBD|FIXME|XXX)\b|lorem ipsum|coming soon", re.IGNORECASE)
 _CASE_SENSITIVE = {"todo", "tbd", "fixme", "xxx"}  # "todo" in prose is a fine word

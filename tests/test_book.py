@@ -125,6 +125,13 @@ def test_fences_in_admonitions_and_tabs_are_collected(tmp_path):
     assert lines == [1, 8, 14, 20, 26]
 
 
+def test_the_scan_catches_a_fence_the_parser_misses():
+    """A fence the parser reads as text (here: indented under a paragraph) is reported."""
+    text = "Some text:\n    ```python\n    x = 1\n    ```\n"
+    assert [f.line for f in scan_fences(text)] == [2]
+    assert parsed_fences(text) == []
+
+
 def test_a_failing_fence_in_a_tab_fails(pytester_markdown):
     """End to end: pytest-markdown-docs really runs a fence inside a content tab."""
     result = pytester_markdown(
