@@ -1,0 +1,167 @@
+"""sitp.bench: measurements behind the numbers in the book.
+
+Run ``python -m sitp.bench --help`` for the subcommands. This module holds the
+shared tools: a timer that reports medians, control of numba's and OpenBLAS's
+thread counts, and a description of the machine to print next to every table.
+
+Timing rules (the machine may be shared and noisy):
+
+* every number is the median of several repeats, after one warm-up call;
+* numpy/OpenBLAS and sitp are timed in separate phases with a pause in between,
+  because OpenBLAS's threads keep spinning for a while after a call and would
+  steal the cores from a numba kernel timed right after it (and vice versa).
+"""
+import contextlib
+import ctypes
+import datetime
+import glob
+import os
+import platform
+import statistics
+import subprocess
+import time
+
+import numpy as np
+
+PAUSE_S = 0.3  # between phases: lets OpenBLAS / OpenMP worker threads fall asleep
+
+
+def median_time(fn, repeats=5, warmup=1, max_s=None, n_threads=None):
+    """Median wall time of ``fn()`` in seconds over ``repeats`` calls.
+
+    Args:
+        fn: callable with no arguments.
+        repeats: number of timed calls.
+        warmup: untimed calls first (compilation, caches).
+        max_s: stop early once this many seconds have been spent timing
+            (at least one timed call is always made).
+        n_threads: if given, keep only *uncontended* calls: those during which
+            this process got at least 90% of n_threads cores (process CPU time
+            >= 0.9 * n_threads * wall time). Another program that takes a core
+            away makes a call slow without saying anything about the kernel. Up
+            to 3 * repeats calls are made to collect ``repeats`` clean ones; if
+            fewer are clean, the fastest half of all calls is used.
+    """
+    for _ in range(warmup):
+        fn()
+    clean, every = [], []
+    start = time.perf_counter()
+    attempts = repeats if n_threads is None else 3 * repeats
+    for _ in range(attempts):
+        c0, t0 = time.process_time(), time.perf_counter()
+        fn()
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        every.append(wall)
+        if n_threads is None or cpu >= 0.9 * n_threads * wall:
+            clean.append(wall)
+        if len(clean) >= repeats or (max_s is not None and time.perf_counter() - start > max_s):
+            break
+    if n_threads is not None and len(clean) < (repeats + 1) // 2:
+        clean = sorted(every)[: max(1, len(every) // 2)]
+    return statistics.median(clean)
+
+
+def pause():
+    time.sleep(PAUSE_S)
+
+
+# ---------------------------------------------------------------- threads
+def _openblas_lib():
+    """ctypes handle and symbol prefix of the OpenBLAS that numpy uses, or None."""
+    libdir = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
+    for path in glob.glob(os.path.join(libdir, "*openblas*")):
+        lib = ctypes.CDLL(path)
+        for prefix in ("scipy_openblas_", "openblas_"):
+            for suffix in ("64_", "_64_", ""):
+                if hasattr(lib, f"{prefix}set_num_threads{suffix}"):
+                    return lib, prefix, suffix
+    return None
+
+
+def openblas_info():
+    """(config string, core name) of numpy's OpenBLAS, or ('unknown', 'unknown')."""
+    found = _openblas_lib()
+    if found is None:
+        return "unknown", "unknown"
+    lib, prefix, suffix = found
+    out = []
+    for name in ("get_config", "get_corename"):
+        fn = getattr(lib, f"{prefix}{name}{suffix}", None)
+        if fn is None:
+            out.append("unknown")
+            continue
+        fn.restype = ctypes.c_char_p
+        out.append(fn().decode())
+    return tuple(out)
+
+
+@contextlib.contextmanager
+def threads(n):
+    """Run the body with n threads in numba and in numpy's BLAS, then restore."""
+    import numba
+
+    n = min(n, numba.config.NUMBA_NUM_THREADS)
+    old_numba = numba.get_num_threads()
+    found = _openblas_lib()
+    if found is not None:
+        lib, prefix, suffix = found
+        get = getattr(lib, f"{prefix}get_num_threads{suffix}")
+        setn = getattr(lib, f"{prefix}set_num_threads{suffix}")
+        setn.argtypes = [ctypes.c_int]
+        old_blas = get()
+    numba.set_num_threads(n)
+    if found is not None:
+        setn(n)
+    try:
+        yield n
+    finally:
+        numba.set_num_threads(old_numba)
+        if found is not None:
+            setn(old_blas)
+
+
+# ---------------------------------------------------------------- machine
+def cpu_model():
+    """CPU model name from lscpu (or /proc/cpuinfo, or platform)."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=5).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def simd_flags():
+    """The widest x86 vector extensions the CPU reports (e.g. 'avx2 fma')."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next(line for line in f if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return "unknown"
+    wanted = ["avx512f", "avx2", "fma"]
+    return " ".join(w for w in wanted if w in flags) or "none of avx2/avx512"
+
+
+def machine_info():
+    """A one-paragraph description of the machine and software, for tables."""
+    import numba
+
+    config, core = openblas_info()
+    from ..blas import saxpy
+
+    saxpy(np.float32(1), np.zeros(8, np.float32), np.zeros(8, np.float32))  # start the thread pool
+    return (
+        f"{cpu_model()}, {os.cpu_count()} cores ({simd_flags()}), "
+        f"numba {numba.__version__} with {numba.get_num_threads()} threads ({numba.threading_layer()}), "
+        f"numpy {np.__version__} with OpenBLAS kernel '{core}', "
+        f"{datetime.date.today().isoformat()}"
+    )
