@@ -1,0 +1,60 @@
+"""Activation layers: thin modules over ``sitp.nn.functional``."""
+
+from __future__ import annotations
+
+from .. import functional as F
+from .module import Module
+
+
+class Tanh(Module):
+    def forward(self, x):
+        return x.tanh()
+
+
+class ReLU(Module):
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+
+    def forward(self, x):
+        return x.relu()
+
+
+class Sigmoid(Module):
+    def forward(self, x):
+        return x.sigmoid()
+
+
+class GELU(Module):
+    """GELU, exact (``approximate='none'``) or with the tanh approximation."""
+
+    def __init__(self, approximate: str = "none"):
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x):
+        return F.gelu(x, approximate=self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate='{self.approximate}'"
+
+
+class SiLU(Module):
+    def forward(self, x):
+        return F.silu(x)
+
+
+class Softmax(Module):
+    def __init__(self, dim: int = None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return x.softmax(self.dim if self.dim is not None else -1)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class LogSoftmax(Softmax):
+    def forward(self, x):
+        return x.log_softmax(self.dim if self.dim is not None else -1)

@@ -1,0 +1,43 @@
+"""``sitp.nn.utils``: gradient clipping."""
+
+from __future__ import annotations
+
+import math
+
+from ..autograd import no_grad
+
+
+@no_grad()
+def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
+                    error_if_nonfinite: bool = False):
+    """Scale all gradients so their joint norm is at most ``max_norm``.
+
+    Returns the total norm before clipping (a 0-d tensor), as PyTorch does.
+    """
+    from ..creation import tensor
+
+    if hasattr(parameters, "grad"):
+        parameters = [parameters]
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return tensor(0.0)
+    if norm_type == math.inf:
+        total = max(g.abs().max().item() for g in grads)
+    else:
+        total = sum((g.double().abs() ** norm_type).sum().item() for g in grads) ** (1.0 / norm_type)
+    if error_if_nonfinite and not math.isfinite(total):
+        raise RuntimeError(f"The total norm of order {norm_type} for gradients is non-finite")
+    coef = max_norm / (total + 1e-6)
+    if coef < 1:
+        for g in grads:
+            g.mul_(coef)
+    return tensor(total)
+
+
+def clip_grad_value_(parameters, clip_value: float) -> None:
+    if hasattr(parameters, "grad"):
+        parameters = [parameters]
+    with no_grad():
+        for p in parameters:
+            if p.grad is not None:
+                p.grad.clamp_(-clip_value, clip_value)

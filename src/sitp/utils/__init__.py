@@ -1,0 +1,3 @@
+"""``sitp.utils``: data loading."""
+
+from . import data  # noqa: F401
