@@ -89,6 +89,7 @@ builtins_int = _builtins.int
 builtins_bool = _builtins.bool
 
 
+# --8<-- [start:promotion]
 def promote(a: dtype, b: dtype) -> dtype:
     """The dtype of ``a op b`` for two tensors."""
     return a if a.rank >= b.rank else b
@@ -103,3 +104,4 @@ def scalar_dtype(value, other: dtype) -> dtype:
     if isinstance(value, builtins_float):
         return other if other.is_floating_point else float32
     raise TypeError(f"unsupported scalar type {type(value).__name__}")
+# --8<-- [end:promotion]
