@@ -40,11 +40,19 @@ def collapse(shape, *strides_list):
     out_shape = [shape[-1]]
     out_strides = [[s[-1]] for s in strides_list]
     for k in range(len(shape) - 2, -1, -1):
-        n_inner = out_shape[0]
-        if all(s[k] == o[0] * n_inner for s, o in zip(strides_list, out_strides)):
-            out_shape[0] *= shape[k]
+        n = shape[k]
+        if n == 1:  # a size-1 dim never moves: drop it
+            continue
+        inner = out_shape[0]
+        merge = True
+        for s, o in zip(strides_list, out_strides):
+            if s[k] != o[0] * inner:
+                merge = False
+                break
+        if merge:
+            out_shape[0] = inner * n  # the merged dim keeps the inner step
         else:
-            out_shape.insert(0, shape[k])
+            out_shape.insert(0, n)
             for s, o in zip(strides_list, out_strides):
                 o.insert(0, s[k])
     return out_shape, out_strides
