@@ -1,0 +1,71 @@
+"""Recurrent language models: a vanilla RNN and a GRU, as in makemore (chapter 3.4).
+
+The model reads a name one character at a time, carrying a hidden state:
+``h_t = cell(emb(x_t), h_{t-1})``; the logits at step t are a Linear of
+``h_t``. The first hidden state ``h_{-1}`` is a learned parameter
+(``start``), as in makemore. The cells are ``nn.RNNCell`` (tanh) and
+``nn.GRUCell``.
+
+This file is PyTorch code with ``sitp`` in its import lines (see
+:mod:`sitp.models.port`).
+
+Example:
+    >>> import sitp
+    >>> from sitp.models.rnn import RNN, RNNConfig
+    >>> _ = sitp.manual_seed(0)
+    >>> model = RNN(RNNConfig(vocab_size=27, cell_type="gru"))
+    >>> logits_BTV, _ = model(sitp.zeros((2, 5), dtype=sitp.long))
+    >>> tuple(logits_BTV.shape)
+    (2, 5, 27)
+"""
+from dataclasses import dataclass
+
+import sitp as torch
+import sitp.nn as nn
+from sitp.nn import functional as F
+
+
+@dataclass
+class RNNConfig:
+    block_size: int = 32    # longest sequence sampled (the recurrence itself has no limit)
+    vocab_size: int = 27    # V
+    n_embd: int = 64        # C: width of a character's embedding
+    n_embd2: int = 64       # H: width of the hidden state
+    cell_type: str = "rnn"  # "rnn" (tanh RNNCell) or "gru" (GRUCell)
+
+
+class RNN(nn.Module):
+    """``forward(idx_BT, targets_BT=None) -> (logits_BTV, loss)``, one cell step per position."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.block_size = config.block_size
+        self.start = nn.Parameter(torch.zeros(1, config.n_embd2))  # the learned h_{-1}
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        if config.cell_type == "rnn":
+            self.cell = nn.RNNCell(config.n_embd, config.n_embd2)
+        elif config.cell_type == "gru":
+            self.cell = nn.GRUCell(config.n_embd, config.n_embd2)
+        else:
+            raise ValueError(f"cell_type must be 'rnn' or 'gru', got {config.cell_type!r}")
+        self.lm_head = nn.Linear(config.n_embd2, config.vocab_size)
+
+    # --8<-- [start:forward]
+    def forward(self, idx_BT, targets_BT=None):
+        B, T = idx_BT.size()
+        emb_BTC = self.wte(idx_BT)                     # (B, T, C)
+        h_BH = self.start.expand((B, -1))              # (B, H): the same start for every row
+        hiddens = []
+        for t in range(T):                             # the recurrence: one step per character
+            h_BH = self.cell(emb_BTC[:, t, :], h_BH)   # (B, H)
+            hiddens.append(h_BH)
+        hidden_BTH = torch.stack(hiddens, 1)           # (B, T, H)
+        logits_BTV = self.lm_head(hidden_BTH)          # (B, T, V)
+        loss = None
+        if targets_BT is not None:  # -1 marks padding after a name's end
+            loss = F.cross_entropy(logits_BTV.view(-1, logits_BTV.size(-1)),
+                                   targets_BT.view(-1), ignore_index=-1)
+        return logits_BTV, loss
+    # --8<-- [end:forward]
+
