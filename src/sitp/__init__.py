@@ -18,6 +18,8 @@ from .random import (Generator, bernoulli, get_rng_state, initial_seed, manual_s
                      multinomial, normal, rand, rand_like, randint, randint_like, randn,
                      randn_like, randperm, seed, set_rng_state)
 from .tensor import Size, Tensor, device, matmul  # noqa: E402
+
+from . import nn, optim, utils  # noqa: E402  (after the Tensor: they build on it)
 from . import optim  # noqa: E402  (after the tensor API it builds on)
 
 __version__ = "0.1.0"
