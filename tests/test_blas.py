@@ -25,7 +25,8 @@ def tol(dtype, k):
     return dict(rtol=10 * eps * np.sqrt(max(k, 1)), atol=10 * eps * np.sqrt(max(k, 1)))
 
 
-LADDER = [blas.gemm_naive, blas.gemm_ikj, blas.gemm_blocked, blas.gemm_packed, blas.gemm_parallel]
+LADDER = [blas.gemm_naive, blas.gemm_ikj, blas.gemm_blocked, blas.gemm_packed, blas.gemm_parallel,
+          blas.gemm_small]
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -107,7 +108,8 @@ def test_saxpy_sgemv_triad(dtype):
 
 
 @pytest.mark.parametrize("dtype", FLOATS + [np.int64])
-@pytest.mark.parametrize("shape", SHAPES + [(0, 4, 3), (4, 3, 0), (64, 70, 1), (150, 140, 130)])
+@pytest.mark.parametrize("shape", SHAPES + [(0, 4, 3), (4, 3, 0), (64, 70, 1), (150, 140, 130),
+                                   (13, 20, 250), (201, 190, 205)])
 def test_matmul(shape, dtype):
     M, K, N = shape
     rng = np.random.default_rng(6)

@@ -6,7 +6,8 @@ Kernels, in the order the book builds them (each accumulates into its last argum
 * level 2: :func:`sgemv` (y += A x)
 * level 3, the GEMM ladder, C += A @ B: :func:`gemm_naive` (ijk), :func:`gemm_ikj`,
   :func:`gemm_blocked`, :func:`gemm_packed` (packed panels + register micro-kernel),
-  :func:`gemm_parallel` (the same on all threads); :func:`bmm_kernel` for batches.
+  :func:`gemm_parallel` (the same on all threads); :func:`gemm_small` (register
+  tiles without packing, for small matrices); :func:`bmm_kernel` for batches.
 
 The production entry points are :func:`matmul` and :func:`bmm`; they check shapes,
 allocate the result and pick a kernel by size.
@@ -28,16 +29,15 @@ from .ladder import gemm_blocked, gemm_ikj, gemm_naive
 from .level1 import saxpy, triad
 from .level2 import sgemv
 from .packed import KC, MC, MR, NR, gemm_packed, gemm_parallel, micro_kernel
+from .small import gemm_small
 
 __all__ = [
     "matmul", "bmm", "saxpy", "triad", "sgemv", "gemm_naive", "gemm_ikj",
-    "gemm_blocked", "gemm_packed", "gemm_parallel", "micro_kernel", "bmm_kernel",
+    "gemm_blocked", "gemm_packed", "gemm_parallel", "gemm_small", "micro_kernel", "bmm_kernel",
     "MR", "NR", "KC", "MC",
 ]
 
 DTYPES = (np.float32, np.float64, np.int64)
-# Above this many multiply-adds, threads pay for their start-up (~10 us).
-PARALLEL_MNK = 96 * 96 * 96
 
 
 def _check(a, b, ndim, name):
@@ -70,9 +70,10 @@ def matmul(a, b):
     Raises:
         ValueError: the shapes do not line up or the dtypes differ.
 
-    Kernel choice: int64 uses the ikj loop; small float products the ikj loop;
-    one-column products ``sgemv``; the rest the packed micro-kernel, on all
-    threads once there are enough multiply-adds to share.
+    Kernel choice: int64 uses the ikj loop; one-column products ``sgemv``;
+    products that fit in L2 the unpacked register tiles of ``gemm_small`` (one
+    thread: they take microseconds, about what it costs to wake a thread pool);
+    the rest the packed micro-kernel on all threads.
     """
     a, b = _check(a, b, 2, "matmul")
     (M, K), N = a.shape, b.shape[1]
@@ -80,12 +81,12 @@ def matmul(a, b):
     mnk = M * N * K
     if mnk == 0:
         return c
-    if a.dtype == np.int64 or mnk < SMALL_MNK:
+    if a.dtype == np.int64:
         gemm_ikj(a, b, c)
     elif N == 1:
         sgemv(a, b.reshape(K), c.reshape(M))
-    elif mnk < PARALLEL_MNK:
-        gemm_packed(a, b, c)
+    elif mnk < SMALL_MNK:
+        gemm_small(a, b, c)
     else:
         gemm_parallel(a, b, c)
     return c
@@ -116,7 +117,7 @@ def bmm(a, b):
     if n_batch * M * N * K == 0:
         return c
     import numba
-    if a.dtype != np.int64 and M * N * K >= PARALLEL_MNK and n_batch < numba.get_num_threads():
+    if a.dtype != np.int64 and M * N * K >= SMALL_MNK and n_batch < numba.get_num_threads():
         for i in range(n_batch):
             c[i] = matmul(a[i], b[i])
         return c

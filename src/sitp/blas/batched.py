@@ -8,12 +8,12 @@ no Python in between.
 """
 from numba import njit, prange
 
-from .ladder import gemm_ikj
 from .packed import gemm_packed
+from .small import gemm_small
 
-# Products with fewer multiply-adds than this use the plain ikj loop: packing
-# costs more than it saves on matrices that already fit in L1.
-SMALL_MNK = 48 * 48 * 48
+# Products with fewer multiply-adds than this skip packing (gemm_small): while B
+# fits in L2, packing costs more than it saves. Measured crossover: about 200^3.
+SMALL_MNK = 192 * 192 * 192
 
 
 # --8<-- [start:bmm]
@@ -22,14 +22,14 @@ def bmm_kernel(A, B, C):
     """C[b] += A[b] @ B[b] for A (batch, M, K), B (batch, K, N), C (batch, M, N).
 
     Threads split the batch (``prange``); each product runs on one thread with
-    the ikj loop when small, the packed micro-kernel when large.
+    the unpacked register-tile kernel when small, the packed one when large.
     """
     n_batch, M, K = A.shape
     N = B.shape[2]
     small = M * N * K < SMALL_MNK
     for b in prange(n_batch):
         if small:
-            gemm_ikj(A[b], B[b], C[b])
+            gemm_small(A[b], B[b], C[b])
         else:
             gemm_packed(A[b], B[b], C[b])
 # --8<-- [end:bmm]
