@@ -20,7 +20,6 @@ from .random import (Generator, bernoulli, get_rng_state, initial_seed, manual_s
 from .tensor import Size, Tensor, device, matmul  # noqa: E402
 
 from . import nn, optim, utils  # noqa: E402  (after the Tensor: they build on it)
-from . import optim  # noqa: E402  (after the tensor API it builds on)
 
 __version__ = "0.1.0"
 
