@@ -67,7 +67,8 @@ class device:
 CPU = device("cpu")
 
 
-def _check_inplace(t):
+def _check_inplace(t, *sources):
+    """In-place ops are not recorded: refuse those that would lose a gradient."""
     if is_grad_enabled() and t.requires_grad:
         if t.grad_fn is None:
             raise RuntimeError(
@@ -75,6 +76,11 @@ def _check_inplace(t):
         raise RuntimeError(
             "sitp does not record in-place operations in the autograd graph; "
             "use the out-of-place form (e.g. x = x + y instead of x += y)")
+    if is_grad_enabled() and any(isinstance(v, Tensor) and v.requires_grad for v in sources):
+        raise RuntimeError(
+            "sitp does not record in-place operations in the autograd graph: writing a "
+            "tensor that requires grad into another one would silently drop its gradient; "
+            "build the result out of place (sitp.cat, sitp.stack, sitp.where) or detach() it")
 
 
 class Tensor:
@@ -511,7 +517,7 @@ class Tensor:
     def __setitem__(self, key, value):
         from ._indexing import setitem
 
-        _check_inplace(self)
+        _check_inplace(self, value)
         setitem(self, key, value)
 
     def index_select(self, dim: int, index: "Tensor") -> "Tensor":
@@ -1008,37 +1014,37 @@ class Tensor:
         return self
 
     def add_(self, other, alpha=1):
-        _check_inplace(self)
+        _check_inplace(self, other)
         with _no_grad():
             return self._inplace(self + (other * alpha if alpha != 1 else other))
 
     def sub_(self, other, alpha=1):
-        _check_inplace(self)
+        _check_inplace(self, other)
         with _no_grad():
             return self._inplace(self - (other * alpha if alpha != 1 else other))
 
     def mul_(self, other):
-        _check_inplace(self)
+        _check_inplace(self, other)
         with _no_grad():
             return self._inplace(self * other)
 
     def div_(self, other):
-        _check_inplace(self)
+        _check_inplace(self, other)
         with _no_grad():
             return self._inplace(self / other)
 
     def addcmul_(self, t1, t2, value=1):
-        _check_inplace(self)
+        _check_inplace(self, t1, t2)
         with _no_grad():
             return self._inplace(self + t1 * t2 * value)
 
     def addcdiv_(self, t1, t2, value=1):
-        _check_inplace(self)
+        _check_inplace(self, t1, t2)
         with _no_grad():
             return self._inplace(self + t1 / t2 * value)
 
     def lerp_(self, end, weight):
-        _check_inplace(self)
+        _check_inplace(self, end, weight)
         with _no_grad():
             return self._inplace(self + (end - self) * weight)
 
@@ -1047,6 +1053,7 @@ class Tensor:
             from .creation import tensor as _tensor
 
             src = _tensor(src)
+        _check_inplace(self, src)
         return self._inplace(src)
 
     def fill_(self, value) -> "Tensor":
@@ -1077,14 +1084,14 @@ class Tensor:
             return self._inplace(-self)
 
     def pow_(self, e):
-        _check_inplace(self)
+        _check_inplace(self, e)
         with _no_grad():
             return self._inplace(self ** e)
 
     def index_put_(self, indices, values, accumulate: bool = False):
         from ._indexing import setitem
 
-        _check_inplace(self)
+        _check_inplace(self, values)
         setitem(self, tuple(indices), values, accumulate=accumulate)
         return self
 
