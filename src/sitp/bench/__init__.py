@@ -65,6 +65,38 @@ def pause():
     time.sleep(PAUSE_S)
 
 
+def idle_fraction(interval=0.2):
+    """Fraction of the machine's CPU time that was idle over the next ``interval`` s (Linux)."""
+    def snapshot():
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+        return fields[3] + fields[4], sum(fields[:8])  # idle + iowait, total
+
+    try:
+        idle0, total0 = snapshot()
+        time.sleep(interval)
+        idle1, total1 = snapshot()
+    except (OSError, ValueError, IndexError):
+        return 1.0
+    return (idle1 - idle0) / max(1, total1 - total0)
+
+
+def wait_for_idle(max_wait_s=30.0, threshold=0.9):
+    """Wait (at most max_wait_s) until other programs leave the CPUs at least 90% idle.
+
+    On a shared machine another user's job can take a core for minutes; a
+    measurement taken meanwhile says nothing about the kernel. Returns whether
+    the machine was idle when it returned.
+    """
+    start = time.perf_counter()
+    while True:
+        if idle_fraction() >= threshold:
+            return True
+        if time.perf_counter() - start > max_wait_s:
+            return False
+        time.sleep(0.5)
+
+
 # ---------------------------------------------------------------- threads
 def _openblas_lib():
     """ctypes handle and symbol prefix of the OpenBLAS that numpy uses, or None."""

@@ -10,7 +10,7 @@ import statistics
 import numpy as np
 
 from .. import blas
-from . import machine_info, median_time, pause, threads
+from . import machine_info, median_time, pause, threads, wait_for_idle
 
 # name, kernel, uses threads, largest N to time (the naive loop takes seconds beyond)
 LADDER = [
@@ -19,6 +19,7 @@ LADDER = [
     ("cache blocking", blas.gemm_blocked, False, None),
     ("packed + micro-kernel", blas.gemm_packed, False, None),
     ("packed, parallel", blas.gemm_parallel, True, None),
+    ("small, unpacked", blas.gemm_small, False, None),  # not a rung: matmul's kernel below ~200^3
 ]
 
 
@@ -29,14 +30,17 @@ def add_arguments(p):
     p.add_argument("--rounds", type=int, default=3,
                    help="repeat every measurement this many rounds; report the median")
     p.add_argument("--skip-level12", action="store_true", help="skip saxpy/sgemv")
+    p.add_argument("--max-wait", type=float, default=30.0,
+                   help="before each measurement, wait up to this many seconds for the CPUs to be idle")
     p.add_argument("--json", help="also write the results to this JSON file")
 
 
-def gemm_gflops(sizes, thread_counts, repeats=5, rounds=3, dtype=np.float32, seed=0):
+def gemm_gflops(sizes, thread_counts, repeats=5, rounds=3, dtype=np.float32, seed=0, max_wait=30.0):
     """Measure the ladder and numpy. Returns {(kernel, threads, N): GFLOP/s}.
 
     Serial kernels are timed once (with 1 thread) and reported for every thread
-    count. numpy and sitp are timed in separate phases (see ``sitp.bench``).
+    count. numpy and sitp are timed in separate phases (see ``sitp.bench``), each
+    after waiting up to ``max_wait`` seconds for other programs to leave the CPUs idle.
     """
     rng = np.random.default_rng(seed)
     samples = {}
@@ -49,12 +53,14 @@ def gemm_gflops(sizes, thread_counts, repeats=5, rounds=3, dtype=np.float32, see
                     C = np.zeros((n, n), dtype)
                     flop = 2.0 * n ** 3
                     pause()
+                    wait_for_idle(max_wait)
                     sec = median_time(lambda: A @ B, repeats, n_threads=t)
                     samples.setdefault(("numpy", t, n), []).append(flop / sec / 1e9)
                     pause()
                     for name, kernel, parallel, max_n in LADDER:
                         if (max_n is not None and n > max_n) or (not parallel and t != thread_counts[0]):
                             continue
+                        wait_for_idle(max_wait)
                         # cap the slow kernels at ~2 s of timing per measurement
                         sec = median_time(lambda: kernel(A, B, C), repeats, max_s=2.0,
                                           n_threads=t if parallel else 1)
@@ -66,7 +72,7 @@ def gemm_gflops(sizes, thread_counts, repeats=5, rounds=3, dtype=np.float32, see
     return result
 
 
-def level12_gbps(thread_counts, repeats=7, n=1 << 24, m=4096):
+def level12_gbps(thread_counts, repeats=7, n=1 << 24, m=4096, max_wait=30.0):
     """GB/s of saxpy (n elements) and sgemv (m x m) against numpy, per thread count."""
     rng = np.random.default_rng(1)
     x = rng.random(n, dtype=np.float32)
@@ -79,9 +85,11 @@ def level12_gbps(thread_counts, repeats=7, n=1 << 24, m=4096):
     for t in thread_counts:
         with threads(t):
             pause()
+            wait_for_idle(max_wait)
             out[("numpy y += a*x", t)] = 12 * n / median_time(lambda: np.add(y, alpha * x, out=y), repeats, n_threads=1) / 1e9
             out[("numpy A @ x", t)] = 4 * m * m / median_time(lambda: A @ v, repeats, n_threads=t) / 1e9
             pause()
+            wait_for_idle(max_wait)
             out[("saxpy", t)] = 12 * n / median_time(lambda: blas.saxpy(alpha, x, y), repeats, n_threads=t) / 1e9
             out[("sgemv", t)] = 4 * m * m / median_time(lambda: blas.sgemv(A, v, w), repeats, n_threads=t) / 1e9
     return out
@@ -117,14 +125,14 @@ def level12_table(res, thread_counts):
 
 def main(args):
     print(f"Machine: {machine_info()}\n")
-    res = gemm_gflops(args.sizes, args.threads, args.repeats, args.rounds)
+    res = gemm_gflops(args.sizes, args.threads, args.repeats, args.rounds, max_wait=args.max_wait)
     print("GEMM, float32, C += A @ B with square N x N matrices: GFLOP/s "
           "(ratio to numpy/OpenBLAS with the same number of threads), "
           f"median of {args.rounds} rounds x {args.repeats} calls\n")
     print(gemm_table(res, args.sizes, args.threads))
     l12 = {}
     if not args.skip_level12:
-        l12 = level12_gbps(args.threads)
+        l12 = level12_gbps(args.threads, max_wait=args.max_wait)
         print("\nsaxpy (2^24 float32) and sgemv (4096 x 4096 float32): GB/s of the memory traffic "
               "the kernel must do (12 B per element for saxpy, 4 B per matrix element for sgemv)\n")
         print(level12_table(l12, args.threads))

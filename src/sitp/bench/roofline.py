@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import blas
-from . import machine_info, median_time, pause, threads
+from . import machine_info, median_time, pause, threads, wait_for_idle
 
 
 # --8<-- [start:peak]
@@ -69,6 +69,8 @@ def add_arguments(p):
     p.add_argument("--out", default="roofline.png", help="where to save the figure (PNG)")
     p.add_argument("--gemm-json", help="results of `python -m sitp.bench gemm --json` to plot as points; "
                                        "without it the ladder is measured here at N=512 and 1024 (slower)")
+    p.add_argument("--max-wait", type=float, default=30.0,
+                   help="before each measurement, wait up to this many seconds for the CPUs to be idle")
     p.add_argument("--json", help="also write the measured roofs to this JSON file")
 
 
@@ -84,8 +86,11 @@ def main(args):
     for t in (1, 2):
         with threads(t) as t_:
             pause()
+            wait_for_idle(args.max_wait)
             roofs[f"peak_{t_}"] = measure_peak(t_)
+            wait_for_idle(args.max_wait)
             roofs[f"dram_{t_}"] = measure_bandwidth(t_, 1 << 24, 2)      # 3 x 64 MiB: far beyond L3
+            wait_for_idle(args.max_wait)
             roofs[f"l2_{t_}"] = measure_bandwidth(t_, 8192 * t_, 4000)   # 3 x 32 KiB per thread
     print(f"Machine: {machine_info()}\n")
     print("| ceiling | 1 thread | 2 threads |\n|---|---|---|")
@@ -99,11 +104,11 @@ def main(args):
         gemm = {(r["kernel"], r["threads"], r["n"]): r["gflops"] for r in data["gemm"]}
         l12 = {(r["kernel"], r["threads"]): r["gbps"] for r in data["level12"]}
     else:
-        gemm = gemm_gflops([512, 1024], [1, 2], repeats=3, rounds=1)
-        l12 = level12_gbps([1, 2], repeats=3)
+        gemm = gemm_gflops([512, 1024], [1, 2], repeats=3, rounds=1, max_wait=args.max_wait)
+        l12 = level12_gbps([1, 2], repeats=3, max_wait=args.max_wait)
     points = []  # (label, intensity, GFLOP/s)
     for name in ["naive (ijk)", "loop order (ikj)", "cache blocking", "packed + micro-kernel",
-                 "packed, parallel", "numpy"]:
+                 "packed, parallel", "numpy"]:  # (gemm_small is not a rung)
         n = max(n for (k, _, n) in gemm if k == name)
         best = max(v for (k, _, n2), v in gemm.items() if k == name and n2 == n)
         points.append((f"{name}, N={n}", intensity_gemm(n), best))
