@@ -106,3 +106,22 @@ def test_collapse_merges_contiguous_dims():
     assert cpu.collapse(shape, c, (0, 0, 1)) == ([20, 6], [[6, 1], [0, 1]])
     assert cpu.collapse(shape, c) == ([120], [[1]])
     assert cpu.collapse((), ()) == ([1], [[0]])
+
+
+@pytest.mark.parametrize("op, ref", [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
+                                     ("div", np.divide), ("maximum", np.maximum)])
+@pytest.mark.parametrize("b_step", [1, 0])
+def test_zip_fast_kernel_every_layout(op, ref, b_step):
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(7 * 33).astype(np.float32)
+    b = rng.standard_normal(7 * 33).astype(np.float32) + 4
+    a_starts = np.arange(7, dtype=I64) * 33
+    b_starts = a_starts if b_step else np.arange(7, dtype=I64)  # one scalar per row
+    out = np.empty(7 * 33, np.float32)
+    K.zip_fast_kernel(K.BINARY[op], a, a_starts, 1, b, b_starts, b_step, 33, out)
+    bb = b.reshape(7, 33) if b_step else b[:7, None]
+    np.testing.assert_allclose(out.reshape(7, 33), ref(a.reshape(7, 33), bb), rtol=1e-6)
+    # strided operands take the general path
+    out2 = np.empty(7 * 33, np.float32)
+    K.zip_fast_kernel(K.BINARY[op], a, np.arange(7, dtype=I64), 7, b, b_starts, b_step, 33, out2)
+    np.testing.assert_allclose(out2.reshape(7, 33), ref(a.reshape(33, 7).T, bb), rtol=1e-6)

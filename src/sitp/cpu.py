@@ -99,7 +99,9 @@ def binary(op: str, a, b, out_dtype=None):
     if out._storage.size:
         [(as_, sa, pa), (bs, sb, pb)], n = _launch_args(
             shape, (a, _bstrides(a, shape)), (b, _bstrides(b, shape)))
-        K.zip_kernel(K.BINARY[op], as_, sa, pa, bs, sb, pb, n, out._storage)
+        if pa == 0 and pb == 1 and op in ("add", "mul"):  # a broadcast left operand:
+            as_, sa, pa, bs, sb, pb = bs, sb, pb, as_, sa, pa  # swap so the fast path applies
+        K.zip_fast_kernel(K.BINARY[op], as_, sa, pa, bs, sb, pb, n, out._storage)
     return out
 # --8<-- [end:binary_launch]
 

@@ -208,9 +208,14 @@ def map_kernel(op, p0, p1, x, x_starts, x_step, n, out):
     """out[r, j] = f(x[r, j]) for each row r of length n; ``out`` is contiguous."""
     for r in range(x_starts.size):
         xs = x_starts[r]
-        o = r * n
-        for j in range(n):
-            out[o + j] = unary(op, x[xs + j * x_step], p0, p1)
+        o = out[r * n:(r + 1) * n]
+        if x_step == 1:  # a slice: no per-load check for negative indices
+            xv = x[xs:xs + n]
+            for j in range(n):
+                o[j] = unary(op, xv[j], p0, p1)
+        else:
+            for j in range(n):
+                o[j] = unary(op, x[xs + j * x_step], p0, p1)
 # --8<-- [end:map_kernel]
 
 
@@ -225,6 +230,56 @@ def zip_kernel(op, a, a_starts, a_step, b, b_starts, b_step, n, out):
         for j in range(n):
             out[o + j] = binary(op, a[as_ + j * a_step], b[bs + j * b_step])
 # --8<-- [end:zip_kernel]
+
+
+# --8<-- [start:zip_fast]
+# The hot ops get loops of their own: with the op code a compile-time constant
+# and each row read through a slice (an index numba knows is never negative),
+# LLVM drops the dispatch and the index checks and vectorises the loop.
+@njit(cache=True, inline="always")
+def _zip_vv(op, a, b, o):
+    for j in range(o.size):
+        o[j] = binary(op, a[j], b[j])
+
+
+@njit(cache=True, inline="always")
+def _zip_vs(op, a, b, o):
+    for j in range(o.size):
+        o[j] = binary(op, a[j], b)
+
+
+@njit(cache=True)
+def zip_fast_kernel(op, a, a_starts, a_step, b, b_starts, b_step, n, out):
+    """``zip_kernel`` with vectorisable rows when ``a`` has step 1 and ``b`` step 1 or 0."""
+    fast = a_step == 1 and b_step <= 1 and op <= 3
+    for r in range(a_starts.size):
+        as_ = a_starts[r]
+        bs = b_starts[r]
+        o = out[r * n:(r + 1) * n]
+        if fast and b_step == 1:
+            av, bv = a[as_:as_ + n], b[bs:bs + n]
+            if op == 0:
+                _zip_vv(0, av, bv, o)
+            elif op == 1:
+                _zip_vv(1, av, bv, o)
+            elif op == 2:
+                _zip_vv(2, av, bv, o)
+            else:
+                _zip_vv(3, av, bv, o)
+        elif fast:
+            av, bv = a[as_:as_ + n], b[bs]
+            if op == 0:
+                _zip_vs(0, av, bv, o)
+            elif op == 1:
+                _zip_vs(1, av, bv, o)
+            elif op == 2:
+                _zip_vs(2, av, bv, o)
+            else:
+                _zip_vs(3, av, bv, o)
+        else:
+            for j in range(n):
+                o[j] = binary(op, a[as_ + j * a_step], b[bs + j * b_step])
+# --8<-- [end:zip_fast]
 
 
 @njit(cache=True)
