@@ -33,7 +33,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Everything pytest checks: unit tests (tests/), every Python fence and every `>>>`
 # example of the book (docs/), the package's docstring examples (src/sitp/).
 PYTEST_CHECKS := tests docs src/sitp \
-	--markdown-docs --doctest-modules --ignore-glob='*/__main__.py'
+	--markdown-docs --doctest-modules --ignore-glob='*/__main__.py' --durations=10
 
 .PHONY: help setup venv node serve build test test-book lock clean
 
@@ -65,9 +65,16 @@ serve: setup
 build: setup
 	$(BIN)/mkdocs build --strict
 
+# The strict build first, then pytest, whose summary closes the output; both always run,
+# so one push reports every broken page and every failing test.
 test: setup
-	$(BIN)/python -m pytest -n $(JOBS) -p no:cacheprovider $(PYTEST_CHECKS)
-	SITP_NOTEBOOK_CACHE=false $(BIN)/mkdocs build --strict
+	@status=0; \
+	echo "+ mkdocs build --strict"; \
+	SITP_NOTEBOOK_CACHE=false $(BIN)/mkdocs build --strict || { status=$$?; \
+	  echo "make test: mkdocs build --strict FAILED (above); running pytest anyway"; }; \
+	echo "+ pytest -n $(JOBS) $(PYTEST_CHECKS)"; \
+	$(BIN)/python -m pytest -n $(JOBS) -p no:cacheprovider $(PYTEST_CHECKS) || status=$$?; \
+	exit $$status
 
 # The book alone: fences and doctests of docs/ and the machinery's tests.
 test-book: setup
