@@ -31,9 +31,11 @@ export NO_MKDOCS_2_WARNING ?= 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 # Everything pytest checks: unit tests (tests/), every Python fence and every `>>>`
-# example of the book (docs/), the package's docstring examples (src/sitp/).
+# example of the book (docs/), the package's docstring examples (src/sitp/). Figure
+# scripts under docs/ are not imported as test modules (pages run them where they say).
 PYTEST_CHECKS := tests docs src/sitp \
-	--markdown-docs --doctest-modules --ignore-glob='*/__main__.py' --durations=10
+	--markdown-docs --doctest-modules --durations=10 \
+	--ignore-glob='*/__main__.py' --ignore-glob='*/docs/*.py'
 
 .PHONY: help setup venv node serve build test test-book lock clean
 
