@@ -13,6 +13,7 @@ import importlib
 COMMANDS = {
     "gemm": ("sitp.bench.gemm", "CPU GEMM ladder, saxpy and sgemv against numpy/OpenBLAS (section 2.3)"),
     "roofline": ("sitp.bench.roofline", "measure peak FLOP/s and memory bandwidth, draw the roofline (section 2.3)"),
+    "microkernel": ("sitp.bench.microkernel", "the GEMM micro-kernel with each numba detail undone (section 2.3)"),
 }
 
 
