@@ -1,0 +1,237 @@
+"""Checkpoints that survive a crash: weights, optimizer state and a JSON record.
+
+A checkpoint directory holds three files:
+
+* ``model.safetensors`` — the model's ``state_dict()`` as numpy arrays, written with
+  the ``safetensors`` library, so PyTorch loads it as it is::
+
+      from safetensors.torch import load_file
+      torch_model.load_state_dict(load_file("DIR/model.safetensors"))
+
+  A tied weight (the GPT's ``lm_head.weight`` is ``transformer.wte.weight``) is stored
+  under both names, as PyTorch's own ``state_dict()`` lists it; loading writes the same
+  values into the one shared tensor twice.
+* ``optimizer.safetensors`` — the optimizer's per-parameter tensors (Adam's moments and
+  step counters), keyed ``state.<param id>.<name>``.
+* ``record.json`` — everything else: the model's name and config, the training
+  options, the step, the vocabulary, the random generators' states, the optimizer's
+  parameter groups, the scheduler's state, the loss history, and the SHA-256 of the
+  two other files.
+
+Every file is written atomically: the bytes go to a temporary file in the same
+directory, are flushed to disk (``fsync``), and only then does :func:`os.replace`
+rename the temporary file over the old one. A crash while writing leaves the old
+file untouched. ``record.json`` is replaced last and names the digests of the
+weights it belongs with, so a crash in the microseconds between two renames is
+caught on load (a one-line :class:`CheckpointError`) instead of silently mixing two
+steps.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import sitp
+
+MODEL_FILE = "model.safetensors"
+OPTIMIZER_FILE = "optimizer.safetensors"
+RECORD_FILE = "record.json"
+FORMAT = "sitp-checkpoint/1"
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+class CheckpointError(Exception):
+    """A checkpoint is missing, damaged, or belongs to something else (one-line message)."""
+
+
+# --8<-- [start:atomic]
+def _write(f, data: bytes) -> None:
+    """Writes ``data`` to the open temporary file (the tests make this crash halfway)."""
+    f.write(data)
+
+
+def write_atomically(path: str | os.PathLike, data: bytes) -> None:
+    """Replaces ``path`` with ``data`` so that a reader sees the old file or the new one.
+
+    1. write the bytes to a temporary file in the same directory (same file system);
+    2. ``flush`` and ``fsync`` it, so the bytes are on disk before the name is;
+    3. ``os.replace`` it onto ``path`` (atomic on POSIX and Windows);
+    4. ``fsync`` the directory, so the rename itself survives a power cut.
+
+    If anything fails, the temporary file is removed and ``path`` is untouched.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it private; give it a normal file's mode
+        with os.fdopen(fd, "wb") as f:
+            _write(f, data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+# --8<-- [end:atomic]
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # e.g. Windows cannot open a directory
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _to_numpy(t) -> np.ndarray:
+    return np.ascontiguousarray(t.detach().cpu().numpy())
+
+
+def _pack_optimizer(state_dict: dict) -> tuple[dict[str, np.ndarray], dict]:
+    """Splits an optimizer state_dict into tensors (for safetensors) and JSON."""
+    arrays, scalars = {}, {}
+    for pid, state in state_dict["state"].items():
+        for key, value in state.items():
+            if isinstance(value, sitp.Tensor):
+                arrays[f"state.{pid}.{key}"] = _to_numpy(value)
+            else:
+                scalars.setdefault(str(pid), {})[key] = value
+    meta = {"param_groups": state_dict["param_groups"], "scalars": scalars}
+    return arrays, meta
+
+
+def _unpack_optimizer(arrays: dict[str, np.ndarray], meta: dict) -> dict:
+    state: dict[int, dict[str, Any]] = {}
+    for name, array in arrays.items():
+        _, pid, key = name.split(".", 2)
+        state.setdefault(int(pid), {})[key] = sitp.tensor(array)
+    for pid, values in meta["scalars"].items():
+        state.setdefault(int(pid), {}).update(values)
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+def save_checkpoint(out_dir: str | os.PathLike, model, optimizer, scheduler,
+                    record: dict) -> dict:
+    """Writes the model, the optimizer and ``record`` to ``out_dir``, each atomically.
+
+    Args:
+        out_dir: the checkpoint directory (created if needed).
+        model: an ``nn.Module``; its ``state_dict()`` is saved.
+        optimizer: its ``state_dict()`` is saved (tensors and JSON apart).
+        scheduler: an LR scheduler or None; its ``state_dict()`` goes in the record.
+        record: JSON-serialisable facts about the run (see :mod:`sitp.train`).
+
+    Returns:
+        The record as written, with ``format``, ``optimizer``, ``scheduler`` and
+        ``files`` (the digests) added.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    from safetensors.numpy import save as st_save
+
+    weights = {name: _to_numpy(t) for name, t in model.state_dict().items()}
+    model_bytes = st_save(weights, metadata={"format": "pt"})
+    opt_arrays, opt_meta = _pack_optimizer(optimizer.state_dict())
+    opt_bytes = st_save(opt_arrays, metadata={"format": "pt"})
+    record = dict(record, format=FORMAT, optimizer=opt_meta,
+                  scheduler=scheduler.state_dict() if scheduler is not None else None,
+                  files={MODEL_FILE: _sha256(model_bytes), OPTIMIZER_FILE: _sha256(opt_bytes)})
+    record_bytes = json.dumps(record, indent=1).encode("utf-8")  # fails before any write
+    write_atomically(out / MODEL_FILE, model_bytes)
+    write_atomically(out / OPTIMIZER_FILE, opt_bytes)
+    write_atomically(out / RECORD_FILE, record_bytes)  # last: it commits the checkpoint
+    return record
+
+
+@dataclass
+class Checkpoint:
+    """A checkpoint read back: the record, the weights and the optimizer's state."""
+
+    record: dict
+    model_state: dict[str, np.ndarray]
+    optimizer_state: dict
+
+    def load_model(self, model) -> None:
+        """Copies the weights into ``model`` (strict: every name and shape must match)."""
+        try:
+            model.load_state_dict({k: sitp.tensor(v) for k, v in self.model_state.items()})
+        except (RuntimeError, KeyError, ValueError) as error:
+            first = " ".join(str(error).split())
+            raise CheckpointError(f"the weights do not fit the model: {first[:300]}") from None
+
+
+def has_checkpoint(out_dir: str | os.PathLike) -> bool:
+    """Whether ``out_dir`` holds a record.json."""
+    return (Path(out_dir) / RECORD_FILE).is_file()
+
+
+def load_record(out_dir: str | os.PathLike) -> dict:
+    """Reads and checks ``record.json`` of ``out_dir``."""
+    path = Path(out_dir) / RECORD_FILE
+    if not path.is_file():
+        if not Path(out_dir).is_dir():
+            raise CheckpointError(f"no checkpoint: {out_dir} is not a directory")
+        raise CheckpointError(f"no checkpoint in {out_dir}: {RECORD_FILE} is missing")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"corrupt checkpoint: {path} is not valid JSON ({error})") from None
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        raise CheckpointError(f"corrupt checkpoint: {path} is not a {FORMAT} record")
+    return record
+
+
+def _read_tensors(path: Path, digest: str | None) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load as st_load
+
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CheckpointError(f"corrupt checkpoint: {path.name} is missing") from None
+    if digest is not None and _sha256(data) != digest:
+        raise CheckpointError(
+            f"corrupt checkpoint: {path} does not match {RECORD_FILE} (SHA-256 differs)")
+    try:
+        return st_load(data)
+    except Exception as error:  # safetensors raises its own SafetensorError
+        raise CheckpointError(f"corrupt checkpoint: cannot read {path}: {error}") from None
+
+
+def load_checkpoint(out_dir: str | os.PathLike) -> Checkpoint:
+    """Reads a checkpoint written by :func:`save_checkpoint`, checking every digest.
+
+    Raises:
+        CheckpointError: if a file is missing, unreadable, or not the one the record names.
+    """
+    out = Path(out_dir)
+    record = load_record(out)
+    files = record.get("files", {})
+    model_state = _read_tensors(out / MODEL_FILE, files.get(MODEL_FILE))
+    opt_arrays = _read_tensors(out / OPTIMIZER_FILE, files.get(OPTIMIZER_FILE))
+    try:
+        optimizer_state = _unpack_optimizer(opt_arrays, record["optimizer"])
+    except (KeyError, ValueError, TypeError) as error:
+        raise CheckpointError(f"corrupt checkpoint: bad optimizer state ({error})") from None
+    return Checkpoint(record, model_state, optimizer_state)
+
+
+__all__ = ["Checkpoint", "CheckpointError", "has_checkpoint", "load_checkpoint", "load_record",
+           "save_checkpoint", "write_atomically"]
