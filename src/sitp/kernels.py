@@ -496,12 +496,11 @@ def put_kernel(x, pre, table, post, values, accumulate):
 def gather_positions(base, index, stride, size, out):
     """out[n] = base[n] + index[n] * stride, checking 0 <= index < size.
 
-    Returns -1, or the position of the first out-of-range index.
+    Returns -1, or the position of the first out-of-range index. Negative
+    indices are out of range, as in ``torch.gather`` (they do not count from the end).
     """
     for n in range(base.size):
         i = index[n]
-        if i < 0:
-            i += size
         if i < 0 or i >= size:
             return n
         out[n] = base[n] + i * stride
