@@ -32,6 +32,7 @@ class MLPConfig:
     n_hidden: int = 200     # H: width of the tanh hidden layer
 
 
+# --8<-- [start:mlp]
 class MLP(nn.Module):
     """Embedding -> flatten -> Linear -> tanh -> Linear."""
 
@@ -56,3 +57,4 @@ class MLP(nn.Module):
         if targets_B is not None:
             loss = F.cross_entropy(logits_BV, targets_B)
         return logits_BV, loss
+# --8<-- [end:mlp]

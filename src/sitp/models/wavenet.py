@@ -34,6 +34,7 @@ class WaveNetConfig:
     n_hidden: int = 128     # H: width of every level
 
 
+# --8<-- [start:level]
 class FlattenConsecutive(nn.Module):
     """(B, T, C) -> (B, T/n, n*C): concatenate each run of n neighbours."""
 
@@ -66,8 +67,10 @@ class Level(nn.Module):
         B, T, H = h_BTH.size()
         h_NH = self.bn(h_BTH.reshape(B * T, H))        # statistics over batch and time
         return torch.tanh(h_NH.view(B, T, H))
+# --8<-- [end:level]
 
 
+# --8<-- [start:wavenet]
 class WaveNet(nn.Module):
     """Embedding, log2(block_size) levels, then a Linear to the logits."""
 
@@ -93,3 +96,4 @@ class WaveNet(nn.Module):
         if targets_B is not None:
             loss = F.cross_entropy(logits_BV, targets_B)
         return logits_BV, loss
+# --8<-- [end:wavenet]
