@@ -182,19 +182,19 @@ def _gemm_parallel(A, B, C, n_threads):
     """C += A @ B: gemm_packed with n_threads threads over blocks of C.
 
     B's slab is packed by all threads (one panel each, ``prange``). C is cut
-    into a grid of (row block, column block) pieces, at least one per thread and
-    a multiple of the thread count so that no thread waits for the last one;
-    each thread packs its own rows of A and runs the micro-kernel over its piece.
-    Threads write disjoint parts of C, so no locks are needed.
+    into a grid of (row block, column block) pieces, a multiple of the thread
+    count, with the MR-row panels of A shared out evenly among the row blocks
+    so that no thread waits for another at the end. Each thread packs its own
+    rows of A and runs the micro-kernel over its piece. Threads write disjoint
+    parts of C, so no locks are needed.
     """
     M, K = A.shape
     N = B.shape[1]
-    n_bp = (N + NR - 1) // NR
-    # row blocks: about MC rows each, count rounded up to a multiple of n_threads
+    n_bp = (N + NR - 1) // NR                # NR-column panels of B
+    n_ap = (M + MR - 1) // MR                # MR-row panels of A
+    # row blocks: about MC rows each, their count a multiple of n_threads
     n_ib = (M + MC - 1) // MC
-    n_ib = max(1, (n_ib + n_threads - 1) // n_threads * n_threads)
-    mb = ((M + n_ib - 1) // n_ib + MR - 1) // MR * MR
-    n_ib = (M + mb - 1) // mb
+    n_ib = min(n_ap, (n_ib + n_threads - 1) // n_threads * n_threads)
     # column blocks: split N too when there are fewer row blocks than threads
     n_jb = min(n_bp, max(1, n_threads // n_ib))
     pb = (n_bp + n_jb - 1) // n_jb          # B panels per column block
@@ -204,14 +204,12 @@ def _gemm_parallel(A, B, C, n_threads):
         for jp in prange(n_bp):
             pack_b_panel(B[pc:pc + kc], jp, Bp[jp])
         for t in prange(n_ib * n_jb):
-            ic = (t // n_jb) * mb
-            m = min(mb, M - ic)
-            if m <= 0:
-                continue
+            ib, jb = t // n_jb, t % n_jb
+            ic = (ib * n_ap // n_ib) * MR    # rows ic .. ic + m of A and C
+            m = min(M, ((ib + 1) * n_ap // n_ib) * MR) - ic
             Ap = np.empty(((m + MR - 1) // MR, kc, MR), A.dtype)
             pack_a(A[ic:ic + m, pc:pc + kc], Ap)
-            jp0 = (t % n_jb) * pb
-            for jp in range(jp0, min(n_bp, jp0 + pb)):
+            for jp in range(jb * pb, min(n_bp, (jb + 1) * pb)):
                 for ip in range(Ap.shape[0]):
                     i0 = ic + ip * MR
                     j0 = jp * NR
