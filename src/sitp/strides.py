@@ -133,7 +133,7 @@ def broadcast_shapes(*shapes: Sequence[int]) -> Shape:
     ndim = max((len(s) for s in shapes), default=0)
     out = [1] * ndim
     for shape in shapes:
-        for k, n in enumerate(shape, start=ndim - len(shape)):
+        for k, n in reversed(list(enumerate(shape, start=ndim - len(shape)))):
             if out[k] == 1:
                 out[k] = n
             elif n != 1 and n != out[k]:
