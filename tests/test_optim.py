@@ -370,3 +370,14 @@ def test_optimizer_with_scheduler_matches_torch():
     ours, _ = run(sitp, "SGD", kwargs, TWO_GROUPS, 50, "float64", sched=sched)
     theirs, _ = run(torch, "SGD", kwargs, TWO_GROUPS, 50, "float64", sched=sched)
     np.testing.assert_allclose(ours, theirs, **F64)
+
+
+def test_named_parameters_as_in_torch():
+    ws, wt = make_params(sitp, "float32"), make_params(torch, "float32")
+    opt_s = sitp.optim.AdamW([("weight", ws[0]), ("bias", ws[1])], lr=0.1)
+    opt_t = torch.optim.AdamW([("weight", wt[0]), ("bias", wt[1])], lr=0.1)
+    assert opt_s.param_groups[0]["params"][1] is ws[1]
+    assert (opt_s.state_dict()["param_groups"][0]["param_names"]
+            == opt_t.state_dict()["param_groups"][0]["param_names"] == ["weight", "bias"])
+    with pytest.raises(ValueError, match="names"):
+        sitp.optim.SGD([("weight", ws[0]), ws[1]], lr=0.1)

@@ -44,8 +44,9 @@ class Optimizer:
     """Base class: holds ``param_groups`` and ``state``; subclasses implement ``step``.
 
     Args:
-        params: an iterable of tensors, or of dicts (parameter groups) each with a
-            ``"params"`` entry and any options that differ from ``defaults``.
+        params: an iterable of tensors (or of ``(name, tensor)`` pairs, as
+            ``model.named_parameters()`` yields), or of dicts (parameter groups) each with
+            a ``"params"`` entry and any options that differ from ``defaults``.
         defaults: the options of a group that does not set them.
 
     >>> import sitp
@@ -83,7 +84,14 @@ class Optimizer:
             raise TypeError("optimizer parameters need to be organized in ordered collections, "
                             "but the ordering of tensors in sets will change between runs. "
                             "Please use a list instead.")
-        param_group["params"] = list(params)
+        params = list(params)
+        if any(isinstance(p, tuple) for p in params):  # from model.named_parameters()
+            if not all(isinstance(p, tuple) and len(p) == 2 for p in params):
+                raise ValueError("all optimizer params should be with/without names. "
+                                 "Some param names are missing")
+            param_group["param_names"] = [name for name, _ in params]
+            params = [p for _, p in params]
+        param_group["params"] = params
         for p in param_group["params"]:
             if not isinstance(p, Tensor):
                 raise TypeError(f"optimizer can only optimize Tensors, but one of the params "
