@@ -102,7 +102,9 @@ def _sha256(data: bytes) -> str:
 
 
 def _to_numpy(t) -> np.ndarray:
-    return np.ascontiguousarray(t.detach().cpu().numpy())
+    array = t.detach().cpu().numpy()
+    # not np.ascontiguousarray: it turns a 0-d array (a step count) into shape (1,)
+    return array if array.flags.c_contiguous else array.copy(order="C")
 
 
 def _pack_optimizer(state_dict: dict) -> tuple[dict[str, np.ndarray], dict]:
