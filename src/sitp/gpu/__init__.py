@@ -1,0 +1,10 @@
+"""sitp's GPU kernels, in Numba CUDA (sections 4.3 to 4.6).
+
+* ``launch``    grids, blocks, host/device copies, whether a GPU is present
+* ``gemm``      the GEMM ladder, from one thread per element to warp tiling
+* ``layouts``   (shape, stride) layouts, tiles and swizzles as pure Python
+* ``attention`` naive, fused-softmax and flash attention, forward and backward
+
+Without a GPU, set ``NUMBA_ENABLE_CUDASIM=1`` before numba is first imported and the
+kernels run, slowly and exactly, in numba's CUDA simulator.
+"""

@@ -1,0 +1,76 @@
+"""Launching Numba CUDA kernels: grid sizes, host/device copies, is there a GPU (section 4.3).
+
+A kernel launch names a grid of blocks and a block of threads. Sizes are rarely
+multiples of the block, so the grid is rounded up (``ceil_div``) and every kernel
+checks its indices against the array bounds.
+"""
+import os
+
+import numpy as np
+from numba import cuda
+
+
+def simulated() -> bool:
+    """True when kernels run in numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``).
+
+    numba reads the variable once, when it is first imported.
+    """
+    from numba import config
+    return bool(config.ENABLE_CUDASIM)
+
+
+def has_gpu() -> bool:
+    """True when a real CUDA device answers (never under the simulator)."""
+    if simulated():
+        return False
+    try:
+        return cuda.is_available()
+    except Exception:  # a broken driver is no GPU for our purposes
+        return False
+
+
+def no_gpu_reason() -> str:
+    """One line that says why there is no GPU to measure."""
+    if simulated():
+        return ("no GPU: NUMBA_ENABLE_CUDASIM=1, kernels run in numba's CUDA simulator, "
+                "whose timings mean nothing; run on a machine with an NVIDIA GPU")
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+        return "no GPU: CUDA_VISIBLE_DEVICES is empty"
+    return "no GPU: numba.cuda finds no CUDA device (is the NVIDIA driver installed?)"
+
+
+# --8<-- [start:grid]
+def ceil_div(n: int, d: int) -> int:
+    """Smallest number of d-sized pieces that cover n: ceil(n / d) in integers."""
+    return (n + d - 1) // d
+
+
+def grid_2d(rows: int, cols: int, block_rows: int, block_cols: int):
+    """Grid (x, y) that covers a rows x cols output with block_rows x block_cols tiles.
+
+    x runs over column tiles and y over row tiles, as in CUDA: blockIdx.x varies fastest.
+
+    >>> grid_2d(33, 29, 8, 8)
+    (4, 5)
+    """
+    return ceil_div(cols, block_cols), ceil_div(rows, block_rows)
+# --8<-- [end:grid]
+
+
+def is_device_array(x) -> bool:
+    """Whether x lives on the device (a Numba device array, or the simulator's stand-in)."""
+    return hasattr(x, "copy_to_host")
+
+
+# --8<-- [start:copies]
+def to_device(x, dtype=np.float32):
+    """A device array: copy a host array to the GPU, or pass a device array through."""
+    if is_device_array(x):
+        return x
+    return cuda.to_device(np.ascontiguousarray(x, dtype=dtype))
+
+
+def to_host(d_x):
+    """Copy a device array back into a new numpy array (waits for the GPU to finish)."""
+    return d_x.copy_to_host()
+# --8<-- [end:copies]
