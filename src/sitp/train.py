@@ -165,12 +165,19 @@ class Trainer:
         check_device(config.device)
         self.out_dir = Path(out_dir)
         self.spec = MODELS[config.model]
-        probe = self.spec.make_config(**(model_config or {}))   # for block_size
+        try:
+            probe = self.spec.make_config(**(model_config or {}))   # for block_size
+        except TypeError as error:
+            raise UsageError(f"bad {config.model} config: {error}") from None
         self.splits = load_splits(config.data, self.spec.data, probe.block_size)
         fields_ = {**asdict(probe), "vocab_size": len(self.splits.vocab)}
         self.model_config = self.spec.make_config(**fields_)
         sitp.manual_seed(config.seed)
-        self.model = self.spec.build(self.model_config)
+        try:
+            self.model = self.spec.build(self.model_config)
+        except (AssertionError, TypeError, ValueError) as error:
+            raise UsageError(f"cannot build {config.model} with {asdict(self.model_config)}: "
+                             f"{error or type(error).__name__}") from None
         self.batch_gen = sitp.Generator().manual_seed(config.seed)
         self.optimizer = make_optimizer(self.model, config.lr, config.weight_decay)
         self.scheduler = make_scheduler(self.optimizer, config.warmup, config.steps)
@@ -277,9 +284,11 @@ class Trainer:
         cfg = self.config
         self.out_dir.mkdir(parents=True, exist_ok=True)
         bar = None
-        if progress:
+        try:
             from tqdm import tqdm
-
+        except ImportError:  # tqdm is optional: no bar without it
+            progress = False
+        if progress:
             bar = tqdm(total=cfg.steps, initial=self.step, desc=cfg.model, unit="step",
                        dynamic_ncols=True, file=sys.stderr)
             log = bar.write
@@ -329,14 +338,17 @@ def plot_losses(record: dict, png_path=None, terminal: bool = True) -> None:
     xs = [min((i + 1) * window, len(train)) for i in range(len(train) // window)]
     ys = [sum(train[i * window:(i + 1) * window]) / window for i in range(len(train) // window)]
     title = f"{record['model']}: loss per step"
+    try:  # the Agg canvas directly: no pyplot, so a notebook's backend is left alone
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:  # optional: no loss.png without it
+        png_path = None
     if png_path is not None:
         import io
 
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6, 3.5))
+        fig = Figure(figsize=(6, 3.5))
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot()
         ax.plot(xs, ys, label=f"train (mean of {window} steps)")
         if evals:
             ax.plot([e["step"] for e in evals], [e["val"] for e in evals], "o-", label="val")
@@ -347,10 +359,12 @@ def plot_losses(record: dict, png_path=None, terminal: bool = True) -> None:
         fig.tight_layout()
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=100)
-        plt.close(fig)
         ckpt.write_atomically(png_path, buf.getvalue())
     if terminal and xs:
-        print(terminal_plot(xs, ys, evals, title))
+        try:
+            print(terminal_plot(xs, ys, evals, title))
+        except ImportError:  # plotext is optional
+            pass
 
 
 def terminal_plot(xs, ys, evals, title: str, width: int = 80, height: int = 20) -> str:
