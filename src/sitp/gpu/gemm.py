@@ -288,11 +288,13 @@ def warptile(BM=128, BN=128, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4):
     WARP = 32
     NT = (BM // WM) * (BN // WN) * WARP        # one warp per WM x WN warp tile
     WMITER = (WM * WN) // (WARP * TM * TN * WNITER)
+    assert BM % WM == 0 and BN % WN == 0, "warp tiles must tile the block tile"
+    assert WMITER >= 1, "a warp's 32 threads must cover a warp sub-tile exactly"
     WSUBM = WM // WMITER                       # a warp tile is WMITER x WNITER sub-tiles
     WSUBN = WN // WNITER                       # of WSUBM x WSUBN, each covered by the
     TCOLS = WSUBN // TN                        # warp's 32 threads as a grid of
-    assert BM % WM == 0 and BN % WN == 0 and WMITER >= 1  # (32 / TCOLS) x TCOLS patches
-    assert (WSUBM // TM) * TCOLS == WARP, "a warp's threads must tile a sub-tile exactly"
+    assert (WSUBM // TM) * TCOLS == WARP, \
+        "a warp's 32 threads must cover a warp sub-tile exactly"  # (32 / TCOLS) x TCOLS
 
     @cuda.jit
     def gemm_warptile(A, B, C):
