@@ -14,10 +14,12 @@ Example:
     >>> from sitp.models.gpt import GPT, GPTConfig
     >>> _ = sitp.manual_seed(0)
     >>> model = GPT(GPTConfig(vocab_size=27))
-    >>> idx_BT = sitp.zeros((2, 5), dtype=sitp.long)
-    >>> logits_BTV, loss = model(idx_BT, idx_BT)
-    >>> tuple(logits_BTV.shape), round(loss.item(), 1)   # log 27 = 3.30
-    ((2, 5, 27), 3.3)
+    >>> idx_BT, targets_BT = sitp.randint(0, 27, (2, 4)), sitp.randint(0, 27, (2, 4))
+    >>> logits_BTV, loss = model(idx_BT, targets_BT)
+    >>> tuple(logits_BTV.shape), loss.ndim
+    ((2, 4, 27), 0)
+    >>> sum(p.numel() for p in model.parameters())   # the tied (V, C) matrix counted once
+    203840
 """
 import math
 from dataclasses import dataclass
