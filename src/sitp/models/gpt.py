@@ -101,6 +101,7 @@ class Block(nn.Module):
 # --8<-- [end:block]
 
 
+# --8<-- [start:gpt]
 class GPT(nn.Module):
     """The decoder-only transformer: ``forward(idx, targets=None) -> (logits, loss)``."""
 
@@ -149,3 +150,4 @@ class GPT(nn.Module):
                                    targets_BT.view(-1), ignore_index=-1)
         return logits_BTV, loss
     # --8<-- [end:forward]
+# --8<-- [end:gpt]

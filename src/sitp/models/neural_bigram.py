@@ -25,6 +25,7 @@ import sitp.nn as nn
 from sitp.nn import functional as F
 
 
+# --8<-- [start:bigram]
 @dataclass
 class BigramConfig:
     block_size: int = 1     # one character of context: the current one
@@ -47,3 +48,4 @@ class Bigram(nn.Module):
         if targets_B is not None:
             loss = F.cross_entropy(logits_BV, targets_B)
         return logits_BV, loss
+# --8<-- [end:bigram]

@@ -34,6 +34,7 @@ class RNNConfig:
     cell_type: str = "rnn"  # "rnn" (tanh RNNCell) or "gru" (GRUCell)
 
 
+# --8<-- [start:rnn]
 class RNN(nn.Module):
     """``forward(idx_BT, targets_BT=None) -> (logits_BTV, loss)``, one cell step per position."""
 
@@ -68,4 +69,4 @@ class RNN(nn.Module):
                                    targets_BT.view(-1), ignore_index=-1)
         return logits_BTV, loss
     # --8<-- [end:forward]
-
+# --8<-- [end:rnn]
