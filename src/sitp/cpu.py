@@ -254,6 +254,11 @@ def matmul(a, b):
         raise RuntimeError(
             f"mat1 and mat2 shapes cannot be multiplied ({_mm_shape(a)} and {_mm_shape(b)})")
     batch = broadcast_shapes(a._shape[:-2], b._shape[:-2])
+    if b.ndim == 2 and a.ndim > 2:
+        # (..., M, K) @ (K, N): one (prod(...) * M, K) @ (K, N) product, not a batch of
+        # small ones with copies of b.
+        out = matmul(a.reshape(-1, K_), b)
+        return out.view(batch + (M, N))
     a3 = a.expand(batch + (M, K_)).contiguous().view(-1, M, K_)
     b3 = b.expand(batch + (K_, N)).contiguous().view(-1, K_, N)
     A = a3._storage[a3._offset:a3._offset + a3.numel()].reshape(a3._shape)

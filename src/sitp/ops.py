@@ -355,7 +355,12 @@ class MatMul(Function):
         a, b = ctx.saved_tensors
         na, nb = ctx.needs_input_grad
         ga = unbroadcast(cpu.matmul(g, b.mT), a.shape) if na else None
-        gb = unbroadcast(cpu.matmul(a.mT, g), b.shape) if nb else None
+        if nb and b.ndim == 2 and a.ndim > 2:
+            # the sum over batch dims of a^T g is one product of the flattened operands
+            K, N = b.shape
+            gb = cpu.matmul(a.reshape(-1, K).mT, g.reshape(-1, N))
+        else:
+            gb = unbroadcast(cpu.matmul(a.mT, g), b.shape) if nb else None
         return ga, gb
 # --8<-- [end:matmul]
 
