@@ -148,6 +148,9 @@ def test_sample_prints_names_and_innovation(gpt_run, capsys):
     assert main(["sample", str(gpt_run), "--num", "5", "--temperature", "0.8",
                  "--top-k", "10", "--seed", "3"]) == 0
     assert capsys.readouterr().out.splitlines() == lines  # a seed repeats the draw
+    assert main(["sample", "--out", str(gpt_run), "--num", "5", "--temperature", "0.8",
+                 "--top-k", "10", "--seed", "3"]) == 0
+    assert capsys.readouterr().out.splitlines() == lines  # --out DIR is the same as DIR
 
 
 def one_line_error(capsys, argv, match):

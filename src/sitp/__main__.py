@@ -5,6 +5,7 @@ Train a model, resume it, sample names from it::
     python -m sitp train --model gpt --steps 2000 --out runs/gpt
     python -m sitp train --model gpt --steps 4000 --out runs/gpt --resume
     python -m sitp sample runs/gpt --num 20 --temperature 0.8 --top-k 10
+    python -m sitp sample --out runs/gpt          # the same directory, named as train names it
 
 ``train`` shows a progress bar with the running loss, prints the train and
 validation losses every ``--eval-every`` steps and the test loss at the end,
@@ -70,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sample", help="sample names from a checkpoint",
                        description="Print names sampled from a trained model, then the share "
                        "that are new (not in the training set).")
-    s.add_argument("dir", metavar="DIR", help="checkpoint directory written by train")
+    s.add_argument("dir", metavar="DIR", nargs="?", help="checkpoint directory written by train")
+    s.add_argument("--out", metavar="DIR", default=None, help="the same, as train names it")
     s.add_argument("--num", type=int, default=20, help="how many names (20)")
     s.add_argument("--temperature", type=float, default=1.0, help="softmax temperature (1.0)")
     s.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest only")
@@ -153,6 +155,9 @@ def sample_command(args) -> int:
     from sitp.models.sampling import sample_names
     from sitp.train import UsageError
 
+    if (args.dir is None) == (args.out is None):
+        raise UsageError("give the checkpoint directory once: sitp sample DIR (or --out DIR)")
+    args.dir = args.dir or args.out
     if args.num < 1:
         raise UsageError(f"--num must be positive, got {args.num}")
     if args.temperature <= 0:

@@ -323,7 +323,7 @@ class Trainer:
         return record
 
     def _log_eval(self, log) -> None:
-        train = self.evaluate("train", limit=4096)
+        train = self.evaluate("train")
         val = self.evaluate("val")
         self.history["eval"].append({"step": self.step, "train": train, "val": val})
         log(f"step {self.step}: train loss {train:.4f}, val loss {val:.4f}")
