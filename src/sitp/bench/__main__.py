@@ -14,6 +14,8 @@ COMMANDS = {
     "gemm": ("sitp.bench.gemm", "CPU GEMM ladder, saxpy and sgemv against numpy/OpenBLAS (section 2.3)"),
     "roofline": ("sitp.bench.roofline", "measure peak FLOP/s and memory bandwidth, draw the roofline (section 2.3)"),
     "microkernel": ("sitp.bench.microkernel", "the GEMM micro-kernel with each numba detail undone (section 2.3)"),
+    "gpu-gemm": ("sitp.bench.gpu", "GPU GEMM ladder against cuBLAS, GFLOP/s (section 4.4; needs a GPU)"),
+    "gpu-attention": ("sitp.bench.gpu", "naive, fused and flash attention: time and memory (section 4.6; needs a GPU)"),
 }
 
 
