@@ -66,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--save-every", type=int, default=None, help="steps between checkpoints (500)")
     t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a model config field, e.g. --set n_layer=2 (repeatable)")
+    t.add_argument("--threads", type=int, default=None,
+                   help="threads for sitp's parallel kernels (numba's default: all cores)")
     t.add_argument("--quiet", action="store_true", help="no progress bar, no terminal plot")
 
     s = sub.add_parser("sample", help="sample names from a checkpoint",
@@ -109,6 +111,13 @@ def train_command(args) -> int:
                              f"got {value}")
     if args.device is not None:
         check_device(args.device)
+    if args.threads is not None:
+        import numba
+
+        if not 1 <= args.threads <= numba.config.NUMBA_NUM_THREADS:
+            raise UsageError(f"--threads must be between 1 and "
+                             f"{numba.config.NUMBA_NUM_THREADS}, got {args.threads}")
+        numba.set_num_threads(args.threads)
     options = {"batch_size": args.batch_size, "lr": args.lr, "weight_decay": args.weight_decay,
                "warmup": args.warmup, "eval_every": args.eval_every,
                "save_every": args.save_every, "device": args.device}
