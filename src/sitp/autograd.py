@@ -88,13 +88,14 @@ class Context:
 class Node:
     """One op in the recorded graph (what PyTorch shows as ``grad_fn``)."""
 
-    __slots__ = ("fn", "ctx", "inputs", "freed")
+    __slots__ = ("fn", "ctx", "inputs", "freed", "retained")
 
     def __init__(self, fn, ctx, inputs):
         self.fn = fn          # the Function subclass
         self.ctx = ctx        # its Context
         self.inputs = inputs  # the input tensors that require grad (None otherwise)
         self.freed = False
+        self.retained = None  # a weak reference to an output that called retain_grad()
 
     def name(self) -> str:
         op = getattr(self.ctx, "op", None) if self.ctx is not None else None
@@ -209,6 +210,9 @@ def backward(tensor, gradient=None, retain_graph: bool = False) -> None:
             g = grads.pop(id(node), None)
             if g is None:
                 continue
+            kept = node.retained() if node.retained is not None else None
+            if kept is not None:                # retain_grad(): an interior tensor keeps its .grad
+                kept.grad = g.clone() if kept.grad is None else kept.grad + g
             in_grads = node.fn.backward(node.ctx, g)
             if not isinstance(in_grads, tuple):
                 in_grads = (in_grads,)

@@ -196,6 +196,13 @@ class Tensor:
         _backward(self, gradient, retain_graph)
 
     def retain_grad(self) -> None:
+        """Keep ``.grad`` on this non-leaf tensor after ``backward()`` (a leaf keeps it anyway)."""
+        if not self.requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        if self.grad_fn is not None:
+            import weakref
+
+            self.grad_fn.retained = weakref.ref(self)
         self._retains_grad = True
 
     def detach(self) -> "Tensor":
