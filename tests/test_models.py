@@ -250,3 +250,14 @@ def test_sampling_with_temperature_and_top_k(name):
     assert len({tuple(r) for r in idx.tolist()}) == 1
     with pytest.raises(ValueError, match="temperature"):
         generate(model, sitp.zeros((1, 1), dtype=sitp.long), 1, temperature=0.0)
+
+
+def test_sampling_file_runs_with_torch():
+    """sampling.py is PyTorch code too: its torch copy samples from a torch model."""
+    t_sampling = load_module("sampling", "torch")
+    spec = MODELS["gpt"]
+    tmodel = spec.build(spec.make_config("torch", vocab_size=V), "torch").eval()
+    g = torch.Generator().manual_seed(0)
+    names = t_sampling.sample_names(tmodel, Vocab(load_names("offline")).itos, 3, max_len=6,
+                                    top_k=3, generator=g)
+    assert len(names) == 3 and all(len(n) <= 6 for n in names)
