@@ -74,3 +74,36 @@ def to_host(d_x):
     """Copy a device array back into a new numpy array (waits for the GPU to finish)."""
     return d_x.copy_to_host()
 # --8<-- [end:copies]
+
+
+# --8<-- [start:pool]
+class DevicePool:
+    """Reuse device arrays by (shape, dtype) instead of asking the driver for new memory.
+
+    ``cudaMalloc`` and ``cudaFree`` are slow and synchronise the device; a training step
+    allocates the same activations every time, so a pool hands back what the previous
+    step released. ``hits`` counts the requests served from the pool.
+    """
+
+    def __init__(self):
+        self.free = {}
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def _key(shape, dtype):
+        return tuple(shape), np.dtype(dtype).str
+
+    def empty(self, shape, dtype=np.float32):
+        """An uninitialised device array, recycled when one of that shape is free."""
+        stack = self.free.get(self._key(shape, dtype))
+        if stack:
+            self.hits += 1
+            return stack.pop()
+        self.misses += 1
+        return cuda.device_array(shape, dtype=dtype)
+
+    def release(self, array):
+        """Give an array back; its memory stays allocated, for the next ``empty``."""
+        self.free.setdefault(self._key(array.shape, array.dtype), []).append(array)
+# --8<-- [end:pool]
