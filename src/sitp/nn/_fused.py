@@ -45,7 +45,7 @@ def _new(shape, dtype):
 
 # --8<-- [start:cross_entropy_kernel]
 @njit(cache=True, error_model="numpy")
-def cross_entropy_kernel(z, n_rows, C, target, w, ignore_index, eps, loss, lse, stats):
+def cross_entropy_kernel(z, n_rows, C, target, w, ignore_index, eps, loss, p, stats):
     """Per-row loss of logits ``z`` (rows of C) against class indices ``target``.
 
     With p = softmax(z), w the class weights (ones when none are given) and
@@ -54,8 +54,10 @@ def cross_entropy_kernel(z, n_rows, C, target, w, ignore_index, eps, loss, lse, 
         (1 - eps) * w[t] * (-log p[t])  +  (eps / C) * sum_c w[c] * (-log p[c])
 
     and -log p[c] = lse - z[c], with lse = log sum_c exp(z[c]). A row whose target
-    is ``ignore_index`` loses 0 and weighs 0. Writes ``loss[r]`` and ``lse[r]``;
-    ``stats`` gets (sum of losses, sum of the rows' weights w[t]) for the reductions.
+    is ``ignore_index`` loses 0 and weighs 0. Writes ``loss[r]`` and the row's
+    probabilities into ``p`` (the backward needs them: saving them halves the
+    number of exps, the expensive part); ``stats`` gets (sum of losses, sum of
+    the rows' weights w[t]) for the reductions.
     Returns -1, or the first row whose target is out of [0, C).
     """
     w_all = 0.0
@@ -68,29 +70,31 @@ def cross_entropy_kernel(z, n_rows, C, target, w, ignore_index, eps, loss, lse, 
         t = target[r]
         if t == ignore_index:
             loss[r] = 0.0
-            lse[r] = 0.0
             continue
         if t < 0 or t >= C:
             return r
-        m = -np.inf                       # pass 1: the row max, for a stable exp
-        for c in range(C):
+        m = z[o]                          # pass 1: the row max, for a stable exp
+        for c in range(1, C):             # (m keeps z's dtype: float32 rows use expf)
             v = z[o + c]
             if v > m or v != v:
                 m = v
-        if m == -np.inf:
-            m = 0.0
-        s = 0.0                           # pass 2: sum of exp, and sum of w * z
-        wz = 0.0
+        s = 0.0                           # pass 2: exp(z - m) and their sum (in float64)
         for c in range(C):
-            s += math.exp(z[o + c] - m)
-            wz += w[c] * z[o + c]
-        l = m + math.log(s)
-        nll = l - z[o + t]
-        row = (1.0 - eps) * w[t] * nll
+            e = math.exp(z[o + c] - m)
+            p[o + c] = e
+            s += e
+        wz = 0.0
+        if eps != 0.0:                    # sum of w * z, for the smoothing term
+            for c in range(C):
+                wz += w[c] * z[o + c]
+        inv = 1.0 / s                     # pass 3: normalize
+        for c in range(C):
+            p[o + c] *= inv
+        lse = m + math.log(s)
+        row = (1.0 - eps) * w[t] * (lse - z[o + t])
         if eps != 0.0:
-            row += eps / C * (w_all * l - wz)
+            row += eps / C * (w_all * lse - wz)
         loss[r] = row
-        lse[r] = l
         total += row
         weight += w[t]
     stats[0] = total
@@ -101,11 +105,11 @@ def cross_entropy_kernel(z, n_rows, C, target, w, ignore_index, eps, loss, lse, 
 
 # --8<-- [start:cross_entropy_backward_kernel]
 @njit(cache=True)
-def cross_entropy_backward_kernel(z, n_rows, C, target, w, ignore_index, eps, lse, g, g_step, dz):
+def cross_entropy_backward_kernel(p, n_rows, C, target, w, ignore_index, eps, g, g_step, dz):
     """d(loss)/dz for :func:`cross_entropy_kernel`: softmax minus the target distribution.
 
-    For row r with target t and upstream gradient g[r * g_step] (``g_step`` is 0
-    for a reduced loss):
+    For row r with target t, probabilities p and upstream gradient g[r * g_step]
+    (``g_step`` is 0 for a reduced loss):
 
         dz[c] = g * ( p[c] * ((1 - eps) w[t] + eps/C * sum w)  -  (1 - eps) w[t] [c == t]  -  eps/C w[c] )
 
@@ -123,9 +127,10 @@ def cross_entropy_backward_kernel(z, n_rows, C, target, w, ignore_index, eps, ls
                 dz[o + c] = 0.0
             continue
         gr = g[r * g_step]
-        a = (1.0 - eps) * w[t] + eps / C * w_all
+        a = gr * ((1.0 - eps) * w[t] + eps / C * w_all)
+        b = gr * eps / C
         for c in range(C):
-            dz[o + c] = gr * (math.exp(z[o + c] - lse[r]) * a - eps / C * w[c])
+            dz[o + c] = p[o + c] * a - b * w[c]
         dz[o + t] -= gr * (1.0 - eps) * w[t]
 # --8<-- [end:cross_entropy_backward_kernel]
 
@@ -140,15 +145,15 @@ class CrossEntropy(Function):
         t = target_R.contiguous()
         w = np.ones(C, z.dtype.np) if weight_C is None else _flat(weight_C.to(z.dtype).contiguous())
         loss = _new((R,), z.dtype)
-        lse = np.empty(R, np.float64)
+        p = np.empty(R * C, z.dtype.np)
         stats = np.zeros(2, np.float64)
         bad = cross_entropy_kernel(_flat(z), R, C, _flat(t), w, ignore_index, eps,
-                                   loss._storage, lse, stats)
+                                   loss._storage, p, stats)
         if bad >= 0:
             raise IndexError(
                 f"Target {int(_flat(t)[bad])} is out of bounds: cross_entropy expects class "
                 f"indices in [0, {C}) or ignore_index={ignore_index} (logits of shape (R, C) = {(R, C)})")
-        ctx.z, ctx.t, ctx.w, ctx.lse = z, t, w, lse
+        ctx.p, ctx.t, ctx.w, ctx.shape, ctx.dtype = p, t, w, (R, C), z.dtype
         ctx.ignore_index, ctx.eps, ctx.reduction = ignore_index, eps, reduction
         ctx.denom = stats[1]
         if reduction == "none":
@@ -158,17 +163,15 @@ class CrossEntropy(Function):
 
     @staticmethod
     def backward(ctx, g):
-        z = ctx.z
-        R, C = z.shape
+        (R, C), p, dt = ctx.shape, ctx.p, ctx.dtype
         if ctx.reduction == "none":
-            gc = g.contiguous().to(z.dtype)
-            garr, step = _flat(gc), 1
+            garr, step = _flat(g.to(dt).contiguous()), 1
         else:
             scale = g.item() / (ctx.denom if ctx.reduction == "mean" else 1.0)
-            garr, step = np.array([scale], z.dtype.np), 0
-        dz = _new((R, C), z.dtype)
-        cross_entropy_backward_kernel(_flat(z), R, C, _flat(ctx.t), ctx.w, ctx.ignore_index,
-                                      ctx.eps, ctx.lse, garr, step, dz._storage)
+            garr, step = np.array([scale], dt.np), 0
+        dz = _new((R, C), dt)
+        cross_entropy_backward_kernel(p, R, C, _flat(ctx.t), ctx.w, ctx.ignore_index,
+                                      ctx.eps, garr, step, dz._storage)
         return dz, None, None, None, None, None
 
 
