@@ -132,7 +132,7 @@ def test_matmul_non_contiguous_input():
 
 
 @pytest.mark.parametrize("dtype", FLOATS + [np.int64])
-@pytest.mark.parametrize("shape", [(128, 32, 16, 32), (3, 7, 5, 9), (1, 1, 1, 1), (2, 0, 3, 4),
+@pytest.mark.parametrize("shape", [(128, 32, 16, 32), (256, 32, 32, 32), (3, 7, 5, 9), (1, 1, 1, 1), (2, 0, 3, 4),
                                    (4, 3, 0, 5), (5, 60, 50, 70), (1, 130, 100, 120)])
 def test_bmm(shape, dtype):
     nb, M, K, N = shape

@@ -26,8 +26,11 @@ import numpy as np
 PAUSE_S = 0.3  # between phases: lets OpenBLAS / OpenMP worker threads fall asleep
 
 
+CLOCK = "wall"  # or "cpu"; set by the subcommands' --clock option
+
+
 def median_time(fn, repeats=5, warmup=1, max_s=None, n_threads=None):
-    """Median wall time of ``fn()`` in seconds over ``repeats`` calls.
+    """Median time of ``fn()`` in seconds over ``repeats`` calls.
 
     Args:
         fn: callable with no arguments.
@@ -35,28 +38,46 @@ def median_time(fn, repeats=5, warmup=1, max_s=None, n_threads=None):
         warmup: untimed calls first (compilation, caches).
         max_s: stop early once this many seconds have been spent timing
             (at least one timed call is always made).
-        n_threads: if given, keep only *uncontended* calls: those during which
-            this process got at least 90% of n_threads cores (process CPU time
-            >= 0.9 * n_threads * wall time). Another program that takes a core
-            away makes a call slow without saying anything about the kernel. Up
-            to 3 * repeats calls are made to collect ``repeats`` clean ones; if
-            fewer are clean, the fastest half of all calls is used.
+        n_threads: the number of threads ``fn`` runs on. With the wall clock,
+            only *uncontended* calls are kept: those during which this process
+            got at least 90% of n_threads cores (process CPU time >= 0.9 *
+            n_threads * wall time), since a call slowed by another program says
+            nothing about the kernel. Up to 3 * repeats calls are made to
+            collect ``repeats`` clean ones; if fewer are clean, the fastest half
+            of all calls is used.
+
+    With ``CLOCK == "cpu"`` (for a machine that other jobs keep busy), the time
+    of a call is instead the CPU time it used divided by n_threads: the calling
+    thread's CPU time for one thread (numba and OpenBLAS then run on the calling
+    thread), the whole process's for more. Time during which another program
+    held the core is not counted; time spent spinning at a barrier is. The
+    kernel's CPU clocks advance in scheduler ticks, so each sample is a run of
+    back-to-back calls lasting at least 0.1 s, divided by the number of calls.
     """
     for _ in range(warmup):
         fn()
     clean, every = [], []
     start = time.perf_counter()
-    attempts = repeats if n_threads is None else 3 * repeats
+    cpu_clock = CLOCK == "cpu" and n_threads is not None
+    cpu_fn = time.thread_time if n_threads == 1 else time.process_time
+    attempts = repeats if (n_threads is None or cpu_clock) else 3 * repeats
     for _ in range(attempts):
-        c0, t0 = time.process_time(), time.perf_counter()
+        c0, t0 = cpu_fn(), time.perf_counter()
         fn()
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        every.append(wall)
-        if n_threads is None or cpu >= 0.9 * n_threads * wall:
-            clean.append(wall)
+        calls = 1
+        while cpu_clock and time.perf_counter() - t0 < 0.1:
+            fn()
+            calls += 1
+        wall, cpu = time.perf_counter() - t0, cpu_fn() - c0
+        if cpu_clock:
+            clean.append(cpu / n_threads / calls)
+        else:
+            every.append(wall)
+            if n_threads is None or cpu >= 0.9 * n_threads * wall:
+                clean.append(wall)
         if len(clean) >= repeats or (max_s is not None and time.perf_counter() - start > max_s):
             break
-    if n_threads is not None and len(clean) < (repeats + 1) // 2:
+    if not cpu_clock and n_threads is not None and len(clean) < (repeats + 1) // 2:
         clean = sorted(every)[: max(1, len(every) // 2)]
     return statistics.median(clean)
 

@@ -9,7 +9,7 @@ import statistics
 
 import numpy as np
 
-from .. import blas
+from .. import bench, blas
 from . import machine_info, median_time, pause, threads, wait_for_idle
 
 # name, kernel, uses threads, largest N to time (the naive loop takes seconds beyond)
@@ -30,6 +30,9 @@ def add_arguments(p):
     p.add_argument("--rounds", type=int, default=3,
                    help="repeat every measurement this many rounds; report the median")
     p.add_argument("--skip-level12", action="store_true", help="skip saxpy/sgemv")
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="wall: elapsed time (default); cpu: CPU time / threads, for a machine "
+                        "that other jobs keep busy (see sitp.bench.median_time)")
     p.add_argument("--max-wait", type=float, default=30.0,
                    help="before each measurement, wait up to this many seconds for the CPUs to be idle")
     p.add_argument("--json", help="also write the results to this JSON file")
@@ -124,11 +127,12 @@ def level12_table(res, thread_counts):
 
 
 def main(args):
+    bench.CLOCK = args.clock
     print(f"Machine: {machine_info()}\n")
     res = gemm_gflops(args.sizes, args.threads, args.repeats, args.rounds, max_wait=args.max_wait)
     print("GEMM, float32, C += A @ B with square N x N matrices: GFLOP/s "
           "(ratio to numpy/OpenBLAS with the same number of threads), "
-          f"median of {args.rounds} rounds x {args.repeats} calls\n")
+          f"median of {args.rounds} rounds x {args.repeats} calls, {args.clock} clock\n")
     print(gemm_table(res, args.sizes, args.threads))
     l12 = {}
     if not args.skip_level12:
@@ -138,7 +142,7 @@ def main(args):
         print(level12_table(l12, args.threads))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"machine": machine_info(),
+            json.dump({"machine": machine_info(), "clock": args.clock,
                        "gemm": [{"kernel": k, "threads": t, "n": n, "gflops": g} for (k, t, n), g in res.items()],
                        "level12": [{"kernel": k, "threads": t, "gbps": g} for (k, t), g in l12.items()]},
                       f, indent=1)

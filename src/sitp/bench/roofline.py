@@ -12,7 +12,7 @@ import json
 import numpy as np
 from numba import njit, prange
 
-from .. import blas
+from .. import bench, blas
 from . import machine_info, median_time, pause, threads, wait_for_idle
 
 
@@ -58,17 +58,26 @@ def measure_peak(n_threads, kc=256, reps=20000):
 
 
 def measure_bandwidth(n_threads, n, reps):
-    """GB/s of the triad on float32 arrays of n elements (12 bytes per element)."""
+    """GB/s of the triad on float32 arrays of n elements.
+
+    Counts 16 bytes per element: reading b[i] and c[i], writing a[i], and reading
+    a[i]'s cache line before writing it (write-allocate: a store to a line that is
+    not in L1 first fetches the line). STREAM itself counts 12 and so reports 3/4
+    of the traffic the memory system really carries.
+    """
     rng = np.random.default_rng(0)
     a, b, c = (rng.random(n, dtype=np.float32) for _ in range(3))
     sec = median_time(lambda: triad_repeat(a, b, c, np.float32(0.5), n_threads, reps), 5, n_threads=n_threads)
-    return 12.0 * n * reps / sec / 1e9
+    return 16.0 * n * reps / sec / 1e9
 
 
 def add_arguments(p):
     p.add_argument("--out", default="roofline.png", help="where to save the figure (PNG)")
     p.add_argument("--gemm-json", help="results of `python -m sitp.bench gemm --json` to plot as points; "
                                        "without it the ladder is measured here at N=512 and 1024 (slower)")
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="wall: elapsed time (default); cpu: CPU time / threads, for a machine "
+                        "that other jobs keep busy (see sitp.bench.median_time)")
     p.add_argument("--max-wait", type=float, default=30.0,
                    help="before each measurement, wait up to this many seconds for the CPUs to be idle")
     p.add_argument("--json", help="also write the measured roofs to this JSON file")
@@ -82,6 +91,7 @@ def intensity_gemm(n):
 def main(args):
     from .gemm import gemm_gflops, level12_gbps
 
+    bench.CLOCK = args.clock
     roofs = {}
     for t in (1, 2):
         with threads(t) as t_:
@@ -92,7 +102,7 @@ def main(args):
             roofs[f"dram_{t_}"] = measure_bandwidth(t_, 1 << 24, 2)      # 3 x 64 MiB: far beyond L3
             wait_for_idle(args.max_wait)
             roofs[f"l2_{t_}"] = measure_bandwidth(t_, 8192 * t_, 4000)   # 3 x 32 KiB per thread
-    print(f"Machine: {machine_info()}\n")
+    print(f"Machine: {machine_info()}, {args.clock} clock\n")
     print("| ceiling | 1 thread | 2 threads |\n|---|---|---|")
     print(f"| peak (micro-kernel in L1), GFLOP/s | {roofs['peak_1']:.1f} | {roofs.get('peak_2', 0):.1f} |")
     print(f"| triad bandwidth, DRAM, GB/s | {roofs['dram_1']:.1f} | {roofs.get('dram_2', 0):.1f} |")
@@ -133,7 +143,7 @@ def draw(roofs, points, out):
 
     peak, dram, l2 = roofs["peak_2"], roofs["dram_2"], roofs["l2_2"]
     x = np.logspace(-1.2, 3, 400)
-    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=130)
+    fig, ax = plt.subplots(figsize=(10, 4.8), dpi=130)
     ax.loglog(x, np.minimum(peak, dram * x), color="black", lw=2,
               label=f"roofline, 2 threads: DRAM {dram:.0f} GB/s, peak {peak:.0f} GFLOP/s")
     ax.loglog(x, np.minimum(peak, l2 * x), color="gray", ls="--", lw=1,
@@ -146,7 +156,7 @@ def draw(roofs, points, out):
     ax.set_ylabel("GFLOP/s")
     ax.set_title("Roofline of this machine, float32, with the GEMM ladder")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)

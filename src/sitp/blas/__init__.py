@@ -24,7 +24,7 @@ Example:
 import numpy as np
 
 from .. import _env  # noqa: F401  (must run before numba compiles anything)
-from .batched import SMALL_MNK, bmm_kernel
+from .batched import PARALLEL_BMM_MNK, SMALL_MNK, bmm_kernel, bmm_kernel_serial
 from .ladder import gemm_blocked, gemm_ikj, gemm_naive
 from .level1 import saxpy, triad
 from .level2 import sgemv
@@ -107,8 +107,10 @@ def bmm(a, b):
         ValueError: batch sizes or inner dimensions differ, or the dtypes differ.
 
     Small products (the usual case in attention) run one per thread through
-    :func:`bmm_kernel`. A batch of fewer large products than threads instead
-    calls :func:`matmul` per product, so each gets all the threads.
+    :func:`bmm_kernel`; a batch with less than about 4 million multiply-adds in
+    all stays on one thread (:func:`bmm_kernel_serial`), where starting a parallel
+    region would cost more than it saves. A batch of fewer large products than
+    threads instead calls :func:`matmul` per product, so each gets all the threads.
     """
     a, b = _check(a, b, 3, "bmm")
     n_batch, M, K = a.shape
@@ -121,5 +123,8 @@ def bmm(a, b):
         for i in range(n_batch):
             c[i] = matmul(a[i], b[i])
         return c
-    bmm_kernel(a, b, c)
+    if n_batch * M * N * K < PARALLEL_BMM_MNK:
+        bmm_kernel_serial(a, b, c)
+    else:
+        bmm_kernel(a, b, c)
     return c

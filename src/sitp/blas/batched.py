@@ -14,6 +14,11 @@ from .small import gemm_small
 # Products with fewer multiply-adds than this skip packing (gemm_small): while B
 # fits in L2, packing costs more than it saves. Measured crossover: about 200^3.
 SMALL_MNK = 192 * 192 * 192
+# Below this many multiply-adds in the whole batch (about 100 us of work on one
+# core) bmm stays on one thread: on a machine whose cores are busy with other
+# jobs, a parallel region can wait a whole scheduler time slice (milliseconds)
+# for its second thread.
+PARALLEL_BMM_MNK = 1 << 22
 
 
 # --8<-- [start:bmm]
@@ -33,3 +38,16 @@ def bmm_kernel(A, B, C):
         else:
             gemm_packed(A[b], B[b], C[b])
 # --8<-- [end:bmm]
+
+
+@njit(cache=True)
+def bmm_kernel_serial(A, B, C):
+    """bmm_kernel on the calling thread only (same arguments)."""
+    n_batch, M, K = A.shape
+    N = B.shape[2]
+    small = M * N * K < SMALL_MNK
+    for b in range(n_batch):
+        if small:
+            gemm_small(A[b], B[b], C[b])
+        else:
+            gemm_packed(A[b], B[b], C[b])
