@@ -380,6 +380,24 @@ def flash_backward_dq_kernel(D, BR=32, BC=32):
 # --8<-- [end:flash_backward]
 
 
+# --8<-- [start:reference]
+def reference(Q, K, V, causal=False, scale=None):
+    """numpy, in float64: O = softmax(scale Q K^T + mask) V and the row logsumexp L.
+
+    The oracle the kernels are checked against; it builds the full (B, H, T, T) matrix.
+    """
+    T, D = Q.shape[-2:]
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    S = scale * (Q.astype(np.float64) @ np.swapaxes(K, -1, -2))  # (B, H, T, T)
+    if causal:
+        S = np.where(np.tril(np.ones((T, T), dtype=bool)), S, -np.inf)
+    m = S.max(axis=-1, keepdims=True)
+    P = np.exp(S - m)
+    l = P.sum(axis=-1, keepdims=True)
+    return (P / l) @ V, (m + np.log(l))[..., 0]
+# --8<-- [end:reference]
+
+
 def _check(Q, K, V):
     if Q.ndim != 4 or Q.shape != K.shape or Q.shape != V.shape:
         raise ValueError(f"attention: Q, K, V must share one (B, H, T, D) shape, got "
