@@ -537,3 +537,61 @@ def test_pad(mode, pads):
     x = rng(19).standard_normal((2, 3, 5))
     value = 1.5 if mode == "constant" else None
     check(lambda x: F.pad(x, pads, mode, value), lambda x: TF.pad(x, pads, mode, value), [x], np.float64)
+
+
+# ------------------------------------------- the composed (GPU) paths, run on the CPU
+@pytest.mark.parametrize("smoothing", [0.0, 0.2])
+@pytest.mark.parametrize("weight", [False, True])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_composed_path(smoothing, weight, reduction):
+    """On a GPU, cross_entropy composes log_softmax and gather; same values and gradients."""
+    r = rng(20)
+    x, t, w = r.standard_normal((33, 27)), r.integers(0, 27, 33), r.random(27)
+    t[[2, 5]] = -100
+    check(lambda x, t, w: F._cross_entropy_composed(x, t, w if weight else None, -100, smoothing, reduction),
+          lambda x, t, w: TF.cross_entropy(x, t, w if weight else None, reduction=reduction,
+                                           label_smoothing=smoothing), [x, t, w], np.float64, frozen=(2,))
+
+
+def test_layer_norm_composed_path():
+    r = rng(21)
+    x, w, b = r.standard_normal((4, 5, 6)), r.standard_normal((5, 6)), r.standard_normal((5, 6))
+    check(lambda x, w, b: F._layer_norm_composed(x, 2, w, b, 1e-5),
+          lambda x, w, b: TF.layer_norm(x, (5, 6), w, b), [x, w, b], np.float64)
+
+
+@pytest.mark.parametrize("kind", ["none", "causal", "bool", "float"])
+def test_sdpa_composed_path(kind):
+    q, k, v = _sdpa_arrays(np.float64, batch=(2,), L=3, S=4)
+    m = {"bool": np.array([[True, True, False, False], [False] * 4, [True] * 4]),
+         "float": np.where(rng(22).random((3, 4)) > 0.3, rng(23).standard_normal((3, 4)), -np.inf)}.get(kind)
+    if kind == "float":
+        m[1] = -np.inf                                            # a fully masked row
+    causal = kind == "causal"
+    s, t = leaves(q, k, v)
+    ms, mt = (sitp.tensor(m), torch.tensor(m)) if m is not None else (None, None)
+    ys = F._sdpa_composed(*s, ms, 0.0, causal, 0.5)
+    yt = TF.scaled_dot_product_attention(*t, attn_mask=mt, is_causal=causal, scale=0.5)
+    close(ys, yt)
+    ys.sum().backward()
+    yt.sum().backward()
+    for a, b in zip(s, t):
+        assert np.all(np.isfinite(np_of(a.grad)))
+        close(a.grad, b.grad)
+
+
+def test_functional_on_a_device_if_there_is_one():
+    """With a CUDA backend (or numba's simulator), the composed paths run on the device."""
+    try:
+        x = sitp.randn(4, 5).to("cuda")
+    except Exception as e:  # no device backend in this build
+        pytest.skip(f"no device tensors: {e}")
+    t = sitp.tensor([0, 4, -100, 2]).to("cuda")
+    ce = F.cross_entropy(x, t, label_smoothing=0.1)
+    close(ce.cpu(), TF.cross_entropy(torch.tensor(np_of(x.cpu())), torch.tensor([0, 4, -100, 2]),
+                                     label_smoothing=0.1), np.float32)
+    close(F.layer_norm(x, (5,)).cpu(), TF.layer_norm(torch.tensor(np_of(x.cpu())), (5,)), np.float32)
+    q = x.reshape(1, 4, 5)
+    qt = torch.tensor(np_of(q.cpu()))
+    close(F.scaled_dot_product_attention(q, q, q, is_causal=True).cpu(),
+          TF.scaled_dot_product_attention(qt, qt, qt, is_causal=True), np.float32)

@@ -51,6 +51,14 @@ def _reduce(loss, reduction):
     return loss.sum() if reduction == "sum" else loss.mean()
 
 
+def _on_host(*tensors):
+    """Whether every tensor lives on the CPU. The fused kernels of ``_fused.py`` are
+    numba CPU code; for tensors on a GPU, :func:`cross_entropy`, :func:`layer_norm`
+    and :func:`scaled_dot_product_attention` fall back to compositions of ops, each
+    of which runs on the tensors' own backend (``sitp.gpu`` has the fused GPU kernels)."""
+    return all(t is None or isinstance(t._storage, np.ndarray) for t in tensors)
+
+
 def _check_tensor(name, x):
     if not isinstance(x, Tensor):
         raise TypeError(f"{name}(): expected a sitp Tensor, got {type(x).__name__}")
@@ -156,7 +164,7 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
         return input
     if p == 1.0:
         return input * 0
-    keep = (rand(*input.shape, dtype=input.dtype) >= p).to(input.dtype) * (1.0 / (1.0 - p))
+    keep = (rand(*input.shape, dtype=input.dtype, device=input.device) >= p).to(input.dtype) * (1.0 / (1.0 - p))
     out = input * keep
     return input.copy_(out) if inplace else out
 
@@ -209,9 +217,20 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None, eps: flo
             raise RuntimeError(f"layer_norm(): {name} of shape {tuple(t.shape)} does not match "
                                f"normalized_shape {shape}")
     x = input if input.dtype.is_floating_point else input.float()
-    n = math.prod(shape)
-    return _fused.LayerNorm.apply(x, weight, bias, n, eps)
+    if not _on_host(x, weight, bias):
+        return _layer_norm_composed(x, k, weight, bias, eps)
+    return _fused.LayerNorm.apply(x, weight, bias, math.prod(shape), eps)
 # --8<-- [end:layer_norm]
+
+
+def _layer_norm_composed(x, k, weight, bias, eps):
+    """What ``_fused.LayerNorm`` computes, as a composition of ops (the GPU path)."""
+    dims = tuple(range(x.ndim - k, x.ndim))
+    xc = x - x.mean(dims, keepdim=True)
+    y = xc * ((xc * xc).mean(dims, keepdim=True) + eps).rsqrt()
+    if weight is not None:
+        y = y * weight
+    return y if bias is None else y + bias
 
 
 def rms_norm(input: Tensor, normalized_shape, weight=None, eps=None) -> Tensor:
@@ -392,10 +411,46 @@ def cross_entropy(input: Tensor, target: Tensor, weight=None, size_average=None,
             f"expects a target of shape {batch_shape}, got {tuple(target.shape)}")
     if x.ndim > 2:   # (N, C, d1, ...) -> (N, d1, ..., C) -> rows of C
         x = x.permute(0, *range(2, x.ndim), 1)
-    loss = _fused.CrossEntropy.apply(x.reshape(-1, C), target.reshape(-1), weight,
-                                     ignore_index, float(label_smoothing), reduction)
+    x_RC, t_R = x.reshape(-1, C), target.reshape(-1)
+    if _on_host(x, target, weight):
+        loss = _fused.CrossEntropy.apply(x_RC, t_R, weight, ignore_index, float(label_smoothing),
+                                         reduction)
+    else:
+        loss = _cross_entropy_composed(x_RC, t_R, weight, ignore_index, float(label_smoothing),
+                                       reduction)
     return loss.reshape(batch_shape) if reduction == "none" else loss
 # --8<-- [end:cross_entropy]
+
+
+def _cross_entropy_composed(x_RC, t_R, weight, ignore_index, eps, reduction):
+    """What ``_fused.CrossEntropy`` computes, as a composition of ops (the GPU path)."""
+    C = x_RC.shape[1]
+    logp = x_RC.log_softmax(1)
+    loss, w_R, keep = _nll_rows(logp, t_R, weight, ignore_index, "cross_entropy")
+    if eps:
+        wl = logp if weight is None else logp * weight.to(logp.dtype)
+        loss = (1 - eps) * loss - (eps / C) * wl.sum(1) * keep.to(logp.dtype)
+    if reduction == "none":
+        return loss
+    return loss.sum() if reduction == "sum" else loss.sum() / w_R.sum()
+
+
+def _nll_rows(logp_RC, t_R, weight, ignore_index, name):
+    """(-weight[t] * logp[r, t] per row r, weight[t] per row, kept rows), ignored rows 0."""
+    C = logp_RC.shape[1]
+    keep = t_R != ignore_index
+    if t_R.numel():
+        bad = keep & ((t_R < 0) | (t_R >= C))
+        if bad.any().item():
+            v = int(t_R.cpu()[bad.cpu()][0].item())
+            raise IndexError(f"Target {v} is out of bounds: {name} expects class indices in "
+                             f"[0, {C}) or ignore_index={ignore_index}")
+    safe = t_R * keep.long()                                                # ignored rows -> class 0
+    picked = logp_RC.gather(1, safe.unsqueeze(1)).squeeze(1)                # (R,)
+    w_R = keep.to(logp_RC.dtype)
+    if weight is not None:
+        w_R = weight.to(logp_RC.dtype)[safe] * w_R
+    return -picked * w_R, w_R, keep
 
 
 def _cross_entropy_probs(x, target, weight, reduction, eps, class_dim):
@@ -439,23 +494,10 @@ def nll_loss(input: Tensor, target: Tensor, weight=None, size_average=None, igno
         raise RuntimeError(f"nll_loss(): input of shape {tuple(input.shape)} expects a target of "
                            f"shape {batch_shape}, got {tuple(target.shape)}")
     x = input.permute(*[d for d in range(input.ndim) if d != class_dim], class_dim).reshape(-1, C)
-    t = target.reshape(-1)
-    keep = t != ignore_index
-    if t.numel():
-        bad = keep & ((t < 0) | (t >= C))
-        if bad.any().item():
-            v = int(t[bad][0].item())
-            raise IndexError(f"Target {v} is out of bounds: nll_loss expects class indices in "
-                             f"[0, {C}) or ignore_index={ignore_index}")
-    safe = t.where(keep, t.new_zeros(()))
-    picked = x.gather(1, safe.unsqueeze(1)).squeeze(1)                     # (R,)
-    w = keep.to(x.dtype) if weight is None else weight.to(x.dtype)[safe] * keep.to(x.dtype)
-    loss = -picked * w
+    loss, w_R, _ = _nll_rows(x, target.reshape(-1), weight, ignore_index, "nll_loss")
     if reduction == "none":
         return loss.reshape(batch_shape)
-    if reduction == "sum":
-        return loss.sum()
-    return loss.sum() / w.sum()
+    return loss.sum() if reduction == "sum" else loss.sum() / w_R.sum()
 
 
 def mse_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean",
@@ -558,11 +600,38 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
                                f"{tuple(attn_mask.shape)} cannot broadcast to the scores' shape "
                                f"{scores_shape}") from None
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    if not _on_host(query, key, value, attn_mask):
+        return _sdpa_composed(query, key, value, attn_mask, dropout_p, bool(is_causal), scale)
     if dropout_p == 0.0:
         return _fused.Attention.apply(query, key, value, attn_mask, scale, bool(is_causal))
     p_LS = _fused.MaskedSoftmax.apply(query @ key.mT, attn_mask, scale, bool(is_causal))
     return dropout(p_LS, dropout_p) @ value
 # --8<-- [end:sdpa]
+
+
+def _sdpa_composed(q, k, v, mask, dropout_p, causal, scale):
+    """Attention as a composition of ops (the GPU path), with the fused path's semantics.
+
+    Masked scores are set to the dtype's most negative finite number rather than
+    -inf, and rows with no key are zeroed after the softmax: no NaN appears, in
+    the values or in the gradients.
+    """
+    L, S = q.shape[-2], k.shape[-2]
+    s = (q @ k.mT) * scale                                                  # (..., L, S)
+    allowed = None
+    if causal:
+        allowed = arange(L, device=q.device).unsqueeze(1) >= arange(S, device=q.device)
+    elif mask is not None and mask.dtype is bool_:
+        allowed = mask
+    elif mask is not None:
+        allowed = mask != -math.inf
+        s = s + mask.masked_fill(~allowed, 0.0)
+    if allowed is not None:
+        s = s.masked_fill(~allowed, float(np.finfo(q.dtype.np).min))
+    p = s.softmax(-1)
+    if allowed is not None:
+        p = p * allowed.any(-1, keepdim=True).to(p.dtype)                  # rows with no key: 0
+    return dropout(p, dropout_p) @ v
 
 
 def _repeat_heads(t, h):
