@@ -5,7 +5,7 @@ Indexing happens in two steps:
 1. *Basic* indexing — ints, slices (with steps), ``None`` and ``...`` — only
    changes shape, strides and offset: a view, no copy.
 2. *Advanced* indexing — integer tensors (or lists) and boolean masks — picks
-   entries by position and so must copy (a gather, ``cpu.take``). Index
+   entries by position and so must copy (a gather, ``take`` in the backend). Index
    arrays broadcast together; when they are separated by a slice their dims
    go first, as in NumPy.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import cpu, ops
+from . import backend, ops
 from .dtypes import bool_, int64
 
 _ADV = object()  # marks a dim that an index array will select
@@ -173,13 +173,13 @@ def setitem(x, key, value, accumulate=False):
         _check_broadcast(v, view.shape)
         if accumulate:
             v = view + v
-        cpu.assign(view, v)
+        backend.of(view).assign(view, v)
         return
     view, a, idx, bshape = _adv_plan(view, adv)
     k = idx.shape[0]
     out_shape = tuple(view.shape[:a]) + tuple(bshape) + tuple(view.shape[a + k:])
     _check_broadcast(v, out_shape)
-    cpu.put(view, a, idx, v.expand(out_shape), accumulate)
+    backend.of(view).put(view, a, idx, v.expand(out_shape), accumulate)
 
 
 def _check_broadcast(v, shape):

@@ -13,11 +13,26 @@ from .strides import contiguous_strides
 from .tensor import Tensor, device as _device
 
 
-def _check_device(device):
-    if device is not None and _device(device).type != "cpu":
-        raise RuntimeError(
-            f"sitp was asked for device {device!s}, but this build runs on the CPU "
-            f"(sitp.cuda.is_available() is False)")
+def _on_cuda(device) -> bool:
+    """Whether ``device`` names the GPU (checking that one can be used)."""
+    if device is None:
+        return False
+    d = _device(device)
+    if d.type == "cuda":
+        from .cuda import _require
+
+        _require()
+        return True
+    return False
+
+
+def _place(t: Tensor, device) -> Tensor:
+    """Move a freshly made CPU tensor to ``device`` (a copy, at creation only)."""
+    if _on_cuda(device):
+        from .cuda_backend import to_device
+
+        return to_device(t)
+    return t
 
 
 def _from_numpy_owned(arr: np.ndarray) -> Tensor:
@@ -60,7 +75,6 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
         TypeError: for strings or objects that are not numbers.
         ValueError: for ragged nested lists.
     """
-    _check_device(device)
     if isinstance(data, Tensor):
         arr = data._np().copy()
     elif isinstance(data, (np.ndarray, np.generic)):
@@ -79,7 +93,7 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
         raise TypeError(
             f"sitp.tensor() takes numbers, nested lists of numbers or arrays; got data of "
             f"type {type(data).__name__} (numpy dtype {arr.dtype})")
-    t = _from_numpy_owned(arr if dtype is None else arr.astype(to_dtype(dtype).np))
+    t = _place(_from_numpy_owned(arr if dtype is None else arr.astype(to_dtype(dtype).np)), device)
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -87,7 +101,8 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
 
 
 def as_tensor(data, dtype=None, device=None) -> Tensor:
-    if isinstance(data, Tensor) and (dtype is None or to_dtype(dtype) is data.dtype):
+    if isinstance(data, Tensor) and (dtype is None or to_dtype(dtype) is data.dtype) and (
+            device is None or _device(device) == data.device):
         return data
     return tensor(data, dtype=dtype, device=device)
 
@@ -101,15 +116,19 @@ def from_numpy(arr: np.ndarray) -> Tensor:
 
 def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """A tensor of ``size`` filled with ``fill_value``."""
-    _check_device(device)
     size = _size((size,) if isinstance(size, (int, np.integer)) else size)
     if dtype is None:
         dtype = bool_ if isinstance(fill_value, bool) else (
             int64 if isinstance(fill_value, numbers.Integral) else float32)
     dtype = to_dtype(dtype)
-    storage = np.empty(math.prod(size), dtype.np)
-    storage.fill(fill_value)  # a memset: numpy as a buffer
-    t = Tensor._make(storage, size, contiguous_strides(size), 0, dtype)
+    if _on_cuda(device):
+        from .cuda_backend import fill
+
+        t = fill(size, fill_value, dtype)
+    else:
+        storage = np.empty(math.prod(size), dtype.np)
+        storage.fill(fill_value)  # a memset: numpy as a buffer
+        t = Tensor._make(storage, size, contiguous_strides(size), 0, dtype)
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -126,31 +145,35 @@ def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
 def empty(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     size = _size(size)
     d = to_dtype(dtype) if dtype is not None else float32
-    t = Tensor._make(np.empty(math.prod(size), d.np), size, contiguous_strides(size), 0, d)
+    if _on_cuda(device):
+        from .cuda_backend import _new
+
+        t = _new(size, d)
+    else:
+        t = Tensor._make(np.empty(math.prod(size), d.np), size, contiguous_strides(size), 0, d)
     if requires_grad:
         t.requires_grad_(True)
     return t
 
 
-def zeros_like(t, dtype=None, requires_grad=False) -> Tensor:
-    return zeros(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+def zeros_like(t, dtype=None, requires_grad=False, device=None) -> Tensor:
+    return zeros(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad, device=device or t.device)
 
 
-def ones_like(t, dtype=None, requires_grad=False) -> Tensor:
-    return ones(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+def ones_like(t, dtype=None, requires_grad=False, device=None) -> Tensor:
+    return ones(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad, device=device or t.device)
 
 
-def full_like(t, fill_value, dtype=None) -> Tensor:
-    return full(t.shape, fill_value, dtype=dtype or t.dtype)
+def full_like(t, fill_value, dtype=None, device=None) -> Tensor:
+    return full(t.shape, fill_value, dtype=dtype or t.dtype, device=device or t.device)
 
 
-def empty_like(t, dtype=None) -> Tensor:
-    return empty(t.shape, dtype=dtype or t.dtype)
+def empty_like(t, dtype=None, device=None) -> Tensor:
+    return empty(t.shape, dtype=dtype or t.dtype, device=device or t.device)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Values from ``start`` up to (not including) ``end`` in steps of ``step``."""
-    _check_device(device)
     if end is None:
         start, end = 0, start
     if step == 0:
@@ -160,7 +183,12 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
             f"upper bound and larger bound inconsistent with step sign (start={start}, end={end}, step={step})")
     if dtype is None:
         dtype = int64 if all(isinstance(v, numbers.Integral) for v in (start, end, step)) else float32
-    t = cpu.arange(start, end, step, to_dtype(dtype))
+    if _on_cuda(device):
+        from . import cuda_backend
+
+        t = cuda_backend.arange(start, end, step, to_dtype(dtype))
+    else:
+        t = cpu.arange(start, end, step, to_dtype(dtype))
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -172,14 +200,14 @@ def linspace(start, end, steps: int, dtype=None, device=None) -> Tensor:
         raise RuntimeError(f"number of steps must be non-negative, got {steps}")
     dtype = to_dtype(dtype) if dtype is not None else float32
     if steps == 1:
-        return full((1,), start, dtype=dtype)
+        return full((1,), start, dtype=dtype, device=device)
     step = (end - start) / (steps - 1) if steps > 1 else 0.0
     out = cpu.arange(0, steps, 1, to_dtype("float64")) * step + start
-    return out.to(dtype)
+    return _place(out.to(dtype), device)
 
 
 def eye(n: int, m=None, dtype=None, device=None) -> Tensor:
     """The identity matrix (n x m)."""
     m = n if m is None else m
-    ones_ = ones(n, m, dtype=dtype)
+    ones_ = ones(n, m, dtype=dtype, device=device)
     return ones_.tril().triu()

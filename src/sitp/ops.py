@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from . import cpu
+from . import backend
 from .autograd import Function
 from .strides import contiguous_strides, numel
 
@@ -106,7 +106,7 @@ class Unary(Function):
 
     @staticmethod
     def forward(ctx, x, op, p0=math.nan, p1=math.nan):
-        y = cpu.unary(op, x, p0, p1)
+        y = backend.of(x).unary(op, x, p0, p1)
         ctx.op, ctx.p0, ctx.p1 = op, p0, p1
         ctx.save_for_backward(x, y)
         return y
@@ -135,7 +135,7 @@ BINARY_GRAD = {
 
 def _safe_log(a):
     # d(a^b)/db = a^b log a; PyTorch takes it as 0 where a == 0.
-    return cpu.where(a == 0, a * 0, a.log()) if (a == 0).any().item() else a.log()
+    return backend.of(a).where(a == 0, a * 0, a.log()) if (a == 0).any().item() else a.log()
 
 
 def _split_ties(g, wins, ties):
@@ -149,7 +149,7 @@ class Binary(Function):
 
     @staticmethod
     def forward(ctx, a, b, op):
-        y = cpu.binary(op, a, b)
+        y = backend.of(a, b).binary(op, a, b)
         ctx.op = op
         ctx.save_for_backward(a, b, y)
         return y
@@ -170,15 +170,15 @@ class Where(Function):
     def forward(ctx, cond, a, b):
         ctx.save_for_backward(cond)
         ctx.shapes = (a.shape, b.shape)
-        return cpu.where(cond, a, b)
+        return backend.of(cond, a, b).where(cond, a, b)
 
     @staticmethod
     def backward(ctx, g):
         (cond,) = ctx.saved_tensors
         zero = g.new_zeros(())
         return (None,
-                unbroadcast(cpu.where(cond, g, zero), ctx.shapes[0]),
-                unbroadcast(cpu.where(cond, zero, g), ctx.shapes[1]))
+                unbroadcast(backend.of(g).where(cond, g, zero), ctx.shapes[0]),
+                unbroadcast(backend.of(g).where(cond, zero, g), ctx.shapes[1]))
 
 
 class Cast(Function):
@@ -187,11 +187,31 @@ class Cast(Function):
     @staticmethod
     def forward(ctx, x, dtype):
         ctx.dtype = x.dtype
-        return cpu.copy(x, dtype)
+        return backend.of(x).copy(x, dtype)
 
     @staticmethod
     def backward(ctx, g):
         return g.to(ctx.dtype)
+
+
+class ToDevice(Function):
+    """Copy between host and GPU memory; the gradient is copied back."""
+
+    @staticmethod
+    def forward(ctx, x, target):
+        from . import cuda_backend
+
+        ctx.source = x.device.type
+        if target == "cuda":
+            from .cuda import _require
+
+            _require()
+            return cuda_backend.to_device(x)
+        return cuda_backend.to_host(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to(ctx.source)
 
 
 class Clone(Function):
@@ -199,7 +219,7 @@ class Clone(Function):
 
     @staticmethod
     def forward(ctx, x):
-        return cpu.copy(x)
+        return backend.of(x).copy(x)
 
     @staticmethod
     def backward(ctx, g):
@@ -261,7 +281,7 @@ class Slice(Function):
     def backward(ctx, g):
         from .creation import zeros
 
-        z = zeros(ctx.shape, dtype=g.dtype)
+        z = zeros(ctx.shape, dtype=g.dtype, device=g.device)
         z[ctx.key] = g
         return z
 # --8<-- [end:views]
@@ -272,7 +292,7 @@ class Sum(Function):
     @staticmethod
     def forward(ctx, x, dims, keepdim):
         ctx.shape, ctx.dims, ctx.keepdim = x.shape, dims, keepdim
-        return cpu.reduce("sum", x, dims, keepdim)
+        return backend.of(x).reduce("sum", x, dims, keepdim)
 
     @staticmethod
     def backward(ctx, g):
@@ -286,7 +306,7 @@ class MaxAll(Function):
 
     @staticmethod
     def forward(ctx, x, dims, keepdim, is_max):
-        y = cpu.reduce("max" if is_max else "min", x, dims, True)
+        y = backend.of(x).reduce("max" if is_max else "min", x, dims, True)
         ctx.save_for_backward(x, y)
         ctx.dims, ctx.keepdim = dims, keepdim
         return y if keepdim else y.reshape(tuple(n for d, n in enumerate(x.shape) if d not in dims))
@@ -305,7 +325,7 @@ class MaxDim(Function):
 
     @staticmethod
     def forward(ctx, x, dim, keepdim, is_max):
-        values, indices = cpu.argreduce(x, dim, is_max, keepdim)
+        values, indices = backend.of(x).argreduce(x, dim, is_max, keepdim)
         ctx.shape, ctx.dim, ctx.keepdim = x.shape, dim, keepdim
         ctx.save_for_backward(indices)
         return values, indices
@@ -315,7 +335,7 @@ class MaxDim(Function):
         (indices,) = ctx.saved_tensors
         if not ctx.keepdim:
             g, indices = g.unsqueeze(ctx.dim), indices.unsqueeze(ctx.dim)
-        return cpu.scatter_add(ctx.shape, ctx.dim, indices, g, g.dtype)
+        return backend.of(g).scatter_add(ctx.shape, ctx.dim, indices, g, g.dtype)
 # --8<-- [end:reductions]
 
 
@@ -325,7 +345,7 @@ class Softmax(Function):
 
     @staticmethod
     def forward(ctx, x, dim, log):
-        y = cpu.softmax(x, dim, log)
+        y = backend.of(x).softmax(x, dim, log)
         ctx.dim, ctx.log = dim, log
         ctx.save_for_backward(y)
         return y
@@ -333,7 +353,7 @@ class Softmax(Function):
     @staticmethod
     def backward(ctx, g):
         (y,) = ctx.saved_tensors
-        return cpu.softmax_backward(y, g, ctx.dim, ctx.log)
+        return backend.of(y).softmax_backward(y, g, ctx.dim, ctx.log)
 # --8<-- [end:softmax]
 
 
@@ -348,19 +368,20 @@ class MatMul(Function):
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b)
-        return cpu.matmul(a, b)
+        return backend.of(a, b).matmul(a, b)
 
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
         na, nb = ctx.needs_input_grad
-        ga = unbroadcast(cpu.matmul(g, b.mT), a.shape) if na else None
+        mm = backend.of(g).matmul
+        ga = unbroadcast(mm(g, b.mT), a.shape) if na else None
         if nb and b.ndim == 2 and a.ndim > 2:
             # the sum over batch dims of a^T g is one product of the flattened operands
             K, N = b.shape
-            gb = cpu.matmul(a.reshape(-1, K).mT, g.reshape(-1, N))
+            gb = mm(a.reshape(-1, K).mT, g.reshape(-1, N))
         else:
-            gb = unbroadcast(cpu.matmul(a.mT, g), b.shape) if nb else None
+            gb = unbroadcast(mm(a.mT, g), b.shape) if nb else None
         return ga, gb
 # --8<-- [end:matmul]
 
@@ -371,12 +392,12 @@ class Gather(Function):
     def forward(ctx, x, dim, index):
         ctx.shape, ctx.dim = x.shape, dim
         ctx.save_for_backward(index)
-        return cpu.gather(x, dim, index)
+        return backend.of(x).gather(x, dim, index)
 
     @staticmethod
     def backward(ctx, g):
         (index,) = ctx.saved_tensors
-        return cpu.scatter_add(ctx.shape, ctx.dim, index, g, g.dtype)
+        return backend.of(g).scatter_add(ctx.shape, ctx.dim, index, g, g.dtype)
 
 
 class Take(Function):
@@ -388,14 +409,14 @@ class Take(Function):
         k = idx.shape[0]
         ctx.shape, ctx.a, ctx.idx = x.shape, a, idx
         out_shape = tuple(x.shape[:a]) + tuple(idx_shape) + tuple(x.shape[a + k:])
-        return x._wrap_np(cpu.take(x, a, idx), out_shape)
+        return x._wrap_np(backend.of(x).take(x, a, idx), out_shape)
 
     @staticmethod
     def backward(ctx, g):
         from .creation import zeros
 
-        z = zeros(ctx.shape, dtype=g.dtype)
-        cpu.put(z, ctx.a, ctx.idx, g, True)
+        z = zeros(ctx.shape, dtype=g.dtype, device=g.device)
+        backend.of(z).put(z, ctx.a, ctx.idx, g, True)
         return z
 # --8<-- [end:gather]
 
@@ -407,11 +428,11 @@ class Cat(Function):
 
         shape = list(tensors[0].shape)
         shape[dim] = sum(t.shape[dim] for t in tensors)
-        out = empty(shape, dtype=tensors[0].dtype)
+        out = empty(shape, dtype=tensors[0].dtype, device=tensors[0].device)
         start = 0
         ctx.sizes, ctx.dim = [t.shape[dim] for t in tensors], dim
         for t in tensors:
-            cpu.assign(out.narrow(dim, start, t.shape[dim]), t)
+            backend.of(out).assign(out.narrow(dim, start, t.shape[dim]), t)
             start += t.shape[dim]
         return out
 
@@ -426,9 +447,9 @@ class Tri(Function):
     @staticmethod
     def forward(ctx, x, diagonal, upper):
         ctx.diagonal, ctx.upper = diagonal, upper
-        return cpu.tri(x, diagonal, upper)
+        return backend.of(x).tri(x, diagonal, upper)
 
     @staticmethod
     def backward(ctx, g):
-        return cpu.tri(g, ctx.diagonal, ctx.upper)
+        return backend.of(g).tri(g, ctx.diagonal, ctx.upper)
 

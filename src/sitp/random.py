@@ -68,10 +68,10 @@ def _rng(generator):
     return (generator or default_generator)._rng
 
 
-def _wrap(arr, dtype, requires_grad=False):
-    from .creation import _from_numpy_owned
+def _wrap(arr, dtype, requires_grad=False, device=None):
+    from .creation import _from_numpy_owned, _place
 
-    t = _from_numpy_owned(np.ascontiguousarray(arr, dtype=dtype.np))
+    t = _place(_from_numpy_owned(np.ascontiguousarray(arr, dtype=dtype.np)), device)
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -86,24 +86,24 @@ def _shape(size):
     return tuple(int(n) for n in size)
 
 
-def _uniform(shape, a, b, dtype, generator=None):
-    return _wrap(_rng(generator).uniform(a, b, size=shape), dtype)
+def _uniform(shape, a, b, dtype, generator=None, device=None):
+    return _wrap(_rng(generator).uniform(a, b, size=shape), dtype, device=device)
 
 
-def _normal(shape, mean, std, dtype, generator=None):
-    return _wrap(_rng(generator).normal(mean, std, size=shape), dtype)
+def _normal(shape, mean, std, dtype, generator=None, device=None):
+    return _wrap(_rng(generator).normal(mean, std, size=shape), dtype, device=device)
 
 
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
     """Uniform samples in [0, 1)."""
     dtype = to_dtype(dtype) if dtype is not None else float32
-    return _wrap(_rng(generator).random(_shape(size)), dtype, requires_grad)
+    return _wrap(_rng(generator).random(_shape(size)), dtype, requires_grad, device)
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
     """Standard normal samples."""
     dtype = to_dtype(dtype) if dtype is not None else float32
-    return _wrap(_rng(generator).standard_normal(_shape(size)), dtype, requires_grad)
+    return _wrap(_rng(generator).standard_normal(_shape(size)), dtype, requires_grad, device)
 
 
 def randint(low, high=None, size=None, generator=None, dtype=None, device=None):
@@ -115,12 +115,13 @@ def randint(low, high=None, size=None, generator=None, dtype=None, device=None):
     if high <= low:
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
     dtype = to_dtype(dtype) if dtype is not None else int64
-    return _wrap(_rng(generator).integers(low, high, size=_shape((size,))), dtype)
+    return _wrap(_rng(generator).integers(low, high, size=_shape((size,))), dtype, device=device)
 
 
 def randperm(n, generator=None, dtype=None, device=None):
     """A random permutation of 0..n-1."""
-    return _wrap(_rng(generator).permutation(n), to_dtype(dtype) if dtype is not None else int64)
+    return _wrap(_rng(generator).permutation(n), to_dtype(dtype) if dtype is not None else int64,
+                 device=device)
 
 
 def normal(mean, std, size=None, generator=None):
@@ -129,11 +130,11 @@ def normal(mean, std, size=None, generator=None):
 
 
 def rand_like(t, dtype=None):
-    return rand(t.shape, dtype=dtype or t.dtype)
+    return rand(t.shape, dtype=dtype or t.dtype, device=t.device)
 
 
 def randn_like(t, dtype=None):
-    return randn(t.shape, dtype=dtype or t.dtype)
+    return randn(t.shape, dtype=dtype or t.dtype, device=t.device)
 
 
 def randint_like(t, low, high=None):
@@ -142,15 +143,12 @@ def randint_like(t, low, high=None):
 
 def bernoulli(p, generator=None):
     """1.0 with probability p (elementwise), else 0.0."""
-    u = rand(p.shape, generator=generator, dtype=p.dtype)
+    u = rand(p.shape, generator=generator, dtype=p.dtype, device=p.device)
     return (u < p).to(p.dtype)
 
 
 def multinomial(input, num_samples: int, replacement: bool = False, generator=None):
     """Draw category indices from rows of non-negative weights (``torch.multinomial``)."""
-    from . import cpu
-    from .creation import _from_numpy_owned
-
     if input.ndim not in (1, 2):
         raise RuntimeError(f"prob_dist must be 1 or 2 dim, got shape {tuple(input.shape)}")
     n = input.shape[-1]
@@ -165,6 +163,8 @@ def multinomial(input, num_samples: int, replacement: bool = False, generator=No
         raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
     rows = 1 if input.ndim == 1 else input.shape[0]
     u = _rng(generator).random(rows * num_samples)
-    out = cpu.multinomial(w, num_samples, replacement, u)
+    from . import backend
+
+    out = backend.of(w).multinomial(w, num_samples, replacement, u)
     shape = (num_samples,) if input.ndim == 1 else (rows, num_samples)
-    return _from_numpy_owned(out.reshape(shape))
+    return _wrap(out.reshape(shape), int64, device=input.device)

@@ -14,7 +14,7 @@ import numbers
 
 import numpy as np
 
-from . import cpu, ops
+from . import backend, ops
 from .autograd import backward as _backward
 from .autograd import is_grad_enabled
 from .dtypes import bool_, dtype as _dtype_cls, float32, float64, int64, promote, scalar_dtype, to_dtype
@@ -65,6 +65,7 @@ class device:
 
 
 CPU = device("cpu")
+CUDA = device("cuda")
 
 
 def _check_inplace(t, *sources):
@@ -163,11 +164,11 @@ class Tensor:
 
     @property
     def device(self) -> device:
-        return CPU
+        return CPU if isinstance(self._storage, np.ndarray) else CUDA
 
     @property
     def is_cuda(self) -> bool:
-        return False
+        return not isinstance(self._storage, np.ndarray)
 
     def is_floating_point(self) -> bool:
         return self.dtype.is_floating_point
@@ -243,13 +244,21 @@ class Tensor:
         if self.requires_grad:
             raise RuntimeError(
                 "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        if self.is_cuda:
+            raise TypeError(
+                "can't convert cuda device type tensor to numpy. Use Tensor.cpu() to copy the "
+                "tensor to host memory first.")
         item = self.dtype.itemsize
         return np.lib.stride_tricks.as_strided(
             self._storage[self._offset:] if self._storage.size else self._storage,
             shape=self._shape, strides=tuple(s * item for s in self._strides))
 
     def _np(self) -> np.ndarray:
-        """A numpy view for internal reading (no grad check)."""
+        """A numpy view for internal reading (no grad check); copies a GPU tensor."""
+        if self.is_cuda:
+            from .cuda_backend import to_host
+
+            return to_host(self)._np()
         item = self.dtype.itemsize
         return np.lib.stride_tricks.as_strided(
             self._storage[self._offset:] if self._storage.size else self._storage,
@@ -301,19 +310,20 @@ class Tensor:
                 dev = a
             else:
                 dtype = a
-        if dev is not None and device(dev).type != "cpu":
-            raise RuntimeError(
-                f"sitp was asked for device {dev!s}, but this build runs on the CPU "
-                f"(sitp.cuda.is_available() is False)")
         out = self
-        if dtype is not None and to_dtype(dtype) is not self.dtype:
-            out = ops.Cast.apply(self, to_dtype(dtype))
-        elif copy:
+        if dev is not None and device(dev).type != self.device.type:
+            out = ops.ToDevice.apply(self, device(dev).type)
+        if dtype is not None and to_dtype(dtype) is not out.dtype:
+            out = ops.Cast.apply(out, to_dtype(dtype))
+        elif copy and out is self:
             out = self.clone()
         return out
 
     def cpu(self) -> "Tensor":
-        return self
+        return self.to("cpu")
+
+    def cuda(self, device=None) -> "Tensor":
+        return self.to("cuda")
 
     def float(self) -> "Tensor":
         return self.to(float32)
@@ -722,10 +732,10 @@ class Tensor:
     def __invert__(self):
         if self.dtype is not bool_:
             raise TypeError("~ is only supported on bool tensors in sitp")
-        return cpu.unary("logical_not", self, out_dtype=bool_)
+        return backend.of(self).unary("logical_not", self, out_dtype=bool_)
 
     def logical_not(self):
-        return cpu.unary("logical_not", self, out_dtype=bool_)
+        return backend.of(self).unary("logical_not", self, out_dtype=bool_)
 
     def logical_and(self, other):
         return self._compare(other, "logical_and")
@@ -872,7 +882,7 @@ class Tensor:
             raise RuntimeError("prod() is not differentiable in sitp")
         x = self.to(int64) if self.dtype is bool_ else self
         dims = (normalize_dim(dim, x.ndim),) if dim is not None else tuple(range(x.ndim))
-        return cpu.reduce("prod", x, dims, keepdim)
+        return backend.of(x).reduce("prod", x, dims, keepdim)
 
     def var(self, dim=None, keepdim: bool = False, *, correction=1, unbiased=None):
         """Variance with Bessel's correction by default (``correction=1``)."""
@@ -928,11 +938,11 @@ class Tensor:
 
     def all(self, dim=None, keepdim: bool = False):
         dims = normalize_dims(dim, self.ndim)
-        return cpu.reduce("all", self, dims, keepdim)
+        return backend.of(self).reduce("all", self, dims, keepdim)
 
     def any(self, dim=None, keepdim: bool = False):
         dims = normalize_dims(dim, self.ndim)
-        return cpu.reduce("any", self, dims, keepdim)
+        return backend.of(self).reduce("any", self, dims, keepdim)
 
     def softmax(self, dim: int, dtype=None):
         x = self if dtype is None else self.to(dtype)
@@ -955,7 +965,7 @@ class Tensor:
         if self.requires_grad and is_grad_enabled():
             raise RuntimeError("cumsum() is not differentiable in sitp")
         x = self.to(int64) if self.dtype is bool_ else self
-        return cpu.cumsum(x, normalize_dim(dim, x.ndim))
+        return backend.of(x).cumsum(x, normalize_dim(dim, x.ndim))
 
     def tril(self, diagonal: int = 0):
         if self.ndim < 2:
@@ -968,7 +978,7 @@ class Tensor:
         return ops.Tri.apply(self, diagonal, True)
 
     def nonzero(self, as_tuple: bool = False):
-        ordinals = cpu.nonzero(self)
+        ordinals = backend.of(self).nonzero(self)
         from .creation import _from_numpy_owned
 
         cols = []
@@ -1017,7 +1027,7 @@ class Tensor:
             raise RuntimeError(
                 f"output with shape {tuple(self.shape)} doesn't match the broadcast shape "
                 f"{broadcast_shapes(result.shape, self.shape)}")
-        cpu.assign(self, result)
+        backend.of(self, result).assign(self, result)
         return self
 
     def add_(self, other, alpha=1):
@@ -1105,12 +1115,12 @@ class Tensor:
     def uniform_(self, a: float = 0.0, b: float = 1.0, generator=None):
         from .random import _uniform
 
-        return self._inplace(_uniform(self.shape, a, b, self.dtype, generator))
+        return self._inplace(_uniform(self.shape, a, b, self.dtype, generator, self.device))
 
     def normal_(self, mean: float = 0.0, std: float = 1.0, generator=None):
         from .random import _normal
 
-        return self._inplace(_normal(self.shape, mean, std, self.dtype, generator))
+        return self._inplace(_normal(self.shape, mean, std, self.dtype, generator, self.device))
 
     def __iadd__(self, other):
         return self.add_(other)
@@ -1194,14 +1204,14 @@ def _operands(a, b):
 def _compare_fn(a, b, op):
     if a.dtype is bool_ and op not in ("logical_and", "logical_or", "logical_xor", "eq", "ne"):
         a, b = a.to(int64), b.to(int64)
-    return cpu.compare(op, a, b)
+    return backend.of(a, b).compare(op, a, b)
 
 
 def _nograd_binary(a, b, op):
     a, b = _operands(a, b)
     if a.dtype is bool_:
         a, b = a.to(int64), b.to(int64)
-    return cpu.binary(op, a, b)
+    return backend.of(a, b).binary(op, a, b)
 
 
 def _nograd_bitwise(a, b, op):

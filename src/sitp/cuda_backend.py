@@ -1,0 +1,641 @@
+"""The CUDA backend: the same functions as ``sitp/cpu.py``, as Numba CUDA kernels (chapter 4.3).
+
+A tensor on the GPU keeps its storage in a flat Numba device array; every op
+launches kernels on it and allocates its result on the device, so data stays
+there between ops. The kernels here are the simple, general ones — one thread
+per output entry (elementwise ops, copies, gathers) or per row (reductions,
+softmax) — written for correctness on any strides; ``sitp.gpu`` holds the
+tuned GEMM and attention kernels that chapter 4.4 and 4.6 build.
+
+Where data does cross the bus, it is on purpose and said so:
+
+* ``.cpu()``, ``.numpy()``, ``.item()``, ``.tolist()`` copy to the host;
+* indexing with integer tensors reads the (small) index arrays on the host to
+  build and bounds-check the gather plan, as does ``nonzero`` and
+  ``multinomial`` (sampling);
+* random tensors are drawn on the host and copied (initialisation only).
+
+Python scalars in an op (``x * 0.5``) become cached one-entry device constants,
+filled by a kernel, not copied.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda
+
+from . import kernels as K
+from .cpu import _inverse, collapse
+from .dtypes import bool_, float64, int64
+from .strides import broadcast_shapes, broadcast_strides, contiguous_strides, numel
+
+TPB = 128  # threads per block for the one-thread-per-entry kernels
+
+# The scalar functions of the CPU kernels, compiled as device functions.
+_unary = cuda.jit(device=True)(K.unary.py_func)
+_binary = cuda.jit(device=True)(K.binary.py_func)
+_compare = cuda.jit(device=True)(K.compare.py_func)
+
+
+def _blocks(n: int) -> int:
+    return max(1, (n + TPB - 1) // TPB)
+
+
+# --8<-- [start:position]
+@cuda.jit(device=True)
+def _pos(i, shape, strides, offset):
+    """Storage position of the i-th entry (row-major) of a strided view."""
+    p = offset
+    for k in range(len(shape) - 1, -1, -1):
+        n = shape[k]
+        p += (i % n) * strides[k]
+        i //= n
+    return p
+
+
+@cuda.jit
+def map_k(op, p0, p1, x, x_off, x_str, shape, out):
+    """out[i] = f(x[i]): one thread per entry."""
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = _unary(op, x[_pos(i, shape, x_str, x_off)], p0, p1)
+# --8<-- [end:position]
+
+
+@cuda.jit
+def zip_k(op, a, a_off, a_str, b, b_off, b_str, shape, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = _binary(op, a[_pos(i, shape, a_str, a_off)], b[_pos(i, shape, b_str, b_off)])
+
+
+@cuda.jit
+def compare_k(op, a, a_off, a_str, b, b_off, b_str, shape, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = _compare(op, a[_pos(i, shape, a_str, a_off)], b[_pos(i, shape, b_str, b_off)])
+
+
+@cuda.jit
+def where_k(c, c_off, c_str, a, a_off, a_str, b, b_off, b_str, shape, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        if c[_pos(i, shape, c_str, c_off)]:
+            out[i] = a[_pos(i, shape, a_str, a_off)]
+        else:
+            out[i] = b[_pos(i, shape, b_str, b_off)]
+
+
+@cuda.jit
+def assign_k(dst, d_off, d_str, src, s_off, s_str, shape, n):
+    i = cuda.grid(1)
+    if i < n:
+        dst[_pos(i, shape, d_str, d_off)] = src[_pos(i, shape, s_str, s_off)]
+
+
+@cuda.jit
+def fill_k(out, value):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = value
+
+
+@cuda.jit
+def arange_k(start, step, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = start + i * step
+
+
+# --8<-- [start:reduce_rows]
+@cuda.jit
+def reduce_rows_k(op, x, n, zero, out):
+    """out[r] = reduce(x[r*n : (r+1)*n]): one thread per row of a contiguous input."""
+    r = cuda.grid(1)
+    if r < out.size:
+        base = r * n
+        acc = zero
+        if op == 0:
+            for j in range(n):
+                acc += x[base + j]
+        elif op == 1:
+            acc = zero + 1
+            for j in range(n):
+                acc *= x[base + j]
+        elif op == 2 or op == 3:
+            acc = zero + x[base]
+            for j in range(1, n):
+                v = x[base + j]
+                if v != v or (op == 2 and v > acc) or (op == 3 and v < acc):
+                    acc = zero + v
+        elif op == 4:
+            for j in range(n):
+                if x[base + j] != 0:
+                    acc = zero + 1
+        else:
+            acc = zero + 1
+            for j in range(n):
+                if x[base + j] == 0:
+                    acc = zero
+        out[r] = acc
+# --8<-- [end:reduce_rows]
+
+
+@cuda.jit
+def argreduce_rows_k(is_max, x, n, values, indices):
+    r = cuda.grid(1)
+    if r < values.size:
+        base = r * n
+        best = x[base]
+        arg = 0
+        if best == best:
+            for j in range(1, n):
+                v = x[base + j]
+                if v != v:
+                    best = v
+                    arg = j
+                    break
+                if (is_max and v > best) or (not is_max and v < best):
+                    best = v
+                    arg = j
+        values[r] = best
+        indices[r] = arg
+
+
+@cuda.jit
+def softmax_rows_k(x, n, log, out):
+    """Stable (log-)softmax of each contiguous row, one thread per row."""
+    r = cuda.grid(1)
+    if r * n < x.size:
+        base = r * n
+        m = -math.inf
+        for j in range(n):
+            v = x[base + j]
+            if v > m or v != v:
+                m = v
+        if m == -math.inf:
+            m = 0.0
+        total = 0.0
+        for j in range(n):
+            total += math.exp(x[base + j] - m)
+        for j in range(n):
+            if log:
+                out[base + j] = x[base + j] - (m + math.log(total))
+            else:
+                out[base + j] = math.exp(x[base + j] - m) / total
+
+
+@cuda.jit
+def softmax_backward_rows_k(y, g, n, log, out):
+    r = cuda.grid(1)
+    if r * n < y.size:
+        base = r * n
+        acc = 0.0
+        if log:
+            for j in range(n):
+                acc += g[base + j]
+            for j in range(n):
+                out[base + j] = g[base + j] - math.exp(y[base + j]) * acc
+        else:
+            for j in range(n):
+                acc += g[base + j] * y[base + j]
+            for j in range(n):
+                out[base + j] = y[base + j] * (g[base + j] - acc)
+
+
+@cuda.jit
+def cumsum_rows_k(x, n, out):
+    r = cuda.grid(1)
+    if r * n < x.size:
+        acc = x[r * n] * 0
+        for j in range(n):
+            acc += x[r * n + j]
+            out[r * n + j] = acc
+
+
+# --8<-- [start:bmm_naive]
+@cuda.jit
+def bmm_k(A, B, C):
+    """C[b] = A[b] @ B[b]: one thread per output entry (b, i, j), any dtype."""
+    b, i, j = cuda.grid(3)
+    if b < C.shape[0] and i < C.shape[1] and j < C.shape[2]:
+        acc = A[b, i, 0] * 0
+        for k in range(A.shape[2]):
+            acc += A[b, i, k] * B[b, k, j]
+        C[b, i, j] = acc
+# --8<-- [end:bmm_naive]
+
+
+@cuda.jit
+def take_k(x, pre, table, post, out):
+    """out[p, n, q] = x[pre[p] + table[n] + post[q]]."""
+    i = cuda.grid(1)
+    nt, nq = table.size, post.size
+    if i < out.size:
+        q = i % nq
+        t = (i // nq) % nt
+        p = i // (nq * nt)
+        out[i] = x[pre[p] + table[t] + post[q]]
+
+
+@cuda.jit
+def put_k(x, pre, table, post, values, accumulate):
+    i = cuda.grid(1)
+    nt, nq = table.size, post.size
+    if i < values.size:
+        q = i % nq
+        t = (i // nq) % nt
+        p = i // (nq * nt)
+        pos = pre[p] + table[t] + post[q]
+        if accumulate:
+            cuda.atomic.add(x, pos, values[i])
+        else:
+            x[pos] = values[i]
+
+
+@cuda.jit
+def gather_pos_k(index, i_shape, x_off, x_str, dim, size, out, bad):
+    """Positions for torch.gather; an out-of-range index sets bad[0]."""
+    i = cuda.grid(1)
+    if i < out.size:
+        v = index[i]
+        if v < 0 or v >= size:
+            bad[0] = 1
+            v = 0
+        p = x_off
+        rem = i
+        for k in range(len(i_shape) - 1, -1, -1):
+            n = i_shape[k]
+            idx = rem % n
+            rem //= n
+            p += (v if k == dim else idx) * x_str[k]
+        out[i] = p
+
+
+@cuda.jit
+def gather_k(x, pos, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[pos[i]]
+
+
+@cuda.jit
+def scatter_add_k(x, pos, values):
+    i = cuda.grid(1)
+    if i < pos.size:
+        cuda.atomic.add(x, pos[i], values[i])
+
+
+@cuda.jit
+def tri_k(x, rows, cols, diagonal, upper, out):
+    o = cuda.grid(1)
+    if o < out.size:
+        j = o % cols
+        i = (o // cols) % rows
+        keep = (j - i >= diagonal) if upper else (j - i <= diagonal)
+        out[o] = x[o] if keep else x[o] * 0
+
+
+# ------------------------------------------------------------------ helpers
+def is_device_storage(s) -> bool:
+    return hasattr(s, "copy_to_host")
+
+
+def _new(shape, dtype):
+    from .tensor import Tensor
+
+    shape = tuple(shape)
+    return Tensor._make(cuda.device_array(max(numel(shape), 0), dtype=dtype.np), shape,
+                        contiguous_strides(shape), 0, dtype)
+
+
+_CONSTANTS: dict = {}
+
+
+def _operand(t):
+    """A device tensor for an operand; a 0-d CPU tensor becomes a cached constant."""
+    if is_device_storage(t._storage):
+        return t
+    if t.ndim != 0:
+        raise RuntimeError(
+            f"Expected all tensors to be on the same device, but found at least two devices, "
+            f"cuda and cpu (a cpu tensor of shape {tuple(t.shape)})")
+    value = t._storage[t._offset].item()
+    key = (t.dtype.name, value if value == value else "nan")
+    c = _CONSTANTS.get(key)
+    if c is None:
+        if len(_CONSTANTS) > 512:
+            _CONSTANTS.clear()
+        c = _new((), t.dtype)
+        fill_k[1, 1](c._storage, value)
+        _CONSTANTS[key] = c
+    return c
+
+
+def _geom(shape, *pairs):
+    """Collapsed shape and per-operand strides as tuples (kernel arguments)."""
+    cshape, cstrides = collapse(shape, *[s for _, s in pairs])
+    return tuple(cshape), [tuple(s) for s in cstrides]
+
+
+def _b(t, shape):
+    return t._strides if t._shape == shape else broadcast_strides(t._shape, t._strides, shape)
+
+
+def to_device(x):
+    """A copy of a CPU tensor on the GPU (contiguous)."""
+    from .tensor import Tensor
+
+    xc = x.contiguous()
+    host = np.ascontiguousarray(xc._storage[xc._offset:xc._offset + xc.numel()])
+    return Tensor._make(cuda.to_device(host), tuple(x.shape), contiguous_strides(x.shape), 0, x.dtype)
+
+
+def to_host(x):
+    """A copy of a GPU tensor on the CPU (contiguous)."""
+    from .tensor import Tensor
+
+    xc = copy(x) if not x.is_contiguous() or x._offset else x
+    host = xc._storage.copy_to_host()[: x.numel()] if x.numel() else np.empty(0, x.dtype.np)
+    return Tensor._make(host, tuple(x.shape), contiguous_strides(x.shape), 0, x.dtype)
+
+
+# ------------------------------------------------------------------ the backend API
+def unary(op, x, p0=math.nan, p1=math.nan, out_dtype=None):
+    out = _new(x._shape, out_dtype or x.dtype)
+    n = out.numel()
+    if n:
+        shape, [st] = _geom(x._shape, (x, x._strides))
+        map_k[_blocks(n), TPB](K.UNARY[op], float(p0), float(p1), x._storage, x._offset, st,
+                               shape, out._storage)
+    return out
+
+
+def binary(op, a, b, out_dtype=None):
+    a, b = _operand(a), _operand(b)
+    shape = broadcast_shapes(a._shape, b._shape)
+    out = _new(shape, out_dtype or a.dtype)
+    n = out.numel()
+    if n:
+        cshape, [sa, sb] = _geom(shape, (a, _b(a, shape)), (b, _b(b, shape)))
+        zip_k[_blocks(n), TPB](K.BINARY[op], a._storage, a._offset, sa, b._storage, b._offset,
+                               sb, cshape, out._storage)
+    return out
+
+
+def compare(op, a, b):
+    a, b = _operand(a), _operand(b)
+    shape = broadcast_shapes(a._shape, b._shape)
+    out = _new(shape, bool_)
+    n = out.numel()
+    if n:
+        cshape, [sa, sb] = _geom(shape, (a, _b(a, shape)), (b, _b(b, shape)))
+        compare_k[_blocks(n), TPB](K.COMPARE[op], a._storage, a._offset, sa, b._storage,
+                                   b._offset, sb, cshape, out._storage)
+    return out
+
+
+def where(c, a, b):
+    c, a, b = _operand(c), _operand(a), _operand(b)
+    shape = broadcast_shapes(c._shape, a._shape, b._shape)
+    out = _new(shape, a.dtype)
+    n = out.numel()
+    if n:
+        cshape, [sc, sa, sb] = _geom(shape, (c, _b(c, shape)), (a, _b(a, shape)), (b, _b(b, shape)))
+        where_k[_blocks(n), TPB](c._storage, c._offset, sc, a._storage, a._offset, sa,
+                                 b._storage, b._offset, sb, cshape, out._storage)
+    return out
+
+
+def assign(dst, src) -> None:
+    src = _operand(src)
+    if src.dtype is not dst.dtype:
+        src = copy(src, dst.dtype)
+    shape = dst._shape
+    n = numel(shape)
+    if n:
+        cshape, [sd, ss] = _geom(shape, (dst, dst._strides), (src, _b(src, shape)))
+        assign_k[_blocks(n), TPB](dst._storage, dst._offset, sd, src._storage, src._offset, ss,
+                                  cshape, n)
+
+
+def copy(x, dtype=None):
+    x = _operand(x)
+    out = _new(x._shape, dtype or x.dtype)
+    n = out.numel()
+    if n:
+        cshape, [sd, ss] = _geom(x._shape, (out, out._strides), (x, x._strides))
+        assign_k[_blocks(n), TPB](out._storage, 0, sd, x._storage, x._offset, ss, cshape, n)
+    return out
+
+
+def fill(shape, value, dtype):
+    out = _new(shape, dtype)
+    if out.numel():
+        fill_k[_blocks(out.numel()), TPB](out._storage, value)
+    return out
+
+
+def _rows(x, dims):
+    """x with ``dims`` moved last and made contiguous: (kept shape, storage, n)."""
+    keep = [d for d in range(x.ndim) if d not in dims]
+    xt = x.permute(keep + list(dims))
+    xc = xt if xt.is_contiguous() and xt._offset == 0 else copy(xt)
+    kept = tuple(x._shape[d] for d in keep)
+    return kept, xc._storage, numel([x._shape[d] for d in dims])
+
+
+def reduce(op, x, dims, keepdim=False, out_dtype=None):
+    kept, xs, n = _rows(x, dims)
+    if out_dtype is None:
+        out_dtype = bool_ if op in ("any", "all") else (
+            int64 if x.dtype in (bool_, int64) and op in ("sum", "prod") else x.dtype)
+    if n == 0 and op in ("max", "min"):
+        raise IndexError(
+            f"{op}(): cannot reduce over a dimension of size 0 (input shape {tuple(x._shape)})")
+    acc_dtype = float64 if out_dtype.is_floating_point and op in ("sum", "prod") else (
+        out_dtype if out_dtype is not bool_ else int64)
+    tmp = _new(kept, acc_dtype)
+    if tmp.numel():
+        zero = acc_dtype.np.type(0)
+        reduce_rows_k[_blocks(tmp.numel()), TPB](K.REDUCE[op], xs, n, zero, tmp._storage)
+    out = tmp if acc_dtype is out_dtype else copy(tmp, out_dtype)
+    if keepdim:
+        out = out.view(tuple(1 if d in dims else x._shape[d] for d in range(x.ndim)))
+    return out
+
+
+def argreduce(x, dim, is_max, keepdim=False):
+    kept, xs, n = _rows(x, (dim,))
+    if n == 0:
+        raise IndexError(
+            f"cannot compute {'max' if is_max else 'min'} over dim {dim} of size 0 "
+            f"(input shape {tuple(x._shape)})")
+    values, indices = _new(kept, x.dtype), _new(kept, int64)
+    if values.numel():
+        argreduce_rows_k[_blocks(values.numel()), TPB](is_max, xs, n, values._storage,
+                                                       indices._storage)
+    if keepdim:
+        shape = tuple(1 if d == dim else x._shape[d] for d in range(x.ndim))
+        values, indices = values.view(shape), indices.view(shape)
+    return values, indices
+
+
+def _last(x, dim):
+    perm = [d for d in range(x.ndim) if d != dim] + [dim]
+    xt = x.permute(perm)
+    return (xt if xt.is_contiguous() and xt._offset == 0 else copy(xt)), perm
+
+
+def softmax(x, dim, log=False):
+    xc, perm = _last(x, dim)
+    out = _new(xc._shape, x.dtype)
+    n = xc._shape[-1] if xc.ndim else 1
+    rows = out.numel() // n if n else 0
+    if rows:
+        softmax_rows_k[_blocks(rows), TPB](xc._storage, n, log, out._storage)
+    return out.permute(_inverse(perm))
+
+
+def softmax_backward(y, g, dim, log=False):
+    yc, perm = _last(y, dim)
+    gc, _ = _last(g, dim)
+    out = _new(yc._shape, y.dtype)
+    n = yc._shape[-1] if yc.ndim else 1
+    rows = out.numel() // n if n else 0
+    if rows:
+        softmax_backward_rows_k[_blocks(rows), TPB](yc._storage, gc._storage, n, log, out._storage)
+    return out.permute(_inverse(perm))
+
+
+def matmul(a, b):
+    """(..., M, K) @ (..., K, N) with broadcast batch dims, on the device."""
+    M, K_ = a._shape[-2:]
+    K2, N = b._shape[-2:]
+    if K_ != K2:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({M}x{K_} and {K2}x{N})")
+    batch = broadcast_shapes(a._shape[:-2], b._shape[:-2])
+    a3 = copy(a.expand(batch + (M, K_)))
+    b3 = copy(b.expand(batch + (K_, N)))
+    nb = numel(batch)
+    out = _new(batch + (M, N), a.dtype)
+    if out.numel() and K_:
+        A = a3._storage.reshape(nb, M, K_)
+        B = b3._storage.reshape(nb, K_, N)
+        C = out._storage.reshape(nb, M, N)
+        block = (1, 8, 16)
+        grid = (nb, (M + 7) // 8, (N + 15) // 16)
+        bmm_k[grid, block](A, B, C)
+    elif out.numel():
+        fill_k[_blocks(out.numel()), TPB](out._storage, 0)
+    return out
+
+
+def _plan(x, a, idx):
+    """The gather plan of cpu._plan, computed on the host, then copied (metadata)."""
+    from . import cpu
+
+    host = _HostView(x)
+    pre, table, post = cpu._plan(host, a, idx)
+    return cuda.to_device(pre), cuda.to_device(table), cuda.to_device(post)
+
+
+class _HostView:
+    """Shape/stride metadata of a device tensor for the host-side plan (no data)."""
+
+    def __init__(self, x):
+        self._shape, self._strides, self._offset = x._shape, x._strides, x._offset
+
+
+def take(x, a, idx):
+    pre, table, post = _plan(x, a, idx)
+    n = pre.size * table.size * post.size
+    out = cuda.device_array(n, dtype=x.dtype.np)
+    if n:
+        take_k[_blocks(n), TPB](x._storage, pre, table, post, out)
+    return out
+
+
+def put(x, a, idx, values, accumulate):
+    pre, table, post = _plan(x, a, idx)
+    v = copy(_operand(values), x.dtype) if not is_device_storage(values._storage) or not (
+        values.is_contiguous() and values._offset == 0) else values
+    if v.numel():
+        put_k[_blocks(v.numel()), TPB](x._storage, pre, table, post, v._storage, accumulate)
+
+
+def _index_device(index):
+    idx = index if is_device_storage(index._storage) else to_device(index)
+    return idx if idx.is_contiguous() and idx._offset == 0 else copy(idx)
+
+
+def _gather_positions(shape, strides, offset, dim, index, size):
+    idx = _index_device(index)
+    pos = cuda.device_array(max(index.numel(), 1), dtype=np.int64)
+    bad = cuda.to_device(np.zeros(1, np.int32))
+    if index.numel():
+        gather_pos_k[_blocks(index.numel()), TPB](idx._storage, tuple(index._shape), offset,
+                                                  tuple(strides), dim, size, pos, bad)
+    if bad.copy_to_host()[0]:
+        raise IndexError(f"gather(): index out of bounds for dimension {dim} with size {size}")
+    return pos
+
+
+def gather(x, dim, index):
+    pos = _gather_positions(x._shape, x._strides, x._offset, dim, index, x._shape[dim])
+    out = _new(index._shape, x.dtype)
+    if out.numel():
+        gather_k[_blocks(out.numel()), TPB](x._storage, pos, out._storage)
+    return out
+
+
+def scatter_add(shape, dim, index, src, dtype):
+    out = fill(shape, 0, dtype)
+    pos = _gather_positions(shape, contiguous_strides(shape), 0, dim, index, shape[dim])
+    s = copy(_operand(src), dtype)
+    if index.numel():
+        scatter_add_k[_blocks(index.numel()), TPB](out._storage, pos, s._storage)
+    return out
+
+
+def tri(x, diagonal, upper):
+    xc = copy(x)
+    out = _new(x._shape, x.dtype)
+    rows, cols = x._shape[-2:]
+    if out.numel():
+        tri_k[_blocks(out.numel()), TPB](xc._storage, rows, cols, diagonal, upper, out._storage)
+    return out
+
+
+def nonzero(x):
+    """Ordinals of nonzero entries (computed on the host: the output size is data-dependent)."""
+    from . import cpu
+
+    return cpu.nonzero(to_host(x))
+
+
+def arange(start, end, step, dtype):
+    n = max(0, math.ceil((end - start) / step))
+    out = _new((n,), dtype)
+    if n:
+        arange_k[_blocks(n), TPB](start, step, out._storage)
+    return out
+
+
+def cumsum(x, dim):
+    xc, perm = _last(x, dim)
+    out = _new(xc._shape, x.dtype)
+    n = xc._shape[-1] if xc.ndim else 1
+    rows = out.numel() // n if n else 0
+    if rows:
+        cumsum_rows_k[_blocks(rows), TPB](xc._storage, n, out._storage)
+    return out.permute(_inverse(perm))
+
+
+def multinomial(p, num_samples, replacement, uniforms):
+    """Sampling reads the probabilities on the host (generation, not training)."""
+    from . import cpu
+
+    return cpu.multinomial(to_host(p), num_samples, replacement, uniforms)

@@ -1,0 +1,136 @@
+"""Device tensors: every backend function on the GPU path against the CPU path.
+
+Without a GPU these run in numba's CUDA simulator (one Python thread per GPU
+thread), so sizes stay tiny; the same tests run on real hardware in gpu.yml.
+"""
+
+import numpy as np
+import pytest
+
+import sitp
+import sitp.nn as nn
+import sitp.nn.functional as F
+
+pytestmark = pytest.mark.skipif(
+    not (sitp.cuda.is_available() or sitp.cuda.is_simulated()),
+    reason="needs a GPU or NUMBA_ENABLE_CUDASIM=1")
+
+
+def both(arr, requires_grad=False):
+    c = sitp.tensor(arr, requires_grad=requires_grad)
+    g = sitp.tensor(arr, device="cuda").detach().requires_grad_(requires_grad)
+    return c, g
+
+
+def same(g, c, rtol=1e-5, atol=1e-6):
+    assert g.device == "cuda" or g.numel() == 0
+    np.testing.assert_allclose(g.cpu().numpy() if not g.requires_grad else g.detach().cpu().numpy(),
+                               c.detach().numpy(), rtol=rtol, atol=atol)
+
+
+def _x(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def test_round_trip_and_metadata():
+    a = _x(2, 3)
+    g = sitp.tensor(a, device="cuda")
+    assert g.device == "cuda" and g.is_cuda and g.shape == (2, 3)
+    np.testing.assert_array_equal(g.cpu().numpy(), a)
+    np.testing.assert_array_equal(g.T.cpu().numpy(), a.T)
+    assert g[1, 2].item() == a[1, 2]
+    assert g.tolist() == a.tolist()
+    with pytest.raises(TypeError, match="cpu()"):
+        g.numpy()
+    assert "device" not in repr(sitp.zeros(1)) and sitp.zeros(2, device="cuda").device == "cuda"
+
+
+def test_elementwise_broadcast_views_and_scalars():
+    a, b = _x(3, 4), _x(4, seed=1)
+    ca, ga = both(a)
+    cb, gb = both(b)
+    same(ga + gb, ca + cb)
+    same(ga.T * 2.5 - 1, ca.T * 2.5 - 1)
+    same((ga / (gb.abs() + 1)).exp().tanh(), (ca / (cb.abs() + 1)).exp().tanh())
+    same((ga > 0).float(), (ca > 0).float())
+    same(sitp.where(ga > 0, ga, gb), sitp.where(ca > 0, ca, cb))
+    same(ga.masked_fill(ga < 0, float("-inf")).softmax(-1), ca.masked_fill(ca < 0, float("-inf")).softmax(-1))
+    same(ga[1:, ::2], ca[1:, ::2])
+    same(ga[sitp.tensor([2, 0, 2])], ca[sitp.tensor([2, 0, 2])])
+
+
+def test_reductions_softmax_matmul_gather():
+    a = _x(3, 5)
+    ca, ga = both(a)
+    same(ga.sum(), ca.sum())
+    same(ga.sum(0), ca.sum(0))
+    same(ga.mean(1, keepdim=True), ca.mean(1, keepdim=True))
+    same(ga.max(1).values, ca.max(1).values)
+    assert ga.argmax(1).cpu().tolist() == ca.argmax(1).tolist()
+    same(ga.log_softmax(0), ca.log_softmax(0))
+    same(ga @ ga.T, ca @ ca.T, rtol=1e-5, atol=1e-5)
+    idx = sitp.tensor([[0, 4], [1, 1], [3, 2]])
+    same(ga.gather(1, idx.cuda()), ca.gather(1, idx))
+    same(ga.tril(), ca.tril())
+    same(sitp.cat([ga, ga[:1]]), sitp.cat([ca, ca[:1]]))
+
+
+def test_autograd_on_device_matches_cpu():
+    a, w = _x(4, 3), _x(3, 2, seed=2)
+    ca, ga = both(a, requires_grad=True)
+    cw, gw = both(w, requires_grad=True)
+    target = sitp.tensor([1, 0, 1, 1])
+    lc = F.cross_entropy((ca @ cw).tanh() * 3, target)
+    lg = F.cross_entropy((ga @ gw).tanh() * 3, target.cuda())
+    same(lg, lc)
+    lc.backward()
+    lg.backward()
+    assert gw.grad.device == "cuda"
+    same(gw.grad, cw.grad, rtol=1e-4, atol=1e-6)
+    same(ga.grad, ca.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_module_and_optimizer_on_device():
+    sitp.manual_seed(0)
+    m = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    m_gpu = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    m_gpu.load_state_dict(m.state_dict())
+    m_gpu.to("cuda")
+    assert all(p.device == "cuda" for p in m_gpu.parameters())
+    opt_c = sitp.optim.AdamW(m.parameters(), lr=0.1)
+    opt_g = sitp.optim.AdamW(m_gpu.parameters(), lr=0.1)
+    x = _x(5, 3)
+    for _ in range(2):
+        for model, opt, xx in ((m, opt_c, sitp.tensor(x)), (m_gpu, opt_g, sitp.tensor(x, device="cuda"))):
+            loss = (model(xx) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    for (n, pc), pg in zip(m.named_parameters(), m_gpu.parameters()):
+        same(pg, pc, rtol=1e-4, atol=1e-5)
+
+
+def test_mixing_devices_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="same device.*cuda and cpu"):
+        sitp.ones(2, device="cuda") + sitp.ones(2)
+    with pytest.raises(RuntimeError, match="same device"):
+        sitp.ones(2, 2, device="cuda") @ sitp.ones(2, 2)
+    # Python scalars and 0-d CPU tensors are fine, as in PyTorch
+    assert (sitp.ones(2, device="cuda") * sitp.tensor(3.0)).cpu().tolist() == [3.0, 3.0]
+
+
+def test_attention_layer_norm_dropout_on_device():
+    q, k, v = _x(1, 2, 5, 4), _x(1, 2, 5, 4, seed=1), _x(1, 2, 5, 4, seed=2)
+    cq, gq = both(q, requires_grad=True)
+    ck, gk = both(k)
+    cv, gv = both(v)
+    oc = F.scaled_dot_product_attention(cq, ck, cv, is_causal=True)
+    og = F.scaled_dot_product_attention(gq, gk, gv, is_causal=True)
+    same(og, oc, rtol=1e-5, atol=1e-6)
+    oc.sum().backward()
+    og.sum().backward()
+    same(gq.grad, cq.grad, rtol=1e-4, atol=1e-6)
+    ln_c, ln_g = nn.LayerNorm(4), nn.LayerNorm(4).to("cuda")
+    same(ln_g(gk), ln_c(ck), rtol=1e-5, atol=1e-5)
+    d = F.dropout(sitp.ones(50, device="cuda"), 0.5)
+    assert d.device == "cuda" and set(d.cpu().tolist()) <= {0.0, 2.0}
