@@ -30,6 +30,11 @@ def _has_gpu() -> bool:
 if "NUMBA_ENABLE_CUDASIM" not in os.environ:
     os.environ["NUMBA_ENABLE_CUDASIM"] = "0" if _has_gpu() else "1"
 # --8<-- [end:simulator]
+# pytest-xdist runs one worker per core; a numba thread pool per worker on top of that
+# oversubscribes the cores, and OpenMP's parallel regions then stall for whole
+# scheduler time slices (measured: a 10 us sgemv taking 44 ms). One thread per worker.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 # Figures drawn by fences and doctests go nowhere.
 os.environ.setdefault("MPLBACKEND", "Agg")
 
