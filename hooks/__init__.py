@@ -1,0 +1,1 @@
+"""The book's machinery: MkDocs hooks (book.py) and the Markdown fence parser of the tests (fences.py)."""
