@@ -171,6 +171,8 @@ def test_bad_requests_are_one_line_errors(gpt_run, tmp_path, capsys):
                    "is a 'gpt' model, not 'mlp'")
     one_line_error(capsys, ["train", "--model", "gpt", "--out", str(gpt_run)],
                    "already holds a checkpoint")
+    one_line_error(capsys, ["train", "--resume", "--out", str(gpt_run), "--lr", "0.5"],
+                   "cannot change --lr when resuming")
     one_line_error(capsys, ["train", "--model", "gpt", "--out", str(tmp_path / "y"),
                             "--device", "cuda"], "sitp.cuda.is_available() is False")
     one_line_error(capsys, ["sample", str(gpt_run), "--temperature", "0"], "temperature")

@@ -211,9 +211,9 @@ class Trainer:
                              f"not {model!r}")
         saved = {f.name: record["train_config"][f.name] for f in fields(TrainConfig)
                  if f.name in record["train_config"]}
-        for key in ("seed", "data"):
+        for key in ("seed", "data", "lr", "weight_decay", "warmup"):  # fixed by the run
             if overrides.get(key) is not None and overrides[key] != saved[key]:
-                raise UsageError(f"cannot change --{key} when resuming "
+                raise UsageError(f"cannot change --{key.replace('_', '-')} when resuming "
                                  f"(the checkpoint has {saved[key]!r})")
         saved.update({k: v for k, v in overrides.items() if v is not None})
         if steps is not None:
