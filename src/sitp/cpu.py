@@ -18,13 +18,31 @@ from .strides import broadcast_shapes, broadcast_strides, contiguous_strides, nu
 
 _I64 = np.int64
 _NAN = math.nan
+_ZERO_START = np.zeros(1, _I64)  # the row start of a one-row operand at offset 0 (never written)
+
+
+_STRIDES: dict = {}  # shape -> contiguous strides, memoised: ops make the same shapes again and again
 
 
 def _new(shape, dtype):
-    from .tensor import Tensor
-
     shape = tuple(shape)
-    return Tensor._make(np.empty(numel(shape), dtype.np), shape, contiguous_strides(shape), 0, dtype)
+    strides = _STRIDES.get(shape)
+    if strides is None:
+        if len(_STRIDES) > 4096:
+            _STRIDES.clear()
+        strides = _STRIDES[shape] = contiguous_strides(shape)
+    return _tensor()._make(np.empty(numel(shape), dtype.np), shape, strides, 0, dtype)
+
+
+def _tensor():
+    """The Tensor class (imported late: sitp.tensor imports this module)."""
+    global _Tensor
+    if _Tensor is None:
+        from .tensor import Tensor as _Tensor
+    return _Tensor
+
+
+_Tensor = None
 
 
 # --8<-- [start:collapse]
@@ -64,7 +82,7 @@ def _launch_args(shape, *tensors_and_strides):
     strides = [s for _, s in tensors_and_strides]
     cshape, cstrides = collapse(shape, *strides)
     if len(cshape) == 1:  # one row: no odometer needed
-        return [(t._storage, np.full(1, t._offset, _I64), st[0])
+        return [(t._storage, _ZERO_START if t._offset == 0 else np.full(1, t._offset, _I64), st[0])
                 for (t, _), st in zip(tensors_and_strides, cstrides)], cshape[0]
     shp = np.asarray(cshape[:-1], _I64)
     args = []
