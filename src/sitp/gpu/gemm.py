@@ -295,6 +295,7 @@ def warptile(BM=128, BN=128, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4):
     TCOLS = WSUBN // TN                        # warp's 32 threads as a grid of
     assert (WSUBM // TM) * TCOLS == WARP, \
         "a warp's 32 threads must cover a warp sub-tile exactly"  # (32 / TCOLS) x TCOLS
+    RM, RN = WMITER * TM, WNITER * TN          # a thread's accumulators: RM x RN
 
     @cuda.jit
     def gemm_warptile(A, B, C):
@@ -302,7 +303,7 @@ def warptile(BM=128, BN=128, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4):
         Warp w owns the WM x WN warp tile at (w // (BN / WN), w % (BN / WN)); lane l owns,
         in each of the warp's WMITER x WNITER sub-tiles, the TM x TN patch at
         (l // TCOLS, l % TCOLS). Shared memory: AsT (BK x BM) and Bs (BK x BN).
-        Registers: WMITER * TM * WNITER * TN accumulators.
+        Registers: RM x RN accumulators, RM = WMITER * TM and RN = WNITER * TN.
 
         The three levels (block, warp, thread) mirror the hardware's three levels of
         memory (shared, a warp's register file, a thread's registers); a warp reads a
@@ -310,9 +311,9 @@ def warptile(BM=128, BN=128, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4):
         """
         AsT = cuda.shared.array((BK, BM), float32)
         Bs = cuda.shared.array((BK, BN), float32)
-        acc = cuda.local.array((WMITER * TM, WNITER * TN), float32)
-        regM = cuda.local.array(WMITER * TM, float32)
-        regN = cuda.local.array(WNITER * TN, float32)
+        acc = cuda.local.array((RM, RN), float32)
+        regM = cuda.local.array(RM, float32)
+        regN = cuda.local.array(RN, float32)
         t = cuda.threadIdx.x
         warp = t // WARP
         lane = t % WARP
@@ -324,8 +325,8 @@ def warptile(BM=128, BN=128, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4):
         col0 = cuda.blockIdx.x * BN
         M, K = A.shape
         N = B.shape[1]
-        for r in range(WMITER * TM):
-            for c in range(WNITER * TN):
+        for r in range(RM):
+            for c in range(RN):
                 acc[r, c] = 0.0
         for k0 in range(0, K, BK):
             for idx in range(t, BM * BK, NT):
@@ -346,8 +347,8 @@ def warptile(BM=128, BN=128, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4):
                 for wn in range(WNITER):
                     for c in range(TN):
                         regN[wn * TN + c] = Bs[kk, wc + wn * WSUBN + tc + c]
-                for r in range(WMITER * TM):
-                    for c in range(WNITER * TN):
+                for r in range(RM):
+                    for c in range(RN):
                         acc[r, c] += regM[r] * regN[c]
             cuda.syncthreads()
         for wm in range(WMITER):

@@ -1,0 +1,78 @@
+"""Registers, shared memory and spills of every sitp.gpu kernel, as ptxas reports them.
+
+Sections 4.4 and 4.6 quote this table. It needs no GPU, only NVIDIA's compilers:
+numba-cuda turns each kernel into PTX with NVVM, and ``ptxas -v`` assembles it for one
+architecture and prints the resources. Run from the repository root, for example with
+the compilers from PyPI unpacked into /tmp/nvtk:
+
+    pip install --target /tmp/nvtk nvidia-cuda-nvcc-cu12 nvidia-cuda-nvrtc-cu12
+    PYTHONPATH=/tmp/nvtk NUMBA_ENABLE_CUDASIM=0 \\
+    LD_LIBRARY_PATH=/tmp/nvtk/nvidia/cuda_nvrtc/lib:/tmp/nvtk/nvidia/cuda_nvcc/nvvm/lib64 \\
+    python docs/assets/ch04/gpu_resources.py 8.0 /tmp/nvtk/nvidia/cuda_nvcc/bin/ptxas
+
+Default tilings, head width D = 64. If NVVM writes a newer PTX version than that ptxas
+accepts (NVVM 13 writes 9.0, ptxas 12.9 reads up to 8.8), the header is lowered to the
+ptxas version; the kernels use no instruction that needs the newer one.
+"""
+import re
+import subprocess
+import sys
+import tempfile
+
+from numba import cuda, types
+
+from sitp.gpu import attention as A
+from sitp.gpu import gemm as G
+
+F2, F3, F4 = (types.Array(types.float32, n, "C") for n in (2, 3, 4))
+F, BOOL = types.float32, types.boolean
+
+
+def kernels():
+    """(name, kernel, signature) of every kernel, default tilings."""
+    for k in G.KERNELS:
+        yield f"gemm `{k}`", G.LADDER[k](), (F2, F2, F2)
+    yield "attention `scores`", A.scores_kernel(), (F4, F4, F4, F, BOOL)
+    yield "attention `softmax_rows`", A.softmax_rows, (F4, F4)
+    yield "attention `weighted_sum`", A.weighted_sum_kernel(), (F4, F4, F4)
+    yield "attention `fused_softmax`", A.fused_softmax_kernel(), (F4, F4, F4, F, BOOL)
+    yield "flash forward", A.flash_forward_kernel(64), (F4, F4, F4, F4, F3, F, BOOL)
+    yield "flash backward dK, dV", A.flash_backward_dkdv_kernel(64), (F4,) * 4 + (F3, F3, F4, F4, F, BOOL)
+    yield "flash backward dQ", A.flash_backward_dq_kernel(64), (F4,) * 4 + (F3, F3, F4, F, BOOL)
+
+
+def resources(ptx, arch, ptxas):
+    """ptxas -v's registers, shared bytes, stack frame and spill bytes for one PTX text."""
+    version = subprocess.run([ptxas, "--version"], capture_output=True, text=True).stdout
+    major, minor = re.search(r"release (\d+)\.(\d+)", version).groups()
+    ptx_max = {"12": f"8.{min(int(minor), 8)}"}.get(major)
+    if ptx_max:
+        ptx = re.sub(r"\.version 9\.\d+", f".version {ptx_max}", ptx)
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(ptx)
+        f.flush()
+        out = subprocess.run([ptxas, "-v", f"-arch={arch}", f.name, "-o", "/dev/null"],
+                             capture_output=True, text=True, check=True).stderr
+
+    def num(pattern):
+        m = re.search(pattern, out)
+        return int(m.group(1)) if m else 0
+    return (num(r"Used (\d+) registers"), num(r"(\d+) bytes smem"),
+            num(r"(\d+) bytes stack frame"), num(r"(\d+) bytes spill stores"),
+            num(r"(\d+) bytes spill loads"))
+
+
+def main(cc="8.0", ptxas="ptxas"):
+    major, minor = (int(x) for x in cc.split("."))
+    arch = f"sm_{major}{minor}"
+    print(f"| kernel ({arch}) | registers per thread | shared memory, bytes | stack frame, bytes "
+          "| spill stores / loads, bytes |")
+    print("|---|---|---|---|---|")
+    for name, kern, sig in kernels():
+        ptx, _ = cuda.compile_ptx(kern.py_func, sig, cc=(major, minor))
+        regs, smem, stack, st, ld = resources(ptx, arch, ptxas)
+        print(f"| {name} | {regs} | {smem:,} | {stack} | {st} / {ld} |")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
