@@ -97,6 +97,16 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def _safetensors():
+    """The ``safetensors.numpy`` module, or a one-line error saying how to install it."""
+    try:
+        import safetensors.numpy
+    except ImportError:
+        raise CheckpointError("checkpoints need the safetensors package: "
+                              "pip install safetensors") from None
+    return safetensors.numpy
+
+
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -147,8 +157,7 @@ def save_checkpoint(out_dir: str | os.PathLike, model, optimizer, scheduler,
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    from safetensors.numpy import save as st_save
-
+    st_save = _safetensors().save
     weights = {name: _to_numpy(t) for name, t in model.state_dict().items()}
     model_bytes = st_save(weights, metadata={"format": "pt"})
     opt_arrays, opt_meta = _pack_optimizer(optimizer.state_dict())
@@ -202,8 +211,7 @@ def load_record(out_dir: str | os.PathLike) -> dict:
 
 
 def _read_tensors(path: Path, digest: str | None) -> dict[str, np.ndarray]:
-    from safetensors.numpy import load as st_load
-
+    st_load = _safetensors().load
     try:
         data = path.read_bytes()
     except FileNotFoundError:

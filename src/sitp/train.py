@@ -163,6 +163,7 @@ class Trainer:
         if config.model not in MODELS:
             raise UsageError(f"unknown model {config.model!r}; choose one of {', '.join(MODELS)}")
         check_device(config.device)
+        ckpt._safetensors()  # fail now, not after the training, if it is missing
         self.out_dir = Path(out_dir)
         self.spec = MODELS[config.model]
         try:
