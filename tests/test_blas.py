@@ -80,15 +80,18 @@ def test_parallel_grid_thin_matrices(n_threads):
         numba.set_num_threads(old)
 
 
-def test_micro_kernel_edge_tile():
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_micro_kernel_full_and_edge_tiles(dtype):
     rng = np.random.default_rng(4)
-    kc = 9
-    Ap, Bp = rand((kc, blas.MR), np.float32, rng), rand((kc, blas.NR), np.float32, rng)
-    C = np.zeros((blas.MR + 2, blas.NR + 3), np.float32)
-    blas.micro_kernel(Ap, Bp, C[:4, :11])  # only the 4 x 11 corner is written
+    kc, nr = 9, blas.packed.NR if dtype == np.float32 else blas.packed.NR // 2
+    Ap, Bp = rand((kc, blas.MR), dtype, rng), rand((kc, nr), dtype, rng)
+    C = np.zeros((blas.MR + 4, nr + 3), dtype)
+    blas.micro_kernel(Ap, Bp, C, 0, 0)        # a full tile at the corner
+    blas.micro_kernel(Ap, Bp, C, 6, nr - 2)   # only a 4 x 5 corner of this one is inside C
     expected = np.zeros_like(C)
-    expected[:4, :11] = (Ap.T @ Bp)[:4, :11]
-    np.testing.assert_allclose(C, expected, **tol(np.float32, kc))
+    expected[:blas.MR, :nr] += Ap.T @ Bp
+    expected[6:, nr - 2:] += (Ap.T @ Bp)[:4, :5]
+    np.testing.assert_allclose(C, expected, **tol(dtype, kc))
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

@@ -46,7 +46,7 @@ def compile_variant(edits, slp):
     @njit
     def repeat(Ap, Bp, C, n):
         for _ in range(n):
-            kernel(Ap, Bp, C)
+            kernel(Ap, Bp, C, 0, 0)
 
     old = numba.config.SLP_VECTORIZE
     numba.config.SLP_VECTORIZE = slp

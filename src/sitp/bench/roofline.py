@@ -28,7 +28,7 @@ def micro_kernel_peak(n_threads, kc, reps):
         Bp = np.full((kc, blas.NR), 1e-3, np.float32)
         C = np.zeros((blas.MR, blas.NR), np.float32)
         for _ in range(reps):
-            blas.micro_kernel(Ap, Bp, C)
+            blas.micro_kernel(Ap, Bp, C, 0, 0)
     return n_threads * reps * 2.0 * blas.MR * blas.NR * kc
 # --8<-- [end:peak]
 

@@ -21,6 +21,7 @@ from numba.extending import intrinsic
 
 # --8<-- [start:params]
 MR, NR = 6, 16  # register tile: 6 x 16 float32 = 12 AVX2 registers of 8 lanes
+                # (float64 uses 6 x 8: see tile_nr)
 KC = 512        # depth of a panel: an NR-panel of B is KC * NR * 4 B = 32 KiB (L1-sized)
 MC = 60         # rows of A per block: MC * KC * 4 B = 120 KiB of packed A sits in L2
 # Fast-math flags for the micro-kernel: fuse a*b+c into one FMA ("contract"),
@@ -75,6 +76,23 @@ def _prefetch(typingctx, ary, i, j):
     return sig, codegen
 
 
+@intrinsic
+def tile_nr(typingctx, dtype):
+    """Width of the register tile for ``dtype``, as a compile-time constant.
+
+    Two 32-byte AVX2 registers per row: NR = 16 for float32, 8 for float64, so a
+    float64 tile also takes 12 registers. Returned as an LLVM constant, so loops
+    ``range(tile_nr(...))`` have fixed trip counts and unroll like ``range(NR)``.
+    """
+    nr = 64 // dtype.dtype.bitwidth * 8 if isinstance(dtype.dtype, types.Float) else NR
+    nr = min(nr, NR)
+
+    def codegen(context, builder, signature, args):
+        return context.get_constant(types.intp, nr)
+
+    return types.intp(dtype), codegen
+
+
 # --8<-- [start:pack]
 @njit(cache=True)
 def pack_a(A, Ap):
@@ -97,31 +115,33 @@ def pack_b_panel(B, jp, Bp_j):
     Columns past n are filled with zeros.
     """
     kc, n = B.shape
-    j0 = jp * NR
-    w = min(NR, n - j0)
+    nr = tile_nr(B.dtype)
+    j0 = jp * nr
+    w = min(nr, n - j0)
     for p in range(kc):
         b_p = B[p, j0:j0 + w]
         for j in range(w):
             Bp_j[p, j] = b_p[j]
-        for j in range(w, NR):
+        for j in range(w, nr):
             Bp_j[p, j] = 0
 # --8<-- [end:pack]
 
 
 # --8<-- [start:micro_kernel]
 @njit(cache=True, fastmath=FASTMATH)
-def micro_kernel(Ap_i, Bp_j, C_ij):
-    """C_ij += Ap_i.T @ Bp_j for panels Ap_i (kc, MR) and Bp_j (kc, NR).
+def micro_kernel(Ap_i, Bp_j, C, i0, j0):
+    """C[i0:i0+MR, j0:j0+NR] += Ap_i.T @ Bp_j for panels Ap_i (kc, MR), Bp_j (kc, NR).
 
-    C_ij is the (mr, nr) view of C under this tile, mr <= MR, nr <= NR. The MR x NR
-    accumulators live in registers for the whole loop over p: each step loads one
-    row of the B panel (NR values = 2 vectors), broadcasts each of the MR values of
-    the A panel's row, and does MR * NR multiply-adds (12 vector FMAs). That is
-    2 * MR * NR FLOPs per (MR + NR) loaded values, all from L1.
+    The MR x NR accumulators live in registers for the whole loop over p: each
+    step loads one row of the B panel (NR values = 2 vector registers), broadcasts
+    each of the MR values of the A panel's row, and does MR * NR multiply-adds
+    (12 vector FMAs). That is 2 * MR * NR FLOPs per (MR + NR) loaded values, all
+    from L1. Only the write-back into C is clipped at C's edges.
     """
-    mr, nr = C_ij.shape
+    NR = tile_nr(Ap_i.dtype)   # 16 in float32, 8 in float64
+    mr, nr = min(MR, C.shape[0] - i0), min(NR, C.shape[1] - j0)
     for i in range(mr):         # start fetching the C tile now, use it at the end
-        _prefetch(C_ij, i, 0)
+        _prefetch(C, i0 + i, j0)
     acc = carray(_register_tile(Ap_i.dtype), (MR, NR))
     for i in range(MR):
         for j in range(NR):
@@ -131,14 +151,14 @@ def micro_kernel(Ap_i, Bp_j, C_ij):
             a = Ap_i[p, i]
             for j in range(NR):
                 acc[i, j] += a * Bp_j[p, j]
-    if mr == MR and nr == NR:   # full tile: fixed trip counts, vector stores
-        for i in range(MR):
+    for i in range(mr):
+        c_i = C[i0 + i, j0:j0 + nr]
+        if nr == NR:            # full row: fixed trip count, vector loads and stores
             for j in range(NR):
-                C_ij[i, j] += acc[i, j]
-    else:                       # edge tile: clip to the part inside C
-        for i in range(mr):
+                c_i[j] += acc[i, j]
+        else:                   # right edge of C
             for j in range(nr):
-                C_ij[i, j] += acc[i, j]
+                c_i[j] += acc[i, j]
 # --8<-- [end:micro_kernel]
 
 
@@ -153,6 +173,7 @@ def gemm_packed(A, B, C):
     """
     M, K = A.shape
     N = B.shape[1]
+    NR = tile_nr(A.dtype)
     n_bp = (N + NR - 1) // NR
     for pc in range(0, K, KC):
         kc = min(KC, K - pc)
@@ -167,7 +188,7 @@ def gemm_packed(A, B, C):
                 for ip in range(Ap.shape[0]):
                     i0 = ic + ip * MR
                     j0 = jp * NR
-                    micro_kernel(Ap[ip], Bp[jp], C[i0:i0 + MR, j0:j0 + NR])
+                    micro_kernel(Ap[ip], Bp[jp], C, i0, j0)
 # --8<-- [end:gemm_packed]
 
 
@@ -190,6 +211,7 @@ def _gemm_parallel(A, B, C, n_threads):
     """
     M, K = A.shape
     N = B.shape[1]
+    NR = tile_nr(A.dtype)
     n_bp = (N + NR - 1) // NR                # NR-column panels of B
     n_ap = (M + MR - 1) // MR                # MR-row panels of A
     # row blocks: about MC rows each, their count a multiple of n_threads
@@ -213,5 +235,5 @@ def _gemm_parallel(A, B, C, n_threads):
                 for ip in range(Ap.shape[0]):
                     i0 = ic + ip * MR
                     j0 = jp * NR
-                    micro_kernel(Ap[ip], Bp[jp], C[i0:i0 + MR, j0:j0 + NR])
+                    micro_kernel(Ap[ip], Bp[jp], C, i0, j0)
 # --8<-- [end:gemm_parallel]

@@ -8,7 +8,7 @@ MR rows of A. Tiles that do not fit at the right and bottom edges use the ikj lo
 """
 from numba import carray, njit
 
-from .packed import FASTMATH, MR, NR, _register_tile
+from .packed import FASTMATH, MR, _register_tile, tile_nr
 
 
 # --8<-- [start:gemm_small]
@@ -23,6 +23,7 @@ def gemm_small(A, B, C):
     """
     M, K = A.shape
     N = B.shape[1]
+    NR = tile_nr(A.dtype)
     m_full, n_full = M - M % MR, N - N % NR
     acc = carray(_register_tile(A.dtype), (MR, NR))
     for i0 in range(0, m_full, MR):
