@@ -242,3 +242,14 @@ def test_flash_backward_on_the_gpu_at_t_512(causal):
         torch.tensor(dO, dtype=torch.float64))
     for mine, ref in zip(grads, (tq, tk, tv)):
         np.testing.assert_allclose(mine, ref.grad.numpy(), rtol=1e-3, atol=1e-4)
+
+
+def test_attention_buffers_are_reused_between_calls(qkv):
+    kept = {}
+    d_qkv = [attn.to_device(x) for x in qkv]
+    O1 = attn.attention_device(*d_qkv, method="naive", buffers=kept, BS=4, NT=4)
+    assert set(kept) == {"O", "P", "S"} and O1 is kept["O"]
+    O2 = attn.attention_device(*d_qkv, method="naive", buffers=kept, BS=4, NT=4)
+    assert O2 is O1
+    np.testing.assert_allclose(O2.copy_to_host(), attention_reference(*qkv, False)[0],
+                               rtol=1e-5, atol=1e-5)

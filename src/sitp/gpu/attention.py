@@ -406,25 +406,36 @@ def _check(Q, K, V):
 
 
 # --8<-- [start:host]
-def attention_device(Q, K, V, causal=False, method="flash", scale=None, **tiling):
+def _buffer(buffers, name, shape):
+    """buffers[name] if the caller keeps one of that shape, else a new device array."""
+    if buffers is None:
+        return cuda.device_array(shape, dtype=np.float32)
+    if name not in buffers or buffers[name].shape != shape:
+        buffers[name] = cuda.device_array(shape, dtype=np.float32)
+    return buffers[name]
+
+
+def attention_device(Q, K, V, causal=False, method="flash", scale=None, buffers=None, **tiling):
     """O = softmax(scale Q K^T + mask) V on (B, H, T, D) float32 device arrays.
 
     method: "naive" (3 kernels, S and P in memory), "fused" (2 kernels, P in memory) or
     "flash" (1 kernel, O(T) extra memory). Returns O; for "flash", (O, L) where L is the
-    (B, H, T) logsumexp that ``flash_backward_device`` needs.
+    (B, H, T) logsumexp that ``flash_backward_device`` needs. buffers: an optional dict
+    in which the outputs and scratch arrays are kept and reused from call to call (the
+    benchmark passes one, so that it times kernels, not cudaMalloc).
     """
     B, H, T, D = _check(Q, K, V)
     scale = np.float32(1.0 / math.sqrt(D) if scale is None else scale)
-    O = cuda.device_array((B, H, T, D), dtype=np.float32)
+    O = _buffer(buffers, "O", (B, H, T, D))
     if method == "flash":
         BR, BC = tiling.get("BR", 64), tiling.get("BC", 32)
-        L = cuda.device_array((B, H, T), dtype=np.float32)
+        L = _buffer(buffers, "L", (B, H, T))
         flash_forward_kernel(D, BR, BC)[(ceil_div(T, BR), B * H), BR](Q, K, V, O, L, scale, causal)
         return O, L
     BS = tiling.get("BS", 16)
-    P = cuda.device_array((B, H, T, T), dtype=np.float32)
+    P = _buffer(buffers, "P", (B, H, T, T))
     if method == "naive":
-        S = cuda.device_array((B, H, T, T), dtype=np.float32)
+        S = _buffer(buffers, "S", (B, H, T, T))
         scores_kernel(BS)[(ceil_div(T, BS), ceil_div(T, BS), B * H), (BS, BS)](Q, K, S, scale, causal)
         rows = B * H * T
         NT = tiling.get("NT", 128)
@@ -438,14 +449,16 @@ def attention_device(Q, K, V, causal=False, method="flash", scale=None, **tiling
     return O
 
 
-def flash_backward_device(Q, K, V, O, L, dO, causal=False, scale=None, BR=32, BC=32):
-    """Gradients (dQ, dK, dV) of flash attention, recomputing P from the saved L."""
+def flash_backward_device(Q, K, V, O, L, dO, causal=False, scale=None, BR=32, BC=32,
+                          buffers=None):
+    """Gradients (dQ, dK, dV) of flash attention, recomputing P from the saved L.
+    Only O(T) scratch: Dd, one value per row. buffers: as in ``attention_device``."""
     B, H, T, D = _check(Q, K, V)
     scale = np.float32(1.0 / math.sqrt(D) if scale is None else scale)
-    Dd = cuda.device_array((B, H, T), dtype=np.float32)
-    dQ = cuda.device_array((B, H, T, D), dtype=np.float32)
-    dK = cuda.device_array((B, H, T, D), dtype=np.float32)
-    dV = cuda.device_array((B, H, T, D), dtype=np.float32)
+    Dd = _buffer(buffers, "Dd", (B, H, T))
+    dQ = _buffer(buffers, "dQ", (B, H, T, D))
+    dK = _buffer(buffers, "dK", (B, H, T, D))
+    dV = _buffer(buffers, "dV", (B, H, T, D))
     rows = B * H * T
     row_dot[ceil_div(rows, 128), 128](dO, O, Dd)
     flash_backward_dkdv_kernel(D, BR, BC)[(ceil_div(T, BC), B * H), BC](
