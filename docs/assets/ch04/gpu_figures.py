@@ -1,5 +1,6 @@
-"""Draw the figures of sections 4.4-4.6 (GPU kernels): what each thread, warp and block
-of a kernel computes, and which shared-memory bank each thread of a warp writes.
+"""Draw the figures of sections 4.3-4.6 (GPU kernels): a grid of blocks and warps, what
+each thread, warp and block of a kernel computes, and which shared-memory bank each
+thread of a warp writes.
 
 Run from the repository root: ``python docs/assets/ch04/gpu_figures.py``. The pictures
 are computed from the same index arithmetic as the kernels (``sitp.gpu.layouts``), not
@@ -39,6 +40,34 @@ def setup(ax, title):
     ax.set_title(title, fontsize=10)
     ax.set_aspect("equal")
     ax.axis("off")
+
+
+def grid_1d():
+    """The launch of section 4.3: 8 blocks of 128 threads (4 warps each) over 1000 elements."""
+    n, threads, blocks = 1000, 128, 8
+    fig, ax = plt.subplots(figsize=(12, 2.3))
+    ax.axis("off")
+    warp_colors = ["#c6dbef", "#9ecae1", "#6baed6", "#4292c6"]
+    for b in range(blocks):
+        x0 = b * threads
+        for w in range(threads // 32):
+            ax.add_patch(Rectangle((x0 + 32 * w, 0), 32, 1, facecolor=warp_colors[w],
+                                   edgecolor="white", lw=0.5))
+        ax.add_patch(Rectangle((x0, 0), threads, 1, facecolor="none", edgecolor="black", lw=1.2))
+        ax.text(x0 + threads / 2, 1.25, f"blockIdx.x = {b}", ha="center", va="bottom", fontsize=8)
+    ax.add_patch(Rectangle((n, 0), blocks * threads - n, 1, facecolor="none", hatch="////",
+                           edgecolor=RED, lw=0))
+    ax.annotate("i = 1000 ... 1023: i >= n, the bounds check\nsends these 24 threads home",
+                xy=(n + 12, 0.5), xytext=(n - 250, -1.2), fontsize=8, color=RED,
+                arrowprops=dict(arrowstyle="->", color=RED))
+    ax.text(3 * threads + 64, -0.25, "warps 0-3 of a block: threads 0-31, 32-63, 64-95, 96-127",
+            ha="center", va="top", fontsize=8)
+    ax.text(0, -0.25, "i = blockIdx.x * 128 + threadIdx.x", ha="left", va="top", fontsize=8)
+    ax.set_xlim(-5, blocks * threads + 5)
+    ax.set_ylim(-1.8, 2)
+    fig.tight_layout()
+    fig.savefig(OUT / "gpu-grid.svg")
+    plt.close(fig)
 
 
 def gemm_ladder():
@@ -207,6 +236,7 @@ def flash():
 
 
 if __name__ == "__main__":
+    grid_1d()
     gemm_ladder()
     warptile()
     banks()
