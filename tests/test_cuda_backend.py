@@ -134,3 +134,46 @@ def test_attention_layer_norm_dropout_on_device():
     same(ln_g(gk), ln_c(ck), rtol=1e-5, atol=1e-5)
     d = F.dropout(sitp.ones(50, device="cuda"), 0.5)
     assert d.device == "cuda" and set(d.cpu().tolist()) <= {0.0, 2.0}
+
+
+def test_bad_gpu_index_surfaces_at_the_next_sync():
+    g = sitp.zeros(3, 2, device="cuda")
+    out = g[sitp.tensor([0, 5], device="cuda")]  # no host round trip here...
+    with pytest.raises(IndexError, match="out of range"):
+        out.cpu()                                  # ...the error comes with the data
+    assert g[sitp.tensor([2], device="cuda")].cpu().shape == (1, 2)  # the flag was reset
+    with pytest.raises(IndexError, match="out of range"):
+        g.gather(1, sitp.tensor([[3, 0]], device="cuda")).sum().item()
+
+
+def test_training_step_does_not_copy_between_host_and_device(monkeypatch):
+    """After a warm-up step, a step of an MLP language model on the GPU moves no data
+    between host and device: the batch, the weights, the gradients and the optimizer
+    state stay there (the loss is not read back inside the step)."""
+    from numba import cuda
+
+    sitp.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(11, 4), nn.Flatten(), nn.Linear(12, 11)).to("cuda")
+    opt = sitp.optim.AdamW(model.parameters(), lr=0.01)
+    X = sitp.randint(0, 11, (6, 3), device="cuda")
+    Y = sitp.randint(0, 11, (6,), device="cuda")
+
+    def step():
+        loss = F.cross_entropy(model(X), Y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    step()  # warm-up: constants and gather plans are made once
+    copies = []
+    real_to_device = cuda.to_device
+    monkeypatch.setattr(cuda, "to_device", lambda *a, **k: copies.append("h2d") or real_to_device(*a, **k))
+    array_type = type(X._storage)
+    real_to_host = array_type.copy_to_host
+    monkeypatch.setattr(array_type, "copy_to_host",
+                        lambda self, *a, **k: copies.append("d2h") or real_to_host(self, *a, **k))
+    loss = step()
+    assert copies == []
+    monkeypatch.undo()
+    assert loss.item() > 0

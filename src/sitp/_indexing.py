@@ -129,7 +129,27 @@ def _decompose(x, key):
 
 
 def _adv_plan(view, adv):
-    """Arrange the indexed dims: returns (view, a, idx (k, m) int64, index shape)."""
+    """Arrange the indexed dims: returns (view, a, idx (k, m) int64, index shape).
+
+    ``idx`` is a numpy array, or a GPU tensor when the tensor and all index
+    arrays live on the GPU (then the index values never visit the host).
+    """
+    dims = [p for p, _ in adv]
+    if view.is_cuda and all(t.is_cuda for _, t in adv):
+        from .functional_core import stack
+        from .strides import broadcast_shapes
+
+        try:
+            bshape = broadcast_shapes(*[tuple(t.shape) for _, t in adv])
+        except ValueError:
+            raise IndexError(
+                "shape mismatch: indexing tensors could not be broadcast together with shapes "
+                + " ".join(str(tuple(t.shape)) for _, t in adv)) from None
+        idx = stack([t.expand(bshape).reshape(-1) for _, t in adv]).contiguous()
+        if dims != list(range(dims[0], dims[0] + len(dims))):
+            rest = [i for i in range(view.ndim) if i not in dims]
+            return view.permute(dims + rest), 0, idx, bshape
+        return view, dims[0], idx, bshape
     arrays = [t._np() for _, t in adv]
     try:
         bshape = np.broadcast_shapes(*[a.shape for a in arrays])
@@ -138,7 +158,6 @@ def _adv_plan(view, adv):
             "shape mismatch: indexing tensors could not be broadcast together with shapes "
             + " ".join(str(tuple(a.shape)) for a in arrays)) from None
     idx = np.stack([np.broadcast_to(a, bshape).reshape(-1) for a in arrays]) if arrays else None
-    dims = [p for p, _ in adv]
     if dims == list(range(dims[0], dims[0] + len(dims))):
         return view, dims[0], np.ascontiguousarray(idx, dtype=np.int64), bshape
     # Separated index arrays: their dims move to the front (NumPy's rule).

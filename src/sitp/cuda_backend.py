@@ -257,7 +257,7 @@ def put_k(x, pre, table, post, values, accumulate):
 
 @cuda.jit
 def gather_pos_k(index, i_shape, x_off, x_str, dim, size, out, bad):
-    """Positions for torch.gather; an out-of-range index sets bad[0]."""
+    """Positions for torch.gather; an out-of-range index sets the error flag bad[0]."""
     i = cuda.grid(1)
     if i < out.size:
         v = index[i]
@@ -357,6 +357,7 @@ def to_host(x):
     """A copy of a GPU tensor on the CPU (contiguous)."""
     from .tensor import Tensor
 
+    check_errors()
     xc = copy(x) if not x.is_contiguous() or x._offset else x
     host = xc._storage.copy_to_host()[: x.numel()] if x.numel() else np.empty(0, x.dtype.np)
     return Tensor._make(host, tuple(x.shape), contiguous_strides(x.shape), 0, x.dtype)
@@ -533,12 +534,73 @@ def matmul(a, b):
     return out
 
 
+# --8<-- [start:device_errors]
+_ERR = None  # one device int32: set by a kernel that meets an out-of-range index
+
+
+def _err():
+    global _ERR
+    if _ERR is None:
+        _ERR = cuda.to_device(np.zeros(1, np.int32))
+    return _ERR
+
+
+def check_errors() -> None:
+    """Raise if a kernel reported a bad index since the last check.
+
+    Reading the flag is a copy to the host, so it happens where data comes
+    back anyway (``.cpu()``, ``.item()``, ``.tolist()``), not after every op:
+    like PyTorch's device-side asserts, the error surfaces at the next sync.
+    """
+    if _ERR is not None and _ERR.copy_to_host()[0]:
+        _ERR.copy_to_device(np.zeros(1, np.int32))
+        raise IndexError("index out of range in a GPU gather or scatter (an index was "
+                         "negative or not smaller than the size of its dimension)")
+# --8<-- [end:device_errors]
+
+
+@cuda.jit
+def index_table_k(idx, sizes, strides, table, err):
+    """table[n] = sum_k idx[k, n] * strides[k] (negative indices count from the end)."""
+    n = cuda.grid(1)
+    if n < table.size:
+        t = 0
+        for k in range(idx.shape[0]):
+            i = idx[k, n]
+            if i < 0:
+                i += sizes[k]
+            if i < 0 or i >= sizes[k]:
+                err[0] = 1
+                i = 0
+            t += i * strides[k]
+        table[n] = t
+
+
+_PLANS: dict = {}  # (shape, strides, offset, a, k) -> the device copies of pre and post
+
+
 def _plan(x, a, idx):
-    """The gather plan of cpu._plan, computed on the host, then copied (metadata)."""
+    """The gather plan of cpu._plan: pre/post walk the dims around the index arrays
+    (metadata: copied once per geometry and cached), table holds each index tuple's offset."""
     from . import cpu
 
-    host = _HostView(x)
-    pre, table, post = cpu._plan(host, a, idx)
+    if not isinstance(idx, np.ndarray):  # index values on the GPU: table by a kernel
+        k = idx.shape[0]
+        key = (x._shape, x._strides, x._offset, a, k)
+        prepost = _PLANS.get(key)
+        if prepost is None:
+            empty = np.zeros((k, 0), np.int64)
+            pre, _, post = cpu._plan(_HostView(x), a, empty)
+            if len(_PLANS) > 1024:
+                _PLANS.clear()
+            prepost = _PLANS[key] = (cuda.to_device(pre), cuda.to_device(post))
+        m = idx.shape[1]
+        table = cuda.device_array(max(m, 1), dtype=np.int64)[:m]
+        if m:
+            index_table_k[_blocks(m), TPB](idx._storage.reshape(k, m), tuple(x._shape[a:a + k]),
+                                           tuple(x._strides[a:a + k]), table, _err())
+        return prepost[0], table, prepost[1]
+    pre, table, post = cpu._plan(_HostView(x), a, idx)
     return cuda.to_device(pre), cuda.to_device(table), cuda.to_device(post)
 
 
@@ -574,12 +636,9 @@ def _index_device(index):
 def _gather_positions(shape, strides, offset, dim, index, size):
     idx = _index_device(index)
     pos = cuda.device_array(max(index.numel(), 1), dtype=np.int64)
-    bad = cuda.to_device(np.zeros(1, np.int32))
     if index.numel():
         gather_pos_k[_blocks(index.numel()), TPB](idx._storage, tuple(index._shape), offset,
-                                                  tuple(strides), dim, size, pos, bad)
-    if bad.copy_to_host()[0]:
-        raise IndexError(f"gather(): index out of bounds for dimension {dim} with size {size}")
+                                                  tuple(strides), dim, size, pos, _err())
     return pos
 
 

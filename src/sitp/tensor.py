@@ -272,6 +272,11 @@ class Tensor:
         if self.numel() != 1:
             raise RuntimeError(
                 f"a Tensor with {self.numel()} elements cannot be converted to Scalar")
+        if self.is_cuda:
+            from .cuda_backend import check_errors
+
+            check_errors()
+            return self._storage[self._offset:self._offset + 1].copy_to_host()[0].item()
         return self._storage[self._offset].item()
 
     def __float__(self):

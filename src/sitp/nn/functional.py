@@ -294,7 +294,8 @@ def conv1d(input: Tensor, weight: Tensor, bias=None, stride=1, padding=0, dilati
             f"({dilation * (K_ - 1) + 1}, dilated). Kernel size can't be greater than actual input size")
     if left or right:
         x = pad(x, (left, right))                                          # (N, C_in, Lp)
-    idx_LK = arange(L_out).unsqueeze(1) * stride + arange(K_) * dilation    # (L_out, K)
+    dev = x.device
+    idx_LK = arange(L_out, device=dev).unsqueeze(1) * stride + arange(K_, device=dev) * dilation  # (L_out, K)
     cols = x[:, :, idx_LK]                                                  # (N, C_in, L_out, K)
     G = groups
     cols = cols.reshape(N, G, C_g, L_out, K_).permute(0, 1, 3, 2, 4)        # (N, G, L_out, C_g, K)
@@ -341,7 +342,7 @@ def pad(input: Tensor, pad, mode: str = "constant", value=None) -> Tensor:
             for width in (lo, hi):
                 s = list(x.shape)
                 s[d] = max(width, 0)
-                side.append([full(s, 0 if value is None else value, dtype=x.dtype)] if width > 0 else [])
+                side.append([full(s, 0 if value is None else value, dtype=x.dtype, device=x.device)] if width > 0 else [])
             x = cat(side[0] + [x] + side[1], d) if side[0] or side[1] else x
             continue
         if mode == "reflect" and (lo >= n or hi >= n):
@@ -355,7 +356,7 @@ def pad(input: Tensor, pad, mode: str = "constant", value=None) -> Tensor:
             idx = [j % n for j in range(-lo, n + hi)]
         else:
             raise NotImplementedError(f"pad(): mode {mode!r} is not in sitp")
-        x = x.index_select(d, tensor(idx, dtype=int64))
+        x = x.index_select(d, tensor(idx, dtype=int64, device=x.device))
     return x
 
 
@@ -439,7 +440,9 @@ def _nll_rows(logp_RC, t_R, weight, ignore_index, name):
     """(-weight[t] * logp[r, t] per row r, weight[t] per row, kept rows), ignored rows 0."""
     C = logp_RC.shape[1]
     keep = t_R != ignore_index
-    if t_R.numel():
+    # On the GPU the gather below flags a bad class index itself, and the error comes at
+    # the next sync: checking here would copy to the host in every training step.
+    if t_R.numel() and not t_R.is_cuda:
         bad = keep & ((t_R < 0) | (t_R >= C))
         if bad.any().item():
             v = int(t_R.cpu()[bad.cpu()][0].item())
