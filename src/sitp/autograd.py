@@ -251,17 +251,34 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool = False):
     """
     from .tensor import Tensor
 
+    import weakref
+
     single = isinstance(inputs, Tensor)
     inputs = (inputs,) if single else tuple(inputs)
-    saved = [t.grad for t in inputs]
+    # as torch, write no .grad anywhere: remember every leaf's, put it back afterwards
+    others = {}
+    if getattr(outputs, "grad_fn", None) is not None:
+        for node in toposort(outputs.grad_fn):
+            for t in node.inputs:
+                if t is not None and t.grad_fn is None:
+                    others[id(t)] = t
+    others.update((id(t), t) for t in inputs)
+    saved = {k: t.grad for k, t in others.items()}
+    retained = {}  # an interior input keeps its gradient the way retain_grad() does
     for t in inputs:
+        if t.grad_fn is not None and id(t.grad_fn) not in retained:
+            retained[id(t.grad_fn)] = (t.grad_fn, t.grad_fn.retained)
+            t.grad_fn.retained = weakref.ref(t)
+    for t in others.values():
         t.grad = None
     try:
         backward(outputs, grad_outputs, retain_graph=retain_graph)
         result = tuple(t.grad for t in inputs)
     finally:
-        for t, g in zip(inputs, saved):
-            t.grad = g
+        for node, r in retained.values():
+            node.retained = r
+        for k, t in others.items():
+            t.grad = saved[k]
     return result[0] if single else result
 
 
