@@ -177,3 +177,30 @@ def test_training_step_does_not_copy_between_host_and_device(monkeypatch):
     assert copies == []
     monkeypatch.undo()
     assert loss.item() > 0
+
+
+@pytest.mark.gpu
+def test_gpt_trains_on_a_real_gpu_like_on_the_cpu():
+    """Real hardware only: the GPT of chapter 3.5 at batch 32 x block 32, five AdamW steps
+    on the GPU and on the CPU from the same weights, same losses."""
+    from sitp.models.gpt import GPT, GPTConfig
+
+    cfg = GPTConfig(vocab_size=27, block_size=32, n_layer=4, n_head=4, n_embd=64)
+    sitp.manual_seed(0)
+    cpu_model = GPT(cfg)
+    gpu_model = GPT(cfg)
+    gpu_model.load_state_dict(cpu_model.state_dict())
+    gpu_model.to("cuda")
+    X = sitp.randint(0, 27, (32, 32))
+    Y = sitp.randint(0, 27, (32, 32))
+    losses = {}
+    for name, model, (x, y) in (("cpu", cpu_model, (X, Y)), ("gpu", gpu_model, (X.cuda(), Y.cuda()))):
+        opt = sitp.optim.AdamW(model.parameters(), lr=1e-3)
+        losses[name] = []
+        for _ in range(5):
+            _, loss = model(x, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses[name].append(loss.item())
+    np.testing.assert_allclose(losses["gpu"], losses["cpu"], rtol=1e-4)

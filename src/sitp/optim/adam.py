@@ -20,6 +20,7 @@ from ..autograd import no_grad
 from ..creation import tensor, zeros_like
 from ..dtypes import float32
 from ..functional_core import maximum
+from ._fused import adam_kernel, flat
 from .optimizer import Optimizer
 
 
@@ -35,7 +36,8 @@ class Adam(Optimizer):
         amsgrad: divide by the running maximum of :math:`\\hat v` (Reddi et al., 2018).
         maximize: ascend the objective instead of descending it.
         decoupled_weight_decay: decay the weights directly, as AdamW does.
-        foreach, fused: accepted for compatibility with PyTorch and ignored.
+        foreach, fused: accepted for compatibility with PyTorch and ignored: contiguous CPU
+            tensors always take the one-pass kernel of ``optim/_fused.py``.
 
     >>> import sitp
     >>> w = sitp.tensor([3.0, -1.0], requires_grad=True)
@@ -102,6 +104,13 @@ class Adam(Optimizer):
                     m, v = state["exp_avg"], state["exp_avg_sq"]
                     state["step"] += 1
                     t = state["step"].item()
+                    arrays = [flat(x) for x in (p, g, m, v)] if not amsgrad else [None]
+                    if all(a is not None for a in arrays) and len({a.dtype for a in arrays}) == 1:
+                        # the same update in one pass (optim/_fused.py)
+                        adam_kernel(*arrays, lr, beta1, beta2, eps, wd,
+                                    group["decoupled_weight_decay"], 1 - beta1 ** t,
+                                    (1 - beta2 ** t) ** 0.5)
+                        continue
                     if wd != 0:
                         if group["decoupled_weight_decay"]:
                             p.mul_(1 - lr * wd)             # AdamW: θ = (1 - lr λ) θ
