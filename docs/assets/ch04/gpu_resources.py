@@ -69,7 +69,8 @@ def main(cc="8.0", ptxas="ptxas"):
           "| spill stores / loads, bytes |")
     print("|---|---|---|---|---|")
     for name, kern, sig in kernels():
-        ptx, _ = cuda.compile_ptx(kern.py_func, sig, cc=(major, minor))
+        bounds = getattr(kern, "targetoptions", {}).get("launch_bounds")
+        ptx, _ = cuda.compile_ptx(kern.py_func, sig, cc=(major, minor), launch_bounds=bounds)
         regs, smem, stack, st, ld = resources(ptx, arch, ptxas)
         print(f"| {name} | {regs} | {smem:,} | {stack} | {st} / {ld} |")
 

@@ -30,7 +30,7 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda, float32
 
-from .launch import ceil_div, grid_2d, to_device
+from .launch import ceil_div, grid_2d, jit_bounded, to_device
 
 
 # --8<-- [start:naive]
@@ -122,7 +122,7 @@ def shared(BS=32):
 def blocktile1d(BM=64, BN=64, BK=8, TM=8):
     NT = BM * BN // TM  # threads per block
 
-    @cuda.jit
+    @jit_bounded(NT)
     def gemm_blocktile1d(A, B, C):
         """Rung 4. Block: BM * BN / TM threads (1-D) for a BM x BN tile of C.
         Thread t computes TM results of one column: C[row0 + r, col0 + t % BN] for
@@ -172,7 +172,7 @@ def blocktile1d(BM=64, BN=64, BK=8, TM=8):
 def blocktile2d(BM=128, BN=128, BK=8, TM=8, TN=8):
     NT = (BM // TM) * (BN // TN)
 
-    @cuda.jit
+    @jit_bounded(NT)
     def gemm_blocktile2d(A, B, C):
         """Rung 5. Block: (BM / TM) * (BN / TN) threads (1-D) for a BM x BN tile of C.
         Thread t computes the TM x TN patch at rows (t // (BN / TN)) * TM, columns
@@ -231,7 +231,7 @@ def blocktile2d(BM=128, BN=128, BK=8, TM=8, TN=8):
 def transposed(BM=128, BN=128, BK=8, TM=8, TN=8):
     NT = (BM // TM) * (BN // TN)
 
-    @cuda.jit
+    @jit_bounded(NT)
     def gemm_transposed(A, B, C):
         """Rung 6. As rung 5, but the A tile is stored transposed, AsT[k, m] (BK x BM),
         so that a thread's TM values of A for one k are adjacent in shared memory, like
@@ -297,7 +297,7 @@ def warptile(BM=128, BN=128, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4):
         "a warp's 32 threads must cover a warp sub-tile exactly"  # (32 / TCOLS) x TCOLS
     RM, RN = WMITER * TM, WNITER * TN          # a thread's accumulators: RM x RN
 
-    @cuda.jit
+    @jit_bounded(NT)
     def gemm_warptile(A, B, C):
         """Rung 7. Block: NT threads, i.e. (BM / WM) * (BN / WN) warps, for a BM x BN tile.
         Warp w owns the WM x WN warp tile at (w // (BN / WN), w % (BN / WN)); lane l owns,
@@ -370,7 +370,7 @@ def doublebuffer(BM=128, BN=128, BK=8, TM=8, TN=8):
     LA = (BM * BK + NT - 1) // NT  # elements of the A tile each thread copies
     LB = (BK * BN + NT - 1) // NT  # and of the B tile
 
-    @cuda.jit
+    @jit_bounded(NT)
     def gemm_doublebuffer(A, B, C):
         """Rung 8. Tiling as rung 6, with two copies of each shared tile. At step s the
         block computes on buffer s % 2 while each thread holds its share of the next

@@ -39,6 +39,19 @@ def no_gpu_reason() -> str:
     return "no GPU: numba.cuda finds no CUDA device (is the NVIDIA driver installed?)"
 
 
+def jit_bounded(max_threads: int):
+    """``cuda.jit`` that promises the compiler at most max_threads threads per block.
+
+    CUDA C's ``__launch_bounds__``: the compiler then keeps registers per thread low
+    enough for a block of that size to fit on one SM (65,536 registers / max_threads),
+    instead of failing at launch with "too many resources requested". The simulator's
+    ``jit`` has no such option and needs none.
+    """
+    if simulated():
+        return cuda.jit
+    return cuda.jit(launch_bounds=max_threads)
+
+
 # --8<-- [start:grid]
 def ceil_div(n: int, d: int) -> int:
     """Smallest number of d-sized pieces that cover n: ceil(n / d) in integers."""
