@@ -62,8 +62,8 @@ UNARY_GRAD = {
     "expm1":      lambda x, y, g, p0, p1: g * (y + 1),
     "reciprocal": lambda x, y, g, p0, p1: -g * y * y,
     "erf":        lambda x, y, g, p0, p1: g * (2 / math.sqrt(math.pi)) * (-x * x).exp(),
-    "gelu":       lambda x, y, g, p0, p1: g * _gelu_grad(x),
-    "gelu_tanh":  lambda x, y, g, p0, p1: g * _gelu_tanh_grad(x),
+    "gelu":       lambda x, y, g, p0, p1: g * backend.of(x).unary("gelu_grad", x),
+    "gelu_tanh":  lambda x, y, g, p0, p1: g * backend.of(x).unary("gelu_tanh_grad", x),
     "silu":       lambda x, y, g, p0, p1: g * _silu_grad(x),
     "sign":       lambda x, y, g, p0, p1: g * 0,
     "floor":      lambda x, y, g, p0, p1: g * 0,
@@ -80,19 +80,6 @@ def _in_range(x, lo, hi):
     if hi == hi:
         m = m & (x <= hi)
     return m
-
-
-def _gelu_grad(x):
-    cdf = 0.5 * (1 + (x * (1 / math.sqrt(2))).erf())
-    pdf = (-0.5 * x * x).exp() * (1 / math.sqrt(2 * math.pi))
-    return cdf + x * pdf
-
-
-def _gelu_tanh_grad(x):
-    c = math.sqrt(2 / math.pi)
-    inner = c * (x + 0.044715 * x * x * x)
-    t = inner.tanh()
-    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x)
 
 
 def _silu_grad(x):
