@@ -253,3 +253,18 @@ def test_attention_buffers_are_reused_between_calls(qkv):
     assert O2 is O1
     np.testing.assert_allclose(O2.copy_to_host(), attention_reference(*qkv, False)[0],
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(has_gpu(), reason="on a GPU the benchmarks run instead")
+@pytest.mark.parametrize("command", ["gpu-gemm", "gpu-attention"])
+def test_gpu_benchmarks_refuse_in_one_line_without_a_gpu(command):
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    out = subprocess.run([sys.executable, "-m", "sitp.bench", command],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 1
+    assert out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no GPU" in lines[0] and command in lines[0]
