@@ -146,8 +146,8 @@ def check_device(device: str) -> None:
         return
     if device.startswith("cuda"):
         if not sitp.cuda.is_available():
-            raise UsageError("--device cuda: sitp.cuda.is_available() is False "
-                             "(this build runs on the CPU); use --device cpu")
+            raise UsageError("--device cuda: no CUDA GPU answers (sitp.cuda.is_available() is "
+                             "False); use --device cpu")
         return
     raise UsageError(f"unknown device {device!r}; use cpu or cuda")
 
