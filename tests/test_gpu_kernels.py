@@ -26,6 +26,7 @@ TINY = {
     "transposed": dict(BM=16, BN=16, BK=4, TM=4, TN=4),
     "warptile": dict(BM=16, BN=16, BK=4, WM=8, WN=16, WNITER=2, TM=2, TN=1),
     "doublebuffer": dict(BM=16, BN=16, BK=4, TM=4, TN=4),
+    "swizzled": dict(BM=32, BN=16, BK=4, TM=4, TN=4),
 }
 
 
@@ -202,6 +203,19 @@ def test_swizzle_is_a_bijection_and_removes_the_transposed_store_conflict():
     assert L.conflict_degree(L.transposed_store_words(128, 8, swz=sw)) == 1
     assert L.conflict_degree([0] * 32) == 1  # one word for everyone: a broadcast
     assert L.conflict_degree(list(range(0, 64, 2))) == 2
+
+
+def test_swizzled_kernel_uses_the_swizzle_of_layouts():
+    """The kernel's BASE/BITS/SHIFT for the defaults are section 4.5's swizzle(3, 2, 5)."""
+    BM, BK = 128, 8
+    sw = L.swizzle(3, 2, 5)
+    base, bits = (32 // BK).bit_length() - 1, BK.bit_length() - 1
+    shift = BM.bit_length() - 1 - base
+    assert (bits, base, shift) == (3, 2, 5)
+    for w in range(BM * BK):
+        assert w ^ ((w >> shift) & (((1 << bits) - 1) << base)) == sw(w)
+    with pytest.raises(AssertionError, match="powers of two"):
+        G.swizzled(BM=16, BN=16, BK=4, TM=4, TN=4)
 
 
 # ---- launch helpers ---------------------------------------------------------------------

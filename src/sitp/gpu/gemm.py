@@ -15,6 +15,9 @@ Optimize a CUDA Matmul Kernel for cuBLAS-like Performance" (written in CUDA C):
 8. ``doublebuffer`` rung 6 with two shared buffers: the next tiles are fetched into
                     registers while the current ones are used; one barrier per step
 
+and, from section 4.5, ``swizzled``: rung 6 with its transposed tile stored through an
+XOR swizzle, which removes the bank conflicts of the transposed store.
+
 Tile sizes must be known when a kernel is compiled (they size shared and local arrays),
 so each rung is a *kernel factory*: ``blocktile2d(BM=128, BN=128, BK=8, TM=8, TN=8)``
 returns a kernel compiled for that tiling (cached). The tests use tiny tilings, which
@@ -452,8 +455,74 @@ def doublebuffer(BM=128, BN=128, BK=8, TM=8, TN=8):
 # --8<-- [end:doublebuffer]
 
 
+# --8<-- [start:swizzled]
+@lru_cache(maxsize=None)
+def swizzled(BM=128, BN=128, BK=8, TM=8, TN=8):
+    NT = (BM // TM) * (BN // TN)
+    assert BM & (BM - 1) == 0 and BK & (BK - 1) == 0 and BM >= 32 and BK <= 32, \
+        "the swizzle needs powers of two, BM >= 32 and BK <= 32"
+    BASE = (32 // BK).bit_length() - 1   # bits of r = lane // BK in one warp's store
+    BITS = BK.bit_length() - 1           # bits of the tile row c = lane % BK
+    SHIFT = BM.bit_length() - 1 - BASE   # moves c (bits log2 BM and up) down to BASE
+    MASK = ((1 << BITS) - 1) << BASE     # section 4.5's swizzle(BITS, BASE, SHIFT)
+    WORDS = BK * BM                      # the A tile, flat
+
+    @jit_bounded(NT)
+    def gemm_swizzled(A, B, C):
+        """Rung 6 with the swizzle of section 4.5 on the transposed A tile. Tiling as
+        rung 6; shared memory holds AsT flat, element (c, r) at word
+        w ^ ((w >> SHIFT) & MASK) with w = c * BM + r. The transposed store, an 8-way
+        bank conflict with the defaults, becomes conflict-free, and the reads stay so.
+        """
+        AsT = cuda.shared.array(WORDS, float32)
+        Bs = cuda.shared.array((BK, BN), float32)
+        acc = cuda.local.array((TM, TN), float32)
+        regM = cuda.local.array(TM, float32)
+        regN = cuda.local.array(TN, float32)
+        t = cuda.threadIdx.x
+        row0 = cuda.blockIdx.y * BM
+        col0 = cuda.blockIdx.x * BN
+        tr = (t // (BN // TN)) * TM
+        tc = (t % (BN // TN)) * TN
+        M, K = A.shape
+        N = B.shape[1]
+        for r in range(TM):
+            for c in range(TN):
+                acc[r, c] = 0.0
+        for k0 in range(0, K, BK):
+            for idx in range(t, BM * BK, NT):
+                r = idx // BK
+                c = idx % BK
+                ok = row0 + r < M and k0 + c < K
+                w = c * BM + r
+                AsT[w ^ ((w >> SHIFT) & MASK)] = A[row0 + r, k0 + c] if ok else float32(0.0)
+            for idx in range(t, BK * BN, NT):
+                r = idx // BN
+                c = idx % BN
+                ok = k0 + r < K and col0 + c < N
+                Bs[r, c] = B[k0 + r, col0 + c] if ok else float32(0.0)
+            cuda.syncthreads()
+            for kk in range(BK):
+                for r in range(TM):
+                    w = kk * BM + tr + r
+                    regM[r] = AsT[w ^ ((w >> SHIFT) & MASK)]
+                for c in range(TN):
+                    regN[c] = Bs[kk, tc + c]
+                for r in range(TM):
+                    for c in range(TN):
+                        acc[r, c] += regM[r] * regN[c]
+            cuda.syncthreads()
+        for r in range(TM):
+            for c in range(TN):
+                if row0 + tr + r < M and col0 + tc + c < N:
+                    C[row0 + tr + r, col0 + tc + c] = acc[r, c]
+    return gemm_swizzled
+# --8<-- [end:swizzled]
+
+
 LADDER = {f.__name__: f for f in
-          (naive, coalesced, shared, blocktile1d, blocktile2d, transposed, warptile, doublebuffer)}
+          (naive, coalesced, shared, blocktile1d, blocktile2d, transposed, warptile, doublebuffer,
+           swizzled)}
 KERNELS = tuple(LADDER)  # in the order of the ladder
 
 
