@@ -2,17 +2,17 @@
 
 Sections 4.4 and 4.6 quote this table. It needs no GPU, only NVIDIA's compilers:
 numba-cuda turns each kernel into PTX with NVVM, and ``ptxas -v`` assembles it for one
-architecture and prints the resources. Run from the repository root, for example with
-the compilers from PyPI unpacked into /tmp/nvtk:
+architecture and prints the resources. Run from the repository root, with a CUDA
+toolkit's ptxas and NVRTC (which numba-cuda loads) on the library path, for example:
 
-    pip install --target /tmp/nvtk nvidia-cuda-nvcc-cu12 nvidia-cuda-nvrtc-cu12
-    PYTHONPATH=/tmp/nvtk NUMBA_ENABLE_CUDASIM=0 \\
-    LD_LIBRARY_PATH=/tmp/nvtk/nvidia/cuda_nvrtc/lib:/tmp/nvtk/nvidia/cuda_nvcc/nvvm/lib64 \\
-    python docs/assets/ch04/gpu_resources.py 8.0 /tmp/nvtk/nvidia/cuda_nvcc/bin/ptxas
+    NUMBA_ENABLE_CUDASIM=0 python docs/assets/ch04/gpu_resources.py 8.0 /usr/local/cuda/bin/ptxas
 
-Default tilings, head width D = 64. If NVVM writes a newer PTX version than that ptxas
-accepts (NVVM 13 writes 9.0, ptxas 12.9 reads up to 8.8), the header is lowered to the
-ptxas version; the kernels use no instruction that needs the newer one.
+NVRTC alone also installs from PyPI (``pip install nvidia-cuda-nvrtc-cu12``, then add
+its ``nvidia/cuda_nvrtc/lib`` to LD_LIBRARY_PATH). Default tilings, head width D = 64.
+The book's tables: numba-cuda 0.30.4, NVVM and ptxas from CUDA 13.0. With a CUDA 12
+ptxas, which reads PTX up to version 8.8, the header of NVVM 13's PTX (9.0) is lowered;
+the kernels use no instruction that needs the newer version, and the tables come out
+the same.
 """
 import re
 import subprocess
