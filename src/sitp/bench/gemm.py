@@ -29,6 +29,7 @@ def add_arguments(p):
     p.add_argument("--repeats", type=int, default=5, help="timed calls per measurement")
     p.add_argument("--rounds", type=int, default=3,
                    help="repeat every measurement this many rounds; report the median")
+    p.add_argument("--dtype", choices=["float32", "float64"], default="float32", help="element type")
     p.add_argument("--skip-level12", action="store_true", help="skip saxpy/sgemv")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                    help="wall: elapsed time (default); cpu: CPU time / threads, for a machine "
@@ -72,7 +73,17 @@ def gemm_gflops(sizes, thread_counts, repeats=5, rounds=3, dtype=np.float32, see
     for (name, t, n), v in list(result.items()):  # serial kernels: same number at every t
         for t2 in thread_counts:
             result.setdefault((name, t2, n), v)
+    gemm_gflops.samples = samples  # per-round values, for ratio_spread
     return result
+
+
+def ratio_spread(samples, name, t, n):
+    """(median, min, max) over rounds of kernel / numpy, each round's pair timed minutes apart at most."""
+    ours, ref = samples.get((name, t, n)), samples.get(("numpy", t, n))
+    if not ours or not ref:
+        return None
+    r = [a / b for a, b in zip(ours, ref)]
+    return statistics.median(r), min(r), max(r)
 
 
 def level12_gbps(thread_counts, repeats=7, n=1 << 24, m=4096, max_wait=30.0):
@@ -129,11 +140,18 @@ def level12_table(res, thread_counts):
 def main(args):
     bench.CLOCK = args.clock
     print(f"Machine: {machine_info()}\n")
-    res = gemm_gflops(args.sizes, args.threads, args.repeats, args.rounds, max_wait=args.max_wait)
-    print("GEMM, float32, C += A @ B with square N x N matrices: GFLOP/s "
+    res = gemm_gflops(args.sizes, args.threads, args.repeats, args.rounds, dtype=np.dtype(args.dtype).type,
+                      max_wait=args.max_wait)
+    print(f"GEMM, {args.dtype}, C += A @ B with square N x N matrices: GFLOP/s "
           "(ratio to numpy/OpenBLAS with the same number of threads), "
           f"median of {args.rounds} rounds x {args.repeats} calls, {args.clock} clock\n")
     print(gemm_table(res, args.sizes, args.threads))
+    if args.rounds > 1:
+        print("\npacked, parallel / numpy, round by round: median (min to max)\n")
+        for t in args.threads:
+            for n in args.sizes:
+                m, lo, hi = ratio_spread(gemm_gflops.samples, "packed, parallel", t, n)
+                print(f"- N={n}, {t} thread{'s' if t > 1 else ''}: {m:.2f} ({lo:.2f} to {hi:.2f})")
     l12 = {}
     if not args.skip_level12:
         l12 = level12_gbps(args.threads, max_wait=args.max_wait)
@@ -144,6 +162,8 @@ def main(args):
         with open(args.json, "w") as f:
             json.dump({"machine": machine_info(), "clock": args.clock,
                        "gemm": [{"kernel": k, "threads": t, "n": n, "gflops": g} for (k, t, n), g in res.items()],
+                       "rounds": [{"kernel": k, "threads": t, "n": n, "gflops": v}
+                                  for (k, t, n), v in gemm_gflops.samples.items()],
                        "level12": [{"kernel": k, "threads": t, "gbps": g} for (k, t), g in l12.items()]},
                       f, indent=1)
     return 0

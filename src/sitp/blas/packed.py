@@ -202,38 +202,40 @@ def gemm_parallel(A, B, C):
 def _gemm_parallel(A, B, C, n_threads):
     """C += A @ B: gemm_packed with n_threads threads over blocks of C.
 
-    B's slab is packed by all threads (one panel each, ``prange``). C is cut
-    into a grid of (row block, column block) pieces, a multiple of the thread
-    count, with the MR-row panels of A shared out evenly among the row blocks
-    so that no thread waits for another at the end. Each thread packs its own
-    rows of A and runs the micro-kernel over its piece. Threads write disjoint
-    parts of C, so no locks are needed.
+    Two parallel loops, so the threads meet only twice per call. First all of B
+    is packed, every KC-slab at once, the (slab, panel) pairs shared among the
+    threads. Then C is cut into a grid of (row block, column block) pieces, a
+    multiple of the thread count, with the MR-row panels of A shared out evenly
+    among the row blocks so that no thread waits for another at the end. Each
+    thread walks its piece through all the slabs, packing its own rows of A for
+    each. Threads write disjoint parts of C, so no locks are needed.
     """
     M, K = A.shape
     N = B.shape[1]
     NR = tile_nr(A.dtype)
     n_bp = (N + NR - 1) // NR                # NR-column panels of B
     n_ap = (M + MR - 1) // MR                # MR-row panels of A
+    n_pc = (K + KC - 1) // KC                # KC-slabs of K
     # row blocks: about MC rows each, their count a multiple of n_threads
     n_ib = (M + MC - 1) // MC
     n_ib = min(n_ap, (n_ib + n_threads - 1) // n_threads * n_threads)
     # column blocks: split N too when there are fewer row blocks than threads
     n_jb = min(n_bp, max(1, n_threads // n_ib))
     pb = (n_bp + n_jb - 1) // n_jb          # B panels per column block
-    for pc in range(0, K, KC):
-        kc = min(KC, K - pc)
-        Bp = np.empty((n_bp, kc, NR), A.dtype)
-        for jp in prange(n_bp):
-            pack_b_panel(B[pc:pc + kc], jp, Bp[jp])
-        for t in prange(n_ib * n_jb):
-            ib, jb = t // n_jb, t % n_jb
-            ic = (ib * n_ap // n_ib) * MR    # rows ic .. ic + m of A and C
-            m = min(M, ((ib + 1) * n_ap // n_ib) * MR) - ic
+    Bp = np.empty((n_pc, n_bp, KC, NR), A.dtype)
+    for q in prange(n_pc * n_bp):
+        pc, jp = q // n_bp, q % n_bp
+        kc = min(KC, K - pc * KC)
+        pack_b_panel(B[pc * KC:pc * KC + kc], jp, Bp[pc, jp, :kc])
+    for t in prange(n_ib * n_jb):
+        ib, jb = t // n_jb, t % n_jb
+        ic = (ib * n_ap // n_ib) * MR        # rows ic .. ic + m of A and C
+        m = min(M, ((ib + 1) * n_ap // n_ib) * MR) - ic
+        for pc in range(n_pc):
+            kc = min(KC, K - pc * KC)
             Ap = np.empty(((m + MR - 1) // MR, kc, MR), A.dtype)
-            pack_a(A[ic:ic + m, pc:pc + kc], Ap)
+            pack_a(A[ic:ic + m, pc * KC:pc * KC + kc], Ap)
             for jp in range(jb * pb, min(n_bp, (jb + 1) * pb)):
                 for ip in range(Ap.shape[0]):
-                    i0 = ic + ip * MR
-                    j0 = jp * NR
-                    micro_kernel(Ap[ip], Bp[jp], C, i0, j0)
+                    micro_kernel(Ap[ip], Bp[pc, jp, :kc], C, ic + ip * MR, jp * NR)
 # --8<-- [end:gemm_parallel]
