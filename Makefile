@@ -37,12 +37,13 @@ PYTEST_CHECKS := tests docs src/sitp \
 	--markdown-docs --doctest-modules --durations=10 \
 	--ignore-glob='*/__main__.py' --ignore-glob='*/docs/*.py'
 
-.PHONY: help setup venv node serve build test test-book lock clean
+.PHONY: help setup venv node serve build test test-site test-book lock clean
 
 help:
 	@echo "make serve   set up, build the book, serve it on http://$(HOST)"
 	@echo "make test    set up, run every check (unit tests, fences, doctests, strict build)"
 	@echo "make build   set up, build the site into site/ (strict)"
+	@echo "make test-site  build, then check links and every page in headless Chromium"
 	@echo "make lock    re-pin requirements/constraints.txt from .venv"
 	@echo "make clean   remove built files (site/, caches)"
 
@@ -68,15 +69,25 @@ build: setup
 	$(BIN)/mkdocs build --strict
 
 # The strict build first, then pytest, whose summary closes the output; both always run,
-# so one push reports every broken page and every failing test.
+# so one push reports every broken page and every failing test. pytest checks the site
+# just built (SITP_SITE_DIR=site): its links and anchors (tests/test_site_links.py), and
+# every page in headless Chromium (tests/test_site_browser.py, screenshots and the list
+# of external links in build/site-check/). If the build failed, those are left out.
 test: setup
-	@status=0; \
+	@status=0; site_tests=(); \
 	echo "+ mkdocs build --strict"; \
-	SITP_NOTEBOOK_CACHE=false $(BIN)/mkdocs build --strict || { status=$$?; \
-	  echo "make test: mkdocs build --strict FAILED (above); running pytest anyway"; }; \
-	echo "+ pytest -n $(JOBS) $(PYTEST_CHECKS)"; \
-	$(BIN)/python -m pytest -n $(JOBS) -p no:cacheprovider $(PYTEST_CHECKS) || status=$$?; \
+	if SITP_NOTEBOOK_CACHE=false $(BIN)/mkdocs build --strict; then \
+	  export SITP_SITE_DIR=site; \
+	else status=$$?; site_tests=(-m "not site and not browser"); \
+	  echo "make test: mkdocs build --strict FAILED (above); running pytest without the site checks"; fi; \
+	echo "+ pytest -n $(JOBS) $${site_tests[*]} $(PYTEST_CHECKS)"; \
+	$(BIN)/python -m pytest -n $(JOBS) -p no:cacheprovider "$${site_tests[@]}" $(PYTEST_CHECKS) || status=$$?; \
 	exit $$status
+
+# The built site alone: strict build, then the link check and the browser checks.
+test-site: setup
+	$(BIN)/mkdocs build --strict
+	SITP_SITE_DIR=site $(BIN)/python -m pytest -n $(JOBS) -p no:cacheprovider -m "site or browser" tests
 
 # The book alone: fences and doctests of docs/ and the machinery's tests.
 test-book: setup
@@ -88,4 +99,4 @@ lock: venv
 	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 
 clean:
-	rm -rf site .cache .pytest_cache
+	rm -rf site .cache .pytest_cache build/site-check

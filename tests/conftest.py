@@ -19,3 +19,35 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory):
+    """The built book: a directory with the site's HTML, for the link and browser checks.
+
+    ``make test`` builds the site (``mkdocs build --strict``) before pytest and passes
+    it as ``SITP_SITE_DIR=site``; run alone, the tests build the book into a temporary
+    directory themselves, so they never check a stale ``site/``.
+    """
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    given = os.environ.get("SITP_SITE_DIR")
+    if given:
+        site = Path(given).resolve()
+        if not (site / "index.html").is_file():
+            pytest.fail(f"SITP_SITE_DIR={given} holds no built site (no index.html)")
+        return site
+    root = Path(__file__).resolve().parent.parent
+    site = tmp_path_factory.mktemp("site")
+    build = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-d", str(site)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    if build.returncode != 0:
+        pytest.fail(f"mkdocs build --strict failed:\n{build.stdout}\n{build.stderr}")
+    return site

@@ -1,0 +1,275 @@
+"""The published book, checked in a real browser: headless Chromium driven by Playwright.
+
+The built site (the ``built_site`` fixture of conftest.py) is served on 127.0.0.1 by the
+standard library's http.server in a thread, and Debian's Chromium (``apt-get install
+chromium``; ``.ci/run`` installs it) opens every page. Playwright's own browser downloads
+are never used: the tests launch ``/usr/bin/chromium`` (or ``$SITP_CHROMIUM``), and skip
+with a message when it is missing, except in CI, where a missing browser fails.
+
+Checked on every page: it loads without console errors, page errors or failed requests,
+and requests nothing from a host other than 127.0.0.1; its math is typeset by KaTeX; its
+images load; its code blocks have copy buttons. Then: search finds the chapters, the
+light/dark toggle switches the palette, the notebook page shows its plots. Screenshots of
+key pages go to ``$SITP_SCREENSHOTS`` (default ``build/site-check``; CI uploads it).
+
+Run alone: ``pytest -m browser tests`` (builds the site into a temporary directory).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",  # CI runs as root
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# Pages that get a screenshot (light palette; the home page also in dark).
+SCREENSHOT_PAGES = ["", "ch02/strides/", "ch04/attention/", "notebooks/hello/"]
+# Chapters a search must find: (query, a path the results must link to).
+SEARCHES = [("attention", "ch04/attention/"), ("strides", "ch02/strides/")]
+
+
+def _chromium() -> str | None:
+    for candidate in (os.environ.get("SITP_CHROMIUM"), "/usr/bin/chromium", "chromium"):
+        if candidate and (found := shutil.which(candidate)):
+            return found
+    return None
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - the stdlib's signature
+        pass
+
+
+@pytest.fixture(scope="module")
+def server(built_site: Path):
+    """The site on http://127.0.0.1:<free port>/, served from a thread."""
+    handler = functools.partial(_QuietHandler, directory=str(built_site))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    executable = _chromium()
+    if executable is None:
+        message = "no Chromium: apt-get install chromium (or set SITP_CHROMIUM)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def shots() -> Path:
+    out = Path(os.environ.get("SITP_SCREENSHOTS", ROOT / "build" / "site-check"))
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+class Visit:
+    """A browser tab that records what went wrong while it loaded pages."""
+
+    def __init__(self, browser, base: str, **context_args):
+        self.base = base
+        self.problems: list[str] = []
+        self.context = browser.new_context(
+            viewport={"width": 1280, "height": 900}, service_workers="block", **context_args
+        )
+        self.context.route("**/*", self._route)
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(15_000)
+        self.page.on("console", self._console)
+        self.page.on("pageerror", lambda exc: self.problems.append(f"page error: {exc}"))
+        self.page.on(
+            "requestfailed",
+            lambda req: self.problems.append(f"request failed: {req.url} ({req.failure})"),
+        )
+        self.page.on("response", self._response)
+
+    def _route(self, route):
+        host = urlsplit(route.request.url).hostname
+        if route.request.url.startswith(("data:", "blob:")) or host == "127.0.0.1":
+            route.continue_()
+        else:
+            self.problems.append(f"request to another host: {route.request.url}")
+            route.abort()
+
+    def _console(self, msg):
+        if msg.type == "error":
+            self.problems.append(f"console error: {msg.text}")
+
+    def _response(self, response):
+        if response.status >= 400:
+            self.problems.append(f"HTTP {response.status}: {response.url}")
+
+    def open(self, path: str):
+        self.page.goto(self.base + path, wait_until="load")
+        self.page.wait_for_load_state("networkidle")
+        return self.page
+
+    def close(self):
+        self.context.close()
+
+
+def _url_path(source: Path) -> str:
+    """The URL path of a page's source under docs/ ("ch02/strides.md" -> "ch02/strides/")."""
+    rel = source.relative_to(DOCS).with_suffix("")
+    if rel.name in ("index", "README"):
+        rel = rel.parent
+    return "" if rel.as_posix() == "." else rel.as_posix() + "/"
+
+
+DOCS = ROOT / "docs"
+PAGES = sorted(
+    _url_path(p)
+    for p in [*DOCS.rglob("*.md"), *DOCS.rglob("*.ipynb")]
+    if ".ipynb_checkpoints" not in p.parts
+)
+
+
+def test_every_source_page_is_in_the_site(built_site: Path):
+    built = sorted(
+        "" if (rel := i.parent.relative_to(built_site).as_posix()) == "." else rel + "/"
+        for i in built_site.rglob("index.html")
+        if not i.relative_to(built_site).as_posix().startswith("assets/")
+    )
+    assert built == PAGES
+
+
+@pytest.fixture(scope="module")
+def tab(server: str, browser):
+    """One tab for the page-by-page checks; it records problems per page."""
+    visit = Visit(browser, server)
+    yield visit
+    visit.close()
+
+
+@pytest.mark.parametrize("path", PAGES, ids=[p or "/" for p in PAGES])
+def test_page_loads_clean_with_math_images_and_copy_buttons(tab: Visit, path: str):
+    tab.problems.clear()
+    page = tab.open(path)
+    found = list(tab.problems)
+    # Math: pymdownx.arithmatex leaves \( \) and \[ \] in span/div.arithmatex and
+    # katex.js renders each one. None may stay raw or be rendered as an error.
+    n_math = page.locator(".arithmatex").count()
+    if n_math:
+        raw = page.locator(".arithmatex:not(:has(.katex))").count()
+        if raw:
+            found.append(f"{raw} of {n_math} formulas not typeset by KaTeX")
+    errors = page.locator(".katex-error")
+    if errors.count():
+        found.append(
+            f"KaTeX could not parse {errors.count()} formulas, first: "
+            f"{errors.first.get_attribute('title')}"
+        )
+    # Images: each one loaded and decoded (a broken one has naturalWidth 0).
+    broken = page.evaluate(
+        "() => [...document.images].filter(i => !(i.complete && i.naturalWidth > 0))"
+        ".map(i => i.currentSrc.slice(0, 100) || i.alt)"
+    )
+    found += [f"image did not load: {src}" for src in broken]
+    # Code blocks: Material puts a copy button in each highlighted block.
+    n_blocks = page.locator(".md-content div.highlight pre > code").count()
+    n_copy = page.locator(
+        ".md-content div.highlight pre button[data-md-type='copy'],"
+        ".md-content div.highlight pre > button.md-clipboard"
+    ).count()
+    if n_copy < n_blocks:
+        found.append(f"{n_blocks} code blocks, {n_copy} copy buttons")
+    assert not found, f"/{path}: {len(found)} problems in the browser:\n" + "\n".join(found)
+
+
+def test_math_is_typeset_by_katex(tab: Visit):
+    """KaTeX itself runs: a page with formulas has KaTeX's rendered elements."""
+    page = tab.open("ch04/autodiff/")
+    assert page.locator(".arithmatex .katex").count() >= 10
+
+
+@pytest.mark.parametrize("query,expected", SEARCHES, ids=[q for q, _ in SEARCHES])
+def test_search_finds_the_chapter(server: str, browser, query: str, expected: str):
+    visit = Visit(browser, server)
+    try:
+        page = visit.open("")
+        box = page.locator("input.md-search__input")
+        box.click()
+        box.press_sequentially(query, delay=20)
+        page.wait_for_selector(".md-search-result__item", timeout=15_000)
+        hrefs = page.locator(".md-search-result__item a").evaluate_all(
+            "links => links.map(a => a.getAttribute('href'))"
+        )
+        assert any(expected in (href or "") for href in hrefs), (query, hrefs)
+        assert not visit.problems, visit.problems
+    finally:
+        visit.close()
+
+
+def test_palette_toggle_switches_light_and_dark(server: str, browser, shots: Path):
+    visit = Visit(browser, server, color_scheme="light")
+    try:
+        page = visit.open("")
+        scheme = "() => document.body.getAttribute('data-md-color-scheme')"
+        assert page.evaluate(scheme) == "default"
+        page.locator("form[data-md-component='palette'] label:visible").click()
+        page.wait_for_function(f"({scheme})() === 'slate'")
+        page.screenshot(path=str(shots / "home-dark.png"))
+        page.locator("form[data-md-component='palette'] label:visible").click()
+        page.wait_for_function(f"({scheme})() === 'default'")
+        assert not visit.problems, visit.problems
+    finally:
+        visit.close()
+
+
+def test_notebook_page_shows_its_plots(server: str, browser):
+    notebooks = [p for p in PAGES if p.startswith("notebooks/")]
+    assert notebooks, "no notebook pages in the site"
+    visit = Visit(browser, server)
+    try:
+        for path in notebooks:
+            page = visit.open(path)
+            sizes = page.evaluate(
+                "() => [...document.querySelectorAll('.jp-RenderedImage img, .output_png img')]"
+                ".map(i => i.naturalWidth)"
+            )
+            assert sizes and all(w > 0 for w in sizes), (path, sizes)
+        assert not visit.problems, visit.problems
+    finally:
+        visit.close()
+
+
+def test_screenshots_of_key_pages(server: str, browser, shots: Path):
+    visit = Visit(browser, server, color_scheme="light")
+    try:
+        for path in SCREENSHOT_PAGES:
+            page = visit.open(path)
+            name = path.strip("/").replace("/", "-") or "home"
+            page.screenshot(path=str(shots / f"{name}.png"))
+        assert not visit.problems, visit.problems
+    finally:
+        visit.close()
+    assert all((shots / f).stat().st_size > 10_000 for f in ("home.png",))
