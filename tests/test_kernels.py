@@ -125,3 +125,12 @@ def test_zip_fast_kernel_every_layout(op, ref, b_step):
     out2 = np.empty(7 * 33, np.float32)
     K.zip_fast_kernel(K.BINARY[op], a, np.arange(7, dtype=I64), 7, b, b_starts, b_step, 33, out2)
     np.testing.assert_allclose(out2.reshape(7, 33), ref(a.reshape(33, 7).T, bb), rtol=1e-6)
+
+
+def test_assign4_kernel_copies_permuted_views():
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    v = x.transpose(0, 2, 1, 3)  # a head split: (B, T, H, D) -> (B, H, T, D)
+    flat, shp, st, off = _view(v)
+    out = np.empty(v.size, np.float32)
+    K.assign4_kernel(out, 0, 60, 15, 5, 1, flat, off, *st, *shp)
+    np.testing.assert_array_equal(out.reshape(v.shape), v)

@@ -150,8 +150,14 @@ def assign(dst, src) -> None:
     shape = dst._shape
     if numel(shape) == 0:
         return
-    [(ds, sd, pd), (ss, s_s, ps)], n = _launch_args(
-        shape, (dst, dst._strides), (src, _bstrides(src, shape)))
+    sstr = _bstrides(src, shape)
+    cshape, (cd, cs) = collapse(shape, dst._strides, sstr)
+    if 1 < len(cshape) <= 4:  # a few dims: nested loops, no row-start table
+        pad = 4 - len(cshape)
+        cshape, cd, cs = [1] * pad + cshape, [0] * pad + cd, [0] * pad + cs
+        K.assign4_kernel(dst._storage, dst._offset, *cd, src._storage, src._offset, *cs, *cshape)
+        return
+    [(ds, sd, pd), (ss, s_s, ps)], n = _launch_args(shape, (dst, dst._strides), (src, sstr))
     K.assign_kernel(ds, sd, pd, ss, s_s, ps, n)
 
 
