@@ -296,3 +296,22 @@ def test_ci_run_calls_make_test():
     script = ROOT / ".ci" / "run"
     assert script.stat().st_mode & 0o111, ".ci/run must be executable"
     assert re.search(r"^\s*(exec\s+)?make test\s*$", script.read_text(), re.MULTILINE)
+
+
+def test_api_reference_fences_docstring_examples():
+    """hooks/griffe_doctests.py: a docstring's ``>>>`` examples render as code, once."""
+    from hooks.griffe_doctests import fence_doctests
+
+    text = "Sum:\n\nExample:\n    >>> [1][0] + 1\n    2\n\nDone.\n```\n>>> kept\n```"
+    assert fence_doctests(text) == (
+        "Sum:\n\nExample:\n    ```pycon\n    >>> [1][0] + 1\n    2\n    ```\n\nDone.\n"
+        "```\n>>> kept\n```"
+    )
+
+
+def test_api_reference_is_in_the_nav():
+    nav = nav_files(mkdocs_config()["nav"])
+    for page in ("tensor", "creation", "autograd", "nn", "functional", "optim", "data",
+                 "models", "cuda"):
+        assert f"api/{page}.md" in nav, (page, nav)
+        assert (DOCS / "api" / f"{page}.md").read_text().count(":::") >= 1, page

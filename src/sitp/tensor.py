@@ -549,7 +549,7 @@ class Tensor:
         return self[(slice(None),) * dim + (index,)]
 
     def gather(self, dim: int, index: "Tensor") -> "Tensor":
-        """out[i][j] = self[i][index[i][j]] for dim=1 (and so on), as ``torch.gather``."""
+        """``out[i][j] = self[i][index[i][j]]`` for dim=1 (and so on), as ``torch.gather``."""
         dim = normalize_dim(dim, self.ndim)
         if not isinstance(index, Tensor) or index.dtype is not int64:
             raise RuntimeError("gather(): Expected dtype int64 for index")
