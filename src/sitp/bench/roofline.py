@@ -1,6 +1,6 @@
 """``python -m sitp.bench roofline``: measure this machine's roofs and draw the roofline.
 
-Two ceilings bound the speed of any kernel. Compute: the peak FLOP/s, measured
+Two ceilings bound the speed of any kernel (each measured as the best of seven runs). Compute: the peak FLOP/s, measured
 by running the GEMM micro-kernel on panels that sit in L1 on every thread (the
 best this code generator can do; vendor peak is a little higher). Memory: the
 bandwidth of the STREAM triad ``a = b + alpha * c`` on arrays much larger than
@@ -50,11 +50,20 @@ def triad_repeat(a, b, c, alpha, n_threads, reps):
                 a_t[i] = b_t[i] + alpha * c_t[i]
 
 
+def best_time(fn, n_threads, tries=7):
+    """Shortest of ``tries`` timings of fn (each as median_time measures one call).
+
+    A roof is the most the machine can do, so the roofs use the best run, where
+    the kernels' points use medians.
+    """
+    fn()
+    return min(median_time(fn, 1, warmup=0, n_threads=n_threads) for _ in range(tries))
+
+
 def measure_peak(n_threads, kc=256, reps=20000):
     """GFLOP/s of the micro-kernel on L1-resident panels, all n_threads busy."""
-    flop = micro_kernel_peak(n_threads, kc, 10)  # warm-up (compiles)
     flop = 2.0 * n_threads * reps * blas.MR * blas.NR * kc
-    return flop / median_time(lambda: micro_kernel_peak(n_threads, kc, reps), 5, n_threads=n_threads) / 1e9
+    return flop / best_time(lambda: micro_kernel_peak(n_threads, kc, reps), n_threads) / 1e9
 
 
 def measure_bandwidth(n_threads, n, reps):
@@ -67,7 +76,7 @@ def measure_bandwidth(n_threads, n, reps):
     """
     rng = np.random.default_rng(0)
     a, b, c = (rng.random(n, dtype=np.float32) for _ in range(3))
-    sec = median_time(lambda: triad_repeat(a, b, c, np.float32(0.5), n_threads, reps), 5, n_threads=n_threads)
+    sec = best_time(lambda: triad_repeat(a, b, c, np.float32(0.5), n_threads, reps), n_threads)
     return 16.0 * n * reps / sec / 1e9
 
 
