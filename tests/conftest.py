@@ -29,6 +29,7 @@ def built_site(tmp_path_factory):
     it as ``SITP_SITE_DIR=site``; run alone, the tests build the book into a temporary
     directory themselves, so they never check a stale ``site/``.
     """
+    import shutil
     import subprocess
     import sys
     from pathlib import Path
@@ -39,15 +40,26 @@ def built_site(tmp_path_factory):
         if not (site / "index.html").is_file():
             pytest.fail(f"SITP_SITE_DIR={given} holds no built site (no index.html)")
         return site
+    from filelock import FileLock  # a dependency of torch, which the tests need anyway
+
     root = Path(__file__).resolve().parent.parent
-    site = tmp_path_factory.mktemp("site")
-    build = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-d", str(site)],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-    )
-    if build.returncode != 0:
-        pytest.fail(f"mkdocs build --strict failed:\n{build.stdout}\n{build.stderr}")
+    # One build per run, shared by its pytest-xdist workers: the parent of a worker's
+    # base temporary directory is the run's own.
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    site = shared / "sitp-site"
+    with FileLock(str(shared / "sitp-site.lock")):
+        if not (site / "index.html").is_file():
+            build = subprocess.run(
+                [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
+                 "-d", str(site)],
+                cwd=root,
+                capture_output=True,
+                text=True,
+                env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+            )
+            if build.returncode != 0:
+                shutil.rmtree(site, ignore_errors=True)
+                pytest.fail(f"mkdocs build --strict failed:\n{build.stdout}\n{build.stderr}")
     return site

@@ -315,3 +315,23 @@ def test_api_reference_is_in_the_nav():
                  "models", "cuda"):
         assert f"api/{page}.md" in nav, (page, nav)
         assert (DOCS / "api" / f"{page}.md").read_text().count(":::") >= 1, page
+
+
+def test_numbers_page_copies_the_chapters():
+    """docs/numbers.md copies measured numbers: each must still be on the page it links to.
+
+    Every line of the page that links to a chapter section, and every decimal number
+    (two or more decimals) on that line must appear in the linked page's source. A
+    chapter that re-measures makes this fail until the numbers page is updated.
+    """
+    text = (DOCS / "numbers.md").read_text(encoding="utf-8")
+    problems = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        links = re.findall(r"\]\(((?:ch\d\d|projects)[^)#]*\.md)", line)
+        if not links:
+            continue
+        sources = "".join((DOCS / link).read_text(encoding="utf-8") for link in set(links))
+        for number in re.findall(r"(?<![\d.])\d+\.\d{2,}(?![\d.])", line):
+            if number not in sources:
+                problems.append(f"docs/numbers.md:{lineno}: {number} is not on {links[0]}")
+    assert not problems, "\n".join(problems)

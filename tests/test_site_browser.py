@@ -41,7 +41,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 # Pages that get a screenshot (light palette; the home page also in dark).
-SCREENSHOT_PAGES = ["", "ch02/strides/", "ch04/attention/", "notebooks/hello/"]
+SCREENSHOT_PAGES = ["", "ch02/strides/", "ch04/attention/", "notebooks/hello/", "api/tensor/"]
 # Chapters a search must find: (query, a path the results must link to).
 SEARCHES = [("attention", "ch04/attention/"), ("strides", "ch02/strides/")]
 
