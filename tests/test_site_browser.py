@@ -273,3 +273,26 @@ def test_screenshots_of_key_pages(server: str, browser, shots: Path):
     finally:
         visit.close()
     assert all((shots / f).stat().st_size > 10_000 for f in ("home.png",))
+
+
+def test_the_checks_catch_errors_and_other_hosts(tmp_path: Path, browser):
+    """The recorder itself: a console error, a missing file and another host are caught."""
+    (tmp_path / "index.html").write_text(
+        "<!doctype html><title>t</title>"
+        "<script>console.error('boom')</script>"
+        '<img src="missing.png"><img src="http://example.org/x.png">'
+    )
+    handler = functools.partial(_QuietHandler, directory=str(tmp_path))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    visit = Visit(browser, f"http://127.0.0.1:{httpd.server_address[1]}/")
+    try:
+        visit.open("")
+        found = "\n".join(visit.problems)
+    finally:
+        visit.close()
+        httpd.shutdown()
+        httpd.server_close()
+    assert "console error: boom" in found, found
+    assert "HTTP 404" in found and "missing.png" in found, found
+    assert "request to another host: http://example.org/x.png" in found, found
