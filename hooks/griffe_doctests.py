@@ -5,7 +5,9 @@ The package's docstrings carry runnable ``>>>`` examples (pytest runs them with
 prose, and their output (``[0.1, 0.5]``, ``x[i][j]``) as reference links, which
 mkdocs-autorefs reports as broken. This extension fences each example (a run of lines
 from ``>>>`` to the next blank line) as a ``pycon`` code block before the docstring is
-parsed. Registered under ``extensions:`` of the python handler in mkdocs.yml.
+parsed. It also turns the Sphinx roles some docstrings use (``:func:`x` ``,
+``:math:`x` ``) into Markdown (inline code, KaTeX math). Registered under ``extensions:``
+of the python handler in mkdocs.yml.
 """
 
 from __future__ import annotations
@@ -16,6 +18,14 @@ import griffe
 
 _PROMPT = re.compile(r"^(\s*)>>>( |$)")
 _FENCE = re.compile(r"^\s*(```|~~~)")
+_ROLE = re.compile(r":(?:py:)?(func|meth|class|mod|data|attr|obj|exc|const|math):`~?([^`]+)`")
+
+
+def sphinx_roles(text: str) -> str:
+    """``:func:`sitp.tensor` `` -> `` `sitp.tensor` ``; ``:math:`x^2` `` -> ``\\(x^2\\)``."""
+    return _ROLE.sub(
+        lambda m: f"\\({m.group(2)}\\)" if m.group(1) == "math" else f"`{m.group(2)}`", text
+    )
 
 
 def fence_doctests(text: str) -> str:
@@ -49,5 +59,9 @@ class FenceDoctests(griffe.Extension):
     """Fences the doctest examples of every docstring griffe loads."""
 
     def on_object(self, *, obj: griffe.Object, **kwargs) -> None:
-        if obj.docstring is not None and ">>>" in obj.docstring.value:
-            obj.docstring.value = fence_doctests(obj.docstring.value)
+        if obj.docstring is None:
+            return
+        text = obj.docstring.value
+        if ">>>" in text:
+            text = fence_doctests(text)
+        obj.docstring.value = sphinx_roles(text)

@@ -309,6 +309,14 @@ def test_api_reference_fences_docstring_examples():
     )
 
 
+def test_api_reference_turns_sphinx_roles_into_markdown():
+    from hooks.griffe_doctests import sphinx_roles
+
+    assert sphinx_roles(r"See :func:`sitp.tensor` and :math:`1 - \lambda`.") == (
+        r"See `sitp.tensor` and \(1 - \lambda\)."
+    )
+
+
 def test_api_reference_is_in_the_nav():
     nav = nav_files(mkdocs_config()["nav"])
     for page in ("tensor", "creation", "autograd", "nn", "functional", "optim", "data",
