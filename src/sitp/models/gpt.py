@@ -69,6 +69,7 @@ class CausalSelfAttention(nn.Module):
 # --8<-- [end:attention]
 
 
+# --8<-- [start:mlp]
 class MLP(nn.Module):
     """Position-wise feed-forward: widen 4x, GELU, project back."""
 
@@ -81,6 +82,7 @@ class MLP(nn.Module):
 
     def forward(self, x_BTC):
         return self.dropout(self.c_proj(self.gelu(self.c_fc(x_BTC))))
+# --8<-- [end:mlp]
 
 
 # --8<-- [start:block]
