@@ -451,3 +451,16 @@ def test_integer_ops_stay_integer():
     assert x.max().item() == 5 and x.argmin().item() == 1
     assert x.sum(0).tolist() == [5, 4]
     assert (x.exp()).dtype is sitp.float32
+
+
+@pytest.mark.parametrize("p, dim, keepdim", [(2, None, False), (1, 1, True), (3, 0, False),
+                                             (math.inf, 1, False), ("fro", None, False)])
+def test_norm_forward_backward(p, dim, keepdim):
+    arr = _rand((4, 5), 11)
+    s = sitp.tensor(arr, requires_grad=True)
+    t = torch.tensor(arr, requires_grad=True)
+    ys, yt = s.norm(p, dim, keepdim), t.norm(p, dim, keepdim)
+    assert_close(ys, yt, rtol=1e-10)
+    ys.sum().backward()
+    yt.sum().backward()
+    assert_close(s.grad, t.grad, rtol=1e-9)

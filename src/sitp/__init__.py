@@ -53,7 +53,7 @@ for _name in [
     "index_select", "masked_fill", "split", "chunk", "unbind", "tril", "triu", "nonzero",
     "transpose", "permute", "reshape", "flatten", "squeeze", "unsqueeze", "narrow", "flip",
     "allclose", "equal", "isnan", "isinf", "isfinite", "mm", "bmm", "t", "atan2", "logical_not",
-    "logical_and", "logical_or", "select", "repeat", "lerp",
+    "logical_and", "logical_or", "select", "repeat", "lerp", "norm",
 ]:
     globals()[_name] = _forward(_name)
 del _name

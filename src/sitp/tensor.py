@@ -882,6 +882,22 @@ class Tensor:
         return x.sum(dims, keepdim) / n if n else x.sum(dims, keepdim) * math.nan
     # --8<-- [end:sum]
 
+    def norm(self, p=2, dim=None, keepdim: bool = False):
+        """The p-norm over ``dim`` (all entries by default): (sum |x|^p)^(1/p).
+
+        ``p`` may be a positive number, ``inf`` (the largest magnitude) or ``"fro"``.
+        """
+        if p == "fro":
+            p = 2
+        a = self.abs()
+        if p == math.inf:
+            return a.amax(dim, keepdim)
+        if not isinstance(p, (int, float)) or p <= 0:
+            raise ValueError(f"norm(): p must be a positive number, inf or 'fro', got {p!r}")
+        if p == 2:
+            return (a * a).sum(dim, keepdim).sqrt()
+        return (a ** p).sum(dim, keepdim) ** (1.0 / p)
+
     def prod(self, dim=None, keepdim: bool = False):
         if self.requires_grad and is_grad_enabled():
             raise RuntimeError("prod() is not differentiable in sitp")
