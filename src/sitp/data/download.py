@@ -22,7 +22,6 @@ import hashlib
 import http.client
 import os
 import re
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -113,20 +112,13 @@ def check_facts(data: bytes, facts: FileFacts) -> None:
 def write_atomically(path: Path, data: bytes) -> None:
     """Writes ``data`` to ``path`` so that ``path`` is either old or complete.
 
-    The bytes go to a temporary file in the same directory (so the rename
-    stays on one file system), then :func:`os.replace` renames it onto ``path``.
+    Creates the directory, then uses the checkpoints' writer
+    (:func:`sitp.checkpoint.write_atomically`: temporary file, fsync, rename).
     """
+    from ..checkpoint import write_atomically as _write_atomically
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    _write_atomically(path, data)
 
 
 def _manual_message(url: str, path: Path, what: str) -> str:
