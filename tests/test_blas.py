@@ -176,3 +176,46 @@ def test_dtype_errors():
 def test_slp_vectorizer_is_on():
     """The micro-kernel is ~25x slower without it; sitp turns it on at import."""
     assert numba.config.SLP_VECTORIZE
+
+
+# Shapes on both sides of matmul's small/packed switch (SMALL_MNK = 192^3).
+MATMUL_SHAPES = [(33, 17, 29), (1, 5, 3), (7, 129, 65), (301, 257, 131), (5, 0, 3)]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+def test_matmul_reads_transposed_operands_in_place(dtype, ta, tb):
+    """A transposed view is passed as the stored array plus a flag, never copied;
+    the product must not notice."""
+    rng = np.random.default_rng(3)
+    for M, K, N in MATMUL_SHAPES:
+        A = rand((K, M), dtype, rng).T if ta else rand((M, K), dtype, rng)
+        B = rand((N, K), dtype, rng).T if tb else rand((K, N), dtype, rng)
+        assert A.flags.f_contiguous == ta or M == 1 or K <= 1
+        np.testing.assert_allclose(blas.matmul(A, B), A @ B, **tol(dtype, K),
+                                   err_msg=f"{M}x{K}x{N} ta={ta} tb={tb}")
+
+
+def test_matmul_strided_operands_are_copied_correctly():
+    rng = np.random.default_rng(4)
+    A = rand((70, 90), np.float32, rng)[::2, 1::3]   # neither C- nor F-contiguous
+    B = rand((90, 300), np.float32, rng)[::3, ::2]
+    np.testing.assert_allclose(blas.matmul(A, B), A @ B, **tol(np.float32, 30))
+    np.testing.assert_allclose(blas.matmul(np.ascontiguousarray(A), B), A @ B, **tol(np.float32, 30))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_matmul_bias_starts_the_sum(dtype):
+    rng = np.random.default_rng(5)
+    for M, K, N in MATMUL_SHAPES:
+        A, B, b = rand((M, K), dtype, rng), rand((N, K), dtype, rng).T, rand((N,), dtype, rng)
+        np.testing.assert_allclose(blas.matmul(A, B, bias=b), A @ B + b, **tol(dtype, K))
+
+
+def test_matmul_bias_of_wrong_shape_is_a_clear_error():
+    A, B = np.ones((3, 4), np.float32), np.ones((4, 5), np.float32)
+    with pytest.raises(ValueError, match=r"bias of shape \(4,\)"):
+        blas.matmul(A, B, bias=np.ones(4, np.float32))
+    with pytest.raises(ValueError, match="dtype float64"):
+        blas.matmul(A, B, bias=np.ones(5, np.float64))

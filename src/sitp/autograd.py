@@ -88,14 +88,15 @@ class Context:
 class Node:
     """One op in the recorded graph (what PyTorch shows as ``grad_fn``)."""
 
-    __slots__ = ("fn", "ctx", "inputs", "freed", "retained")
+    __slots__ = ("fn", "ctx", "inputs", "n_outputs", "freed", "retained")
 
     def __init__(self, fn, ctx, inputs):
         self.fn = fn          # the Function subclass
         self.ctx = ctx        # its Context
         self.inputs = inputs  # the input tensors that require grad (None otherwise)
+        self.n_outputs = 1    # differentiable outputs; backward gets a tuple when > 1
         self.freed = False
-        self.retained = None  # a weak reference to an output that called retain_grad()
+        self.retained = None  # {output number: weak reference} for outputs that retain_grad()
 
     def name(self) -> str:
         op = getattr(self.ctx, "op", None) if self.ctx is not None else None
@@ -137,10 +138,14 @@ class Function:
         if record:
             inputs = tuple(a if n else None for a, n in zip(args, needs))
             node = Node(cls, ctx, inputs)
+            k = 0  # floating-point outputs are numbered: output k gets gradient k
             for o in out if isinstance(out, tuple) else (out,):
                 if o.dtype.is_floating_point:
                     o.requires_grad = True
                     o.grad_fn = node
+                    o._output_nr = k
+                    k += 1
+            node.n_outputs = max(k, 1)
         return out
 # --8<-- [end:function]
 
@@ -198,7 +203,8 @@ def backward(tensor, gradient=None, retain_graph: bool = False) -> None:
         _accumulate(tensor, gradient)
         return
 
-    grads = {id(tensor.grad_fn): gradient}  # node -> d(output)/d(node's output)
+    grads = {}  # node -> d(output)/d(node's output); a list for a node with several outputs
+    _add_grad(grads, tensor, gradient)
     with no_grad():
         for node in toposort(tensor.grad_fn):
             if node.freed:
@@ -210,9 +216,10 @@ def backward(tensor, gradient=None, retain_graph: bool = False) -> None:
             g = grads.pop(id(node), None)
             if g is None:
                 continue
-            kept = node.retained() if node.retained is not None else None
-            if kept is not None:                # retain_grad(): an interior tensor keeps its .grad
-                kept.grad = g.clone() if kept.grad is None else kept.grad + g
+            if node.n_outputs > 1:             # backward gets one gradient per output
+                g = tuple(g)
+            if node.retained is not None:      # retain_grad(): an interior tensor keeps its .grad
+                _retain(node, g)
             in_grads = node.fn.backward(node.ctx, g)
             if not isinstance(in_grads, tuple):
                 in_grads = (in_grads,)
@@ -222,11 +229,31 @@ def backward(tensor, gradient=None, retain_graph: bool = False) -> None:
                 if t.grad_fn is None:          # a leaf: accumulate into .grad
                     _accumulate(t, gi)
                 else:                          # an interior node: sum its uses
-                    k = id(t.grad_fn)
-                    grads[k] = gi if k not in grads else grads[k] + gi
+                    _add_grad(grads, t, gi)
             if not retain_graph:
                 node.ctx = None
                 node.freed = True
+
+
+def _add_grad(grads, t, g) -> None:
+    """Add g to the gradient waiting for ``t.grad_fn`` (into slot ``t._output_nr``
+    when that node has several outputs, e.g. the pieces of a ``split``)."""
+    node, k = t.grad_fn, id(t.grad_fn)
+    if node.n_outputs == 1:
+        grads[k] = g if k not in grads else grads[k] + g
+        return
+    slots = grads.setdefault(k, [None] * node.n_outputs)
+    i = t._output_nr
+    slots[i] = g if slots[i] is None else slots[i] + g
+
+
+def _retain(node, g) -> None:
+    """Give each output of ``node`` that called retain_grad() its gradient."""
+    for i, ref in node.retained.items():
+        kept = ref()
+        gi = g[i] if node.n_outputs > 1 else g
+        if kept is not None and gi is not None:
+            kept.grad = gi.clone() if kept.grad is None else kept.grad + gi
 
 
 def _accumulate(leaf, g) -> None:
@@ -266,9 +293,12 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool = False):
     saved = {k: t.grad for k, t in others.items()}
     retained = {}  # an interior input keeps its gradient the way retain_grad() does
     for t in inputs:
-        if t.grad_fn is not None and id(t.grad_fn) not in retained:
-            retained[id(t.grad_fn)] = (t.grad_fn, t.grad_fn.retained)
-            t.grad_fn.retained = weakref.ref(t)
+        if t.grad_fn is not None:
+            node = t.grad_fn
+            if id(node) not in retained:
+                retained[id(node)] = (node, node.retained)
+                node.retained = dict(node.retained or {})
+            node.retained[t._output_nr] = weakref.ref(t)
     for t in others.values():
         t.grad = None
     try:

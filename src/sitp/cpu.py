@@ -283,6 +283,8 @@ def matmul(a, b):
         # small ones with copies of b.
         out = matmul(a.reshape(-1, K_), b)
         return out.view(batch + (M, N))
+    if a.ndim == 2 and b.ndim == 2:  # operands are read where they are, transposed or not
+        return _wrap2(blas.matmul(as_numpy(a), as_numpy(b)), a.dtype)
     a3 = a.expand(batch + (M, K_)).contiguous().view(-1, M, K_)
     b3 = b.expand(batch + (K_, N)).contiguous().view(-1, K_, N)
     A = a3._storage[a3._offset:a3._offset + a3.numel()].reshape(a3._shape)
@@ -293,6 +295,24 @@ def matmul(a, b):
     shape = batch + (M, N)
     return Tensor._make(C.reshape(-1), shape, contiguous_strides(shape), 0, a.dtype)
 # --8<-- [end:matmul_launch]
+
+
+def as_numpy(t):
+    """A numpy view of tensor ``t``'s entries (its shape and strides, no copy)."""
+    st = t._storage
+    isz = st.itemsize
+    return np.ndarray(t._shape, st.dtype, st, t._offset * isz, tuple(s * isz for s in t._strides))
+
+
+def _wrap2(C, dtype):
+    """A tensor over the new C-contiguous 2-D array ``C``."""
+    return _tensor()._make(C.reshape(-1), C.shape, (C.shape[1], 1), 0, dtype)
+
+
+def linear(x, w, bias=None):
+    """x @ w.T + bias for 2-D x (M, K) and w (N, K): one GEMM that starts from the bias."""
+    return _wrap2(blas.matmul(as_numpy(x), as_numpy(w).T,
+                              None if bias is None else as_numpy(bias)), x.dtype)
 
 
 def _mm_shape(t):

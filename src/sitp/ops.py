@@ -408,6 +408,43 @@ class Take(Function):
 # --8<-- [end:gather]
 
 
+class Split(Function):
+    """Consecutive views along ``dim``, one node with several outputs.
+
+    Backward writes each piece's gradient into its window of one new tensor (a
+    piece that got no gradient leaves zeros): one pass, where a view per piece
+    would zero-pad each gradient to the full shape and add the pads together.
+    """
+
+    @staticmethod
+    def forward(ctx, x, sizes, dim):
+        ctx.shape, ctx.sizes, ctx.dim = x.shape, sizes, dim
+        out, start, st = [], 0, x._strides[dim]
+        for n in sizes:
+            shape = x._shape[:dim] + (n,) + x._shape[dim + 1:]
+            out.append(x._alias(shape, x._strides, x._offset + start * st))
+            start += n
+        return tuple(out)
+
+    @staticmethod
+    def backward(ctx, g):
+        from .creation import empty, zeros
+
+        pieces = g if isinstance(g, tuple) else (g,)
+        if all(p is None for p in pieces[1:]) and len(ctx.sizes) == 1:
+            return pieces[0]
+        ref = next(p for p in pieces if p is not None)
+        out = (zeros if any(p is None for p in pieces) else empty)(
+            ctx.shape, dtype=ref.dtype, device=ref.device)
+        start, st, dim = 0, out._strides[ctx.dim], ctx.dim
+        for n, p in zip(ctx.sizes, pieces):
+            if p is not None:
+                window = out._alias(p.shape, out._strides, start * st)
+                backend.of(out).assign(window, p)
+            start += n
+        return out
+
+
 class Cat(Function):
     @staticmethod
     def forward(ctx, dim, *tensors):

@@ -88,7 +88,7 @@ class Tensor:
     """A multidimensional array with autograd. Create one with :func:`sitp.tensor`."""
 
     __slots__ = ("_storage", "_shape", "_strides", "_offset", "dtype", "requires_grad",
-                 "grad", "grad_fn", "_retains_grad", "__weakref__")
+                 "grad", "grad_fn", "_output_nr", "_retains_grad", "__weakref__")
 
     __array_priority__ = 1000  # so numpy_scalar * tensor calls Tensor.__rmul__
 
@@ -105,6 +105,7 @@ class Tensor:
         t.requires_grad = False
         t.grad = None
         t.grad_fn = None
+        t._output_nr = 0       # which output of grad_fn this is (split makes several)
         t._retains_grad = False
         return t
     # --8<-- [end:make]
@@ -203,7 +204,9 @@ class Tensor:
         if self.grad_fn is not None:
             import weakref
 
-            self.grad_fn.retained = weakref.ref(self)
+            if self.grad_fn.retained is None:
+                self.grad_fn.retained = {}
+            self.grad_fn.retained[self._output_nr] = weakref.ref(self)
         self._retains_grad = True
 
     def detach(self) -> "Tensor":
@@ -507,11 +510,10 @@ class Tensor:
                 raise RuntimeError(
                     f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's "
                     f"size at dimension {dim}), but got split_sizes={sizes}")
-        out, start = [], 0
-        for s in sizes:
-            out.append(self.narrow(dim, start, s))
-            start += s
-        return tuple(out)
+        if any(s < 0 for s in sizes):
+            raise RuntimeError(f"split_with_sizes expects split_sizes to be non-negative, "
+                               f"got {sizes}")
+        return ops.Split.apply(self, tuple(sizes), dim)
 
     def chunk(self, chunks: int, dim: int = 0):
         n = self._shape[normalize_dim(dim, self.ndim)]

@@ -29,7 +29,7 @@ from .batched import PARALLEL_BMM_MNK, SMALL_MNK, bmm_kernel, bmm_kernel_serial
 from .ladder import gemm_blocked, gemm_ikj, gemm_naive
 from .level1 import saxpy, triad
 from .level2 import sgemv
-from .packed import KC, MC, MR, NR, gemm_packed, gemm_parallel, micro_kernel
+from .packed import KC, MC, MR, NR, fill_rows, gemm_packed, gemm_parallel, micro_kernel, stored
 from .small import gemm_small
 
 __all__ = [
@@ -42,7 +42,7 @@ DTYPES = (np.float32, np.float64, np.int64)
 
 
 def _check(a, b, ndim, name):
-    """Validate operands; return them as C-contiguous arrays."""
+    """Validate operands (each kernel below decides what layouts it can read)."""
     if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
         raise TypeError(f"{name} expects numpy arrays, got {type(a).__name__} and {type(b).__name__}")
     if a.ndim != ndim or b.ndim != ndim:
@@ -54,19 +54,21 @@ def _check(a, b, ndim, name):
                          f"{b.dtype} for shape {b.shape})")
     if a.dtype.type not in DTYPES:
         raise TypeError(f"{name} supports float32, float64 and int64, not {a.dtype}")
-    return np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a, b
 
 
 # --8<-- [start:matmul]
-def matmul(a, b):
+def matmul(a, b, bias=None):
     """Matrix product of 2-D arrays: (M, K) @ (K, N) -> new C-contiguous (M, N).
 
     Args:
-        a: (M, K) array; float32, float64 or int64.
-        b: (K, N) array of the same dtype.
+        a: (M, K) array; float32, float64 or int64. May be a transposed view.
+        b: (K, N) array of the same dtype. May be a transposed view.
+        bias: optional (N,) array added to every row of the product (the
+            ``+ b`` of a linear layer: C starts as the bias instead of zeros).
 
     Returns:
-        A new (M, N) array of that dtype. K = 0 gives zeros.
+        A new (M, N) array of that dtype. K = 0 gives zeros (or the bias).
 
     Raises:
         ValueError: the shapes do not line up or the dtypes differ.
@@ -74,20 +76,30 @@ def matmul(a, b):
     Kernel choice: int64 uses the ikj loop; one-column products ``sgemv``;
     products that fit in L2 the unpacked register tiles of ``gemm_small`` (one
     thread: they take microseconds, about what it costs to wake a thread pool);
-    the rest the packed micro-kernel on all threads.
+    the rest the packed micro-kernel on all threads. Transposed operands are
+    read in place (see :func:`sitp.blas.packed.stored`).
     """
     a, b = _check(a, b, 2, "matmul")
     (M, K), N = a.shape, b.shape[1]
-    c = np.zeros((M, N), dtype=a.dtype)
+    if bias is None:
+        c = np.zeros((M, N), dtype=a.dtype)
+    else:
+        if bias.shape != (N,) or bias.dtype != a.dtype:
+            raise ValueError(f"matmul: bias of shape {bias.shape} and dtype {bias.dtype} does "
+                             f"not fit a product of shape ({M}, {N}) and dtype {a.dtype}")
+        c = np.empty((M, N), dtype=a.dtype)
+        fill_rows(c, bias)
     mnk = M * N * K
     if mnk == 0:
         return c
     if a.dtype == np.int64:
-        gemm_ikj(a, b, c)
+        gemm_ikj(np.ascontiguousarray(a), np.ascontiguousarray(b), c)
     elif N == 1:
-        sgemv(a, b.reshape(K), c.reshape(M))
+        sgemv(np.ascontiguousarray(a), b.reshape(K), c.reshape(M))
     elif mnk < SMALL_MNK:
-        gemm_small(a, b, c)
+        # the unpacked kernel reads rows of B as vectors: B must be row-major
+        a = a if a.flags.c_contiguous or a.flags.f_contiguous else np.ascontiguousarray(a)
+        gemm_small(a, np.ascontiguousarray(b), c)
     else:
         gemm_parallel(a, b, c)
     return c
@@ -114,6 +126,7 @@ def bmm(a, b):
     threads instead calls :func:`matmul` per product, so each gets all the threads.
     """
     a, b = _check(a, b, 3, "bmm")
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     n_batch, M, K = a.shape
     N = b.shape[2]
     c = np.zeros((n_batch, M, N), dtype=a.dtype)

@@ -192,15 +192,48 @@ def gemm_packed(A, B, C):
 # --8<-- [end:gemm_packed]
 
 
+@njit(cache=True)
+def fill_rows(C, v):
+    """C[i, :] = v for every row: the starting value of C += A @ B when a bias is added."""
+    for i in range(C.shape[0]):
+        c_i = C[i]
+        for j in range(C.shape[1]):
+            c_i[j] = v[j]
+
+
+def stored(X):
+    """(array, transposed): X itself if C-contiguous, else X.T when that is.
+
+    A transposed matrix (a weight ``W.T``, a gradient ``g.T``) is a C-contiguous
+    array read the other way round. BLAS's answer, the ``transa``/``transb``
+    flags, is to pass the stored array and a flag, and let packing read it
+    either way: packing touches every entry once anyway, so a transposed
+    operand costs nothing. Anything else (a slice with steps) is copied.
+    """
+    if X.flags.c_contiguous:
+        return X, False
+    if X.flags.f_contiguous:
+        return X.T, True
+    return np.ascontiguousarray(X), False
+
+
 def gemm_parallel(A, B, C):
-    """C += A @ B on all of numba's threads (``numba.set_num_threads``)."""
-    _gemm_parallel(A, B, C, numba.get_num_threads())
+    """C += A @ B on all of numba's threads (``numba.set_num_threads``).
+
+    A and B may be transposed views (see :func:`stored`); C is C-contiguous.
+    """
+    (As, ta), (Bs, tb) = stored(A), stored(B)
+    _gemm_parallel(As, ta, Bs, tb, C, numba.get_num_threads())
 
 
 # --8<-- [start:gemm_parallel]
 @njit(cache=True, parallel=True)
-def _gemm_parallel(A, B, C, n_threads):
+def _gemm_parallel(A_stored, ta, B_stored, tb, C, n_threads):
     """C += A @ B: gemm_packed with n_threads threads over blocks of C.
+
+    A is ``A_stored.T`` when ``ta`` is set, else ``A_stored`` (B likewise): the
+    packing loops read either through strides, and everything after packing is
+    the same.
 
     Two parallel loops, so the threads meet only twice per call. First all of B
     is packed, every KC-slab at once, the (slab, panel) pairs shared among the
@@ -210,6 +243,8 @@ def _gemm_parallel(A, B, C, n_threads):
     thread walks its piece through all the slabs, packing its own rows of A for
     each. Threads write disjoint parts of C, so no locks are needed.
     """
+    A = A_stored.T if ta else A_stored
+    B = B_stored.T if tb else B_stored
     M, K = A.shape
     N = B.shape[1]
     NR = tile_nr(A.dtype)

@@ -23,7 +23,7 @@ from ..functional_core import cat, one_hot  # noqa: F401  (re-exported as F.one_
 from ..random import rand
 from ..strides import broadcast_shapes
 from ..tensor import Tensor
-from . import _fused
+from . import _fused, _linear
 
 __all__ = [
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "conv1d", "cross_entropy",
@@ -148,6 +148,8 @@ def linear(input: Tensor, weight: Tensor, bias=None) -> Tensor:
             f"linear(): input of shape {tuple(input.shape)} and weight of shape "
             f"{tuple(weight.shape)}: the last dims ({input.shape[-1] if input.ndim else None} "
             f"and {weight.shape[-1]}) must match (weight is (out_features, in_features))")
+    if _linear.fits(input, weight, bias):   # one node, one GEMM (see _linear.py)
+        return _linear.Linear.apply(input, weight, bias)
     out = input @ weight.t() if weight.ndim == 2 else input @ weight
     return out if bias is None else out + bias
 

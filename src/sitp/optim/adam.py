@@ -20,7 +20,7 @@ from ..autograd import no_grad
 from ..creation import tensor, zeros_like
 from ..dtypes import float32
 from ..functional_core import maximum
-from ._fused import adam_kernel, flat
+from ._fused import adam_kernel, bump, flat
 from .optimizer import Optimizer
 
 
@@ -102,8 +102,7 @@ class Adam(Optimizer):
                     g = p.grad if not group["maximize"] else -p.grad
                     state = self._init_state(p, amsgrad)
                     m, v = state["exp_avg"], state["exp_avg_sq"]
-                    state["step"] += 1
-                    t = state["step"].item()
+                    t = bump(state["step"])                 # step += 1, as a float
                     arrays = [flat(x) for x in (p, g, m, v)] if not amsgrad else [None]
                     if all(a is not None for a in arrays) and len({a.dtype for a in arrays}) == 1:
                         # the same update in one pass (optim/_fused.py)

@@ -1,0 +1,80 @@
+"""The linear layer as one autograd node: y = x W^T + b (chapter 4.2).
+
+Written with general ops, ``x @ W.t() + b`` records three nodes (a transpose,
+a matmul, a broadcast add), and its backward adds a sum over the batch for
+the bias and copies of transposed operands. A layer is the innermost loop of
+every network, so it gets a node of its own, as PyTorch's ``addmm``:
+
+* forward is one GEMM whose output starts as the bias (no zeros, no add pass),
+  reading ``W`` transposed in place;
+* backward is two GEMMs and one column sum, straight from the saved input:
+
+      dX = dY W,    dW = dY^T X,    db = sum over rows of dY
+
+  with ``dY^T`` again read in place. A leading batch shape (B, T, C) is folded
+  into the rows: a (B*T, C) matrix.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .. import cpu
+from ..autograd import Function
+
+
+# --8<-- [start:column_sum]
+@njit(cache=True)
+def column_sum(g, out):
+    """out[j] = sum_i g[i, j] for a C-contiguous (M, N) array, in float64.
+
+    Rows are added into a float64 accumulator one after another: every load is
+    a contiguous row (vectorised), where summing each column on its own would
+    stride through memory N entries at a time.
+    """
+    acc = np.zeros(g.shape[1], np.float64)
+    for i in range(g.shape[0]):
+        g_i = g[i]
+        for j in range(g.shape[1]):
+            acc[j] += g_i[j]
+    for j in range(g.shape[1]):
+        out[j] = acc[j]
+# --8<-- [end:column_sum]
+
+
+# --8<-- [start:linear_function]
+class Linear(Function):
+    """y = x W^T + b for x (..., K), W (N, K), b (N,) or None, on the CPU."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        K = x.shape[-1]
+        x_MK = x.reshape(-1, K)                     # fold (B, T) into the rows
+        y_MN = cpu.linear(x_MK, weight, bias)
+        ctx.save_for_backward(x_MK, weight)
+        ctx.x_shape = x.shape
+        return y_MN.view(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        x_MK, w_NK = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad
+        g_MN = g.reshape(-1, w_NK.shape[0]).contiguous()
+        dx = cpu.matmul(g_MN, w_NK).view(ctx.x_shape) if need_x else None
+        dw = cpu.matmul(g_MN.mT, x_MK) if need_w else None   # dY^T read in place
+        db = None
+        if need_b:
+            db = cpu._new((w_NK.shape[0],), g.dtype)
+            column_sum(cpu.as_numpy(g_MN), db._storage)
+        return dx, dw, db
+# --8<-- [end:linear_function]
+
+
+def fits(x, weight, bias) -> bool:
+    """Whether :class:`Linear` takes these operands: CPU floats of one dtype, 2-D weight."""
+    dt = x.dtype
+    return (dt.is_floating_point and weight.dtype is dt and weight.ndim == 2 and x.ndim >= 1 and x.shape[-1] > 0
+            and (bias is None or (bias.dtype is dt and bias.ndim == 1
+                                  and bias.shape[0] == weight.shape[0]))
+            and all(isinstance(t._storage, np.ndarray) for t in (x, weight, bias) if t is not None))
