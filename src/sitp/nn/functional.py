@@ -77,9 +77,16 @@ def relu(input: Tensor, inplace: bool = False) -> Tensor:
 
 
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:
-    """x * Phi(x) (``approximate='none'``) or its tanh approximation (``'tanh'``, GPT-2's)."""
+    """x * Phi(x) (``approximate='none'``) or its tanh approximation (``'tanh'``, GPT-2's).
+
+    Float tensors on the CPU take the fused kernels of ``nn/_activation.py`` (one
+    vectorised pass each way); other tensors, the generic unary op.
+    """
     if approximate not in ("none", "tanh"):
         raise RuntimeError(f"approximate argument must be either none or tanh, got {approximate!r}")
+    if input.dtype.is_floating_point and _on_host(input):
+        from ._activation import GELU
+        return GELU.apply(input, approximate)
     return input._unary("gelu" if approximate == "none" else "gelu_tanh")
 
 
