@@ -23,13 +23,15 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import get_num_threads, njit, prange
 
 from .. import cpu
 from .. import kernels as K
 from ..autograd import Function
+from ..blas.small import gemm_small
+from ..dtypes import bool_
 from ..ops import unbroadcast
-from ..strides import broadcast_strides
+from ..strides import broadcast_shapes, broadcast_strides, numel
 
 _I64 = np.int64
 
@@ -362,39 +364,478 @@ class MaskedSoftmax(Function):
         return ds * ctx.scale, dmask, None, None
 
 
+# Fast-math flags for the attention kernels: let LLVM reorder sums and fuse
+# multiply-adds (so the loops over keys and over D vectorise), but *not* assume
+# away NaN and inf: masked keys are -inf and an empty row's logsumexp is +inf.
+_FAST = {"contract", "reassoc", "nsz", "arcp"}
+
+
+_LOG2E = 1.4426950408889634
+_LN2_HI = 0.6931471803691238           # ln 2 split in two: k * _LN2_HI is exact for |k| < 2^11
+_LN2_LO = 1.9082149292705877e-10
+_SHIFT = 6755399441055744.0            # 1.5 * 2^52: x + _SHIFT rounds x to an integer, kept in
+_SHIFT_BITS = np.int64(0x4338000000000000)  # the low bits of the sum's bit pattern
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
+def _exp_rows(x, n, bits):
+    """x[:n] = exp(x[:n]) for x <= 0 (the softmax's s - max), in loops LLVM vectorises.
+
+    ``math.exp`` is a libm call per element, which no loop around it vectorises,
+    and it is most of attention's time. Here exp(x) = 2^k exp(r) with k = round(x
+    / ln 2), |r| <= ln 2 / 2: exp(r) by its Taylor polynomial to degree 12 (error
+    < 2e-16, relative), and 2^k written straight into a float's exponent bits
+    through ``bits`` (int64 scratch viewed as float64). x < -708 (2^k would be
+    subnormal) gives 0, NaN stays NaN. Not under ``reassoc``: that would fold
+    (y + _SHIFT) - _SHIFT back into y.
+    """
+    scale = bits.view(np.float64)
+    for t in range(n):
+        xt = x[t]
+        under = xt < -708.0
+        xc = -708.0 if under else xt
+        y = xc * _LOG2E + _SHIFT
+        scale[t] = y
+        k = y - _SHIFT
+        r = (xc - k * _LN2_HI) - k * _LN2_LO
+        p = 1.0 / 479001600.0
+        p = p * r + 1.0 / 39916800.0
+        p = p * r + 1.0 / 3628800.0
+        p = p * r + 1.0 / 362880.0
+        p = p * r + 1.0 / 40320.0
+        p = p * r + 1.0 / 5040.0
+        p = p * r + 1.0 / 720.0
+        p = p * r + 1.0 / 120.0
+        p = p * r + 1.0 / 24.0
+        p = p * r + 1.0 / 6.0
+        p = p * r + 0.5
+        p = p * r + 1.0
+        p = p * r + 1.0
+        x[t] = 0.0 if under else p
+    for t in range(n):                    # the bits of 2^k: exponent field k + 1023
+        bits[t] = (bits[t] - _SHIFT_BITS + 1023) << 52
+    for t in range(n):
+        x[t] *= scale[t]
+
+
+@njit(cache=True, inline="always")
+def _batch_positions(b, bshape, st, off, pos):
+    """Storage offsets of batch entry ``b`` (row-major over ``bshape``) in each
+    operand: ``pos[t] = off[t] + sum_a index_a * st[t, a]``."""
+    for t in range(pos.size):
+        pos[t] = off[t]
+    rem = b
+    for a in range(bshape.size - 1, -1, -1):
+        ia = rem % bshape[a]
+        rem //= bshape[a]
+        for t in range(pos.size):
+            pos[t] += ia * st[t, a]
+
+
+@njit(cache=True, inline="always")
+def _load(x, xb, x_row, x_col, n, d, dst, transpose):
+    """Copy one head's (n, d) operand from strided storage into float64 ``dst``,
+    (d, n) when ``transpose``. The copy reads any strides (a transposed or
+    broadcast view costs nothing extra) and is O(n d), against the O(L S d) of
+    the products that use it, which then run on contiguous rows.
+    """
+    for j in range(n):
+        for c in range(d):
+            if transpose:
+                dst[c, j] = x[xb + j * x_row + c * x_col]
+            else:
+                dst[j, c] = x[xb + j * x_row + c * x_col]
+
+
+@njit(cache=True, inline="always")
+def _tile(buf, rows, cols):
+    """A C-contiguous (rows, cols) view of the front of the flat scratch ``buf``.
+
+    gemm_small's register tiles are only fast when C (the product) is
+    C-contiguous -- a column slice of a wider array is not -- so each row block's
+    scores get a fresh (rows, cols) shape over the same memory.
+    """
+    return buf[:rows * cols].reshape((rows, cols))
+
+
+@njit(cache=True, inline="always")
+def _mask_row(row, hi, mask_kind, mask, m_start, m_step):
+    """Apply the mask to the scores row[:hi]: a bool mask's False -> -inf, a float
+    mask is added (its -inf entries too)."""
+    if mask_kind == 1:
+        for j in range(hi):
+            if not mask[m_start + j * m_step]:
+                row[j] = -np.inf
+    elif mask_kind == 2:
+        for j in range(hi):
+            row[j] += mask[m_start + j * m_step]
+
+
+@njit(cache=True, inline="always")
+def _row_max(row, hi):
+    """max(row[:hi]), NaN if any entry is NaN (as softmax propagates it)."""
+    m = -np.inf
+    nan = False
+    for j in range(hi):
+        x = row[j]
+        m = x if x > m else m
+        nan |= x != x
+    return np.nan if nan else m
+
+
+# Query rows per block. One (_BR, S) block of scores (and, in the backward, of
+# dP) lives in float64 scratch at a time: attention's memory stays O(L) per head
+# (the logsumexps) plus O(_BR S) per thread.
+_BR = 32
+
+
+# --8<-- [start:attention_cpu_forward]
+@njit(cache=True, error_model="numpy", fastmath=_FAST)
+def attention_forward_kernel(b_lo, b_hi, q, k, v, mask, out, lse, bshape, st, off,
+                             L, S, D, Dv, scale, causal, mask_kind):
+    """O = softmax(Q K^T * scale + mask) V for batch entries b_lo..b_hi-1, flash-style.
+
+    q, k, v, mask and out are flat storages; batch entry b of operand t starts at
+    off[t] + its batch index . st[t, :nb], and steps st[t, nb] per row, st[t, nb+1]
+    per column (t = 0 q, 1 k, 2 v, 3 mask, 4 out): no operand is copied to be
+    made contiguous. Per head, K^T and V are read once into float64 scratch;
+    then per block of _BR query rows, which may see keys 0..hp-1 (causal: key
+    j <= query i, PyTorch's top-left alignment -- later keys are never touched):
+
+    1. S = (Q * scale) K^T by gemm_small;
+    2. per row, the mask (bool: False -> -inf; float: added), the row max m,
+       p = exp(s - m) by the vectorised _exp_rows, divided by their sum;
+    3. O = P V by gemm_small, written through out's strides.
+
+    Saves lse[b * L + i] = m + log(sum): the backward rebuilds P from it. A row
+    with no key left (m = -inf) gets zeros and lse = +inf, so exp(s - lse) = 0 there
+    in the backward: no gradient -- as PyTorch's CPU kernels. NaN stays NaN.
+    """
+    nb = bshape.size
+    pos = np.empty(5, _I64)
+    kT = np.empty((D, S))                 # this head's K^T and V
+    vm = np.empty((S, Dv))
+    qb = np.empty((_BR, D))               # one block of query rows, times scale
+    sbuf = np.empty(_BR * S)              # their scores, then probabilities
+    ob = np.empty((_BR, Dv))
+    bits = np.empty(S, _I64)
+    for b in range(b_lo, b_hi):
+        _batch_positions(b, bshape, st, off, pos)
+        _load(k, pos[1], st[1, nb], st[1, nb + 1], S, D, kT, True)
+        _load(v, pos[2], st[2, nb], st[2, nb + 1], S, Dv, vm, False)
+        for i0 in range(0, L, _BR):
+            nr = min(_BR, L - i0)
+            hp = min(i0 + nr, S) if causal else S
+            sb = _tile(sbuf, nr, hp)
+            sb[:] = 0.0
+            ob[:nr] = 0.0
+            for r in range(nr):
+                qi = pos[0] + (i0 + r) * st[0, nb]
+                for d in range(D):
+                    qb[r, d] = q[qi + d * st[0, nb + 1]] * scale
+            gemm_small(qb[:nr], kT[:, :hp], sb)           # 1. scores
+            for r in range(nr):                           # 2. masked softmax, by rows
+                i = i0 + r
+                hi = min(i + 1, S) if causal else S
+                row = sb[r]
+                _mask_row(row, hi, mask_kind, mask, pos[3] + i * st[3, nb], st[3, nb + 1])
+                m = _row_max(row, hi)
+                if m == -np.inf:          # nobody to attend to: zeros, no gradient
+                    hi = 0
+                    lse[b * L + i] = np.inf
+                else:
+                    for j in range(hi):
+                        row[j] -= m
+                    _exp_rows(row, hi, bits)
+                    total = 0.0
+                    for j in range(hi):
+                        total += row[j]
+                    inv = 1.0 / total
+                    for j in range(hi):
+                        row[j] *= inv
+                    lse[b * L + i] = m + math.log(total)
+                for j in range(hi, hp):
+                    row[j] = 0.0
+            gemm_small(sb, vm[:hp], ob[:nr])              # 3. O = P V
+            for r in range(nr):
+                oi = pos[4] + (i0 + r) * st[4, nb]
+                for d in range(Dv):
+                    out[oi + d * st[4, nb + 1]] = ob[r, d]
+
+
+@njit(cache=True, parallel=True)
+def attention_forward_kernel_parallel(n_chunks, n_batch, q, k, v, mask, out, lse, bshape, st,
+                                      off, L, S, D, Dv, scale, causal, mask_kind):
+    """attention_forward_kernel with the batch split into ``n_chunks`` ranges, one per thread."""
+    for c in prange(n_chunks):
+        attention_forward_kernel(c * n_batch // n_chunks, (c + 1) * n_batch // n_chunks,
+                                 q, k, v, mask, out, lse, bshape, st, off,
+                                 L, S, D, Dv, scale, causal, mask_kind)
+# --8<-- [end:attention_cpu_forward]
+
+
+# --8<-- [start:attention_cpu_backward]
+@njit(cache=True, error_model="numpy", fastmath=_FAST)
+def attention_backward_kernel(b_lo, b_hi, q, k, v, mask, out, g, lse, dq, dk, dv, bshape, st,
+                              off, L, S, D, Dv, scale, causal, mask_kind):
+    """dQ, dK, dV of attention for batch entries b_lo..b_hi-1, *added* into dq, dk, dv.
+
+    Operands as in attention_forward_kernel, with t = 5 the output's gradient g
+    and t = 6, 7, 8 the storages of dq, dk, dv (stride 0 along a batch dim the
+    input was broadcast over: the gradients of all its copies add up there).
+    Per block of query rows, with P rebuilt from the saved logsumexp:
+
+        S = (Q * scale) K^T,   P = exp(S + mask - lse),   dP = dO V^T,
+        dS = P * (dP - D_i)    with D_i = dO_i . O_i (= rowsum(P * dP), without P),
+        dV += P^T dO,   dQ += scale dS K,   dK += dS^T (Q * scale)
+
+    -- five gemm_small products. A row with lse = +inf (no key) contributes
+    nothing. dK and dV of a head are summed in float64 scratch and added to
+    storage once, at the end of the head.
+    """
+    nb = bshape.size
+    pos = np.empty(9, _I64)
+    kT = np.empty((D, S))                 # K^T, K and V^T of the head
+    km = np.empty((S, D))
+    vT = np.empty((Dv, S))
+    dkm = np.empty((S, D))
+    dvm = np.empty((S, Dv))
+    qb = np.empty((_BR, D))
+    dob = np.empty((_BR, Dv))
+    dqb = np.empty((_BR, D))
+    di = np.empty(_BR)
+    sbuf = np.empty(_BR * S)              # S, then P
+    dpbuf = np.empty(_BR * S)             # dP, then dS
+    bits = np.empty(S, _I64)
+    for b in range(b_lo, b_hi):
+        _batch_positions(b, bshape, st, off, pos)
+        _load(k, pos[1], st[1, nb], st[1, nb + 1], S, D, kT, True)
+        _load(k, pos[1], st[1, nb], st[1, nb + 1], S, D, km, False)
+        _load(v, pos[2], st[2, nb], st[2, nb + 1], S, Dv, vT, True)
+        dkm[:] = 0.0
+        dvm[:] = 0.0
+        for i0 in range(0, L, _BR):
+            nr = min(_BR, L - i0)
+            hp = min(i0 + nr, S) if causal else S
+            sb = _tile(sbuf, nr, hp)
+            dpb = _tile(dpbuf, nr, hp)
+            sb[:] = 0.0
+            dpb[:] = 0.0
+            dqb[:nr] = 0.0
+            for r in range(nr):
+                i = i0 + r
+                qi = pos[0] + i * st[0, nb]
+                for d in range(D):
+                    qb[r, d] = q[qi + d * st[0, nb + 1]] * scale
+                gi = pos[5] + i * st[5, nb]
+                oi = pos[4] + i * st[4, nb]
+                acc = 0.0
+                for d in range(Dv):
+                    dob[r, d] = g[gi + d * st[5, nb + 1]]
+                    acc += dob[r, d] * out[oi + d * st[4, nb + 1]]
+                di[r] = acc
+            gemm_small(qb[:nr], kT[:, :hp], sb)
+            gemm_small(dob[:nr], vT[:, :hp], dpb)
+            for r in range(nr):
+                i = i0 + r
+                li = lse[b * L + i]
+                hi = min(i + 1, S) if causal else S
+                if li == np.inf:          # a row with no key: no gradient
+                    hi = 0
+                row = sb[r]
+                dsr = dpb[r]
+                _mask_row(row, hi, mask_kind, mask, pos[3] + i * st[3, nb], st[3, nb + 1])
+                for j in range(hi):
+                    row[j] -= li
+                _exp_rows(row, hi, bits)  # p_ij (0 where masked)
+                for j in range(hi):
+                    dsr[j] = row[j] * (dsr[j] - di[r])
+                for j in range(hi, hp):
+                    row[j] = 0.0
+                    dsr[j] = 0.0
+            gemm_small(sb.T, dob[:nr], dvm[:hp])          # dV += P^T dO
+            gemm_small(dpb, km[:hp], dqb[:nr])            # dQ += dS K      (scale below)
+            gemm_small(dpb.T, qb[:nr], dkm[:hp])          # dK += dS^T (Q * scale)
+            for r in range(nr):
+                dqi = pos[6] + (i0 + r) * st[6, nb]
+                for d in range(D):
+                    dq[dqi + d * st[6, nb + 1]] += dqb[r, d] * scale
+        for j in range(S):
+            dki = pos[7] + j * st[7, nb]
+            for d in range(D):
+                dk[dki + d * st[7, nb + 1]] += dkm[j, d]
+            dvi = pos[8] + j * st[8, nb]
+            for d in range(Dv):
+                dv[dvi + d * st[8, nb + 1]] += dvm[j, d]
+
+
+@njit(cache=True, parallel=True)
+def attention_backward_kernel_parallel(n_chunks, n_batch, q, k, v, mask, out, g, lse, dq, dk, dv,
+                                       bshape, st, off, L, S, D, Dv, scale, causal, mask_kind):
+    """attention_backward_kernel with the batch split into ``n_chunks`` ranges, one per
+    thread (only when no two batch entries share a gradient's storage)."""
+    for c in prange(n_chunks):
+        attention_backward_kernel(c * n_batch // n_chunks, (c + 1) * n_batch // n_chunks,
+                                  q, k, v, mask, out, g, lse, dq, dk, dv, bshape, st, off,
+                                  L, S, D, Dv, scale, causal, mask_kind)
+# --8<-- [end:attention_cpu_backward]
+
+
+# Below this many multiply-adds (about 100 us on one core) attention stays on the
+# calling thread: a parallel region on a busy machine can wait a whole scheduler
+# slice for its second thread (the same rule as sitp.blas.batched).
+_PARALLEL_ATTENTION_WORK = 1 << 20
+_NO_MASK = np.zeros(1, np.bool_)
+
+
+def _bstrides(t, bshape):
+    """``t``'s strides broadcast to ``bshape`` + its last two dims (stride 0 where broadcast)."""
+    return broadcast_strides(t.shape, t._strides, tuple(bshape) + tuple(t.shape[-2:]))
+
+
+def _head_major(bshape, n, d, dtype, zero):
+    """A new (..., n, d) tensor (zeroed when ``zero``); for 4-D (B, H, n, d) its storage is in
+    (B, n, H, d) order, the layout ``y.transpose(1, 2).contiguous().view(B, n, H*d)``
+    (the GPT's merge of the heads) reads without a copy."""
+    shape = tuple(bshape) + (n, d)
+    if len(bshape) == 2:
+        B, H = bshape
+        strides = (n * H * d, d, H * d, 1)
+        storage = (np.zeros if zero else np.empty)(B * n * H * d, dtype.np)
+        return cpu._tensor()._make(storage, shape, strides, 0, dtype)
+    t = _new(shape, dtype)
+    if zero:
+        t._storage[:] = 0
+    return t
+
+
+def _threads(work, n_batch):
+    """How many ranges to split the batch into (1: stay on this thread)."""
+    if work < _PARALLEL_ATTENTION_WORK or n_batch < 2:
+        return 1
+    return min(get_num_threads(), n_batch)
+
+
 # --8<-- [start:attention]
 class Attention(Function):
-    """O = softmax(Q K^T * scale + mask) V in one node; backward recomputes P.
+    """O = softmax(Q K^T * scale + mask) V in one node, flash-style on the CPU.
 
     Shapes: Q (..., L, D), K (..., S, D), V (..., S, Dv) with broadcast batch
-    dims. Forward keeps Q, K, V (not the (L, S) probabilities), and backward
-    rebuilds P from them -- the memory trade that flash attention makes, here
-    without the tiling:
+    dims; ``mask`` None, bool (True = attend) or float (added), broadcastable
+    to (..., L, S). Forward runs attention_forward_kernel straight on the
+    inputs' strided storage and keeps Q, K, V, O and one logsumexp per query
+    row -- O(L) memory per head, not the (L, S) probabilities; backward
+    recomputes P from them (attention_backward_kernel):
 
-        dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dP * P)),
-        dQ = dS K * scale,   dK = dS^T Q * scale,   d(float mask) = dS
+        dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dO * O)),
+        dQ = dS K * scale,   dK = dS^T Q * scale
+
+    A float mask that requires grad takes the exact path instead (scores and
+    probabilities as tensors, ``d(mask) = dS``), as does a non-float dtype.
     """
 
     @staticmethod
     def forward(ctx, q, k, v, mask, scale, causal):
-        s_LS = cpu.matmul(q, k.mT)                  # (..., L, S)
-        p_LS = masked_softmax(s_LS, mask, scale, causal)
+        flash = q.dtype.is_floating_point and not (mask is not None and ctx.needs_input_grad[3])
+        ctx.flash, ctx.mask, ctx.scale, ctx.causal = flash, mask, scale, causal
+        if not flash:
+            return _attention_exact_forward(ctx, q, k, v, mask, scale, causal)
+        L, S, D, Dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+        shapes = [q.shape[:-2], k.shape[:-2], v.shape[:-2]]
+        if mask is not None:
+            shapes.append(tuple(mask.shape[:-2]))
+        bshape = broadcast_shapes(*shapes)
+        n_batch = numel(bshape)
+        out = _head_major(bshape, L, Dv, q.dtype, False)
+        lse = np.empty(n_batch * L)
         ctx.save_for_backward(q, k, v)
-        ctx.mask, ctx.scale, ctx.causal = mask, scale, causal
-        return cpu.matmul(p_LS, v)                  # (..., L, Dv)
+        ctx.out, ctx.lse, ctx.bshape = (out._storage, out._strides), lse, bshape
+        if n_batch * L * S * Dv == 0:
+            if out.numel():                   # no keys (S = 0): zeros, no gradient
+                out._storage[:] = 0
+            lse[:] = np.inf
+            return out
+        kind, m, mst, moff = 0, _NO_MASK, (0,) * (len(bshape) + 2), 0
+        if mask is not None:
+            kind = 1 if mask.dtype is bool_ else 2
+            m = mask._storage
+            mst = broadcast_strides(mask.shape, mask._strides, tuple(bshape) + (L, S))
+            moff = mask._offset
+        st = np.array([_bstrides(q, bshape), _bstrides(k, bshape), _bstrides(v, bshape),
+                       mst, out._strides], _I64)
+        off = np.array([q._offset, k._offset, v._offset, moff, 0], _I64)
+        args = (q._storage, k._storage, v._storage, m, out._storage, lse,
+                np.array(bshape, _I64), st, off, L, S, D, Dv, float(scale), bool(causal), kind)
+        chunks = _threads(n_batch * L * S * (D + Dv) // (2 if causal else 1), n_batch)
+        if chunks > 1:
+            attention_forward_kernel_parallel(chunks, n_batch, *args)
+        else:
+            attention_forward_kernel(0, n_batch, *args)
+        return out
 
     @staticmethod
     def backward(ctx, g):
+        if not ctx.flash:
+            return _attention_exact_backward(ctx, g)
         q, k, v = ctx.saved_tensors
-        p_LS = masked_softmax(cpu.matmul(q, k.mT), ctx.mask, ctx.scale, ctx.causal)
-        nq, nk, nv, nm = ctx.needs_input_grad[:4]
-        dv = unbroadcast(cpu.matmul(p_LS.mT, g), v.shape) if nv else None
-        dp_LS = cpu.matmul(g, v.mT)
-        ds_LS = cpu.softmax_backward(p_LS, dp_LS, p_LS.ndim - 1, False)
-        dq = unbroadcast(cpu.matmul(ds_LS, k), q.shape) * ctx.scale if nq else None
-        dk = unbroadcast(cpu.matmul(ds_LS.mT, q), k.shape) * ctx.scale if nk else None
-        dmask = unbroadcast(ds_LS, ctx.mask.shape) if nm else None
-        return dq, dk, dv, dmask, None, None
+        nq, nk, nv = ctx.needs_input_grad[:3]
+        bshape, mask = ctx.bshape, ctx.mask
+        L, S, D, Dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+        n_batch = numel(bshape)
+        # Gradients at each input's own shape; a 4-D one not broadcast is laid out
+        # (B, n, H, d), so the GPT's view/transpose backward needs no copy.
+        grads = [_head_major(t.shape[:-2], t.shape[-2], t.shape[-1], t.dtype, True)
+                 for t in (q, k, v)]
+        if n_batch * L * S == 0:
+            return (grads[0] if nq else None, grads[1] if nk else None,
+                    grads[2] if nv else None, None, None, None)
+        kind, m, mst, moff = 0, _NO_MASK, (0,) * (len(bshape) + 2), 0
+        if mask is not None:
+            kind = 1 if mask.dtype is bool_ else 2
+            m = mask._storage
+            mst = broadcast_strides(mask.shape, mask._strides, tuple(bshape) + (L, S))
+            moff = mask._offset
+        o_storage, o_strides = ctx.out
+        st = np.array([_bstrides(q, bshape), _bstrides(k, bshape), _bstrides(v, bshape),
+                       mst, o_strides, _bstrides(g, bshape)]
+                      + [_bstrides(t, bshape) for t in grads], _I64)
+        off = np.array([q._offset, k._offset, v._offset, moff, 0, g._offset, 0, 0, 0], _I64)
+        args = (q._storage, k._storage, v._storage, m, o_storage, g._storage, ctx.lse,
+                grads[0]._storage, grads[1]._storage, grads[2]._storage,
+                np.array(bshape, _I64), st, off, L, S, D, Dv, float(ctx.scale),
+                bool(ctx.causal), kind)
+        shared = any(tuple(t.shape[:-2]) != tuple(bshape) for t in (q, k, v))
+        chunks = 1 if shared else _threads(
+            2 * n_batch * L * S * (D + Dv) // (2 if ctx.causal else 1), n_batch)
+        if chunks > 1:
+            attention_backward_kernel_parallel(chunks, n_batch, *args)
+        else:
+            attention_backward_kernel(0, n_batch, *args)
+        return (grads[0] if nq else None, grads[1] if nk else None,
+                grads[2] if nv else None, None, None, None)
+
+
+def _attention_exact_forward(ctx, q, k, v, mask, scale, causal):
+    """Attention with the scores and probabilities as tensors (cpu.matmul and
+    masked_softmax_kernel): the path for a float mask that needs its gradient."""
+    s_LS = cpu.matmul(q, k.mT)                  # (..., L, S)
+    p_LS = masked_softmax(s_LS, mask, scale, causal)
+    ctx.save_for_backward(q, k, v)
+    ctx.mask, ctx.scale, ctx.causal = mask, scale, causal
+    return cpu.matmul(p_LS, v)                  # (..., L, Dv)
+
+
+def _attention_exact_backward(ctx, g):
+    q, k, v = ctx.saved_tensors
+    p_LS = masked_softmax(cpu.matmul(q, k.mT), ctx.mask, ctx.scale, ctx.causal)
+    nq, nk, nv, nm = ctx.needs_input_grad[:4]
+    dv = unbroadcast(cpu.matmul(p_LS.mT, g), v.shape) if nv else None
+    dp_LS = cpu.matmul(g, v.mT)
+    ds_LS = cpu.softmax_backward(p_LS, dp_LS, p_LS.ndim - 1, False)
+    dq = unbroadcast(cpu.matmul(ds_LS, k), q.shape) * ctx.scale if nq else None
+    dk = unbroadcast(cpu.matmul(ds_LS.mT, q), k.shape) * ctx.scale if nk else None
+    dmask = unbroadcast(ds_LS, ctx.mask.shape) if nm else None
+    return dq, dk, dv, dmask, None, None
 # --8<-- [end:attention]
 
 
