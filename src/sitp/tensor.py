@@ -385,7 +385,7 @@ class Tensor:
                 raise TypeError("view(dtype) is not supported by sitp")
             shape = tuple(shape[0])
         shape = infer_shape(tuple(int(n) for n in shape), self.numel())
-        strides = view_strides(self._shape, self._strides, shape)
+        strides = self._view_strides(shape)
         if strides is None:
             raise RuntimeError(
                 f"view size is not compatible with input tensor's size and stride (shape "
@@ -398,10 +398,17 @@ class Tensor:
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])
         shape = infer_shape(tuple(int(n) for n in shape), self.numel())
-        if view_strides(self._shape, self._strides, shape) is None:
+        strides = self._view_strides(shape)
+        if strides is None:
             return self.clone().view(shape)
-        return self.view(shape)
+        return ops.View.apply(self, shape, strides, self._offset)
     # --8<-- [end:view]
+
+    def _view_strides(self, shape):
+        """view_strides, with the common case (a contiguous tensor) short-cut."""
+        if self.is_contiguous():
+            return contiguous_strides(shape)
+        return view_strides(self._shape, self._strides, shape)
 
     def view_as(self, other) -> "Tensor":
         return self.view(other.shape)
