@@ -30,15 +30,19 @@ import statistics
 import time
 
 
-def median_ms(fn, reps):
-    for _ in range(3):
-        fn()
-    times = []
+def medians_ms(fns, reps):
+    """Median time of each function, in ms; the calls are interleaved (one of each
+    per round), so that a change in the machine's load weighs on all alike."""
+    for fn in fns:
+        for _ in range(3):
+            fn()
+    times = [[] for _ in fns]
     for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
+        for fn, ts in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    return [1e3 * statistics.median(ts) for ts in times]
 
 
 def old_sdpa():
@@ -58,7 +62,8 @@ def old_sdpa():
     return OldF
 
 
-def bench(lib, F, B, H, T, D, reps, dtype):
+def workload(lib, F, B, H, T, D, dtype):
+    """The two timed functions (fwd, fwd+bwd) for one library."""
     C = H * D
     qkv = lib.randn(B, T, 3 * C, dtype=dtype).requires_grad_(True)
     g = lib.randn(B, T, C, dtype=dtype)
@@ -78,7 +83,7 @@ def bench(lib, F, B, H, T, D, reps, dtype):
         y = F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)
         y.transpose(1, 2).contiguous().view(B, T, C).backward(g)
 
-    return median_ms(fwd, reps), median_ms(fwd_bwd, reps)
+    return fwd, fwd_bwd
 
 
 def main():
@@ -99,14 +104,14 @@ def main():
     torch.set_num_threads(args.threads)
     B, H, D = 32, 4, 16
     print(f"causal attention, B={B} H={H} D={D} {args.dtype}, {args.threads} thread(s), "
-          f"median of {args.reps}; load average {os.getloadavg()[0]:.2f}\n")
+          f"median of {args.reps} interleaved; load average {os.getloadavg()[0]:.2f}\n")
     print("| T | pass | old sitp (ms) | sitp (ms) | torch (ms) | old / torch | sitp / torch |")
     print("|---:|---|---:|---:|---:|---:|---:|")
     for T in args.T:
-        of, ofb = bench(sitp, old_sdpa(), B, H, T, D, args.reps, getattr(sitp, args.dtype))
-        sf, sfb = bench(sitp, SF, B, H, T, D, args.reps, getattr(sitp, args.dtype))
-        tf, tfb = bench(torch, torch.nn.functional, B, H, T, D, args.reps,
-                        getattr(torch, args.dtype))
+        fns = (workload(sitp, old_sdpa(), B, H, T, D, getattr(sitp, args.dtype))
+               + workload(sitp, SF, B, H, T, D, getattr(sitp, args.dtype))
+               + workload(torch, torch.nn.functional, B, H, T, D, getattr(torch, args.dtype)))
+        of, ofb, sf, sfb, tf, tfb = medians_ms(fns, args.reps)
         for name, o, s, t in (("fwd", of, sf, tf), ("fwd+bwd", ofb, sfb, tfb)):
             print(f"| {T} | {name} | {o:.3f} | {s:.3f} | {t:.3f} | {o / t:.2f} | {s / t:.2f} |")
 

@@ -1,7 +1,7 @@
 """Fused kernels of ``sitp.nn.functional``: one pass per row, forward beside backward.
 
 Composing a loss from small ops (``log_softmax``, then ``gather``, then ``mean``)
-writes every intermediate to memory and records a node for each. The three ops
+writes every intermediate to memory and records a node for each. The ops
 here are written as single kernels instead, each with a :class:`Function` whose
 backward is one kernel too:
 
@@ -11,11 +11,14 @@ backward is one kernel too:
 * **layer norm** — mean, reciprocal standard deviation and the affine map in one
   pass; backward recomputes the normalized row from the saved mean and rstd;
 * **masked softmax for attention** — scale, causal or explicit mask and softmax
-  in place over the score rows; attention's backward recomputes the probabilities
-  instead of saving them.
+  in place over the score rows (used when attention applies dropout);
+* **attention** — flash-style on the CPU: per block of query rows, scores,
+  masked softmax and P V in one kernel that reads q, k, v through their strides;
+  it saves one logsumexp per row, and the backward kernel recomputes P from it.
 
-Every kernel takes contiguous rows (the launchers make them so) and accumulates
-in float64, so float32 rows of any length keep their small terms.
+Every other kernel takes contiguous rows (the launchers make them so) and
+accumulates in float64, so float32 rows of any length keep their small terms;
+attention computes float32 in float32, as PyTorch does, with row sums in float64.
 """
 
 from __future__ import annotations
@@ -365,39 +368,39 @@ class MaskedSoftmax(Function):
 
 
 # Fast-math flags for the attention kernels: let LLVM reorder sums and fuse
-# multiply-adds (so the loops over keys and over D vectorise), but *not* assume
-# away NaN and inf: masked keys are -inf and an empty row's logsumexp is +inf.
+# multiply-adds (so the row sums vectorise), but *not* assume away NaN and inf:
+# masked keys are -inf, an empty row's logsumexp is +inf, and NaN must propagate.
 _FAST = {"contract", "reassoc", "nsz", "arcp"}
 
 
 _LOG2E = 1.4426950408889634
 _LN2_HI = 0.6931471803691238           # ln 2 split in two: k * _LN2_HI is exact for |k| < 2^11
 _LN2_LO = 1.9082149292705877e-10
-_SHIFT = 6755399441055744.0            # 1.5 * 2^52: x + _SHIFT rounds x to an integer, kept in
-_SHIFT_BITS = np.int64(0x4338000000000000)  # the low bits of the sum's bit pattern
+_LN2_HI32 = np.float32(0.693359375)    # the same for float32 (k * _LN2_HI32 exact for |k| < 2^8)
+_LN2_LO32 = np.float32(-2.12194440e-4)
 
 
 @njit(cache=True, error_model="numpy", fastmath={"contract"})
-def _exp_rows(x, n, bits):
-    """x[:n] = exp(x[:n]) for x <= 0 (the softmax's s - max), in loops LLVM vectorises.
+def _exp_rows64(x, n, shift):
+    """x[:n] = exp(x[:n] - shift) for x <= shift (the softmax's s - max), vectorised.
 
     ``math.exp`` is a libm call per element, which no loop around it vectorises,
-    and it is most of attention's time. Here exp(x) = 2^k exp(r) with k = round(x
+    and it is most of attention's time. Here exp(y) = 2^k exp(r) with k = round(y
     / ln 2), |r| <= ln 2 / 2: exp(r) by its Taylor polynomial to degree 12 (error
-    < 2e-16, relative), and 2^k written straight into a float's exponent bits
-    through ``bits`` (int64 scratch viewed as float64). x < -708 (2^k would be
-    subnormal) gives 0, NaN stays NaN. Not under ``reassoc``: that would fold
-    (y + _SHIFT) - _SHIFT back into y.
+    < 2e-16, relative), and 2^k made by writing k + 1023 into a float's exponent
+    bits. Adding 1.5 * 2^52 rounds y / ln 2 to the integer k and leaves k in the
+    sum's low bits. y < -708 (2^k would be subnormal) gives 0; NaN stays NaN.
+    Not compiled with ``reassoc``: that would fold (z + 1.5 * 2^52) - 1.5 * 2^52
+    back into z.
     """
-    scale = bits.view(np.float64)
+    big = 6755399441055744.0              # 1.5 * 2^52
     for t in range(n):
-        xt = x[t]
-        under = xt < -708.0
-        xc = -708.0 if under else xt
-        y = xc * _LOG2E + _SHIFT
-        scale[t] = y
-        k = y - _SHIFT
-        r = (xc - k * _LN2_HI) - k * _LN2_LO
+        y = x[t] - shift
+        under = y < -708.0
+        y = -708.0 if under else y
+        z = y * _LOG2E + big
+        k = z - big
+        r = (y - k * _LN2_HI) - k * _LN2_LO
         p = 1.0 / 479001600.0
         p = p * r + 1.0 / 39916800.0
         p = p * r + 1.0 / 3628800.0
@@ -411,11 +414,44 @@ def _exp_rows(x, n, bits):
         p = p * r + 0.5
         p = p * r + 1.0
         p = p * r + 1.0
-        x[t] = 0.0 if under else p
-    for t in range(n):                    # the bits of 2^k: exponent field k + 1023
-        bits[t] = (bits[t] - _SHIFT_BITS + 1023) << 52
+        e = np.float64(z).view(np.int64) - 0x4338000000000000 + 1023   # k + 1023
+        two_k = np.int64(e << 52).view(np.float64)
+        x[t] = 0.0 if under else p * two_k
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
+def _exp_rows32(x, n, shift):
+    """_exp_rows64 in float32 arithmetic (8 lanes a vector): Taylor to degree 7
+    (error < 3e-7), 1.5 * 2^23 for the rounding, exponent bits k + 127, 0 below -87."""
+    big = np.float32(12582912.0)          # 1.5 * 2^23
+    sh = np.float32(shift)
     for t in range(n):
-        x[t] *= scale[t]
+        y = x[t] - sh
+        under = y < np.float32(-87.0)
+        y = np.float32(-87.0) if under else y
+        z = y * np.float32(_LOG2E) + big
+        k = z - big
+        r = (y - k * _LN2_HI32) - k * _LN2_LO32
+        p = np.float32(1.0 / 5040.0)
+        p = p * r + np.float32(1.0 / 720.0)
+        p = p * r + np.float32(1.0 / 120.0)
+        p = p * r + np.float32(1.0 / 24.0)
+        p = p * r + np.float32(1.0 / 6.0)
+        p = p * r + np.float32(0.5)
+        p = p * r + np.float32(1.0)
+        p = p * r + np.float32(1.0)
+        e = np.float32(z).view(np.int32) - 0x4B400000 + 127           # k + 127
+        two_k = np.int32(e << 23).view(np.float32)
+        x[t] = np.float32(0.0) if under else p * two_k
+
+
+@njit(cache=True, inline="always")
+def _exp_rows(x, n, shift):
+    """x[:n] = exp(x[:n] - shift), in x's precision."""
+    if x.itemsize == 4:
+        _exp_rows32(x, n, shift)
+    else:
+        _exp_rows64(x, n, shift)
 
 
 @njit(cache=True, inline="always")
@@ -433,18 +469,41 @@ def _batch_positions(b, bshape, st, off, pos):
 
 
 @njit(cache=True, inline="always")
+def _read(dst, x, start, step, n, scale):
+    """dst[:n] = x[start + c * step] * scale; a unit step gets its own loop, one
+    LLVM vectorises (a step known only at run time stops it)."""
+    if step == 1:
+        for c in range(n):
+            dst[c] = x[start + c] * scale
+    else:
+        for c in range(n):
+            dst[c] = x[start + c * step] * scale
+
+
+@njit(cache=True, inline="always")
+def _write(x, start, step, src, n, scale, add):
+    """x[start + c * step] (+)= src[:n] * scale (added when ``add``), as _read."""
+    if step == 1:
+        for c in range(n):
+            x[start + c] = src[c] * scale + (x[start + c] if add else 0)
+    else:
+        for c in range(n):
+            x[start + c * step] = src[c] * scale + (x[start + c * step] if add else 0)
+
+
+@njit(cache=True, inline="always")
 def _load(x, xb, x_row, x_col, n, d, dst, transpose):
-    """Copy one head's (n, d) operand from strided storage into float64 ``dst``,
+    """Copy one head's (n, d) operand from strided storage into scratch ``dst``,
     (d, n) when ``transpose``. The copy reads any strides (a transposed or
     broadcast view costs nothing extra) and is O(n d), against the O(L S d) of
     the products that use it, which then run on contiguous rows.
     """
-    for j in range(n):
+    if transpose:
         for c in range(d):
-            if transpose:
-                dst[c, j] = x[xb + j * x_row + c * x_col]
-            else:
-                dst[j, c] = x[xb + j * x_row + c * x_col]
+            _read(dst[c], x, xb + c * x_col, x_row, n, 1)
+    else:
+        for j in range(n):
+            _read(dst[j], x, xb + j * x_row, x_col, d, 1)
 
 
 @njit(cache=True, inline="always")
@@ -471,20 +530,40 @@ def _mask_row(row, hi, mask_kind, mask, m_start, m_step):
             row[j] += mask[m_start + j * m_step]
 
 
-@njit(cache=True, inline="always")
-def _row_max(row, hi):
-    """max(row[:hi]), NaN if any entry is NaN (as softmax propagates it)."""
+@njit(cache=True, fastmath={"nnan", "nsz", "reassoc"})
+def _row_max(row, n):
+    """max(row[:n]) of the entries that are not NaN, -inf when there are none.
+
+    Compiled with ``nnan`` so that LLVM vectorises the max (without it, a
+    compare-and-select reduction stays scalar). A NaN in the row still reaches
+    the output: exp(NaN - m) is NaN, and so is the row's sum.
+    """
     m = -np.inf
-    nan = False
-    for j in range(hi):
+    for j in range(n):
         x = row[j]
         m = x if x > m else m
-        nan |= x != x
-    return np.nan if nan else m
+    return m
+
+
+@njit(cache=True, inline="always")
+def _causal_tail(row, hi, hp):
+    """row[hi:hp] = -inf: keys past the causal limit inside the row block's last
+    columns, so that the vectorised max / exp / sum run over the block's full
+    width hp (exp gives them 0) instead of a ragged hi per row."""
+    for j in range(hi, hp):
+        row[j] = -np.inf
+
+
+@njit(cache=True, inline="always")
+def _has_nan(row, n):
+    for j in range(n):
+        if row[j] != row[j]:
+            return True
+    return False
 
 
 # Query rows per block. One (_BR, S) block of scores (and, in the backward, of
-# dP) lives in float64 scratch at a time: attention's memory stays O(L) per head
+# dP) lives in scratch at a time: attention's memory stays O(L) per head
 # (the logsumexps) plus O(_BR S) per thread.
 _BR = 32
 
@@ -498,13 +577,16 @@ def attention_forward_kernel(b_lo, b_hi, q, k, v, mask, out, lse, bshape, st, of
     q, k, v, mask and out are flat storages; batch entry b of operand t starts at
     off[t] + its batch index . st[t, :nb], and steps st[t, nb] per row, st[t, nb+1]
     per column (t = 0 q, 1 k, 2 v, 3 mask, 4 out): no operand is copied to be
-    made contiguous. Per head, K^T and V are read once into float64 scratch;
+    made contiguous. Per head, K^T and V are read once into scratch of q's dtype
+    (float32 computes in float32, as PyTorch does; sums of a row in float64);
     then per block of _BR query rows, which may see keys 0..hp-1 (causal: key
     j <= query i, PyTorch's top-left alignment -- later keys are never touched):
 
     1. S = (Q * scale) K^T by gemm_small;
-    2. per row, the mask (bool: False -> -inf; float: added), the row max m,
-       p = exp(s - m) by the vectorised _exp_rows, divided by their sum;
+    2. per row, the mask (bool: False -> -inf; float: added; causal: -inf past
+       the row's own limit), the row max m, p = exp(s - m) by the vectorised
+       _exp_rows (0 for -inf), divided by their sum. A masked key costs one
+       lane of a vector exp: cheaper than gathering the kept keys to skip it;
     3. O = P V by gemm_small, written through out's strides.
 
     Saves lse[b * L + i] = m + log(sum): the backward rebuilds P from it. A row
@@ -513,12 +595,12 @@ def attention_forward_kernel(b_lo, b_hi, q, k, v, mask, out, lse, bshape, st, of
     """
     nb = bshape.size
     pos = np.empty(5, _I64)
-    kT = np.empty((D, S))                 # this head's K^T and V
-    vm = np.empty((S, Dv))
-    qb = np.empty((_BR, D))               # one block of query rows, times scale
-    sbuf = np.empty(_BR * S)              # their scores, then probabilities
-    ob = np.empty((_BR, Dv))
-    bits = np.empty(S, _I64)
+    dt = q.dtype                          # float32 inputs compute in float32, as PyTorch's
+    kT = np.empty((D, S), dt)             # this head's K^T and V
+    vm = np.empty((S, Dv), dt)
+    qb = np.empty((_BR, D), dt)           # one block of query rows, times scale
+    sbuf = np.empty(_BR * S, dt)          # their scores, then probabilities
+    ob = np.empty((_BR, Dv), dt)
     for b in range(b_lo, b_hi):
         _batch_positions(b, bshape, st, off, pos)
         _load(k, pos[1], st[1, nb], st[1, nb + 1], S, D, kT, True)
@@ -530,37 +612,30 @@ def attention_forward_kernel(b_lo, b_hi, q, k, v, mask, out, lse, bshape, st, of
             sb[:] = 0.0
             ob[:nr] = 0.0
             for r in range(nr):
-                qi = pos[0] + (i0 + r) * st[0, nb]
-                for d in range(D):
-                    qb[r, d] = q[qi + d * st[0, nb + 1]] * scale
+                _read(qb[r], q, pos[0] + (i0 + r) * st[0, nb], st[0, nb + 1], D, scale)
             gemm_small(qb[:nr], kT[:, :hp], sb)           # 1. scores
             for r in range(nr):                           # 2. masked softmax, by rows
                 i = i0 + r
                 hi = min(i + 1, S) if causal else S
                 row = sb[r]
                 _mask_row(row, hi, mask_kind, mask, pos[3] + i * st[3, nb], st[3, nb + 1])
-                m = _row_max(row, hi)
-                if m == -np.inf:          # nobody to attend to: zeros, no gradient
-                    hi = 0
+                _causal_tail(row, hi, hp)
+                m = _row_max(row, hp)
+                if m == -np.inf and not _has_nan(row, hp):
+                    row[:hp] = 0.0        # nobody to attend to: zeros, no gradient
                     lse[b * L + i] = np.inf
-                else:
-                    for j in range(hi):
-                        row[j] -= m
-                    _exp_rows(row, hi, bits)
-                    total = 0.0
-                    for j in range(hi):
-                        total += row[j]
-                    inv = 1.0 / total
-                    for j in range(hi):
-                        row[j] *= inv
-                    lse[b * L + i] = m + math.log(total)
-                for j in range(hi, hp):
-                    row[j] = 0.0
+                    continue
+                _exp_rows(row, hp, m)     # 0 for the -inf (masked) keys
+                total = 0.0               # (float64, whatever the dtype)
+                for j in range(hp):
+                    total += row[j]
+                inv = 1.0 / total
+                for j in range(hp):
+                    row[j] *= inv
+                lse[b * L + i] = m + math.log(total)
             gemm_small(sb, vm[:hp], ob[:nr])              # 3. O = P V
             for r in range(nr):
-                oi = pos[4] + (i0 + r) * st[4, nb]
-                for d in range(Dv):
-                    out[oi + d * st[4, nb + 1]] = ob[r, d]
+                _write(out, pos[4] + (i0 + r) * st[4, nb], st[4, nb + 1], ob[r], Dv, 1, False)
 
 
 @njit(cache=True, parallel=True)
@@ -590,23 +665,24 @@ def attention_backward_kernel(b_lo, b_hi, q, k, v, mask, out, g, lse, dq, dk, dv
         dV += P^T dO,   dQ += scale dS K,   dK += dS^T (Q * scale)
 
     -- five gemm_small products. A row with lse = +inf (no key) contributes
-    nothing. dK and dV of a head are summed in float64 scratch and added to
+    nothing. dK and dV of a head are summed in scratch and added to
     storage once, at the end of the head.
     """
     nb = bshape.size
     pos = np.empty(9, _I64)
-    kT = np.empty((D, S))                 # K^T, K and V^T of the head
-    km = np.empty((S, D))
-    vT = np.empty((Dv, S))
-    dkm = np.empty((S, D))
-    dvm = np.empty((S, Dv))
-    qb = np.empty((_BR, D))
-    dob = np.empty((_BR, Dv))
-    dqb = np.empty((_BR, D))
+    dt = q.dtype
+    kT = np.empty((D, S), dt)             # K^T, K and V^T of the head
+    km = np.empty((S, D), dt)
+    vT = np.empty((Dv, S), dt)
+    dkm = np.empty((S, D), dt)
+    dvm = np.empty((S, Dv), dt)
+    qb = np.empty((_BR, D), dt)
+    dob = np.empty((_BR, Dv), dt)
+    dqb = np.empty((_BR, D), dt)
+    ob = np.empty(Dv, dt)                 # one row of the output
     di = np.empty(_BR)
-    sbuf = np.empty(_BR * S)              # S, then P
-    dpbuf = np.empty(_BR * S)             # dP, then dS
-    bits = np.empty(S, _I64)
+    sbuf = np.empty(_BR * S, dt)          # S, then P
+    dpbuf = np.empty(_BR * S, dt)         # dP, then dS
     for b in range(b_lo, b_hi):
         _batch_positions(b, bshape, st, off, pos)
         _load(k, pos[1], st[1, nb], st[1, nb + 1], S, D, kT, True)
@@ -624,15 +700,12 @@ def attention_backward_kernel(b_lo, b_hi, q, k, v, mask, out, g, lse, dq, dk, dv
             dqb[:nr] = 0.0
             for r in range(nr):
                 i = i0 + r
-                qi = pos[0] + i * st[0, nb]
-                for d in range(D):
-                    qb[r, d] = q[qi + d * st[0, nb + 1]] * scale
-                gi = pos[5] + i * st[5, nb]
-                oi = pos[4] + i * st[4, nb]
+                _read(qb[r], q, pos[0] + i * st[0, nb], st[0, nb + 1], D, scale)
+                _read(dob[r], g, pos[5] + i * st[5, nb], st[5, nb + 1], Dv, 1)
+                _read(ob, out, pos[4] + i * st[4, nb], st[4, nb + 1], Dv, 1)
                 acc = 0.0
                 for d in range(Dv):
-                    dob[r, d] = g[gi + d * st[5, nb + 1]]
-                    acc += dob[r, d] * out[oi + d * st[4, nb + 1]]
+                    acc += dob[r, d] * ob[d]
                 di[r] = acc
             gemm_small(qb[:nr], kT[:, :hp], sb)
             gemm_small(dob[:nr], vT[:, :hp], dpb)
@@ -645,28 +718,19 @@ def attention_backward_kernel(b_lo, b_hi, q, k, v, mask, out, g, lse, dq, dk, dv
                 row = sb[r]
                 dsr = dpb[r]
                 _mask_row(row, hi, mask_kind, mask, pos[3] + i * st[3, nb], st[3, nb + 1])
-                for j in range(hi):
-                    row[j] -= li
-                _exp_rows(row, hi, bits)  # p_ij (0 where masked)
-                for j in range(hi):
-                    dsr[j] = row[j] * (dsr[j] - di[r])
-                for j in range(hi, hp):
-                    row[j] = 0.0
-                    dsr[j] = 0.0
+                _causal_tail(row, hi, hp)
+                _exp_rows(row, hp, li)    # p_ij (0 where masked)
+                dr = di[r]
+                for j in range(hp):
+                    dsr[j] = row[j] * (dsr[j] - dr)
             gemm_small(sb.T, dob[:nr], dvm[:hp])          # dV += P^T dO
             gemm_small(dpb, km[:hp], dqb[:nr])            # dQ += dS K      (scale below)
             gemm_small(dpb.T, qb[:nr], dkm[:hp])          # dK += dS^T (Q * scale)
             for r in range(nr):
-                dqi = pos[6] + (i0 + r) * st[6, nb]
-                for d in range(D):
-                    dq[dqi + d * st[6, nb + 1]] += dqb[r, d] * scale
+                _write(dq, pos[6] + (i0 + r) * st[6, nb], st[6, nb + 1], dqb[r], D, scale, True)
         for j in range(S):
-            dki = pos[7] + j * st[7, nb]
-            for d in range(D):
-                dk[dki + d * st[7, nb + 1]] += dkm[j, d]
-            dvi = pos[8] + j * st[8, nb]
-            for d in range(Dv):
-                dv[dvi + d * st[8, nb + 1]] += dvm[j, d]
+            _write(dk, pos[7] + j * st[7, nb], st[7, nb + 1], dkm[j], D, 1, True)
+            _write(dv, pos[8] + j * st[8, nb], st[8, nb + 1], dvm[j], Dv, 1, True)
 
 
 @njit(cache=True, parallel=True)
@@ -707,6 +771,14 @@ def _head_major(bshape, n, d, dtype, zero):
     if zero:
         t._storage[:] = 0
     return t
+
+
+def _mask_args(mask, bshape, L, S):
+    """(mask_kind, storage, strides broadcast to bshape + (L, S), offset) for the kernels."""
+    if mask is None:
+        return 0, _NO_MASK, (0,) * (len(bshape) + 2), 0
+    st = broadcast_strides(mask.shape, mask._strides, tuple(bshape) + (L, S))
+    return (1 if mask.dtype is bool_ else 2), mask._storage, st, mask._offset
 
 
 def _threads(work, n_batch):
@@ -755,12 +827,7 @@ class Attention(Function):
                 out._storage[:] = 0
             lse[:] = np.inf
             return out
-        kind, m, mst, moff = 0, _NO_MASK, (0,) * (len(bshape) + 2), 0
-        if mask is not None:
-            kind = 1 if mask.dtype is bool_ else 2
-            m = mask._storage
-            mst = broadcast_strides(mask.shape, mask._strides, tuple(bshape) + (L, S))
-            moff = mask._offset
+        kind, m, mst, moff = _mask_args(mask, bshape, L, S)
         st = np.array([_bstrides(q, bshape), _bstrides(k, bshape), _bstrides(v, bshape),
                        mst, out._strides], _I64)
         off = np.array([q._offset, k._offset, v._offset, moff, 0], _I64)
@@ -789,12 +856,7 @@ class Attention(Function):
         if n_batch * L * S == 0:
             return (grads[0] if nq else None, grads[1] if nk else None,
                     grads[2] if nv else None, None, None, None)
-        kind, m, mst, moff = 0, _NO_MASK, (0,) * (len(bshape) + 2), 0
-        if mask is not None:
-            kind = 1 if mask.dtype is bool_ else 2
-            m = mask._storage
-            mst = broadcast_strides(mask.shape, mask._strides, tuple(bshape) + (L, S))
-            moff = mask._offset
+        kind, m, mst, moff = _mask_args(mask, bshape, L, S)
         o_storage, o_strides = ctx.out
         st = np.array([_bstrides(q, bshape), _bstrides(k, bshape), _bstrides(v, bshape),
                        mst, o_strides, _bstrides(g, bshape)]
