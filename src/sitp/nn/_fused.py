@@ -31,6 +31,7 @@ from numba import get_num_threads, njit, prange
 from .. import cpu
 from .. import kernels as K
 from ..autograd import Function
+from .._vecmath import exp_f32
 from ..blas.small import gemm_small
 from ..dtypes import bool_
 from ..ops import unbroadcast
@@ -376,8 +377,6 @@ _FAST = {"contract", "reassoc", "nsz", "arcp"}
 _LOG2E = 1.4426950408889634
 _LN2_HI = 0.6931471803691238           # ln 2 split in two: k * _LN2_HI is exact for |k| < 2^11
 _LN2_LO = 1.9082149292705877e-10
-_LN2_HI32 = np.float32(0.693359375)    # the same for float32 (k * _LN2_HI32 exact for |k| < 2^8)
-_LN2_LO32 = np.float32(-2.12194440e-4)
 
 
 @njit(cache=True, error_model="numpy", fastmath={"contract"})
@@ -419,30 +418,13 @@ def _exp_rows64(x, n, shift):
         x[t] = 0.0 if under else p * two_k
 
 
-@njit(cache=True, error_model="numpy", fastmath={"contract"})
+@njit(cache=True, error_model="numpy")
 def _exp_rows32(x, n, shift):
-    """_exp_rows64 in float32 arithmetic (8 lanes a vector): Taylor to degree 7
-    (error < 3e-7), 1.5 * 2^23 for the rounding, exponent bits k + 127, 0 below -87."""
-    big = np.float32(12582912.0)          # 1.5 * 2^23
+    """_exp_rows64 in float32 arithmetic (8 lanes a vector), with
+    :func:`sitp._vecmath.exp_f32`; masked keys (-inf) give 0."""
     sh = np.float32(shift)
     for t in range(n):
-        y = x[t] - sh
-        under = y < np.float32(-87.0)
-        y = np.float32(-87.0) if under else y
-        z = y * np.float32(_LOG2E) + big
-        k = z - big
-        r = (y - k * _LN2_HI32) - k * _LN2_LO32
-        p = np.float32(1.0 / 5040.0)
-        p = p * r + np.float32(1.0 / 720.0)
-        p = p * r + np.float32(1.0 / 120.0)
-        p = p * r + np.float32(1.0 / 24.0)
-        p = p * r + np.float32(1.0 / 6.0)
-        p = p * r + np.float32(0.5)
-        p = p * r + np.float32(1.0)
-        p = p * r + np.float32(1.0)
-        e = np.float32(z).view(np.int32) - 0x4B400000 + 127           # k + 127
-        two_k = np.int32(e << 23).view(np.float32)
-        x[t] = np.float32(0.0) if under else p * two_k
+        x[t] = exp_f32(np.float32(x[t] - sh))   # (typed for float64 rows too; never run on them)
 
 
 @njit(cache=True, inline="always")
