@@ -50,3 +50,20 @@ pytest_plugins = ["pytester"]
 def pytest_markdown_docs_markdown_it():
     """Let pytest-markdown-docs see fences inside admonitions and content tabs."""
     return make_parser()
+
+
+def pytest_runtest_teardown(item):
+    """Undo what a test or fence did to matplotlib's global settings, and close its figures.
+
+    A figure script may set ``rcParams`` (a font size, say) for its own figures; within
+    one pytest worker that would change every figure drawn after it, and the PNGs the
+    pages regenerate would differ from run to run with the order of the tests.
+    """
+    mpl = sys.modules.get("matplotlib")
+    if mpl is None:
+        return
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
+    backend = mpl.get_backend()
+    mpl.rcdefaults()
+    mpl.rcParams["backend"] = backend
