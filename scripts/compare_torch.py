@@ -122,8 +122,13 @@ def compare_losses(name: str, steps: int, batch_size: int, seed: int, data: str,
             "last_batch_loss": s_last}
 
 
-def gpt_throughput(steps: int, warmup: int, seed: int, torch) -> dict:
-    """Steps per second of a GPT training step (forward, backward, AdamW) at B=32, T=32."""
+def gpt_throughput(steps: int, warmup: int, seed: int, torch, repeats: int = 5) -> dict:
+    """Steps per second of a GPT training step (forward, backward, AdamW) at B=32, T=32.
+
+    ``repeats`` rounds, each timing ``steps`` steps of sitp and then of PyTorch, so
+    that both libraries see the same machine conditions; the medians are reported
+    (the machines we measure on are shared and noisy), with each round's ratio.
+    """
     import sitp
     from sitp.data import Vocab, build_token_stream, get_batch, load_names
     from sitp.models import MODELS
@@ -156,17 +161,21 @@ def gpt_throughput(steps: int, warmup: int, seed: int, torch) -> dict:
         topt.step()
 
     t_batches = [(torch.tensor(X.numpy()), torch.tensor(Y.numpy())) for X, Y in batches]
-    out = {}
-    for lib, step, data in (("sitp", s_step, batches), ("torch", t_step, t_batches)):
+    runs = (("sitp", s_step, batches), ("torch", t_step, t_batches))
+    for _, step, data in runs:
         for X, Y in data[:warmup]:  # numba compiles (or loads its cache) here
             step(X, Y)
-        t0 = time.perf_counter()
-        for X, Y in data[warmup:]:
-            step(X, Y)
-        out[lib] = steps / (time.perf_counter() - t0)
-    out["ratio"] = out["sitp"] / out["torch"]
-    out["params"] = sum(p.numel() for p in smodel.parameters())
-    return out
+    rates = {"sitp": [], "torch": []}
+    for _ in range(repeats):
+        for lib, step, data in runs:
+            t0 = time.perf_counter()
+            for X, Y in data[warmup:]:
+                step(X, Y)
+            rates[lib].append(steps / (time.perf_counter() - t0))
+    ratios = sorted(s / t for s, t in zip(rates["sitp"], rates["torch"]))
+    return {"sitp": float(np.median(rates["sitp"])), "torch": float(np.median(rates["torch"])),
+            "ratio": float(np.median(ratios)), "ratios": ratios, "repeats": repeats,
+            "params": sum(p.numel() for p in smodel.parameters())}
 
 
 def main(argv=None) -> int:
@@ -179,6 +188,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=None,
                         help="threads for numba and torch (default: numba's default)")
     parser.add_argument("--bench-steps", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="rounds of the throughput benchmark (medians are reported)")
     parser.add_argument("--skip-train", action="store_true")
     parser.add_argument("--skip-bench", action="store_true")
     args = parser.parse_args(argv)
@@ -206,14 +217,17 @@ def main(argv=None) -> int:
                   f"{r['diff']:.4f} | {r['max_dw']:.1e} | {r['sitp_ms']:.1f} | "
                   f"{r['torch_ms']:.1f} |", flush=True)
     if not args.skip_bench:
-        r = gpt_throughput(args.bench_steps, 3, args.seed, torch)
+        r = gpt_throughput(args.bench_steps, 3, args.seed, torch, args.repeats)
         print(f"\nGPT training throughput (n_layer 4, n_head 4, n_embd 64, {r['params']:,} "
-              f"params; batch 32 x block 32; AdamW; {args.bench_steps} timed steps):\n")
+              f"params; batch 32 x block 32; AdamW; median of {r['repeats']} rounds of "
+              f"{args.bench_steps} timed steps, the libraries taking turns):\n")
         print("| library | steps/s | ms/step |")
         print("|---|---:|---:|")
         for lib in ("sitp", "torch"):
             print(f"| {lib} | {r[lib]:.2f} | {1e3 / r[lib]:.1f} |")
-        print(f"\nsitp / torch = {r['ratio']:.2f}")
+        print(f"\nsitp / torch = {r['ratio']:.2f} (median of the rounds' ratios; range "
+              f"{r['ratios'][0]:.2f} to {r['ratios'][-1]:.2f}); load average after: "
+              f"{os.getloadavg()[0]:.1f}")
     return 0
 
 
