@@ -201,6 +201,7 @@ def fill_rows(C, v):
             c_i[j] = v[j]
 
 
+# --8<-- [start:stored]
 def stored(X):
     """(array, transposed): X itself if C-contiguous, else X.T when that is.
 
@@ -215,6 +216,7 @@ def stored(X):
     if X.flags.f_contiguous:
         return X.T, True
     return np.ascontiguousarray(X), False
+# --8<-- [end:stored]
 
 
 def gemm_parallel(A, B, C):
