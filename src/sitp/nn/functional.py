@@ -227,6 +227,9 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None, eps: flo
                                f"normalized_shape {shape}")
     x = input if input.dtype.is_floating_point else input.float()
     if not _on_host(x, weight, bias):
+        from ..gpu import fused as _gpu_fused   # the fused GPU kernels, when they apply
+        if _gpu_fused.layer_norm_fits(x, weight, bias, math.prod(shape)):
+            return _gpu_fused.LayerNorm.apply(x, weight, bias, math.prod(shape), eps)
         return _layer_norm_composed(x, k, weight, bias, eps)
     return _fused.LayerNorm.apply(x, weight, bias, math.prod(shape), eps)
 # --8<-- [end:layer_norm]
@@ -426,8 +429,13 @@ def cross_entropy(input: Tensor, target: Tensor, weight=None, size_average=None,
         loss = _fused.CrossEntropy.apply(x_RC, t_R, weight, ignore_index, float(label_smoothing),
                                          reduction)
     else:
-        loss = _cross_entropy_composed(x_RC, t_R, weight, ignore_index, float(label_smoothing),
-                                       reduction)
+        from ..gpu import fused as _gpu_fused   # the fused GPU kernels, when they apply
+        if _gpu_fused.cross_entropy_fits(x_RC, t_R, weight):
+            loss = _gpu_fused.CrossEntropy.apply(x_RC, t_R, weight, ignore_index,
+                                                 float(label_smoothing), reduction)
+        else:
+            loss = _cross_entropy_composed(x_RC, t_R, weight, ignore_index,
+                                           float(label_smoothing), reduction)
     return loss.reshape(batch_shape) if reduction == "none" else loss
 # --8<-- [end:cross_entropy]
 

@@ -1,0 +1,601 @@
+"""Fused layer norm and cross-entropy on the GPU, forward and backward (sections 4.3, 4.5).
+
+On the CPU, ``F.layer_norm`` and ``F.cross_entropy`` run one fused numba kernel each way
+(``sitp/nn/_fused.py``). Composed from ops on the device, a layer norm is about ten
+kernels (mean, subtract, square, mean, add, rsqrt, multiply, ...), each reading and
+writing a full tensor in global memory, and each recording an autograd node. The kernels
+here do a row in one launch, the way ``attention.fused_softmax_kernel`` does a row of
+scores:
+
+* **one thread block per row.** The block's NT threads stride over the row (thread t
+  takes entries t, t + NT, t + 2 NT, ...), so any row length works, and adjacent threads
+  read adjacent entries (coalesced). Row statistics (sum, max) go through a tree
+  reduction in shared memory: NT partial values, halved log2(NT) times.
+* **layer norm**, forward: the mean, then the squared deviations (two passes, as the CPU
+  kernel: more accurate than E[x^2] - E[x]^2), then y = (x - mean) * rstd * w + b; it
+  saves mean and rstd, one value per row. Backward, kernel 1 (a block per row): the two
+  row means of the gradient formula and dx. Kernel 2 and 3: dw and db, sums over *rows*
+  per column: blocks of 32 columns x 8 rows each sum one chunk of rows into a partial
+  (chunk, column) array, and one thread per column adds the partials. No atomics: a
+  column's sum would be 4096 atomic adds to one address for a 4096-row batch, serialised
+  and in a different order every run; partial sums keep dw and db deterministic.
+* **cross-entropy** over class indices, forward: the row max, sum of exponentials and
+  logsumexp (plus the weighted sum of logits for label smoothing), then the row's loss;
+  it saves the logsumexp (one value per row) rather than the softmax (R x C): backward
+  recomputes p = exp(z - lse), which costs an exp per entry but no R x C write and read.
+  A one-block kernel then sums the rows' losses and weights for ``reduction='mean'`` or
+  ``'sum'``; the weight total stays on the device for the backward pass.
+  Backward: a block per row, dz = g * (softmax - smoothed, weighted one-hot).
+
+Precision: float32 rows are computed in float32, and so are the per-row statistics
+(each thread sums n / NT entries, then the tree adds NT partials: a blocked pairwise sum,
+whose error grows with n / NT + log2 NT, not with n). The sums *across rows* -- the
+loss total and weight total of a reduced loss, dw and db -- accumulate in float64: they
+add up to millions of terms, and they are a small part of the work. float64 tensors are
+computed in float64 throughout.
+
+Nothing here reads data back to the host: kernel arguments are shapes, flags and Python
+scalars (eps, ignore_index), the reduced loss is a one-entry device array, and the
+backward pass of a reduced loss reads the upstream gradient and the weight total from
+device arrays. An out-of-range target sets the backend's device error flag
+(``cuda_backend.check_errors``), which raises at the next copy to the host.
+
+Speed: these kernels have been run only in numba's CUDA simulator, which checks what
+they compute, not how fast. Nothing here has been timed on a GPU; whether they beat the
+composed ops, and by how much, is for a machine with one to say.
+"""
+import math
+from functools import lru_cache
+
+import numpy as np
+from numba import cuda, float32, float64
+
+from ..autograd import Function
+from .launch import ceil_div
+
+NT = 128   # threads per block for the row kernels (a power of two: the tree halves it)
+CW = 32    # dw/db partial sums: columns per block (one warp wide: coalesced reads)
+CR = 8     # ... and rows per block (each thread sums every CR-th row of the chunk)
+CHUNK = 64        # rows per chunk of the dw/db partial sums, at least
+MAX_CHUNKS = 256  # at most this many chunks: the partials take MAX_CHUNKS x n float64
+
+_NUMBA = {np.dtype(np.float32): float32, np.dtype(np.float64): float64}
+
+
+# --8<-- [start:block_reduce]
+@cuda.jit(device=True)
+def _block_sum(red, v, t):
+    """Sum of v over the block's threads (t = threadIdx.x), returned to every thread.
+
+    red: a shared array with one slot per thread, NT a power of two. Each step halves
+    the number of active threads; after log2(NT) steps red[0] holds the sum. The last
+    barrier lets every thread read red[0] before red is reused.
+    """
+    red[t] = v
+    cuda.syncthreads()
+    stride = red.size // 2
+    while stride > 0:
+        if t < stride:
+            red[t] += red[t + stride]
+        cuda.syncthreads()
+        stride //= 2
+    total = red[0]
+    cuda.syncthreads()
+    return total
+
+
+@cuda.jit(device=True)
+def _block_sum2(ra, rb, a, b, t):
+    """Two block sums in one tree (two shared arrays): half the barriers of two calls."""
+    ra[t] = a
+    rb[t] = b
+    cuda.syncthreads()
+    stride = ra.size // 2
+    while stride > 0:
+        if t < stride:
+            ra[t] += ra[t + stride]
+            rb[t] += rb[t + stride]
+        cuda.syncthreads()
+        stride //= 2
+    sa = ra[0]
+    sb = rb[0]
+    cuda.syncthreads()
+    return sa, sb
+
+
+@cuda.jit(device=True)
+def _block_max(red, v, t):
+    """Maximum of v over the block, NaN winning (as ``max`` on the CPU kernels' rows)."""
+    red[t] = v
+    cuda.syncthreads()
+    stride = red.size // 2
+    while stride > 0:
+        if t < stride:
+            u = red[t + stride]
+            if u > red[t] or u != u:
+                red[t] = u
+        cuda.syncthreads()
+        stride //= 2
+    m = red[0]
+    cuda.syncthreads()
+    return m
+# --8<-- [end:block_reduce]
+
+
+# --8<-- [start:layer_norm_forward]
+@lru_cache(maxsize=None)
+def layer_norm_forward_kernel(nt, dtype):
+    """The layer norm forward kernel for blocks of nt threads and rows of ``dtype``."""
+    assert nt & (nt - 1) == 0, "the tree reduction needs a power-of-two block"
+    T = _NUMBA[np.dtype(dtype)]
+
+    @cuda.jit
+    def layer_norm_forward(x, n, inv_n, w, b, has_w, has_b, eps, y, mean, rstd):
+        """Grid: one block per row r of n entries (x, y contiguous rows). Block: nt
+        threads, thread t handles entries t, t + nt, ... Shared memory: nt values.
+
+        Pass 1: the mean. Pass 2: the biased variance from the deviations, so
+        rstd = 1 / sqrt(var + eps). Pass 3: y = (x - mean) * rstd * w + b. The row is
+        read three times; passes 2 and 3 usually find it in L1/L2. Thread 0 saves
+        mean[r] and rstd[r] for the backward pass.
+        """
+        red = cuda.shared.array(nt, T)
+        t = cuda.threadIdx.x
+        r = cuda.blockIdx.x
+        o = r * n
+        s = T(0.0)
+        for j in range(t, n, nt):
+            s += x[o + j]
+        mu = _block_sum(red, s, t) * inv_n
+        ss = T(0.0)
+        for j in range(t, n, nt):
+            d = x[o + j] - mu
+            ss += d * d
+        var = _block_sum(red, ss, t) * inv_n
+        rs = T(1.0) / math.sqrt(var + eps)
+        if t == 0:
+            mean[r] = mu
+            rstd[r] = rs
+        for j in range(t, n, nt):
+            v = (x[o + j] - mu) * rs
+            if has_w:
+                v *= w[j]
+            if has_b:
+                v += b[j]
+            y[o + j] = v
+    return layer_norm_forward
+# --8<-- [end:layer_norm_forward]
+
+
+# --8<-- [start:layer_norm_backward]
+@lru_cache(maxsize=None)
+def layer_norm_backward_kernel(nt, dtype):
+    """The layer norm dx kernel for blocks of nt threads and rows of ``dtype``."""
+    assert nt & (nt - 1) == 0, "the tree reduction needs a power-of-two block"
+    T = _NUMBA[np.dtype(dtype)]
+
+    @cuda.jit
+    def layer_norm_backward(x, g, n, inv_n, w, has_w, mean, rstd, dx):
+        """dx of one row per block. With xhat = (x - mean) * rstd and gh = g * w:
+
+            dx = rstd * (gh - mean_j(gh) - xhat * mean_j(gh * xhat))
+
+        Pass 1 sums gh and gh * xhat (one tree, two shared arrays); pass 2 writes dx.
+        xhat is recomputed from the saved mean and rstd, not stored.
+        """
+        ra = cuda.shared.array(nt, T)
+        rc = cuda.shared.array(nt, T)
+        t = cuda.threadIdx.x
+        r = cuda.blockIdx.x
+        o = r * n
+        mu = mean[r]
+        rs = rstd[r]
+        a = T(0.0)
+        c = T(0.0)
+        for j in range(t, n, nt):
+            gh = g[o + j]
+            if has_w:
+                gh *= w[j]
+            a += gh
+            c += gh * ((x[o + j] - mu) * rs)
+        a, c = _block_sum2(ra, rc, a, c, t)
+        a *= inv_n
+        c *= inv_n
+        for j in range(t, n, nt):
+            gh = g[o + j]
+            if has_w:
+                gh *= w[j]
+            dx[o + j] = rs * (gh - a - (x[o + j] - mu) * rs * c)
+    return layer_norm_backward
+
+
+@cuda.jit
+def layer_norm_dwdb_partial(x, g, n_rows, n, chunk, mean, rstd, pdw, pdb):
+    """Partial sums of dw = sum_r g * xhat and db = sum_r g over one chunk of rows.
+
+    Grid (ceil(n / CW), number of chunks); block (CW, CR) threads. Thread (tx, ty) of
+    block (bx, k) owns column j = bx * CW + tx and sums rows k * chunk + ty, + CR, ...
+    (a warp reads CW adjacent columns of one row: coalesced). The CR partials of a
+    column are then added in shared memory, and pdw[k, j], pdb[k, j] written. float64
+    throughout: these are sums over rows, R x n terms in all.
+    """
+    sw = cuda.shared.array((CR, CW), float64)
+    sb = cuda.shared.array((CR, CW), float64)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    j = cuda.blockIdx.x * CW + tx
+    k = cuda.blockIdx.y
+    r0 = k * chunk
+    r1 = min(n_rows, r0 + chunk)
+    aw = 0.0
+    ab = 0.0
+    if j < n:
+        for r in range(r0 + ty, r1, CR):
+            gv = float64(g[r * n + j])
+            aw += gv * ((x[r * n + j] - mean[r]) * rstd[r])
+            ab += gv
+    sw[ty, tx] = aw
+    sb[ty, tx] = ab
+    cuda.syncthreads()
+    stride = CR // 2
+    while stride > 0:
+        if ty < stride:
+            sw[ty, tx] += sw[ty + stride, tx]
+            sb[ty, tx] += sb[ty + stride, tx]
+        cuda.syncthreads()
+        stride //= 2
+    if ty == 0 and j < n:
+        pdw[k, j] = sw[0, tx]
+        pdb[k, j] = sb[0, tx]
+
+
+@cuda.jit
+def layer_norm_dwdb_finish(pdw, pdb, dw, db, has_b):
+    """dw[j] = sum_k pdw[k, j] (and db): one thread per column, in float64, then cast."""
+    j = cuda.grid(1)
+    if j < dw.size:
+        aw = 0.0
+        ab = 0.0
+        for k in range(pdw.shape[0]):
+            aw += pdw[k, j]
+            ab += pdb[k, j]
+        dw[j] = aw
+        if has_b:
+            db[j] = ab
+# --8<-- [end:layer_norm_backward]
+
+
+# --8<-- [start:cross_entropy_forward]
+@lru_cache(maxsize=None)
+def cross_entropy_forward_kernel(nt, dtype):
+    """The cross-entropy forward kernel for blocks of nt threads and logits of ``dtype``."""
+    assert nt & (nt - 1) == 0, "the tree reduction needs a power-of-two block"
+    T = _NUMBA[np.dtype(dtype)]
+
+    @cuda.jit
+    def cross_entropy_forward(z, C, target, w, has_w, w_sum, ignore_index, keep, eps_c,
+                              loss, wrow, lse, err):
+        """Loss of row r (a block) of C logits against class target[r]. With p = softmax(z),
+        w the class weights (ones without), keep = 1 - eps and eps_c = eps / C:
+
+            loss = keep * w[t] * (lse - z[t])  +  eps_c * (sum_c w[c] * lse - sum_c w[c] z[c])
+
+        where lse = m + log sum_c exp(z[c] - m), m the row max (a stable exp). Pass 1:
+        m, and the weighted sum of logits when eps > 0; pass 2: the sum of exponentials.
+        Thread 0 writes loss[r], the row's weight wrow[r] = w[t] (the mean divides by
+        their sum) and lse[r] (the backward pass rebuilds p from it). A row whose target
+        is ignore_index gets loss 0 and weight 0; a target outside [0, C) sets err[0]
+        (the backend raises at the next sync) and gets NaN. w_sum[0] is sum_c w[c],
+        computed once by ``_sum_kernel`` (read only with weights and eps > 0).
+        """
+        rm = cuda.shared.array(nt, T)
+        rs = cuda.shared.array(nt, T)
+        t = cuda.threadIdx.x
+        r = cuda.blockIdx.x
+        o = r * C
+        tg = target[r]
+        if tg == ignore_index:  # the same for every thread of the block: no divergent barrier
+            if t == 0:
+                loss[r] = 0.0
+                wrow[r] = 0.0
+                lse[r] = 0.0
+            return
+        if tg < 0 or tg >= C:
+            if t == 0:
+                err[0] = 1
+                loss[r] = math.nan
+                wrow[r] = math.nan
+                lse[r] = math.nan
+            return
+        m = T(-math.inf)
+        wz = T(0.0)
+        for c in range(t, C, nt):
+            v = z[o + c]
+            if v > m or v != v:
+                m = v
+            if eps_c != 0:
+                wz += w[c] * v if has_w else v
+        m = _block_max(rm, m, t)
+        if eps_c != 0:
+            wz = _block_sum(rs, wz, t)
+        s = T(0.0)
+        for c in range(t, C, nt):
+            s += math.exp(z[o + c] - m)
+        s = _block_sum(rs, s, t)
+        if t == 0:
+            L = m + math.log(s)
+            wt = w[tg] if has_w else T(1.0)
+            row = keep * wt * (L - z[o + tg])
+            if eps_c != 0:
+                w_all = T(w_sum[0]) if has_w else T(C)
+                row += eps_c * (w_all * L - wz)
+            loss[r] = row
+            wrow[r] = wt
+            lse[r] = L
+    return cross_entropy_forward
+# --8<-- [end:cross_entropy_forward]
+
+
+@lru_cache(maxsize=None)
+def _sum_kernel(nt):
+    """One block: out[0] = sum(a[:n]), in float64 (the class weights' total)."""
+
+    @cuda.jit
+    def vector_sum(a, n, out):
+        red = cuda.shared.array(nt, float64)
+        t = cuda.threadIdx.x
+        s = 0.0
+        for i in range(t, n, nt):
+            s += a[i]
+        s = _block_sum(red, s, t)
+        if t == 0:
+            out[0] = s
+    return vector_sum
+
+
+# --8<-- [start:cross_entropy_reduce]
+@lru_cache(maxsize=None)
+def cross_entropy_reduce_kernel(nt):
+    """One block: the reduced loss and the weight total, from the per-row arrays."""
+
+    @cuda.jit
+    def cross_entropy_reduce(loss, wrow, R, mean, out, denom):
+        """out[0] = sum(loss), or sum(loss) / sum(wrow) for the mean (NaN when every row
+        is ignored, as on the CPU); denom[0] = sum(wrow), kept on the device for the
+        backward pass. One block of nt threads strides over the R rows; float64 sums.
+        """
+        ra = cuda.shared.array(nt, float64)
+        rb = cuda.shared.array(nt, float64)
+        t = cuda.threadIdx.x
+        a = 0.0
+        b = 0.0
+        for i in range(t, R, nt):
+            a += loss[i]
+            b += wrow[i]
+        a, b = _block_sum2(ra, rb, a, b, t)
+        if t == 0:
+            denom[0] = b
+            if not mean:
+                out[0] = a
+            elif b != 0.0:
+                out[0] = a / b
+            else:
+                out[0] = math.nan
+    return cross_entropy_reduce
+# --8<-- [end:cross_entropy_reduce]
+
+
+# --8<-- [start:cross_entropy_backward]
+@lru_cache(maxsize=None)
+def cross_entropy_backward_kernel(nt, dtype):
+    """The cross-entropy backward kernel for blocks of nt threads and logits of ``dtype``."""
+    T = _NUMBA[np.dtype(dtype)]
+
+    @cuda.jit
+    def cross_entropy_backward(z, C, target, w, has_w, w_sum, ignore_index, keep, eps_c, lse,
+                               g, g_step, denom, mean, dz):
+        """dz of row r (a block): softmax minus the smoothed, weighted target distribution.
+
+        With gr = g[r * g_step] (g_step = 0 for a reduced loss; divided by the weight
+        total denom[0] for the mean) and p = exp(z - lse[r]) recomputed:
+
+            dz[c] = gr * (p[c] * (keep w[t] + eps_c sum w) - eps_c w[c] - keep w[t] [c == t])
+
+        No reductions: the row's statistics were saved by the forward pass, so every
+        thread just writes its entries. Ignored (and out-of-range) rows get zeros.
+        """
+        t = cuda.threadIdx.x
+        r = cuda.blockIdx.x
+        o = r * C
+        tg = target[r]
+        if tg == ignore_index or tg < 0 or tg >= C:
+            for c in range(t, C, nt):
+                dz[o + c] = 0.0
+            return
+        gr = g[r * g_step]
+        if mean:
+            gr = T(gr / denom[0])
+        wt = w[tg] if has_w else T(1.0)
+        w_all = T(C)
+        if has_w and eps_c != 0:
+            w_all = T(w_sum[0])
+        a = gr * (keep * wt + eps_c * w_all)
+        b = gr * eps_c
+        hit = gr * keep * wt
+        L = lse[r]
+        for c in range(t, C, nt):
+            wc = w[c] if has_w else T(1.0)
+            v = math.exp(z[o + c] - L) * a - b * wc
+            if c == tg:
+                v -= hit
+            dz[o + c] = v
+    return cross_entropy_backward
+# --8<-- [end:cross_entropy_backward]
+
+
+# ------------------------------------------------------------------ tensors and autograd
+def block_size(n: int, nt=None) -> int:
+    """Threads per block for rows of n entries: nt if given, else the smallest power of two
+    that covers the row, from one warp (32) up to NT. A short row (a layer norm of 64
+    features, 27 classes) then leaves no threads idle, and a long one is strided over.
+    """
+    if nt:
+        return nt
+    return min(NT, max(32, 1 << (max(n, 1) - 1).bit_length()))
+
+
+def _is_device(t) -> bool:
+    return t is None or not isinstance(t._storage, np.ndarray)
+
+
+def _flat(t, dtype=None):
+    """The flat device storage of t's entries, contiguous from index 0 (a view if it can)."""
+    from .. import cuda_backend as CB
+
+    t = CB._operand(t)  # a 0-d host tensor (an upstream gradient) becomes a device constant
+    if dtype is not None and t.dtype is not dtype:
+        t = CB.copy(t, dtype)
+    if not t.is_contiguous():
+        t = CB.copy(t)
+    return t._storage[t._offset:t._offset + t.numel()]
+
+
+def _new(shape, dtype):
+    from .. import cuda_backend as CB
+
+    return CB._new(shape, dtype)
+
+
+def layer_norm_fits(x, weight, bias, n) -> bool:
+    """Whether :class:`LayerNorm` takes these tensors: all on the device, float32 or float64,
+    a non-empty input (otherwise ``F.layer_norm`` composes ops)."""
+    return (all(_is_device(t) for t in (x, weight, bias)) and x.dtype.np in _NUMBA
+            and n > 0 and x.numel() > 0)
+
+
+def cross_entropy_fits(z_RC, target_R, weight) -> bool:
+    """Whether :class:`CrossEntropy` takes these: device tensors, float32/float64 logits,
+    int64 class indices, at least one class and one row."""
+    return (all(_is_device(t) for t in (z_RC, target_R, weight)) and z_RC.dtype.np in _NUMBA
+            and target_R.dtype.name == "int64" and z_RC.ndim == 2 and z_RC.shape[1] > 0
+            and z_RC.shape[0] > 0)
+
+
+# --8<-- [start:layer_norm_function]
+class LayerNorm(Function):
+    """Layer norm over the last ``n`` entries of each row of a device tensor.
+
+    Forward: one kernel (a block per row). Backward: one kernel for dx, and, when
+    weight or bias want gradients, the two-step column sums for dw and db. Saved for
+    backward: the input, and the mean and rstd of each row (in the input's dtype).
+    nt: threads per block (default ``block_size(n)``; the tests pass fewer so that the
+    simulator runs several strides per row).
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, n, eps, nt=None):
+        nt = block_size(n, nt)
+        dt = x.dtype
+        rows = x.numel() // n
+        xs = _flat(x)
+        ws = _flat(weight, dt) if weight is not None else xs   # any device array: not read
+        bs = _flat(bias, dt) if bias is not None else xs
+        y = _new(x.shape, dt)
+        mean = cuda.device_array(rows, dtype=dt.np)
+        rstd = cuda.device_array(rows, dtype=dt.np)
+        T = dt.np.type
+        layer_norm_forward_kernel(nt, dt.np)[rows, nt](
+            xs, n, T(1.0 / n), ws, bs, weight is not None, bias is not None, T(eps),
+            y._storage, mean, rstd)
+        ctx.xs, ctx.ws, ctx.mean, ctx.rstd = xs, ws, mean, rstd
+        ctx.n, ctx.rows, ctx.nt, ctx.dtype, ctx.shape = n, rows, nt, dt, tuple(x.shape)
+        ctx.has_w = weight is not None
+        ctx.wshape = None if weight is None else tuple(weight.shape)
+        ctx.bshape = None if bias is None else tuple(bias.shape)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        dt, n, rows, nt = ctx.dtype, ctx.n, ctx.rows, ctx.nt
+        gs = _flat(g, dt)
+        need = ctx.needs_input_grad
+        dx = gw = gb = None
+        if need[0]:
+            dx = _new(ctx.shape, dt)
+            layer_norm_backward_kernel(nt, dt.np)[rows, nt](
+                ctx.xs, gs, n, dt.np.type(1.0 / n), ctx.ws, ctx.has_w, ctx.mean, ctx.rstd,
+                dx._storage)
+        want_w = ctx.wshape is not None and need[1]
+        want_b = ctx.bshape is not None and need[2]
+        if want_w or want_b:
+            chunk = max(CHUNK, ceil_div(rows, MAX_CHUNKS))
+            n_chunks = ceil_div(rows, chunk)
+            pdw = cuda.device_array((n_chunks, n), dtype=np.float64)
+            pdb = cuda.device_array((n_chunks, n), dtype=np.float64)
+            layer_norm_dwdb_partial[(ceil_div(n, CW), n_chunks), (CW, CR)](
+                ctx.xs, gs, rows, n, chunk, ctx.mean, ctx.rstd, pdw, pdb)
+            dw = _new(ctx.wshape if want_w else (n,), dt)
+            db = _new(ctx.bshape, dt) if want_b else dw
+            layer_norm_dwdb_finish[ceil_div(n, nt), nt](pdw, pdb, dw._storage, db._storage,
+                                                        want_b)
+            gw = dw if want_w else None
+            gb = db if want_b else None
+        return dx, gw, gb, None, None, None
+# --8<-- [end:layer_norm_function]
+
+
+# --8<-- [start:cross_entropy_function]
+class CrossEntropy(Function):
+    """Cross-entropy of (R, C) device logits against (R,) int64 class indices.
+
+    The same arguments and semantics as ``sitp.nn._fused.CrossEntropy`` (ignore_index,
+    label smoothing eps, class weights, reduction 'none' / 'mean' / 'sum'). Saved for
+    backward: the logits, targets, the logsumexp of each row and, for a reduced loss, the
+    weight total (a one-entry device array). nt: threads per block, as in :class:`LayerNorm`.
+    """
+
+    @staticmethod
+    def forward(ctx, z_RC, target_R, weight_C, ignore_index, eps, reduction, nt=None):
+        from .. import cuda_backend as CB
+
+        R, C = z_RC.shape
+        nt_rows = block_size(R, nt)   # the one block that sums over the rows
+        nt = block_size(C, nt)
+        dt = z_RC.dtype
+        T = dt.np.type
+        zs = _flat(z_RC)
+        ts = _flat(target_R)
+        has_w = weight_C is not None
+        ws = _flat(weight_C, dt) if has_w else zs   # not read without weights
+        w_sum = cuda.device_array(1, dtype=np.float64)
+        if has_w and eps:
+            _sum_kernel(nt)[1, nt](ws, C, w_sum)
+        loss = _new((R,), dt)
+        wrow = cuda.device_array(R, dtype=dt.np)
+        lse = cuda.device_array(R, dtype=dt.np)
+        keep, eps_c = T(1.0 - eps), T(eps / C)
+        cross_entropy_forward_kernel(nt, dt.np)[R, nt](
+            zs, C, ts, ws, has_w, w_sum, ignore_index, keep, eps_c, loss._storage, wrow, lse,
+            CB._err())
+        denom = cuda.device_array(1, dtype=np.float64)
+        ctx.zs, ctx.ts, ctx.ws, ctx.w_sum, ctx.lse, ctx.denom = zs, ts, ws, w_sum, lse, denom
+        ctx.R, ctx.C, ctx.dtype, ctx.nt, ctx.has_w = R, C, dt, nt, has_w
+        ctx.ignore_index, ctx.keep, ctx.eps_c, ctx.reduction = ignore_index, keep, eps_c, reduction
+        if reduction == "none":
+            return loss
+        out = _new((), dt)
+        cross_entropy_reduce_kernel(nt_rows)[1, nt_rows](
+            loss._storage, wrow, R, reduction == "mean", out._storage, denom)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        dt, R, C, nt = ctx.dtype, ctx.R, ctx.C, ctx.nt
+        gs = _flat(g, dt)
+        g_step = 1 if ctx.reduction == "none" else 0
+        dz = _new((R, C), dt)
+        cross_entropy_backward_kernel(nt, dt.np)[R, nt](
+            ctx.zs, C, ctx.ts, ctx.ws, ctx.has_w, ctx.w_sum, ctx.ignore_index, ctx.keep,
+            ctx.eps_c, ctx.lse, gs, g_step, ctx.denom, ctx.reduction == "mean", dz._storage)
+        return dz, None, None, None, None, None, None
+# --8<-- [end:cross_entropy_function]
