@@ -52,10 +52,12 @@ def _reduce(loss, reduction):
 
 
 def _on_host(*tensors):
-    """Whether every tensor lives on the CPU. The fused kernels of ``_fused.py`` are
-    numba CPU code; for tensors on a GPU, :func:`cross_entropy`, :func:`layer_norm`
-    and :func:`scaled_dot_product_attention` fall back to compositions of ops, each
-    of which runs on the tensors' own backend (``sitp.gpu`` has the fused GPU kernels)."""
+    """Whether every tensor lives on the CPU. The fused kernels of ``_fused.py``,
+    ``_linear.py`` and ``_activation.py`` are numba CPU code. On a GPU,
+    :func:`layer_norm` and :func:`cross_entropy` (class-index targets) run the fused
+    CUDA kernels of ``sitp.gpu.fused``; the other cases, and
+    :func:`scaled_dot_product_attention`, fall back to compositions of ops, each of
+    which runs on the tensors' own backend."""
     return all(t is None or isinstance(t._storage, np.ndarray) for t in tensors)
 
 
@@ -208,7 +210,8 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None, eps: flo
     """Normalize over the last ``len(normalized_shape)`` dims, then scale and shift.
 
     y = (x - mean) / sqrt(var + eps) * weight + bias, with the biased variance.
-    One fused kernel forward and one backward (``_fused.LayerNorm``).
+    One fused kernel forward and one backward (``_fused.LayerNorm`` on the CPU,
+    ``sitp.gpu.fused.LayerNorm`` on a GPU).
 
     >>> import sitp
     >>> import sitp.nn.functional as F
@@ -236,7 +239,8 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None, eps: flo
 
 
 def _layer_norm_composed(x, k, weight, bias, eps):
-    """What ``_fused.LayerNorm`` computes, as a composition of ops (the GPU path)."""
+    """What ``_fused.LayerNorm`` computes, as a composition of ops (the device
+    fallback where ``sitp.gpu.fused`` does not apply)."""
     dims = tuple(range(x.ndim - k, x.ndim))
     xc = x - x.mean(dims, keepdim=True)
     y = xc * ((xc * xc).mean(dims, keepdim=True) + eps).rsqrt()
@@ -388,7 +392,8 @@ def cross_entropy(input: Tensor, target: Tensor, weight=None, size_average=None,
     shape is a distribution over classes instead.
 
     Class-index targets run one fused kernel forward and one backward
-    (``_fused.CrossEntropy``); the gradient of a row is
+    (``_fused.CrossEntropy`` on the CPU, ``sitp.gpu.fused.CrossEntropy`` on a
+    GPU); the gradient of a row is
     ``softmax(input) - smoothed one_hot(target)``.
 
     >>> import sitp
@@ -441,7 +446,8 @@ def cross_entropy(input: Tensor, target: Tensor, weight=None, size_average=None,
 
 
 def _cross_entropy_composed(x_RC, t_R, weight, ignore_index, eps, reduction):
-    """What ``_fused.CrossEntropy`` computes, as a composition of ops (the GPU path)."""
+    """What ``_fused.CrossEntropy`` computes, as a composition of ops (the device
+    fallback where ``sitp.gpu.fused`` does not apply)."""
     C = x_RC.shape[1]
     logp = x_RC.log_softmax(1)
     loss, w_R, keep = _nll_rows(logp, t_R, weight, ignore_index, "cross_entropy")
