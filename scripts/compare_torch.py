@@ -178,6 +178,43 @@ def gpt_throughput(steps: int, warmup: int, seed: int, torch, repeats: int = 5) 
             "params": sum(p.numel() for p in smodel.parameters())}
 
 
+def linear_gemms(torch, reps: int = 30) -> list[dict]:
+    """The matrix products of one GPT block (1,024 rows = 32 x 32 tokens, width 64), forward
+    and backward, timed with sitp.blas.matmul and torch.mm on the same arrays (medians)."""
+    from sitp import blas
+
+    rows, C = 32 * 32, 64
+    shapes = []  # (name, M, K, N, A transposed)
+    for layer, n_in, n_out in (("c_attn", C, 3 * C), ("attn c_proj", C, C),
+                               ("c_fc", C, 4 * C), ("mlp c_proj", 4 * C, C)):
+        shapes += [(f"{layer} forward", rows, n_in, n_out, False),
+                   (f"{layer} dX", rows, n_out, n_in, False),
+                   (f"{layer} dW", n_out, rows, n_in, True)]
+    rng = np.random.default_rng(0)
+
+    def median_time(f):
+        f()
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            f()
+            times.append(time.perf_counter() - t0)
+        return float(np.median(times))
+
+    out = []
+    for name, M, K, N, ta in shapes:
+        a = (rng.standard_normal((K, M)).astype(np.float32).T if ta
+             else rng.standard_normal((M, K)).astype(np.float32))      # dW = dY^T X: A transposed
+        b = rng.standard_normal((K, N)).astype(np.float32)
+        ta_t, tb_t = torch.from_numpy(np.ascontiguousarray(a.T)).T if ta else torch.from_numpy(a), \
+            torch.from_numpy(b)
+        s = median_time(lambda: blas.matmul(a, b))
+        t = median_time(lambda: torch.mm(ta_t, tb_t))
+        out.append({"name": name, "shape": f"{M}x{K}x{N}", "sitp_ms": 1e3 * s, "torch_ms": 1e3 * t,
+                    "gflops": 2 * M * N * K / s / 1e9})
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="bigram,mlp,wavenet,rnn,gru,gpt")
@@ -228,6 +265,16 @@ def main(argv=None) -> int:
         print(f"\nsitp / torch = {r['ratio']:.2f} (median of the rounds' ratios; range "
               f"{r['ratios'][0]:.2f} to {r['ratios'][-1]:.2f}); load average after: "
               f"{os.getloadavg()[0]:.1f}")
+        rows = linear_gemms(torch)
+        print("\nThe matrix products of one block (float32; M x K x N; medians of 30):\n")
+        print("| product | shape | sitp ms | torch ms | torch / sitp time | sitp GFLOP/s |")
+        print("|---|---|---:|---:|---:|---:|")
+        for g in rows:
+            print(f"| {g['name']} | {g['shape']} | {g['sitp_ms']:.3f} | {g['torch_ms']:.3f} | "
+                  f"{g['torch_ms'] / g['sitp_ms']:.2f} | {g['gflops']:.1f} |")
+        total_s, total_t = sum(g["sitp_ms"] for g in rows), sum(g["torch_ms"] for g in rows)
+        print(f"\nall twelve: sitp {total_s:.2f} ms, torch {total_t:.2f} ms "
+              f"(torch / sitp = {total_t / total_s:.2f})")
     return 0
 
 
