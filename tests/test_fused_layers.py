@@ -149,3 +149,54 @@ def test_chunk_and_split_of_a_transposed_view():
 def test_split_rejects_negative_sizes():
     with pytest.raises(RuntimeError, match="non-negative"):
         sitp.ones(2, 3).split([4, -1], dim=1)
+
+
+# ------------------------------------------------------------------ the GRU's gates: one node
+@pytest.mark.parametrize("dtype", [sitp.float32, sitp.float64])
+@pytest.mark.parametrize("batch", [(), (1,), (6,)])
+def test_gru_cell_node_matches_torch(dtype, batch):
+    tdt = torch.float32 if dtype is sitp.float32 else torch.float64
+    sitp.manual_seed(1)
+    cell, tcell = sitp.nn.GRUCell(5, 7, dtype=dtype), torch.nn.GRUCell(5, 7, dtype=tdt)
+    tcell.load_state_dict({k: torch.tensor(v.detach().numpy()) for k, v in cell.state_dict().items()})
+    rng = np.random.default_rng(2)
+    npd = np.float32 if dtype is sitp.float32 else np.float64
+    x, tx = pair(rng.standard_normal(batch + (5,)).astype(npd), requires_grad=True)
+    h, th = pair((3 * rng.standard_normal(batch + (7,))).astype(npd), requires_grad=True)
+    up = rng.standard_normal(batch + (7,))
+    y, ty = cell(x, h), tcell(tx, th)
+    assert y.grad_fn.name() == "GRUGatesBackward"
+    (y * sitp.tensor(up, dtype=dtype)).sum().backward()
+    (ty * torch.tensor(up, dtype=tdt)).sum().backward()
+    tol = TOL[dtype]
+    assert_close(y, ty, **tol)
+    assert_close(x.grad, tx.grad, **tol)
+    assert_close(h.grad, th.grad, **tol)
+    for p, tp in zip(cell.parameters(), tcell.parameters()):
+        assert_close(p.grad, tp.grad, **tol)
+
+
+def test_gru_gates_gradcheck_and_no_hidden_state():
+    from sitp.nn import _recurrent
+
+    rng = np.random.default_rng(3)
+    gi = sitp.tensor(rng.standard_normal((2, 9)), requires_grad=True)
+    gh = sitp.tensor(rng.standard_normal((2, 9)), requires_grad=True)
+    h = sitp.tensor(rng.standard_normal((2, 3)), requires_grad=True)
+    assert sitp.autograd.gradcheck(_recurrent.GRUGates.apply, (gi, gh, h))
+    sitp.manual_seed(0)
+    cell = sitp.nn.GRUCell(4, 3)
+    tcell = torch.nn.GRUCell(4, 3)
+    tcell.load_state_dict({k: torch.tensor(v.detach().numpy()) for k, v in cell.state_dict().items()})
+    x = np.ones((2, 4), np.float32)
+    assert_close(cell(sitp.tensor(x)), tcell(torch.tensor(x)))      # h = None: zeros
+
+
+def test_unbind_is_one_split_node():
+    x, tx = pair(np.random.default_rng(4).standard_normal((3, 4, 2)), requires_grad=True)
+    pieces, tpieces = x.unbind(1), tx.unbind(1)
+    assert len(pieces) == 4 and tuple(pieces[0].shape) == (3, 2)
+    (pieces[0] * pieces[3] + pieces[1]).sum().backward()
+    (tpieces[0] * tpieces[3] + tpieces[1]).sum().backward()
+    assert_close(x.grad, tx.grad, rtol=1e-12)
+    assert sitp.ones(2, 0).unbind(1) == ()

@@ -527,8 +527,12 @@ class Tensor:
         return self.split(max(1, math.ceil(n / chunks)), dim)
 
     def unbind(self, dim: int = 0):
+        """The slices along ``dim``, without it: one ``split`` node (whose backward
+        writes every slice's gradient into one tensor) and a squeeze per slice."""
         dim = normalize_dim(dim, self.ndim)
-        return tuple(self.select(dim, i) for i in range(self._shape[dim]))
+        if self._shape[dim] == 0:
+            return ()
+        return tuple(piece.squeeze(dim) for piece in self.split(1, dim))
 
     def select(self, dim: int, index: int) -> "Tensor":
         dim = normalize_dim(dim, self.ndim)

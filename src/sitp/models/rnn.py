@@ -58,8 +58,8 @@ class RNN(nn.Module):
         emb_BTC = self.wte(idx_BT)                     # (B, T, C)
         h_BH = self.start.expand((B, -1))              # (B, H): the same start for every row
         hiddens = []
-        for t in range(T):                             # the recurrence: one step per character
-            h_BH = self.cell(emb_BTC[:, t, :], h_BH)   # (B, H)
+        for x_BC in emb_BTC.unbind(1):                 # the recurrence: one step per character
+            h_BH = self.cell(x_BC, h_BH)               # (B, H)
             hiddens.append(h_BH)
         hidden_BTH = torch.stack(hiddens, 1)           # (B, T, H)
         logits_BTV = self.lm_head(hidden_BTH)          # (B, T, V)
