@@ -238,3 +238,23 @@ def test_gelu_module_and_grad_fn():
     assert "GeluTanhBackward" in repr(y.grad_fn)
     with sitp.no_grad():
         assert F.gelu(x).grad_fn is None
+
+
+def test_coefficients_are_what_the_fit_script_prints():
+    """_vecmath.py's constants are pasted from scripts/fit_vecmath.py: refit and compare,
+    so that an edit by hand (or a change to the fit) cannot go unnoticed."""
+    import importlib.util
+    from pathlib import Path
+
+    from sitp import _vecmath as V
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "fit_vecmath.py"
+    spec = importlib.util.spec_from_file_location("fit_vecmath", path)
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    f32 = lambda values: [np.float32(v) for v in values]  # noqa: E731
+    assert tuple(fit.split_ln2()) == (V.LN2_HI, V.LN2_LO)
+    assert f32(fit.fit_exp(6)[2:]) == [V.EXP_C2, V.EXP_C3, V.EXP_C4, V.EXP_C5, V.EXP_C6]
+    p, q = fit.fit_erf(6, 4)
+    assert f32(p) == [V.ERF_P0, V.ERF_P1, V.ERF_P2, V.ERF_P3, V.ERF_P4, V.ERF_P5, V.ERF_P6]
+    assert f32(q[1:]) == [V.ERF_Q1, V.ERF_Q2, V.ERF_Q3, V.ERF_Q4]
