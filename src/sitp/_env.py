@@ -21,3 +21,8 @@ os.environ.setdefault("NUMBA_SLP_VECTORIZE", "1")
 
 if "numba" in sys.modules and not _USER_SET_SLP:  # numba was imported before sitp
     sys.modules["numba"].config.SLP_VECTORIZE = 1
+
+# Freed tensor memory stays in the process for the next tensor (see _malloc.py).
+from . import _malloc  # noqa: E402
+
+_malloc.tune()
