@@ -50,3 +50,21 @@ def non_contiguous(arr: np.ndarray, kind: int):
     big = np.zeros((arr.shape[0] * 2,) + arr.shape[1:], arr.dtype)
     big[::2] = arr
     return sitp.tensor(big)[::2]
+
+
+def host_device_copies(monkeypatch, device_array_type):
+    """A list that records "h2d"/"d2h" for every host<->device copy from now on.
+
+    Wraps numba's ``cuda.to_device`` and the device array type's ``copy_to_host``;
+    call ``monkeypatch.undo()`` to stop recording.
+    """
+    from numba import cuda
+
+    copies = []
+    real_to_device = cuda.to_device
+    monkeypatch.setattr(cuda, "to_device",
+                        lambda *a, **k: copies.append("h2d") or real_to_device(*a, **k))
+    real_to_host = device_array_type.copy_to_host
+    monkeypatch.setattr(device_array_type, "copy_to_host",
+                        lambda self, *a, **k: copies.append("d2h") or real_to_host(self, *a, **k))
+    return copies

@@ -11,6 +11,8 @@ import sitp
 import sitp.nn as nn
 import sitp.nn.functional as F
 
+from helpers import host_device_copies
+
 pytestmark = pytest.mark.skipif(
     not (sitp.cuda.is_available() or sitp.cuda.is_simulated()),
     reason="needs a GPU or NUMBA_ENABLE_CUDASIM=1")
@@ -150,7 +152,6 @@ def test_training_step_does_not_copy_between_host_and_device(monkeypatch):
     """After a warm-up step, a step of an MLP language model on the GPU moves no data
     between host and device: the batch, the weights, the gradients and the optimizer
     state stay there (the loss is not read back inside the step)."""
-    from numba import cuda
 
     sitp.manual_seed(0)
     model = nn.Sequential(nn.Embedding(11, 4), nn.Flatten(), nn.Linear(12, 11)).to("cuda")
@@ -166,13 +167,7 @@ def test_training_step_does_not_copy_between_host_and_device(monkeypatch):
         return loss
 
     step()  # warm-up: constants and gather plans are made once
-    copies = []
-    real_to_device = cuda.to_device
-    monkeypatch.setattr(cuda, "to_device", lambda *a, **k: copies.append("h2d") or real_to_device(*a, **k))
-    array_type = type(X._storage)
-    real_to_host = array_type.copy_to_host
-    monkeypatch.setattr(array_type, "copy_to_host",
-                        lambda self, *a, **k: copies.append("d2h") or real_to_host(self, *a, **k))
+    copies = host_device_copies(monkeypatch, type(X._storage))
     loss = step()
     assert copies == []
     monkeypatch.undo()

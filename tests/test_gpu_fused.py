@@ -15,6 +15,8 @@ import pytest
 import sitp
 import sitp.nn.functional as F
 
+from helpers import host_device_copies
+
 pytestmark = pytest.mark.skipif(
     not (sitp.cuda.is_available() or sitp.cuda.is_simulated()),
     reason="needs a GPU or NUMBA_ENABLE_CUDASIM=1")
@@ -226,7 +228,6 @@ def test_probability_targets_still_take_the_composition(small_blocks):
 def test_no_data_crosses_the_bus_in_forward_or_backward(small_blocks, monkeypatch):
     """After a warm-up (device constants, the error flag), layer norm and cross-entropy,
     forward and backward, copy nothing between host and device."""
-    from numba import cuda
 
     x = _dev(_x(3, 7), True)
     w, b = _dev(_x(7, seed=1), True), _dev(_x(7, seed=2), True)
@@ -240,14 +241,7 @@ def test_no_data_crosses_the_bus_in_forward_or_backward(small_blocks, monkeypatc
         return loss
 
     step()
-    copies = []
-    real_to_device = cuda.to_device
-    monkeypatch.setattr(cuda, "to_device",
-                        lambda *a, **k: copies.append("h2d") or real_to_device(*a, **k))
-    array_type = type(x._storage)
-    real_to_host = array_type.copy_to_host
-    monkeypatch.setattr(array_type, "copy_to_host",
-                        lambda self, *a, **k: copies.append("d2h") or real_to_host(self, *a, **k))
+    copies = host_device_copies(monkeypatch, type(x._storage))
     loss = step()
     assert copies == []
     monkeypatch.undo()

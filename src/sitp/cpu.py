@@ -297,6 +297,11 @@ def matmul(a, b):
 # --8<-- [end:matmul_launch]
 
 
+def flat(t):
+    """The entries of a contiguous CPU tensor as a 1-D view of its storage (no copy)."""
+    return t._storage[t._offset:t._offset + t.numel()]
+
+
 def as_numpy(t):
     """A numpy view of tensor ``t``'s entries (its shape and strides, no copy)."""
     st = t._storage

@@ -430,9 +430,9 @@ class Split(Function):
     def backward(ctx, g):
         from .creation import empty, zeros
 
-        pieces = g if isinstance(g, tuple) else (g,)
-        if all(p is None for p in pieces[1:]) and len(ctx.sizes) == 1:
-            return pieces[0]
+        if not isinstance(g, tuple):       # one piece: its gradient is the whole one
+            return g
+        pieces = g
         ref = next(p for p in pieces if p is not None)
         out = (zeros if any(p is None for p in pieces) else empty)(
             ctx.shape, dtype=ref.dtype, device=ref.device)

@@ -35,6 +35,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from .. import cpu
+from ..cpu import flat as _flat
 from .._vecmath import FASTMATH, erf_f32, exp_f32
 from ..autograd import Function
 
@@ -177,9 +178,6 @@ def gelu_backward_kernel(x, g, dx, approximate):
 # --8<-- [end:gelu_backward_kernel]
 
 
-def _flat(t):
-    """The storage of a contiguous tensor as a flat numpy array (no copy)."""
-    return t._storage[t._offset:t._offset + t.numel()]
 
 
 # --8<-- [start:gelu_function]

@@ -29,6 +29,7 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from .. import cpu
+from ..cpu import flat as _flat
 from .. import kernels as K
 from ..autograd import Function
 from .._vecmath import exp_f32
@@ -38,11 +39,6 @@ from ..ops import unbroadcast
 from ..strides import broadcast_shapes, broadcast_strides, numel
 
 _I64 = np.int64
-
-
-def _flat(t):
-    """The storage of a contiguous tensor as a flat numpy array (no copy)."""
-    return t._storage[t._offset:t._offset + t.numel()]
 
 
 def _new(shape, dtype):

@@ -23,6 +23,7 @@ import numpy as np
 from numba import njit
 
 from .. import cpu
+from ..cpu import flat as _flat
 from ..autograd import Function
 
 
@@ -71,9 +72,6 @@ def gru_gates_backward_kernel(g, h, r, z, n, hn, H, dgi, dgh, dh):
 # --8<-- [end:gru_gates_kernel]
 
 
-def _flat(t):
-    """The storage of a contiguous tensor as a flat numpy array (no copy)."""
-    return t._storage[t._offset:t._offset + t.numel()]
 
 
 class GRUGates(Function):
