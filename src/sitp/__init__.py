@@ -54,6 +54,7 @@ for _name in [
     "transpose", "permute", "reshape", "flatten", "squeeze", "unsqueeze", "narrow", "flip",
     "allclose", "equal", "isnan", "isinf", "isfinite", "mm", "bmm", "t", "atan2", "logical_not",
     "logical_and", "logical_or", "select", "repeat", "lerp", "norm",
+    "log10", "log2", "exp2", "roll",
 ]:
     globals()[_name] = _forward(_name)
 del _name

@@ -30,7 +30,7 @@ UNARY = {name: i for i, name in enumerate([
     "neg", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "abs", "sin", "cos",
     "pow", "clamp", "sign", "square", "rsqrt", "log1p", "expm1", "reciprocal",
     "gelu", "gelu_tanh", "floor", "ceil", "round", "logical_not", "erf", "silu",
-    "gelu_grad", "gelu_tanh_grad",
+    "gelu_grad", "gelu_tanh_grad", "log10", "log2", "exp2",
 ])}
 BINARY = {name: i for i, name in enumerate([
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "floordiv", "remainder",
@@ -152,10 +152,16 @@ def unary(op, x, p0, p1):
         return x * e / (1.0 + e)
     elif op == 26:  # d gelu / dx = Phi(x) + x phi(x)
         return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0))) + x * math.exp(-0.5 * x * x) * 0.3989422804014327
-    else:  # 27: d gelu_tanh / dx
+    elif op == 27:  # d gelu_tanh / dx
         u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
         t = math.tanh(u)
         return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 0.134145 * x * x)
+    elif op == 28:
+        return math.log10(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+    elif op == 29:
+        return math.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+    else:  # 30: exp2
+        return math.pow(2.0, x)
 # --8<-- [end:unary]
 
 

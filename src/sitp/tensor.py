@@ -811,6 +811,46 @@ class Tensor:
     def expm1(self):
         return self._unary("expm1")
 
+    def log10(self):
+        return self._unary("log10")
+
+    def log2(self):
+        return self._unary("log2")
+
+    def exp2(self):
+        return self._unary("exp2")
+
+    def roll(self, shifts, dims=None):
+        """Shift entries cyclically along ``dims`` (``torch.roll``); a new tensor.
+
+        With ``dims=None`` the tensor is rolled as if flattened, then reshaped back.
+        Each shift is two ``narrow`` views joined by one ``cat``, so the gradient is
+        the opposite roll.
+        """
+        from .functional_core import cat
+
+        if dims is None:
+            if not isinstance(shifts, int):
+                if len(shifts) != 1:
+                    raise RuntimeError(f"roll: with dims=None, shifts must be one int, got {shifts}")
+                shifts = shifts[0]
+            return self.flatten().roll(shifts, 0).reshape(self._shape)
+        shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+        dims = (dims,) if isinstance(dims, int) else tuple(dims)
+        if len(shifts) != len(dims):
+            raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, "
+                               f"dims:{len(dims)}")
+        out = self
+        for shift, d in zip(shifts, dims):
+            if not isinstance(shift, int) or isinstance(shift, bool):
+                raise TypeError(f"roll: shifts must be ints, got {type(shift).__name__}")
+            d = normalize_dim(d, self.ndim)
+            n = self._shape[d] if self.ndim else 1
+            s = shift % n if n else 0
+            if s:
+                out = cat([out.narrow(d, n - s, s), out.narrow(d, 0, n - s)], dim=d)
+        return out.clone() if out is self else out
+
     def erf(self):
         return self._unary("erf")
 
