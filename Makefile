@@ -1,8 +1,11 @@
 # SITP: set-up and checks. A contributor needs two targets:
-#   make serve   set up, build the book and serve it on http://127.0.0.1:8000
+#   make serve   set up what building the book needs, serve it on http://127.0.0.1:8000
+#                (another address: make serve HOST=127.0.0.1:8001; stop it with Ctrl-C)
 #   make test    set up, then run every check (what CI runs)
 # Set-up is idempotent: it reruns only when pyproject.toml, the pinned constraints or
-# package-lock.json change (stamps in .venv/ and node_modules/).
+# package-lock.json change (stamps in .venv/ and node_modules/). `make serve` installs
+# the package with the docs extra only (no torch, no browser); `make test` adds the
+# test extra, each with its own stamp.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -16,6 +19,9 @@ CONSTRAINTS := requirements/constraints.txt
 BIN := $(VENV)/bin
 comma := ,
 STAMP := $(VENV)/.sitp-setup-$(subst $(comma),-,$(EXTRAS))
+# What `make serve` needs: the package and the tools that build the book.
+SERVE_EXTRAS := docs
+SERVE_STAMP := $(VENV)/.sitp-setup-$(SERVE_EXTRAS)
 NPM_STAMP := node_modules/.sitp-setup
 HOST ?= 127.0.0.1:8000
 # pytest workers; the suite is sized for 2 cores.
@@ -40,7 +46,8 @@ PYTEST_CHECKS := tests docs src/sitp \
 .PHONY: help setup venv node serve build test test-site test-book lock clean
 
 help:
-	@echo "make serve   set up, build the book, serve it on http://$(HOST)"
+	@echo "make serve   set up the docs tools, build the book, serve it on http://$(HOST)"
+	@echo "             (make serve HOST=127.0.0.1:8001 for another port; Ctrl-C stops it)"
 	@echo "make test    set up, run every check (unit tests, fences, doctests, strict build)"
 	@echo "make build   set up, build the site into site/ (strict)"
 	@echo "make test-site  build, then check links and every page in headless Chromium"
@@ -56,14 +63,24 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
 	@touch $@
 
+# The stamp of a fuller set-up (test,docs) also stands for the docs-only one.
+$(SERVE_STAMP): pyproject.toml $(CONSTRAINTS)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ] && [ $(STAMP) -nt $(CONSTRAINTS) ]; \
+	then echo "set-up: $(STAMP) is current, it includes the docs extra"; \
+	else $(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[$(SERVE_EXTRAS)]"; fi
+	@touch $@
+
 node: $(NPM_STAMP)
 
 $(NPM_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-serve: setup
-	$(BIN)/mkdocs serve --no-strict -a $(HOST) -w src -w hooks
+# Watches docs/, mkdocs.yml and what its `watch:` lists (src/, hooks/); generated files
+# (__pycache__, numba caches, notebook checkpoints) never trigger a rebuild (hooks/book.py).
+serve: $(SERVE_STAMP) node
+	$(BIN)/mkdocs serve --no-strict -a $(HOST)
 
 build: setup
 	$(BIN)/mkdocs build --strict

@@ -10,6 +10,9 @@
    KaTeX renders their math like every other page's.
 
 4. Without a GPU, notebooks run with NUMBA_ENABLE_CUDASIM=1.
+5. `mkdocs serve` ignores generated files under what it watches (bytecode, numba's
+   caches, notebook checkpoints, editors' swap files) and events that change nothing
+   (a file opened or read), so running code while serving never triggers a rebuild.
 
 Problems are logged as warnings, which `mkdocs build --strict` turns into a failed build.
 """
@@ -69,6 +72,55 @@ EXTERNAL_ASSET = re.compile(
     rf"""[^>]*?\bhref=["']?{_REMOTE}""",
     re.IGNORECASE,
 )
+
+
+# Files that running code or an editor leaves beside the sources: never a reason to rebuild.
+GENERATED = re.compile(
+    r"(^|/)(__pycache__|\.ipynb_checkpoints|\.pytest_cache|\.hypothesis|\.cache)(/|$)"
+    r"|\.(py[cod]|nbi|nbc|swp|swx|tmp)$|~$|(^|/)\.#[^/]*$|(^|/)4913$"
+)
+# watchdog also reports files opened and closed without writing: reading is no change.
+_NO_CHANGE = {"opened", "closed_no_write", "attrib"}
+
+
+def is_generated(path: str) -> bool:
+    """Whether a changed path is a generated file that must not trigger a rebuild."""
+    return bool(GENERATED.search(str(path).replace(os.sep, "/")))
+
+
+def _ignores_generated(event) -> bool:
+    if event.event_type in _NO_CHANGE:
+        return True
+    paths = [event.src_path, getattr(event, "dest_path", "") or ""]
+    return all(not p or is_generated(os.fsdecode(p)) for p in paths)
+
+
+def on_serve(server, config, builder):
+    """Filter what `mkdocs serve` watches: generated files never trigger a rebuild.
+
+    mkdocs schedules one watchdog handler per watched path; each handler is wrapped so
+    that events on generated files are dropped. docs/ and mkdocs.yml are already watched
+    when this hook runs, so they are watched again through the filter; the `watch:`
+    paths of mkdocs.yml are scheduled after it and go through the filter directly.
+    """
+    schedule = server.observer.schedule
+
+    def filtered_schedule(handler, path, *args, **kwargs):
+        react = handler.on_any_event
+
+        def on_any_event(event):
+            if not _ignores_generated(event):
+                react(event)
+
+        handler.on_any_event = on_any_event
+        return schedule(handler, path, *args, **kwargs)
+
+    server.observer.schedule = filtered_schedule
+    for path in [config.docs_dir, config.config_file_path]:
+        if path:
+            server.unwatch(path)
+            server.watch(path)
+    return server
 
 
 def on_files(files, config):

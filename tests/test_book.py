@@ -9,6 +9,7 @@ from __future__ import annotations
 import doctest
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -343,3 +344,54 @@ def test_numbers_page_copies_the_chapters():
             if number not in sources:
                 problems.append(f"docs/numbers.md:{lineno}: {number} is not on {links[0]}")
     assert not problems, "\n".join(problems)
+
+
+def test_make_serve_installs_only_the_docs_tools():
+    """`make serve` sets up the package with the docs extra: no torch, no browser."""
+    dry = subprocess.run(
+        ["make", "-n", "-B", "serve"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    installs = [line for line in dry.splitlines() if "pip install" in line]
+    assert installs and all('".[docs]"' in line for line in installs), installs
+    assert "mkdocs serve" in dry and "-w " not in dry  # watched paths: mkdocs.yml's watch:
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=_Loader)
+    assert {"src", "hooks"} <= set(config["watch"])
+
+
+def test_serve_ignores_generated_files(tmp_path):
+    """Bytecode and numba caches written while serving do not rebuild; a source edit does."""
+    import time
+    from types import SimpleNamespace
+
+    from mkdocs.livereload import LiveReloadServer
+
+    from hooks import book
+
+    docs, src, cfg = tmp_path / "docs", tmp_path / "src", tmp_path / "mkdocs.yml"
+    docs.mkdir()
+    src.mkdir()
+    cfg.write_text("site_name: x\n")
+    (src / "m.py").write_text("x = 1\n")
+    server = LiveReloadServer(builder=lambda: None, host="127.0.0.1", port=0, root=str(tmp_path))
+    server.watch(str(docs))
+    server.watch(str(cfg))
+    book.on_serve(server, SimpleNamespace(docs_dir=str(docs), config_file_path=str(cfg)), None)
+    server.watch(str(src))
+    server.observer.start()
+    try:
+        (src / "__pycache__").mkdir()
+        (src / "__pycache__" / "m.cpython-312.pyc").write_bytes(b"\0" * 16)
+        (src / "__pycache__" / "m.f-1.py312.nbi").write_bytes(b"\0" * 16)
+        (docs / "__pycache__").mkdir()
+        (docs / "__pycache__" / "page.f-1.py312.1.nbc").write_bytes(b"\0" * 16)
+        (src / "m.py").read_text()  # reading is no change either
+        time.sleep(1.0)
+        assert not server._want_rebuild
+        (src / "m.py").write_text("x = 2\n")
+        deadline = time.monotonic() + 10
+        while not server._want_rebuild and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server._want_rebuild
+    finally:
+        server.observer.stop()
+        server.observer.join()
