@@ -74,15 +74,46 @@ class enable_grad(_GradMode):
 
 # --8<-- [start:function]
 class Context:
-    """What a forward pass leaves for its backward pass."""
+    """What a forward pass leaves for its backward pass.
 
-    __slots__ = ("saved_tensors", "needs_input_grad", "__dict__")
+    ``save_for_backward`` also notes each saved tensor's version (the count of
+    in-place writes to its storage, see ``Tensor._version``); ``backward``
+    refuses to use a saved tensor that was written to since, as PyTorch does,
+    rather than compute a gradient from the new values.
+    """
+
+    __slots__ = ("saved_tensors", "needs_input_grad", "_versions", "__dict__")
 
     def __init__(self):
         self.saved_tensors = ()
+        self._versions = None
 
     def save_for_backward(self, *tensors):
         self.saved_tensors = tensors
+        self._versions = [None if t is None else t._vc[0] for t in tensors]
+
+    def _unchecked(self, *positions):
+        """Saved tensors at ``positions`` are not read by this backward (the gradient
+        that would read them is not wanted): writing to them is allowed, as in torch."""
+        v = self._versions
+        for i in positions:
+            v[i] = None
+
+
+def _check_versions(node) -> None:
+    """Raise, as torch does, if a tensor saved for ``node``'s backward was modified in place."""
+    ctx = node.ctx
+    for i, (t, v) in enumerate(zip(ctx.saved_tensors, ctx._versions)):
+        if v is not None and t._vc[0] != v:
+            made_by = (f", which is output {t._output_nr} of {t.grad_fn.name()},"
+                       if t.grad_fn is not None else "")
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: [{t.dtype} tensor of shape {list(t.shape)}]{made_by} saved "
+                f"for {node.name()} (saved tensor {i}), is at version {t._vc[0]}; expected "
+                f"version {v} instead. Hint: look for an in-place op (add_, mul_, copy_, x[...] = "
+                "..., an optimizer step) on it or on a view of it between the forward pass and "
+                "backward().")
 
 
 class Node:
@@ -220,6 +251,8 @@ def backward(tensor, gradient=None, retain_graph: bool = False) -> None:
                 g = tuple(g)
             if node.retained is not None:      # retain_grad(): an interior tensor keeps its .grad
                 _retain(node, g)
+            if node.ctx._versions:             # a saved tensor written to since: refuse
+                _check_versions(node)
             in_grads = node.fn.backward(node.ctx, g)
             if not isinstance(in_grads, tuple):
                 in_grads = (in_grads,)

@@ -50,11 +50,11 @@ UNARY_GRAD = {
     "sqrt":       lambda x, y, g, p0, p1: g / (2 * y),
     "tanh":       lambda x, y, g, p0, p1: g * (1 - y * y),
     "sigmoid":    lambda x, y, g, p0, p1: g * y * (1 - y),
-    "relu":       lambda x, y, g, p0, p1: g * (x > 0),
+    "relu":       lambda x, y, g, p0, p1: g * (y > 0),
     "abs":        lambda x, y, g, p0, p1: g * x.sign(),
     "sin":        lambda x, y, g, p0, p1: g * x.cos(),
     "cos":        lambda x, y, g, p0, p1: -g * x.sin(),
-    "pow":        lambda x, y, g, p0, p1: g * p0 * x.pow(p0 - 1),
+    "pow":        lambda x, y, g, p0, p1: _pow_grad(x, g, p0),
     "clamp":      lambda x, y, g, p0, p1: g * _in_range(x, p0, p1),
     "square":     lambda x, y, g, p0, p1: g * 2 * x,
     "rsqrt":      lambda x, y, g, p0, p1: g * -0.5 * y * y * y,
@@ -74,6 +74,29 @@ UNARY_GRAD = {
     "round":      lambda x, y, g, p0, p1: g * 0,
 }
 # --8<-- [end:unary_table]
+
+
+# Which saved tensors each row reads: "x", "y", both ("xy") or neither (""); an
+# op not listed reads both. Only those are checked for in-place writes before
+# backward (torch saves, and checks, the same one for each op). Rows missing
+# here cost nothing but the check of a tensor that is not read.
+UNARY_READS = {
+    "neg": "", "exp": "y", "log": "x", "sqrt": "y", "tanh": "y", "sigmoid": "y",
+    "relu": "y", "abs": "x", "sin": "x", "cos": "x", "pow": "x", "clamp": "x",
+    "square": "x", "rsqrt": "y", "log1p": "x", "expm1": "y", "log10": "x",
+    "log2": "x", "exp2": "y", "reciprocal": "y", "erf": "x", "gelu": "x",
+    "gelu_tanh": "x", "silu": "x", "sign": "", "floor": "", "ceil": "", "round": "",
+}
+_UNREAD = {"x": (1,), "y": (0,), "": (0, 1), "xy": ()}
+
+
+def _pow_grad(x, g, p):
+    # d(x^p)/dx = p x^(p-1); for p == 0 it is 0 everywhere (0 * 0^-1 would be NaN at 0)
+    if p == 0:
+        from .creation import zeros_like
+
+        return zeros_like(g)
+    return g * p * x.pow(p - 1)
 
 
 def _in_range(x, lo, hi):
@@ -99,6 +122,7 @@ class Unary(Function):
         y = backend.of(x).unary(op, x, p0, p1)
         ctx.op, ctx.p0, ctx.p1 = op, p0, p1
         ctx.save_for_backward(x, y)
+        ctx._unchecked(*_UNREAD[UNARY_READS.get(op, "xy")])
         return y
 
     @staticmethod
@@ -115,7 +139,7 @@ BINARY_GRAD = {
     "sub":     lambda a, b, y, g: (g, -g),
     "mul":     lambda a, b, y, g: (g * b, g * a),
     "div":     lambda a, b, y, g: (g / b, -g * a / (b * b)),
-    "pow":     lambda a, b, y, g: (g * b * a.pow(b - 1), g * y * _safe_log(a)),
+    "pow":     lambda a, b, y, g: (_pow_grad_base(a, b, g), g * y * _safe_log(a)),
     "maximum": lambda a, b, y, g: _split_ties(g, a > b, a == b),
     "minimum": lambda a, b, y, g: _split_ties(g, a < b, a == b),
     "atan2":   lambda a, b, y, g: (g * b / (a * a + b * b), -g * a / (a * a + b * b)),
@@ -123,9 +147,32 @@ BINARY_GRAD = {
 # --8<-- [end:binary_table]
 
 
+def _binary_unread(op, na, nb):
+    """Positions of (a, b, y) that the wanted gradients do not read (see UNARY_READS)."""
+    if op in ("add", "sub"):
+        return (0, 1, 2)
+    if op == "mul":        # da = g b, db = g a
+        return (() if nb else (0,)) + (() if na else (1,)) + (2,)
+    if op == "div":        # da = g / b, db = -g a / b^2
+        return (() if nb else (0,)) + (2,)
+    if op == "pow":        # da reads a, b; db reads y and a
+        return () if nb else (2,)
+    return (2,) if op in ("maximum", "minimum", "atan2") else ()
+
+
 def _safe_log(a):
     # d(a^b)/db = a^b log a; PyTorch takes it as 0 where a == 0.
     return backend.of(a).where(a == 0, a * 0, a.log()) if (a == 0).any().item() else a.log()
+
+
+def _pow_grad_base(a, b, g):
+    # b a^(b-1), and 0 where b == 0 (as torch: 0 * 0^-1 would be NaN at a == 0)
+    ga = g * b * a.pow(b - 1)
+    if not (b == 0).any().item():
+        return ga
+    from .creation import zeros
+
+    return backend.of(ga).where(b == 0, zeros((), dtype=ga.dtype, device=ga.device), ga)
 
 
 def _split_ties(g, wins, ties):
@@ -142,6 +189,8 @@ class Binary(Function):
         y = backend.of(a, b).binary(op, a, b)
         ctx.op = op
         ctx.save_for_backward(a, b, y)
+        na, nb = ctx.needs_input_grad[:2]
+        ctx._unchecked(*_binary_unread(op, na, nb))
         return y
 
     @staticmethod
@@ -358,6 +407,8 @@ class MatMul(Function):
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b)
+        na, nb = ctx.needs_input_grad
+        ctx._unchecked(*((() if nb else (0,)) + (() if na else (1,))))  # dA reads B, dB reads A
         return backend.of(a, b).matmul(a, b)
 
     @staticmethod

@@ -88,7 +88,7 @@ class Tensor:
     """A multidimensional array with autograd. Create one with :func:`sitp.tensor`."""
 
     __slots__ = ("_storage", "_shape", "_strides", "_offset", "dtype", "requires_grad",
-                 "grad", "grad_fn", "_output_nr", "_retains_grad", "__weakref__")
+                 "grad", "grad_fn", "_output_nr", "_retains_grad", "_vc", "__weakref__")
 
     __array_priority__ = 1000  # so numpy_scalar * tensor calls Tensor.__rmul__
 
@@ -107,6 +107,7 @@ class Tensor:
         t.grad_fn = None
         t._output_nr = 0       # which output of grad_fn this is (split makes several)
         t._retains_grad = False
+        t._vc = [0]            # version counter: bumped by every in-place write, shared by views
         return t
     # --8<-- [end:make]
 
@@ -114,8 +115,10 @@ class Tensor:
         raise TypeError("create tensors with sitp.tensor(data), sitp.zeros(shape), ...")
 
     def _alias(self, shape, strides, offset) -> "Tensor":
-        """A view of the same storage (internal; no autograd)."""
-        return Tensor._make(self._storage, shape, strides, offset, self.dtype)
+        """A view of the same storage (internal; no autograd); it shares the version counter."""
+        t = Tensor._make(self._storage, shape, strides, offset, self.dtype)
+        t._vc = self._vc
+        return t
 
     def _wrap_np(self, flat, shape) -> "Tensor":
         shape = tuple(shape)
@@ -175,6 +178,12 @@ class Tensor:
         return self.dtype.is_floating_point
 
     @property
+    def _version(self) -> int:
+        """How many in-place writes this tensor's storage has had (shared by its views),
+        as ``torch.Tensor._version``; autograd compares it with the count at save time."""
+        return self._vc[0]
+
+    @property
     def is_leaf(self) -> bool:
         return self.grad_fn is None
 
@@ -220,7 +229,10 @@ class Tensor:
 
     @property
     def data(self) -> "Tensor":
-        return self.detach()
+        # as torch: the same storage, but writes through .data are not seen by autograd
+        t = self.detach()
+        t._vc = [0]
+        return t
 
     @data.setter
     def data(self, other: "Tensor") -> None:
@@ -554,6 +566,7 @@ class Tensor:
 
         _check_inplace(self, value)
         setitem(self, key, value)
+        self._vc[0] += 1
 
     def index_select(self, dim: int, index: "Tensor") -> "Tensor":
         dim = normalize_dim(dim, self.ndim)
@@ -1102,6 +1115,7 @@ class Tensor:
                 f"output with shape {tuple(self.shape)} doesn't match the broadcast shape "
                 f"{broadcast_shapes(result.shape, self.shape)}")
         backend.of(self, result).assign(self, result)
+        self._vc[0] += 1
         return self
 
     def add_(self, other, alpha=1):
@@ -1184,6 +1198,7 @@ class Tensor:
 
         _check_inplace(self, values)
         setitem(self, tuple(indices), values, accumulate=accumulate)
+        self._vc[0] += 1
         return self
 
     def uniform_(self, a: float = 0.0, b: float = 1.0, generator=None):

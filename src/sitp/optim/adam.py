@@ -109,6 +109,7 @@ class Adam(Optimizer):
                         adam_kernel(*arrays, lr, beta1, beta2, eps, wd,
                                     group["decoupled_weight_decay"], 1 - beta1 ** t,
                                     (1 - beta2 ** t) ** 0.5)
+                        p._vc[0] += 1                      # an in-place write, as p.add_
                         continue
                     if wd != 0:
                         if group["decoupled_weight_decay"]:
