@@ -1,0 +1,15 @@
+"""``sitp.utils.data``: datasets, samplers and the ``DataLoader``, with
+``torch.utils.data``'s names and dotted submodules (``.dataset``, ``.sampler``,
+``.dataloader``), so ``from torch.utils.data.dataloader import DataLoader`` runs as it is."""
+
+from . import dataloader, dataset, sampler  # noqa: F401
+from .dataloader import DataLoader, default_collate, default_convert, get_worker_info
+from .dataset import (ConcatDataset, Dataset, IterableDataset, Subset, TensorDataset,
+                      random_split)
+from .sampler import (BatchSampler, RandomSampler, Sampler, SequentialSampler,
+                      SubsetRandomSampler, WeightedRandomSampler)
+
+__all__ = ["BatchSampler", "ConcatDataset", "DataLoader", "Dataset", "IterableDataset",
+           "RandomSampler", "Sampler", "SequentialSampler", "Subset", "SubsetRandomSampler",
+           "TensorDataset", "WeightedRandomSampler", "default_collate", "default_convert",
+           "get_worker_info", "random_split"]
