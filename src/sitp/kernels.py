@@ -432,10 +432,10 @@ def softmax_kernel(x, x_starts, x_step, n, log, out):
         total = 0.0
         for j in range(n):
             total += math.exp(x[xs + j * x_step] - m)
-        if log:
-            lse = m + math.log(total)
+        if log:  # (x - m) - log(total), not x - (m + log(total)): m + log(total) rounds to m for |m| >~ 1e8
+            ls = math.log(total)
             for j in range(n):
-                out[o + j] = x[xs + j * x_step] - lse
+                out[o + j] = (x[xs + j * x_step] - m) - ls
         else:
             for j in range(n):
                 out[o + j] = math.exp(x[xs + j * x_step] - m) / total

@@ -55,7 +55,8 @@ def cross_entropy_kernel(z, n_rows, C, target, w, ignore_index, eps, loss, p, st
 
         (1 - eps) * w[t] * (-log p[t])  +  (eps / C) * sum_c w[c] * (-log p[c])
 
-    and -log p[c] = lse - z[c], with lse = log sum_c exp(z[c]). A row whose target
+    and -log p[c] = log s - (z[c] - m), with m the row max and s = sum_c exp(z[c] - m)
+    (not lse - z[c] with lse = m + log s: for |z| >~ 1e8, m + log s rounds to m). A row whose target
     is ``ignore_index`` loses 0 and weighs 0. Writes ``loss[r]`` and the row's
     probabilities into ``p`` (the backward needs them: saving them halves the
     number of exps, the expensive part); ``stats`` gets (sum of losses, sum of
@@ -86,16 +87,16 @@ def cross_entropy_kernel(z, n_rows, C, target, w, ignore_index, eps, loss, p, st
             p[o + c] = e
             s += e
         wz = 0.0
-        if eps != 0.0:                    # sum of w * z, for the smoothing term
+        if eps != 0.0:                    # sum of w * (z - m), for the smoothing term
             for c in range(C):
-                wz += w[c] * z[o + c]
+                wz += w[c] * (z[o + c] - m)
         inv = 1.0 / s                     # pass 3: normalize
         for c in range(C):
             p[o + c] *= inv
-        lse = m + math.log(s)
-        row = (1.0 - eps) * w[t] * (lse - z[o + t])
+        ls = math.log(s)
+        row = (1.0 - eps) * w[t] * (ls - (z[o + t] - m))
         if eps != 0.0:
-            row += eps / C * (w_all * lse - wz)
+            row += eps / C * (w_all * ls - wz)
         loss[r] = row
         total += row
         weight += w[t]
@@ -567,11 +568,15 @@ def attention_forward_kernel(b_lo, b_hi, q, k, v, mask, out, lse, bshape, st, of
        lane of a vector exp: cheaper than gathering the kept keys to skip it;
     3. O = P V by gemm_small, written through out's strides.
 
-    Saves lse[b * L + i] = m + log(sum): the backward rebuilds P from it. A row
-    with no key left (m = -inf) gets zeros and lse = +inf, so exp(s - lse) = 0 there
-    in the backward: no gradient -- as PyTorch's CPU kernels. NaN stays NaN.
+    Saves the row's max and 1 / sum (lse[b * L + i] = m, lse[N + b * L + i] = 1 / sum,
+    N = lse.size // 2): the backward rebuilds P = exp(s - m) / sum from them, exactly
+    as here. (Not one logsumexp m + log(sum): for scores beyond ~1e8 that rounds to
+    m, and exp(s - lse) would be 1 for every key at the max.) A row with no key
+    left (m = -inf) gets zeros and m = +inf, so exp(s - m) = 0 there in the
+    backward: no gradient -- as PyTorch's CPU kernels. NaN stays NaN.
     """
     nb = bshape.size
+    NL = lse.size // 2
     pos = np.empty(5, _I64)
     dt = q.dtype                          # float32 inputs compute in float32, as PyTorch's
     kT = np.empty((D, S), dt)             # this head's K^T and V
@@ -602,6 +607,7 @@ def attention_forward_kernel(b_lo, b_hi, q, k, v, mask, out, lse, bshape, st, of
                 if m == -np.inf and not _has_nan(row, hp):
                     row[:hp] = 0.0        # nobody to attend to: zeros, no gradient
                     lse[b * L + i] = np.inf
+                    lse[NL + b * L + i] = 0.0
                     continue
                 _exp_rows(row, hp, m)     # 0 for the -inf (masked) keys
                 total = 0.0               # (float64, whatever the dtype)
@@ -610,7 +616,8 @@ def attention_forward_kernel(b_lo, b_hi, q, k, v, mask, out, lse, bshape, st, of
                 inv = 1.0 / total
                 for j in range(hp):
                     row[j] *= inv
-                lse[b * L + i] = m + math.log(total)
+                lse[b * L + i] = m
+                lse[NL + b * L + i] = inv
             gemm_small(sb, vm[:hp], ob[:nr])              # 3. O = P V
             for r in range(nr):
                 _write(out, pos[4] + (i0 + r) * st[4, nb], st[4, nb + 1], ob[r], Dv, 1, False)
@@ -636,17 +643,18 @@ def attention_backward_kernel(b_lo, b_hi, q, k, v, mask, out, g, lse, dq, dk, dv
     Operands as in attention_forward_kernel, with t = 5 the output's gradient g
     and t = 6, 7, 8 the storages of dq, dk, dv (stride 0 along a batch dim the
     input was broadcast over: the gradients of all its copies add up there).
-    Per block of query rows, with P rebuilt from the saved logsumexp:
+    Per block of query rows, with P rebuilt from the saved row max m and 1 / sum:
 
-        S = (Q * scale) K^T,   P = exp(S + mask - lse),   dP = dO V^T,
+        S = (Q * scale) K^T,   P = exp(S + mask - m) / sum,   dP = dO V^T,
         dS = P * (dP - D_i)    with D_i = dO_i . O_i (= rowsum(P * dP), without P),
         dV += P^T dO,   dQ += scale dS K,   dK += dS^T (Q * scale)
 
-    -- five gemm_small products. A row with lse = +inf (no key) contributes
+    -- five gemm_small products. A row with m = +inf (no key) contributes
     nothing. dK and dV of a head are summed in scratch and added to
     storage once, at the end of the head.
     """
     nb = bshape.size
+    NL = lse.size // 2
     pos = np.empty(9, _I64)
     dt = q.dtype
     kT = np.empty((D, S), dt)             # K^T, K and V^T of the head
@@ -697,10 +705,13 @@ def attention_backward_kernel(b_lo, b_hi, q, k, v, mask, out, g, lse, dq, dk, dv
                 dsr = dpb[r]
                 _mask_row(row, hi, mask_kind, mask, pos[3] + i * st[3, nb], st[3, nb + 1])
                 _causal_tail(row, hi, hp)
-                _exp_rows(row, hp, li)    # p_ij (0 where masked)
+                _exp_rows(row, hp, li)    # exp(s - m) (0 where masked)
+                inv = lse[NL + b * L + i]
                 dr = di[r]
                 for j in range(hp):
-                    dsr[j] = row[j] * (dsr[j] - dr)
+                    pj = row[j] * inv     # p_ij, as the forward made it
+                    row[j] = pj
+                    dsr[j] = pj * (dsr[j] - dr)
             gemm_small(sb.T, dob[:nr], dvm[:hp])          # dV += P^T dO
             gemm_small(dpb, km[:hp], dqb[:nr])            # dQ += dS K      (scale below)
             gemm_small(dpb.T, qb[:nr], dkm[:hp])          # dK += dS^T (Q * scale)
@@ -797,7 +808,7 @@ class Attention(Function):
         bshape = broadcast_shapes(*shapes)
         n_batch = numel(bshape)
         out = _head_major(bshape, L, Dv, q.dtype, False)
-        lse = np.empty(n_batch * L)
+        lse = np.empty(2 * n_batch * L)      # row max, then 1 / row sum
         ctx.save_for_backward(q, k, v)
         ctx.out, ctx.lse, ctx.bshape = (out._storage, out._strides), lse, bshape
         if n_batch * L * S * Dv == 0:
