@@ -8,6 +8,7 @@ from . import _env  # noqa: F401  (must run before numba is imported)
 
 from . import autograd, cuda, dtypes, random  # noqa: E402
 from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
+from .autograd import inference_mode, is_inference_mode_enabled  # noqa: E402
 from .creation import (arange, as_tensor, empty, empty_like, eye, from_numpy, full,  # noqa: E402
                        full_like, linspace, ones, ones_like, tensor, zeros, zeros_like)
 from .dtypes import bool_ as bool  # noqa: E402,A001
@@ -18,6 +19,7 @@ from .random import (Generator, bernoulli, get_rng_state, initial_seed, manual_s
                      multinomial, normal, rand, rand_like, randint, randint_like, randn,
                      randn_like, randperm, seed, set_rng_state)
 from .tensor import Size, Tensor, device, matmul  # noqa: E402
+from .serialization import load, save  # noqa: E402
 
 from . import nn, optim, utils  # noqa: E402  (after the Tensor: they build on it)
 
