@@ -214,3 +214,47 @@ def test_console_entry_point_exit_status():
                            "unused"], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "invalid choice" in proc.stderr
+
+
+BAD_NUMBERS = [  # (option, value, what the one-line error says)
+    ("--temperature", "nan", "finite"), ("--temperature", "inf", "finite"),
+    ("--temperature", "-inf", "finite"), ("--temperature", "0", "greater than 0"),
+    ("--temperature", "-1", "greater than 0"), ("--temperature", "hot", "expected a number"),
+    ("--top-k", "0", "positive"), ("--top-k", "2.5", "expected an integer"),
+    ("--top-k", "-3", "positive"), ("--num", "0", "positive"), ("--max-len", "0", "positive"),
+    ("--seed", "-1", "at least 0"), ("--seed", "1e3", "expected an integer"),
+]
+
+
+@pytest.mark.parametrize("option,value,match", BAD_NUMBERS)
+def test_sample_numeric_options_are_checked(tmp_path, capsys, option, value, match):
+    # the parser rejects the value before it looks for a checkpoint
+    one_line_error(capsys, ["sample", str(tmp_path), option, value], f"argument {option}")
+    one_line_error(capsys, ["sample", str(tmp_path), f"{option}={value}"], match)
+
+
+TRAIN_BAD_NUMBERS = [
+    ("--steps", "0"), ("--steps", "nan"), ("--batch-size", "-2"), ("--lr", "nan"),
+    ("--lr", "0"), ("--lr", "inf"), ("--weight-decay", "-0.1"), ("--weight-decay", "nan"),
+    ("--warmup", "-1"), ("--eval-every", "-1"), ("--save-every", "x"), ("--threads", "0"),
+    ("--seed", "-5"),
+]
+
+
+@pytest.mark.parametrize("option,value", TRAIN_BAD_NUMBERS)
+def test_train_numeric_options_are_checked(tmp_path, capsys, option, value):
+    out = tmp_path / "run"
+    one_line_error(capsys, ["train", "--model", "mlp", "--out", str(out), f"{option}={value}"],
+                   f"argument {option}")
+    assert not out.exists()  # nothing was started
+
+
+def test_good_edge_values_pass_the_parser():
+    from sitp.__main__ import build_parser
+
+    args = build_parser().parse_args(["sample", "d", "--temperature", "1e-3", "--top-k", "1",
+                                      "--seed", "0", "--num", "1"])
+    assert (args.temperature, args.top_k, args.seed, args.num) == (1e-3, 1, 0, 1)
+    args = build_parser().parse_args(["train", "--out", "d", "--weight-decay", "0",
+                                      "--warmup", "0", "--lr", "3e-4"])
+    assert (args.weight_decay, args.warmup, args.lr) == (0.0, 0, 3e-4)

@@ -16,8 +16,9 @@ and draws the loss curve in the terminal and in ``OUT/loss.png``.
 set (the innovation rate).
 
 A bad request — an unknown model, a missing or damaged checkpoint, a checkpoint of
-another model, a device this build lacks — prints one line on stderr and exits
-with status 2.
+another model, a device this build lacks, a number out of its range (a temperature
+that is not finite and positive, a top-k below 1, a negative seed) — prints one line
+on stderr and exits with status 2.
 """
 from __future__ import annotations
 
@@ -37,6 +38,35 @@ def _fail(line: str) -> int:
     return 2
 
 
+def _number(kind, low=None, low_open=False):
+    """An argparse ``type=``: parses ``kind`` (int or float), finite, at least ``low``
+    (above it when ``low_open``); a bad value is argparse's one-line error, exit 2."""
+    def parse(text: str):
+        import math
+
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+        if kind is float and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+        if low is not None and (value <= low if low_open else value < low):
+            bound = (f"greater than {low:g}" if low_open else
+                     "positive" if low == 1 and kind is int else f"at least {low:g}")
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in some messages
+    return parse
+
+
+_POSITIVE_INT = _number(int, 1)
+_NON_NEGATIVE_INT = _number(int, 0)
+_POSITIVE_FLOAT = _number(float, 0, low_open=True)
+_NON_NEGATIVE_FLOAT = _number(float, 0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from sitp.models import MODELS
 
@@ -49,24 +79,25 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Train a model on names; checkpoint to --out.")
     t.add_argument("--model", choices=list(MODELS), default=None,
                    help="which model (required unless --resume)")
-    t.add_argument("--steps", type=int, default=None, help="optimizer steps in all (1000)")
+    t.add_argument("--steps", type=_POSITIVE_INT, default=None, help="optimizer steps in all (1000)")
     t.add_argument("--out", required=True, metavar="DIR", help="checkpoint directory")
     t.add_argument("--resume", action="store_true", help="continue the run saved in --out")
-    t.add_argument("--seed", type=int, default=None, help="initialisation and batch order (42)")
+    t.add_argument("--seed", type=_NON_NEGATIVE_INT, default=None,
+                   help="initialisation and batch order (42)")
     t.add_argument("--device", default=None, help="cpu (default) or cuda")
-    t.add_argument("--batch-size", type=int, default=None, help="minibatch size (32)")
-    t.add_argument("--lr", type=float, default=None, help="peak AdamW learning rate "
+    t.add_argument("--batch-size", type=_POSITIVE_INT, default=None, help="minibatch size (32)")
+    t.add_argument("--lr", type=_POSITIVE_FLOAT, default=None, help="peak AdamW learning rate "
                    "(default per model: " + ", ".join(f"{k} {v.lr:g}" for k, v in MODELS.items())
                    + ")")
-    t.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay (0.01)")
-    t.add_argument("--warmup", type=int, default=None, help="warmup steps (min(100, steps/10))")
+    t.add_argument("--weight-decay", type=_NON_NEGATIVE_FLOAT, default=None, help="AdamW weight decay (0.01)")
+    t.add_argument("--warmup", type=_NON_NEGATIVE_INT, default=None, help="warmup steps (min(100, steps/10))")
     t.add_argument("--data", default=None, metavar="PATH|offline|makemore",
                    help="names corpus (offline: the census names that install with sitp)")
-    t.add_argument("--eval-every", type=int, default=None, help="steps between evaluations (100)")
-    t.add_argument("--save-every", type=int, default=None, help="steps between checkpoints (500)")
+    t.add_argument("--eval-every", type=_NON_NEGATIVE_INT, default=None, help="steps between evaluations (100)")
+    t.add_argument("--save-every", type=_NON_NEGATIVE_INT, default=None, help="steps between checkpoints (500)")
     t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a model config field, e.g. --set n_layer=2 (repeatable)")
-    t.add_argument("--threads", type=int, default=None,
+    t.add_argument("--threads", type=_POSITIVE_INT, default=None,
                    help="threads for sitp's parallel kernels (numba's default: all cores)")
     t.add_argument("--quiet", action="store_true", help="no progress bar, no terminal plot")
 
@@ -75,11 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "that are new (not in the training set).")
     s.add_argument("dir", metavar="DIR", nargs="?", help="checkpoint directory written by train")
     s.add_argument("--out", metavar="DIR", default=None, help="the same, as train names it")
-    s.add_argument("--num", type=int, default=20, help="how many names (20)")
-    s.add_argument("--temperature", type=float, default=1.0, help="softmax temperature (1.0)")
-    s.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest only")
-    s.add_argument("--seed", type=int, default=None, help="seed of the draws")
-    s.add_argument("--max-len", type=int, default=30, help="cut names at this length (30)")
+    s.add_argument("--num", type=_POSITIVE_INT, default=20, help="how many names (20)")
+    s.add_argument("--temperature", type=_POSITIVE_FLOAT, default=1.0, help="softmax temperature (1.0)")
+    s.add_argument("--top-k", type=_POSITIVE_INT, default=None, help="sample among the k likeliest only")
+    s.add_argument("--seed", type=_NON_NEGATIVE_INT, default=None, help="seed of the draws")
+    s.add_argument("--max-len", type=_POSITIVE_INT, default=30, help="cut names at this length (30)")
     return parser
 
 
