@@ -1,7 +1,8 @@
 """sitp.blas against numpy on awkward sizes: odd, prime, below and above one tile.
 
-Tile sizes are MR x NR = 6 x 16 and KC = 512, MC = 120, so the shapes below cover
-partial register tiles, partial panels and more than one KC slab.
+Tile sizes depend on the target (sitp/_target.py): MR x NR = 6 x 16 with KC = 512,
+MC = 60 on AVX2; 14 x 32 with KC = 384, MC = 112 on AVX-512. The shapes below cover
+partial register tiles, partial panels and more than one KC slab on both.
 """
 import numba
 import numpy as np
@@ -10,7 +11,8 @@ import pytest
 from sitp import blas
 
 # (M, K, N): not multiples of any tile; one-element; one tile exactly; K = 0
-SHAPES = [(33, 17, 29), (1, 1, 1), (7, 129, 65), (6, 16, 16), (5, 0, 3), (13, 600, 37)]
+SHAPES = [(33, 17, 29), (1, 1, 1), (7, 129, 65), (6, 16, 16), (14, 32, 32), (5, 0, 3), (13, 600, 37),
+          (127, 389, 67)]
 SMALL_SHAPES = SHAPES[:5]  # the naive kernel only gets these
 FLOATS = [np.float32, np.float64]
 
@@ -87,10 +89,10 @@ def test_micro_kernel_full_and_edge_tiles(dtype):
     Ap, Bp = rand((kc, blas.MR), dtype, rng), rand((kc, nr), dtype, rng)
     C = np.zeros((blas.MR + 4, nr + 3), dtype)
     blas.micro_kernel(Ap, Bp, C, 0, 0)        # a full tile at the corner
-    blas.micro_kernel(Ap, Bp, C, 6, nr - 2)   # only a 4 x 5 corner of this one is inside C
+    blas.micro_kernel(Ap, Bp, C, blas.MR, nr - 2)   # only a 4 x 5 corner of this one is inside C
     expected = np.zeros_like(C)
     expected[:blas.MR, :nr] += Ap.T @ Bp
-    expected[6:, nr - 2:] += (Ap.T @ Bp)[:4, :5]
+    expected[blas.MR:, nr - 2:] += (Ap.T @ Bp)[:4, :5]
     np.testing.assert_allclose(C, expected, **tol(dtype, kc))
 
 

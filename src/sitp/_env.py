@@ -2,25 +2,70 @@
 
 ``sitp/__init__.py`` imports this module before anything that imports numba.
 
-numba's SLP vectorizer (the LLVM pass that merges independent scalar operations
-into vector instructions) is off by default; the register-blocked GEMM micro-kernel
-in ``sitp.blas`` needs it to turn its 6 x 16 accumulator tile into 12 AVX2
-registers (about 25x faster). numba reads ``NUMBA_SLP_VECTORIZE`` into
-``numba.config`` when numba is first imported and consults ``numba.config`` each
-time it builds a pass manager, so we set both. A user's explicit setting wins.
-
-Beware: numba's on-disk cache does not record this flag. A kernel compiled and
-cached with the vectorizer off stays slow until its ``__pycache__/*.nbi``/``*.nbc``
-files are deleted.
+* **The SLP vectorizer.** numba's SLP vectorizer (the LLVM pass that merges
+  independent scalar operations into vector instructions) is off by default; the
+  fused kernels of chapter 4 rely on it. numba reads ``NUMBA_SLP_VECTORIZE`` into
+  ``numba.config`` when numba is first imported and consults ``numba.config`` each
+  time it builds a pass manager, so we set both. A user's explicit setting wins.
+* **A cache that cannot lie.** numba's on-disk cache checks a kernel's source and
+  the CPU, but not the vectorizer flags, the optimisation level, nor constants
+  imported from other modules (the GEMM tile shape). So sitp keeps numba's cache in
+  a directory named by :func:`sitp._target.cache_key`, a hash of all of them:
+  ``~/.cache/sitp/numba/<key>`` (``$XDG_CACHE_HOME`` is honoured), or
+  ``$NUMBA_CACHE_DIR/sitp-<key>`` when the user names a cache directory. It lies
+  outside the source tree, so editors and ``mkdocs serve`` never see it change.
+  ``sitp.show_config()`` prints where it is.
 """
 import os
 import sys
+import tempfile
+from pathlib import Path
+
+from . import _target
 
 _USER_SET_SLP = "NUMBA_SLP_VECTORIZE" in os.environ
 os.environ.setdefault("NUMBA_SLP_VECTORIZE", "1")
 
 if "numba" in sys.modules and not _USER_SET_SLP:  # numba was imported before sitp
     sys.modules["numba"].config.SLP_VECTORIZE = 1
+
+
+def _writable(path: Path) -> bool:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+        return True
+    except OSError:
+        return False
+
+
+def _user_cache_root():
+    """The cache directory the user asked for, or None (ours, inherited by a child, is not)."""
+    given = os.environ.get("NUMBA_CACHE_DIR")
+    if given and given == os.environ.get("_SITP_NUMBA_CACHE_DIR"):  # set by sitp in a parent
+        return os.environ.get("_SITP_USER_NUMBA_CACHE_DIR") or None
+    return given or None
+
+
+def _cache_dir(key: str) -> Path:
+    user = _user_cache_root()
+    candidates = [Path(user) / f"sitp-{key}"] if user else [_target.default_cache_root() / key]
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    candidates.append(Path(tempfile.gettempdir()) / f"sitp-numba-{uid}" / key)
+    for path in candidates:
+        if _writable(path):
+            return path
+    return candidates[0]  # numba will say that it cannot cache there
+
+
+_USER_CACHE_ROOT = _user_cache_root()
+CACHE_DIR = str(_cache_dir(_target.cache_key()))
+os.environ["NUMBA_CACHE_DIR"] = os.environ["_SITP_NUMBA_CACHE_DIR"] = CACHE_DIR
+if _USER_CACHE_ROOT:
+    os.environ["_SITP_USER_NUMBA_CACHE_DIR"] = _USER_CACHE_ROOT
+if "numba" in sys.modules:
+    sys.modules["numba"].config.CACHE_DIR = CACHE_DIR
 
 # Freed tensor memory stays in the process for the next tensor (see _malloc.py).
 from . import _malloc  # noqa: E402

@@ -17,13 +17,19 @@ import numpy as np
 from llvmlite import ir
 import numba
 from numba import carray, njit, prange, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .. import _target
+
 # --8<-- [start:params]
-MR, NR = 6, 16  # register tile: 6 x 16 float32 = 12 AVX2 registers of 8 lanes
-                # (float64 uses 6 x 8: see tile_nr)
-KC = 512        # depth of a panel: an NR-panel of B is KC * NR * 4 B = 32 KiB (L1-sized)
-MC = 60         # rows of A per block: MC * KC * 4 B = 120 KiB of packed A sits in L2
+# The register tile, sized from the target's vector registers (sitp/_target.py):
+# a row of the tile is two vector registers, NR = 2 * (float32 lanes), and MR rows
+# take 2 * MR accumulators. AVX2 (16 registers of 8 lanes): 6 x 16, 12 accumulators.
+# AVX-512 (32 registers of 16 lanes): 14 x 32, 28 accumulators. float64 halves NR.
+MR, NR = _target.tile_shape()
+KC = 512 if NR <= 16 else 384  # depth of a panel: KC * NR * 4 B of B's panel stays in L1/L2
+MC = 60 if MR == 6 else 8 * MR  # rows of A per block (a multiple of MR): MC * KC * 4 B of packed A sits in L2
 # Fast-math flags for the micro-kernel: fuse a*b+c into one FMA ("contract"),
 # but no "reassoc", which would let LLVM reorder the k-sum and spill registers.
 FASTMATH = {"nnan", "ninf", "nsz", "contract", "arcp", "afn"}
@@ -34,10 +40,10 @@ FASTMATH = {"nnan", "ninf", "nsz", "contract", "arcp", "afn"}
 def _register_tile(typingctx, dtype):
     """Pointer to MR * NR elements of ``dtype`` on the stack of the calling kernel.
 
-    numba allocates arrays on the heap, and LLVM will not keep heap memory in
-    registers across a loop. A stack slot (``alloca``) of fixed size whose address
-    never escapes is promoted to registers by LLVM's SROA pass: this is how the
-    MR x NR accumulator tile becomes 12 vector registers.
+    numba allocates arrays on the heap; a fixed-size stack slot (``alloca``) whose
+    address never escapes costs nothing to allocate, and LLVM may keep it in
+    registers. :func:`tile_fma` writes its finished tile here, and the write-back
+    into C reads it.
     """
     elem = dtype.dtype
     sig = types.CPointer(elem)(dtype)
@@ -80,17 +86,98 @@ def _prefetch(typingctx, ary, i, j):
 def tile_nr(typingctx, dtype):
     """Width of the register tile for ``dtype``, as a compile-time constant.
 
-    Two 32-byte AVX2 registers per row: NR = 16 for float32, 8 for float64, so a
-    float64 tile also takes 12 registers. Returned as an LLVM constant, so loops
+    Two vector registers per row: on AVX2, NR = 16 for float32 and 8 for float64;
+    on AVX-512, 32 and 16. Returned as an LLVM constant, so loops
     ``range(tile_nr(...))`` have fixed trip counts and unroll like ``range(NR)``.
     """
-    nr = 64 // dtype.dtype.bitwidth * 8 if isinstance(dtype.dtype, types.Float) else NR
+    nr = NR * 32 // dtype.dtype.bitwidth if isinstance(dtype.dtype, types.Float) else NR
     nr = min(nr, NR)
 
     def codegen(context, builder, signature, args):
         return context.get_constant(types.intp, nr)
 
     return types.intp(dtype), codegen
+
+
+# --8<-- [start:tile_fma]
+@intrinsic
+def tile_fma(typingctx, A, a_si, a_sp, B, b_sp, K, acc):
+    """acc[i, :] = sum over p < K of A[i, p] * B[p, :], for an MR x NR tile, in registers.
+
+    A's element (i, p) is at ``A.data[i * a_si + p * a_sp]`` and row p of B starts at
+    ``B.data[p * b_sp]`` (strides in elements; B's rows are contiguous). ``acc`` is
+    a pointer to MR * NR values, written once at the end.
+
+    The loop is written in LLVM IR with explicit vector types: the tile is MR x 2
+    values of type ``<lanes x float>``, carried from one step to the next in SSA
+    registers (``phi`` nodes), and each step is two vector loads of B, MR broadcasts
+    of A and 2 * MR ``llvm.fmuladd`` (an FMA where the target has one). Nothing is
+    left for LLVM's vectorizers to decide, so the code is the same on every target:
+    ``ymm`` registers on AVX2, ``zmm`` on AVX-512, ``xmm`` on baseline x86-64.
+    """
+    if not (isinstance(A, types.Array) and isinstance(B, types.Array) and A.ndim == B.ndim == 2
+            and isinstance(A.dtype, types.Float) and B.dtype == A.dtype):
+        return None
+    sig = types.void(A, a_si, a_sp, B, b_sp, K, acc)
+
+    def codegen(context, builder, signature, args):
+        a_arr, a_si_, a_sp_, b_arr, b_sp_, k_, acc_ = args
+        i64 = ir.IntType(64)
+        a_si_, a_sp_, b_sp_, k_ = (context.cast(builder, args[n], signature.args[n], types.int64)
+                                   for n in (1, 2, 4, 5))
+        a_data = context.make_array(signature.args[0])(context, builder, a_arr).data
+        b_data = context.make_array(signature.args[3])(context, builder, b_arr).data
+        elt = context.get_value_type(A.dtype)
+        lanes = _target.vector_bits() // A.dtype.bitwidth
+        nr = 2 * lanes
+        vty = ir.VectorType(elt, lanes)
+        fmuladd = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vty, [vty] * 3), f"llvm.fmuladd.v{lanes}f{A.dtype.bitwidth}")
+        zero = ir.Constant(vty, None)
+        splat = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+        undef = ir.Constant(vty, ir.Undefined)
+        entry = builder.basic_block
+        loop = builder.append_basic_block("tile.loop")
+        done = builder.append_basic_block("tile.done")
+        builder.cbranch(builder.icmp_signed(">", k_, i64(0)), loop, done)
+
+        builder.position_at_end(loop)             # one step p of the sum of outer products
+        p = builder.phi(i64)
+        tile = [[builder.phi(vty) for _ in range(2)] for _ in range(MR)]
+        b_row = builder.gep(b_data, [builder.mul(p, b_sp_)])
+        b = [builder.load(builder.bitcast(builder.gep(b_row, [i64(v * lanes)]), vty.as_pointer()),
+                          align=A.dtype.bitwidth // 8) for v in range(2)]
+        a_col = builder.mul(p, a_sp_)
+        new = []
+        for i in range(MR):
+            a = builder.load(builder.gep(a_data, [builder.add(a_col, builder.mul(i64(i), a_si_))]))
+            a = builder.shuffle_vector(builder.insert_element(undef, a, ir.IntType(32)(0)), undef, splat)
+            new.append([builder.call(fmuladd, [a, b[v], tile[i][v]]) for v in range(2)])
+        p_next = builder.add(p, i64(1))
+        end = builder.basic_block
+        p.add_incoming(i64(0), entry)
+        p.add_incoming(p_next, end)
+        for i in range(MR):
+            for v in range(2):
+                tile[i][v].add_incoming(zero, entry)
+                tile[i][v].add_incoming(new[i][v], end)
+        builder.cbranch(builder.icmp_signed("<", p_next, k_), loop, done)
+
+        builder.position_at_end(done)              # the tile, written out once
+        final = []
+        for i in range(MR):
+            for v in range(2):
+                f = builder.phi(vty)
+                f.add_incoming(zero, entry)
+                f.add_incoming(new[i][v], end)
+                final.append((i * nr + v * lanes, f))
+        for offset, f in final:
+            builder.store(f, builder.bitcast(builder.gep(acc_, [i64(offset)]), vty.as_pointer()),
+                          align=A.dtype.bitwidth // 8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+# --8<-- [end:tile_fma]
 
 
 # --8<-- [start:pack]
@@ -132,16 +219,45 @@ def pack_b_panel(B, jp, Bp_j):
 def micro_kernel(Ap_i, Bp_j, C, i0, j0):
     """C[i0:i0+MR, j0:j0+NR] += Ap_i.T @ Bp_j for panels Ap_i (kc, MR), Bp_j (kc, NR).
 
-    The MR x NR accumulators live in registers for the whole loop over p: each
-    step loads one row of the B panel (NR values = 2 vector registers), broadcasts
-    each of the MR values of the A panel's row, and does MR * NR multiply-adds
-    (12 vector FMAs). That is 2 * MR * NR FLOPs per (MR + NR) loaded values, all
-    from L1. Only the write-back into C is clipped at C's edges.
+    The MR x NR accumulators live in registers for the whole loop over p
+    (:func:`tile_fma`): each step loads one row of the B panel (NR values = 2
+    vector registers), broadcasts each of the MR values of the A panel's row, and
+    does MR * NR multiply-adds (2 * MR vector FMAs). That is 2 * MR * NR FLOPs per
+    (MR + NR) loaded values, all from L1. Only the write-back into C is clipped at
+    C's edges.
     """
-    NR = tile_nr(Ap_i.dtype)   # 16 in float32, 8 in float64
+    NR = tile_nr(Ap_i.dtype)    # float32: 16 on AVX2, 32 on AVX-512; float64: half
     mr, nr = min(MR, C.shape[0] - i0), min(NR, C.shape[1] - j0)
     for i in range(mr):         # start fetching the C tile now, use it at the end
         _prefetch(C, i0 + i, j0)
+    tile = _register_tile(Ap_i.dtype)
+    tile_fma(Ap_i, 1, MR, Bp_j, NR, Ap_i.shape[0], tile)
+    acc = carray(tile, (MR, NR))
+    for i in range(mr):
+        c_i = C[i0 + i, j0:j0 + nr]
+        if nr == NR:            # full row: fixed trip count, vector loads and stores
+            for j in range(NR):
+                c_i[j] += acc[i, j]
+        else:                   # right edge of C
+            for j in range(nr):
+                c_i[j] += acc[i, j]
+# --8<-- [end:micro_kernel]
+
+
+# --8<-- [start:micro_kernel_loops]
+@njit(cache=True, fastmath=FASTMATH)
+def micro_kernel_loops(Ap_i, Bp_j, C, i0, j0):
+    """The micro-kernel as three plain loops, leaving the vectors to LLVM (section 2.3).
+
+    Same arguments and result as :func:`micro_kernel`. Whether the MR x NR
+    accumulators end up in vector registers depends on LLVM's vectorizers and on the
+    target: on AVX2 the SLP vectorizer turns the unrolled tile into 12 ``ymm``
+    registers; on AVX-512 CPUs the loop vectorizer gets there first, vectorizes the
+    loop over i with gathers and scatters into a tile in memory, and the kernel runs
+    at a few GFLOP/s. ``python -m sitp.bench microkernel`` compares the two.
+    """
+    NR = tile_nr(Ap_i.dtype)
+    mr, nr = min(MR, C.shape[0] - i0), min(NR, C.shape[1] - j0)
     acc = carray(_register_tile(Ap_i.dtype), (MR, NR))
     for i in range(MR):
         for j in range(NR):
@@ -152,14 +268,9 @@ def micro_kernel(Ap_i, Bp_j, C, i0, j0):
             for j in range(NR):
                 acc[i, j] += a * Bp_j[p, j]
     for i in range(mr):
-        c_i = C[i0 + i, j0:j0 + nr]
-        if nr == NR:            # full row: fixed trip count, vector loads and stores
-            for j in range(NR):
-                c_i[j] += acc[i, j]
-        else:                   # right edge of C
-            for j in range(nr):
-                c_i[j] += acc[i, j]
-# --8<-- [end:micro_kernel]
+        for j in range(nr):
+            C[i0 + i, j0 + j] += acc[i, j]
+# --8<-- [end:micro_kernel_loops]
 
 
 # --8<-- [start:gemm_packed]

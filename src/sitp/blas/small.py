@@ -6,9 +6,10 @@ register tile of the micro-kernel but reads its operands where they are: a row
 segment of B is contiguous already, and the MR values of A are broadcast from
 MR rows of A. Tiles that do not fit at the right and bottom edges use the ikj loop.
 """
+import numpy as np
 from numba import carray, njit
 
-from .packed import FASTMATH, MR, _register_tile, tile_nr
+from .packed import FASTMATH, MR, _register_tile, tile_fma, tile_nr
 
 
 # --8<-- [start:gemm_small]
@@ -16,28 +17,25 @@ from .packed import FASTMATH, MR, _register_tile, tile_nr
 def gemm_small(A, B, C):
     """C += A @ B with MR x NR register tiles read straight from A and B.
 
-    Full tiles cover C[:M - M % MR, :N - N % NR]; for each, the loop over p
-    loads NR values of row p of B and broadcasts MR values of column p of A.
-    The right strip (last N % NR columns) and the bottom strip (last M % MR
-    rows) are done with ikj loops.
+    Full tiles cover C[:M - M % MR, :N - N % NR]; for each, :func:`tile_fma`
+    loads NR values of row p of B and broadcasts MR values of column p of A,
+    reading A through its strides (a transposed view costs nothing). B's rows
+    must be contiguous; a B that is not is copied first. The right strip (last
+    N % NR columns) and the bottom strip (last M % MR rows) are done with ikj loops.
     """
     M, K = A.shape
     N = B.shape[1]
+    if N > 1 and B.strides[1] != B.itemsize:
+        B = np.ascontiguousarray(B)
     NR = tile_nr(A.dtype)
     m_full, n_full = M - M % MR, N - N % NR
-    acc = carray(_register_tile(A.dtype), (MR, NR))
+    a_si, a_sp = A.strides[0] // A.itemsize, A.strides[1] // A.itemsize
+    b_sp = B.strides[0] // B.itemsize
+    tile = _register_tile(A.dtype)
+    acc = carray(tile, (MR, NR))
     for i0 in range(0, m_full, MR):
-        a = A[i0:i0 + MR]
         for j0 in range(0, n_full, NR):
-            for i in range(MR):
-                for j in range(NR):
-                    acc[i, j] = 0
-            for p in range(K):
-                b_p = B[p, j0:j0 + NR]
-                for i in range(MR):
-                    a_ip = a[i, p]
-                    for j in range(NR):
-                        acc[i, j] += a_ip * b_p[j]
+            tile_fma(A[i0:, :], a_si, a_sp, B[:, j0:], b_sp, K, tile)
             for i in range(MR):
                 c_i = C[i0 + i, j0:j0 + NR]
                 for j in range(NR):
