@@ -1,0 +1,1 @@
+../../../docs/assets/ch03/cnn_figures.py

@@ -1,0 +1,1 @@
+../../../docs/assets/ch03/mlp_optimizers.py

@@ -1,0 +1,1 @@
+../../../docs/assets/ch04/primitives_figures.py
