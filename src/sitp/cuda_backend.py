@@ -180,9 +180,12 @@ def softmax_rows_k(x, n, log, out):
         total = 0.0
         for j in range(n):
             total += math.exp(x[base + j] - m)
+        if total == 0:  # a row of -inf: NaN, as torch (and no 0/0 or log 0 in the simulator)
+            total = math.nan
+        ls = math.log(total)
         for j in range(n):
             if log:
-                out[base + j] = x[base + j] - (m + math.log(total))
+                out[base + j] = (x[base + j] - m) - ls    # not x - (m + log total): rounds to m
             else:
                 out[base + j] = math.exp(x[base + j] - m) / total
 

@@ -19,10 +19,11 @@ scores:
   (chunk, column) array, and one thread per column adds the partials. No atomics: a
   column's sum would be 4096 atomic adds to one address for a 4096-row batch, serialised
   and in a different order every run; partial sums keep dw and db deterministic.
-* **cross-entropy** over class indices, forward: the row max, sum of exponentials and
-  logsumexp (plus the weighted sum of logits for label smoothing), then the row's loss;
-  it saves the logsumexp (one value per row) rather than the softmax (R x C): backward
-  recomputes p = exp(z - lse), which costs an exp per entry but no R x C write and read.
+* **cross-entropy** over class indices, forward: the row max m, sum of exponentials s
+  (plus the weighted sum of z - m for label smoothing), then the row's loss; it saves
+  m and log s (two values per row) rather than the softmax (R x C): backward
+  recomputes p = exp((z - m) - log s), which costs an exp per entry but no R x C write
+  and read. (Not one logsumexp m + log s: beyond ~1e8 it rounds to m.)
   A one-block kernel then sums the rows' losses and weights for ``reduction='mean'`` or
   ``'sum'``; the weight total stays on the device for the backward pass.
   Backward: a block per row, dz = g * (softmax - smoothed, weighted one-hot).
@@ -278,12 +279,13 @@ def cross_entropy_forward_kernel(nt, dtype):
         """Loss of row r (a block) of C logits against class target[r]. With p = softmax(z),
         w the class weights (ones without), keep = 1 - eps and eps_c = eps / C:
 
-            loss = keep * w[t] * (lse - z[t])  +  eps_c * (sum_c w[c] * lse - sum_c w[c] z[c])
+            loss = keep * w[t] * (ls - (z[t] - m))  +  eps_c * (sum_c w[c] * ls - sum_c w[c] (z[c] - m))
 
-        where lse = m + log sum_c exp(z[c] - m), m the row max (a stable exp). Pass 1:
-        m, and the weighted sum of logits when eps > 0; pass 2: the sum of exponentials.
-        Thread 0 writes loss[r], the row's weight wrow[r] = w[t] (the mean divides by
-        their sum) and lse[r] (the backward pass rebuilds p from it). A row whose target
+        where m is the row max and ls = log sum_c exp(z[c] - m) (the logsumexp is m + ls,
+        but formed as a sum it rounds to m for |m| >~ 1e8). Pass 1: m; pass 2: the sum
+        of exponentials and, when eps > 0, the weighted sum of z - m. Thread 0 writes
+        loss[r], the row's weight wrow[r] = w[t] (the mean divides by their sum), and
+        lse[r] = m, lse[R + r] = ls (the backward pass rebuilds p from them). A row whose target
         is ignore_index gets loss 0 and weight 0; a target outside [0, C) sets err[0]
         (the backend raises at the next sync) and gets NaN. w_sum[0] is sum_c w[c],
         computed once by ``_sum_kernel`` (read only with weights and eps > 0).
@@ -292,6 +294,7 @@ def cross_entropy_forward_kernel(nt, dtype):
         rs = cuda.shared.array(nt, T)
         t = cuda.threadIdx.x
         r = cuda.blockIdx.x
+        R = cuda.gridDim.x
         o = r * C
         tg = target[r]
         if tg == ignore_index:  # the same for every thread of the block: no divergent barrier
@@ -299,6 +302,7 @@ def cross_entropy_forward_kernel(nt, dtype):
                 loss[r] = 0.0
                 wrow[r] = 0.0
                 lse[r] = 0.0
+                lse[R + r] = 0.0
             return
         if tg < 0 or tg >= C:
             if t == 0:
@@ -306,32 +310,36 @@ def cross_entropy_forward_kernel(nt, dtype):
                 loss[r] = math.nan
                 wrow[r] = math.nan
                 lse[r] = math.nan
+                lse[R + r] = math.nan
             return
         m = T(-math.inf)
-        wz = T(0.0)
         for c in range(t, C, nt):
             v = z[o + c]
             if v > m or v != v:
                 m = v
-            if eps_c != 0:
-                wz += w[c] * v if has_w else v
         m = _block_max(rm, m, t)
-        if eps_c != 0:
-            wz = _block_sum(rs, wz, t)
         s = T(0.0)
+        wz = T(0.0)
         for c in range(t, C, nt):
-            s += math.exp(z[o + c] - m)
-        s = _block_sum(rs, s, t)
+            d = z[o + c] - m
+            s += math.exp(d)
+            if eps_c != 0:
+                wz += w[c] * d if has_w else d
+        if eps_c != 0:
+            s, wz = _block_sum2(rm, rs, s, wz, t)
+        else:
+            s = _block_sum(rs, s, t)
         if t == 0:
-            L = m + math.log(s)
+            ls = math.log(s)
             wt = w[tg] if has_w else T(1.0)
-            row = keep * wt * (L - z[o + tg])
+            row = keep * wt * (ls - (z[o + tg] - m))
             if eps_c != 0:
                 w_all = T(w_sum[0]) if has_w else T(C)
-                row += eps_c * (w_all * L - wz)
+                row += eps_c * (w_all * ls - wz)
             loss[r] = row
             wrow[r] = wt
-            lse[r] = L
+            lse[r] = m
+            lse[R + r] = ls
     return cross_entropy_forward
 # --8<-- [end:cross_entropy_forward]
 
@@ -397,7 +405,8 @@ def cross_entropy_backward_kernel(nt, dtype):
         """dz of row r (a block): softmax minus the smoothed, weighted target distribution.
 
         With gr = g[r * g_step] (g_step = 0 for a reduced loss; divided by the weight
-        total denom[0] for the mean) and p = exp(z - lse[r]) recomputed:
+        total denom[0] for the mean) and p = exp((z - m) - ls) recomputed from the row's
+        m = lse[r] and ls = lse[R + r]:
 
             dz[c] = gr * (p[c] * (keep w[t] + eps_c sum w) - eps_c w[c] - keep w[t] [c == t])
 
@@ -422,10 +431,11 @@ def cross_entropy_backward_kernel(nt, dtype):
         a = gr * (keep * wt + eps_c * w_all)
         b = gr * eps_c
         hit = gr * keep * wt
-        L = lse[r]
+        m = lse[r]
+        ls = lse[cuda.gridDim.x + r]
         for c in range(t, C, nt):
             wc = w[c] if has_w else T(1.0)
-            v = math.exp(z[o + c] - L) * a - b * wc
+            v = math.exp((z[o + c] - m) - ls) * a - b * wc
             if c == tg:
                 v -= hit
             dz[o + c] = v
@@ -572,7 +582,7 @@ class CrossEntropy(Function):
             _sum_kernel(nt)[1, nt](ws, C, w_sum)
         loss = _new((R,), dt)
         wrow = cuda.device_array(R, dtype=dt.np)
-        lse = cuda.device_array(R, dtype=dt.np)
+        lse = cuda.device_array(2 * R, dtype=dt.np)   # row max m, then log sum exp(z - m)
         keep, eps_c = T(1.0 - eps), T(eps / C)
         cross_entropy_forward_kernel(nt, dt.np)[R, nt](
             zs, C, ts, ws, has_w, w_sum, ignore_index, keep, eps_c, loss._storage, wrow, lse,
