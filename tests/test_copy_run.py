@@ -1,0 +1,226 @@
+"""The reader's contract: every page's Python blocks run outside the repository.
+
+A reader installs ``sitp[book]``, opens a fresh ``python`` in an empty directory and
+pastes a page's blocks in order. This test does exactly that, for every page:
+
+- the package is built as a wheel (from a copy of the sources, so the build leaves
+  nothing in the tree) and installed, not editable, into a virtual environment of its
+  own under ``build/copy-run/``; the dependencies are those of ``.venv``, seen through a
+  ``.pth`` file, so nothing is downloaded. The install is reused while ``src/`` and
+  ``pyproject.toml`` are unchanged (their hash names the folder), so numba's cache of
+  the installed kernels stays valid from one run to the next;
+- each page runs in a fresh subprocess of that environment, from an empty temporary
+  directory, with no ``PYTHONPATH`` and no ``NUMBA_ENABLE_CUDASIM``: without a GPU,
+  ``sitp.cuda`` must switch numba's simulator on by itself;
+- the blocks run in the page's order, with the semantics of pytest-markdown-docs: a
+  ``python`` block starts a fresh namespace, a ``{.python continuation}`` block runs in
+  the namespace of the blocks before it.
+
+Pages are parameters, so pytest-xdist spreads them over its workers.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from hooks.fences import PYTHON_LANGS, parsed_fences
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+WORK = ROOT / "build" / "copy-run"
+# What the wheel is built from (copied, so that setuptools' build/ and egg-info stay out
+# of the tree).
+SOURCES = ("src", "pyproject.toml", "README.md", "LICENSE")
+PAGE_TIMEOUT = 600
+
+
+def runnable_fences(page: Path) -> list[dict]:
+    """The blocks a reader pastes: Python fences that are not snippet includes."""
+    return [
+        {"line": f.line, "continuation": "continuation" in f.options, "code": f.content}
+        for f in parsed_fences(page.read_text(encoding="utf-8"))
+        if f.lang in PYTHON_LANGS and "notest" not in f.options
+    ]
+
+
+PAGES = [p for p in sorted(DOCS.rglob("*.md")) if runnable_fences(p)]
+
+# Runs in the reader's interpreter: one namespace per block and its continuations, each
+# block's output recorded (and printed, as the reader sees it).
+RUNNER = r'''
+import builtins, contextlib, io, json, linecache, sys, time, traceback
+fences = json.load(open(sys.argv[1], encoding="utf-8"))
+page, report = sys.argv[2], []
+
+class Tee(io.TextIOBase):
+    def __init__(self, out):
+        self.out, self.buf = out, io.StringIO()
+    def write(self, s):
+        self.out.write(s)
+        return self.buf.write(s)
+    def flush(self):
+        self.out.flush()
+
+ns = None
+for fence in fences:
+    if ns is None or not fence["continuation"]:
+        ns = {"__name__": "__main__", "__builtins__": builtins}
+    name = f"{page}:{fence['line']}"
+    code = fence["code"]
+    linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+    tee, start = Tee(sys.stdout), time.perf_counter()
+    try:
+        with contextlib.redirect_stdout(tee):
+            exec(compile(code, name, "exec"), ns)
+    except BaseException:
+        traceback.print_exc()
+        print(f"copy-run: the block at {name} failed", file=sys.stderr)
+        sys.exit(1)
+    finally:
+        report.append({"line": fence["line"], "seconds": time.perf_counter() - start,
+                       "stdout": tee.buf.getvalue()})
+        json.dump(report, open(sys.argv[3], "w", encoding="utf-8"))
+'''
+
+
+def _source_hash() -> str:
+    digest = hashlib.sha256()
+    for name in SOURCES:
+        path = ROOT / name
+        files = sorted(path.rglob("*")) if path.is_dir() else [path]
+        for f in files:
+            if f.is_file() and "__pycache__" not in f.parts and f.suffix not in {".pyc", ".nbi", ".nbc"}:
+                if ".egg-info" in str(f):
+                    continue
+                digest.update(f.relative_to(ROOT).as_posix().encode())
+                digest.update(f.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _install(target: Path) -> None:
+    """Build the wheel and install it into a fresh virtual environment at ``target``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tree, wheels = Path(tmp) / "tree", Path(tmp) / "wheels"
+        tree.mkdir()
+        for name in SOURCES:
+            src = ROOT / name
+            if src.is_dir():
+                shutil.copytree(src, tree / name, ignore=shutil.ignore_patterns(
+                    "__pycache__", "*.egg-info", "*.nbi", "*.nbc", "*.pyc"))
+            elif src.exists():
+                shutil.copy2(src, tree / name)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-index",
+             "--no-build-isolation", "--wheel-dir", str(wheels), str(tree)],
+            check=True, capture_output=True, text=True,
+        )
+        (wheel,) = wheels.glob("sitp-*.whl")
+        staging = target.with_name(target.name + ".tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        # The base interpreter, not .venv's: a venv of a venv would see .venv's site-packages
+        # editable install of sitp through its .pth files.
+        base = getattr(sys, "_base_executable", sys.executable)
+        subprocess.run([base, "-m", "venv", "--without-pip", str(staging)], check=True)
+        python = staging / "bin" / "python"
+        site = Path(subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True, capture_output=True, text=True).stdout.strip())
+        with zipfile.ZipFile(wheel) as zf:
+            for info in zf.infolist():
+                zf.extract(info, site)
+                # The sources' times, from the wheel: numba's cache of the installed
+                # kernels stays valid when the same sources are installed again.
+                stamp = time.mktime(info.date_time + (0, 0, -1))
+                os.utime(site / info.filename, (stamp, stamp))
+        # .venv's dependencies (torch, numba, ...), with their own .pth files
+        # (numba-cuda's redirect of numba.cuda), minus the editable sitp of the checkout.
+        deps = sysconfig.get_paths()["purelib"]
+        (site / "zz_sitp_book_deps.pth").write_text(
+            f"import site; site.addsitedir({deps!r})\n"
+            f"import sys; sys.path[:] = [p for p in sys.path if p != {str(ROOT / 'src')!r}]\n"
+        )
+        (staging / "installed-from").write_text(wheel.name + "\n")
+        os.replace(staging, target)
+
+
+@pytest.fixture(scope="session")
+def reader_python() -> Path:
+    """The interpreter of a reader's environment with a non-editable install of sitp."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    target = WORK / _source_hash()
+    with open(WORK / ".lock", "w") as lock:  # xdist workers and parallel sessions
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / "installed-from").is_file():
+            _install(target)
+        for old in WORK.iterdir():  # installs of other sources, unused for a day
+            if old.is_dir() and old != target and time.time() - old.stat().st_mtime > 86400:
+                shutil.rmtree(old, ignore_errors=True)
+    os.utime(target)
+    return target / "bin" / "python"
+
+
+def reader_env() -> dict[str, str]:
+    """The environment of a reader's shell: nothing of the repository or the test set-up."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST", "PYTHON", "VIRTUAL_ENV", "COV_"))}
+    for name in ("NUMBA_ENABLE_CUDASIM", "MPLBACKEND", "SITP_SITE_DIR"):
+        env.pop(name, None)
+    # Kept from the test run: NUMBA_NUM_THREADS (one thread per xdist worker, so two
+    # workers do not oversubscribe two cores); it changes speed, not results.
+    return env
+
+
+def run_page(python: Path, page: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, list]:
+    fences = runnable_fences(page)
+    (tmp_path / "fences.json").write_text(json.dumps(fences), encoding="utf-8")
+    (tmp_path / "runner.py").write_text(RUNNER, encoding="utf-8")
+    cwd = tmp_path / "reader"
+    cwd.mkdir()
+    rel = page.relative_to(ROOT).as_posix()
+    # `python -c` puts the (empty) working directory first on sys.path, as a pasted
+    # session does; the runner's own file is read, not imported from the checkout.
+    code = f"exec(open({str(tmp_path / 'runner.py')!r}).read())"
+    proc = subprocess.run(
+        [str(python), "-c", code, str(tmp_path / "fences.json"), rel, str(tmp_path / "report.json")],
+        cwd=cwd, env=reader_env(), capture_output=True, text=True, timeout=PAGE_TIMEOUT,
+    )
+    report = json.loads((tmp_path / "report.json").read_text()) if (tmp_path / "report.json").exists() else []
+    return proc, report
+
+
+def test_the_install_is_the_wheel_not_the_checkout(reader_python, tmp_path):
+    proc = subprocess.run(
+        [str(reader_python), "-c",
+         "import sitp, sitp.cuda, sys, torch, matplotlib, numba.cuda; "
+         "print(sitp.__file__); print(sitp.cuda.is_simulated() or sitp.cuda.is_available())"],
+        cwd=tmp_path, env=reader_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    where, cuda_ok = proc.stdout.split()
+    assert Path(where).is_relative_to(reader_python.parent.parent), where
+    assert not Path(where).is_relative_to(ROOT / "src")
+    assert cuda_ok == "True"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(DOCS).as_posix())
+def test_page_runs_as_a_reader_pastes_it(reader_python, page, tmp_path):
+    """The page's blocks, pasted in order into a fresh Python outside the repository."""
+    proc, report = run_page(reader_python, page, tmp_path)
+    if proc.returncode != 0:
+        pytest.fail(f"{page.relative_to(ROOT)} fails outside the repository:\n"
+                    f"{proc.stderr[-6000:]}", pytrace=False)
+    assert [r["line"] for r in report] == [f["line"] for f in runnable_fences(page)]
