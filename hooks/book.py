@@ -10,7 +10,11 @@
    KaTeX renders their math like every other page's.
 
 4. Without a GPU, notebooks run with NUMBA_ENABLE_CUDASIM=1.
-5. `mkdocs serve` ignores generated files under what it watches (bytecode, numba's
+5. A ``{.python continuation}`` fence, which runs after the blocks before it, is shown
+   with a visible mark: the hook gives it the class ``continuation`` and a title bar
+   ("Continues the code above"), styled by docs/stylesheets/book.css. Superfences would
+   otherwise drop the bare word and render it like a standalone block.
+6. `mkdocs serve` ignores generated files under what it watches (bytecode, numba's
    caches, notebook checkpoints, editors' swap files) and events that change nothing
    (a file opened or read), so running code while serving never triggers a rebuild.
 
@@ -139,6 +143,27 @@ def on_files(files, config):
     return files
 
 
+# An opening fence in superfences' brace form: ```{.python continuation}, maybe indented.
+_BRACE_FENCE = re.compile(r"^(?P<lead>[ \t]*(?:`{3,}|~{3,}))\{(?P<attrs>[^}\n]*)\}[ \t]*$", re.MULTILINE)
+CONTINUATION_TITLE = "Continues the code above"
+
+
+def mark_continuations(markdown: str) -> str:
+    """Give every Python continuation fence a class and a title bar the reader sees."""
+
+    def mark(m: re.Match) -> str:
+        parts = m["attrs"].split()
+        langs = {p[1:] for p in parts if p.startswith(".")}
+        if "continuation" not in parts or not langs & {"python", "py", "python3"}:
+            return m.group(0)
+        parts = [p for p in parts if p != "continuation"] + [".continuation"]
+        if not any(p.startswith("title=") for p in parts):
+            parts.append(f'title="{CONTINUATION_TITLE}"')
+        return f"{m['lead']}{{{' '.join(parts)}}}"
+
+    return _BRACE_FENCE.sub(mark, markdown)
+
+
 def on_page_markdown(markdown, page, config, files):
     for lineno, line in enumerate(markdown.splitlines(), 1):
         for m in PLACEHOLDERS.finditer(line):
@@ -152,7 +177,7 @@ def on_page_markdown(markdown, page, config, files):
                 lineno,
                 word,
             )
-    return markdown
+    return mark_continuations(markdown)
 
 
 def on_post_page(output, page, config):

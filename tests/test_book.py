@@ -395,3 +395,31 @@ def test_serve_ignores_generated_files(tmp_path):
     finally:
         server.observer.stop()
         server.observer.join()
+
+
+def test_continuation_fences_get_a_visible_mark():
+    """hooks/book.py turns the bare word into a class and a title bar; the test runner
+    reads the page itself, so the fence stays a continuation for it."""
+    from hooks.book import CONTINUATION_TITLE, mark_continuations
+
+    page = (
+        "```python\nx = 1\n```\n\n"
+        "```{.python continuation}\ny = x\n```\n\n"
+        '=== "Tab"\n\n    ```{.python continuation title="mine"}\n    z = y\n    ```\n\n'
+        "```{.python notest}\n--8<-- \"src/sitp/tensor.py:views\"\n```\n"
+    )
+    marked = mark_continuations(page)
+    assert f'```{{.python .continuation title="{CONTINUATION_TITLE}"}}\ny = x' in marked
+    assert '    ```{.python title="mine" .continuation}\n    z = y' in marked
+    assert "```{.python notest}" in marked and "```python\nx = 1" in marked
+    import markdown
+
+    html = markdown.markdown(
+        marked,
+        extensions=["pymdownx.superfences", "pymdownx.highlight"],
+        extension_configs={"pymdownx.highlight": {"pygments_lang_class": True}},
+    )
+    assert html.count(
+        f'class="language-python continuation highlight"><span class="filename">'
+        f"{CONTINUATION_TITLE}</span>"
+    ) == 1
