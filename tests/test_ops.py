@@ -154,7 +154,7 @@ def test_scalar_operands_and_promotion():
     assert (2 ** f).tolist() == [2.0, 4.0]
     assert (sitp.tensor([True, False]) + 1).tolist() == [2, 1]
     assert (x // 2).tolist() == [0, 1, 1] and (x % 2).tolist() == [1, 0, 1]
-    with pytest.raises(ValueError, match=r"\(2, 3\) and \(4,\)"):
+    with pytest.raises(RuntimeError, match=r"\(2, 3\) and \(4,\)"):
         sitp.zeros(2, 3) + sitp.zeros(4)
     with pytest.raises(TypeError):
         sitp.zeros(2) + "a"
@@ -328,7 +328,7 @@ def test_matmul_errors_name_shapes():
         sitp.zeros(2, 3) @ sitp.zeros(4, 5)
     with pytest.raises(RuntimeError, match="at least 1D"):
         sitp.zeros(()) @ sitp.zeros(3)
-    with pytest.raises(ValueError, match="broadcast"):
+    with pytest.raises(RuntimeError, match="broadcast"):
         sitp.zeros(2, 3, 4) @ sitp.zeros(3, 4, 5)
     assert (sitp.tensor([[1, 2]]) @ sitp.tensor([[3], [4]])).tolist() == [[11]]
 
@@ -376,7 +376,7 @@ def test_gather_forward_backward(shape, data, seed):
 
 def test_gather_and_index_select_errors():
     x = sitp.zeros(3, 4)
-    with pytest.raises(IndexError, match="out of bounds"):
+    with pytest.raises(RuntimeError, match="out of bounds"):  # torch's type for gather
         x.gather(1, sitp.tensor([[0, 4]]))
     with pytest.raises(RuntimeError, match="same number of dimensions"):
         x.gather(1, sitp.tensor([0]))

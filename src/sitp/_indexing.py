@@ -141,7 +141,7 @@ def _adv_plan(view, adv):
 
         try:
             bshape = broadcast_shapes(*[tuple(t.shape) for _, t in adv])
-        except ValueError:
+        except RuntimeError:
             raise IndexError(
                 "shape mismatch: indexing tensors could not be broadcast together with shapes "
                 + " ".join(str(tuple(t.shape)) for _, t in adv)) from None

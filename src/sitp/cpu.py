@@ -377,7 +377,7 @@ def gather(x, dim, index):
     pos = np.empty(base.size, _I64)
     bad = K.gather_positions(base, idx._storage[idx._offset:], x._strides[dim], x._shape[dim], pos)
     if bad >= 0:
-        raise IndexError(
+        raise RuntimeError(  # torch's type for gather (IndexError is for x[i])
             f"gather(): index {int(idx._storage[idx._offset + bad])} is out of bounds for "
             f"dimension {dim} with size {x._shape[dim]}")
     out = _new(index._shape, x.dtype)
@@ -397,7 +397,7 @@ def scatter_add(shape, dim, index, src, dtype):
     pos = np.empty(base.size, _I64)
     bad = K.gather_positions(base, idx._storage[idx._offset:], dstride, shape[dim], pos)
     if bad >= 0:
-        raise IndexError(f"scatter_add(): index out of bounds for dimension {dim} with size {shape[dim]}")
+        raise RuntimeError(f"scatter_add(): index out of bounds for dimension {dim} with size {shape[dim]}")
     s = src.contiguous()
     K.scatter_add_kernel(out._storage, pos, s._storage[s._offset:s._offset + s.numel()])
     return out

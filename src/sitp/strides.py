@@ -128,7 +128,7 @@ def broadcast_shapes(*shapes: Sequence[int]) -> Shape:
     >>> broadcast_shapes((2, 3), (3, 2))
     Traceback (most recent call last):
       ...
-    ValueError: shapes (2, 3) and (3, 2) cannot be broadcast together (dim -1: 3 vs 2)
+    RuntimeError: shapes (2, 3) and (3, 2) cannot be broadcast together (dim -1: 3 vs 2)
     """
     ndim = max((len(s) for s in shapes), default=0)
     out = [1] * ndim
@@ -138,7 +138,7 @@ def broadcast_shapes(*shapes: Sequence[int]) -> Shape:
                 out[k] = n
             elif n != 1 and n != out[k]:
                 others = " and ".join(str(tuple(s)) for s in shapes)
-                raise ValueError(
+                raise RuntimeError(  # torch's type for a size mismatch
                     f"shapes {others} cannot be broadcast together "
                     f"(dim {k - ndim}: {out[k]} vs {n})"
                 )
@@ -158,7 +158,7 @@ def broadcast_strides(shape: Sequence[int], strides: Sequence[int], target: Sequ
     """
     pad = len(target) - len(shape)
     if pad < 0:
-        raise ValueError(f"cannot broadcast shape {tuple(shape)} to {tuple(target)}")
+        raise RuntimeError(f"cannot broadcast shape {tuple(shape)} to {tuple(target)}")
     out = [0] * pad
     for n, s, t in zip(shape, strides, target[pad:]):
         if n == t:
@@ -166,7 +166,7 @@ def broadcast_strides(shape: Sequence[int], strides: Sequence[int], target: Sequ
         elif n == 1:
             out.append(0)
         else:
-            raise ValueError(f"cannot broadcast shape {tuple(shape)} to {tuple(target)}")
+            raise RuntimeError(f"cannot broadcast shape {tuple(shape)} to {tuple(target)}")
     return tuple(out)
 # --8<-- [end:broadcast_strides]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import math
 import numbers
+import operator
 
 import numpy as np
 
@@ -396,7 +397,7 @@ class Tensor:
             if isinstance(shape[0], _dtype_cls):
                 raise TypeError("view(dtype) is not supported by sitp")
             shape = tuple(shape[0])
-        shape = infer_shape(tuple(int(n) for n in shape), self.numel())
+        shape = infer_shape(tuple(map(operator.index, shape)), self.numel())  # 2.0: TypeError
         strides = self._view_strides(shape)
         if strides is None:
             raise RuntimeError(
@@ -409,7 +410,7 @@ class Tensor:
         """Like ``view``, but copies when the strides do not allow a view."""
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])
-        shape = infer_shape(tuple(int(n) for n in shape), self.numel())
+        shape = infer_shape(tuple(map(operator.index, shape)), self.numel())  # 2.0: TypeError
         strides = self._view_strides(shape)
         if strides is None:
             return self.clone().view(shape)
@@ -469,7 +470,7 @@ class Tensor:
                        for i, n in enumerate(sizes))
         try:
             strides = broadcast_strides(self._shape, self._strides, target)
-        except ValueError:
+        except RuntimeError:
             raise RuntimeError(
                 f"The expanded size of the tensor {tuple(target)} must match the existing size "
                 f"{tuple(self._shape)} at non-singleton dimensions") from None
@@ -511,6 +512,12 @@ class Tensor:
 
     def narrow(self, dim: int, start: int, length: int) -> "Tensor":
         dim = normalize_dim(dim, self.ndim)
+        n = self._shape[dim]
+        if start < 0:
+            start += n
+        if not (0 <= start <= n and 0 <= length and start + length <= n):
+            raise RuntimeError(f"narrow(): start ({start}) + length ({length}) exceeds dimension "
+                               f"size ({n}) of dim {dim} (shape {tuple(self.shape)}).")
         key = (slice(None),) * dim + (slice(start, start + length),)
         return self[key]
 
@@ -571,8 +578,11 @@ class Tensor:
     def index_select(self, dim: int, index: "Tensor") -> "Tensor":
         dim = normalize_dim(dim, self.ndim)
         if not isinstance(index, Tensor) or index.ndim > 1 or index.dtype is not int64:
-            raise IndexError("index_select(): index must be a 1-D int64 tensor")
-        return self[(slice(None),) * dim + (index,)]
+            raise RuntimeError("index_select(): index must be a 1-D int64 tensor")
+        try:
+            return self[(slice(None),) * dim + (index,)]
+        except IndexError as e:  # torch: RuntimeError for index_select, IndexError for x[i]
+            raise RuntimeError(f"index_select(): {e}") from None
 
     def gather(self, dim: int, index: "Tensor") -> "Tensor":
         """``out[i][j] = self[i][index[i][j]]`` for dim=1 (and so on), as ``torch.gather``."""
@@ -1107,9 +1117,17 @@ class Tensor:
 
     # -------------------------------------------------------------- in-place
     # --8<-- [start:inplace]
-    def _inplace(self, result: "Tensor") -> "Tensor":
-        """Write ``result`` (broadcast to self's shape) into self's storage."""
+    def _inplace(self, result: "Tensor", cast: bool = False) -> "Tensor":
+        """Write ``result`` (broadcast to self's shape) into self's storage; unless ``cast``
+        (copy_), a float result into an integer tensor, or a number into a bool one, is
+        refused as torch does."""
         _check_inplace(self)
+        if result.dtype is not self.dtype and not cast and (
+                (result.dtype.is_floating_point and not self.dtype.is_floating_point)
+                or (self.dtype is bool_ and result.dtype is not bool_)):
+            raise RuntimeError(
+                f"result type {result.dtype} can't be cast to the desired output type "
+                f"{self.dtype} (in-place op on a tensor of shape {tuple(self.shape)})")
         if broadcast_shapes(result.shape, self.shape) != tuple(self.shape):
             raise RuntimeError(
                 f"output with shape {tuple(self.shape)} doesn't match the broadcast shape "
@@ -1159,7 +1177,7 @@ class Tensor:
 
             src = _tensor(src)
         _check_inplace(self, src)
-        return self._inplace(src)
+        return self._inplace(src, cast=True)
 
     def fill_(self, value) -> "Tensor":
         return self._inplace(_scalar(value, self.dtype))
@@ -1320,6 +1338,10 @@ def matmul(a, b) -> Tensor:
     if a.ndim == 0 or b.ndim == 0:
         raise RuntimeError(
             f"both arguments to matmul need to be at least 1D, but they are {a.ndim}D and {b.ndim}D")
+    if a.dtype is not b.dtype:  # torch does not promote in matmul
+        raise RuntimeError(
+            f"expected m1 and m2 to have the same dtype, but got: {a.dtype} != {b.dtype} "
+            f"(shapes {tuple(a.shape)} @ {tuple(b.shape)})")
     a, b = _operands(a, b)
     if a.dtype is bool_:
         raise RuntimeError("matmul is not supported for bool tensors")
