@@ -343,8 +343,11 @@ def backward(tensor, gradient=None, retain_graph: bool = False) -> None:
                 g = tuple(g)
             if node.retained is not None:      # retain_grad(): an interior tensor keeps its .grad
                 _retain(node, g)
-            if node.ctx._versions:             # a saved tensor written to since: refuse
-                _check_versions(node)
+            vs = node.ctx._versions            # a saved tensor written to since: refuse
+            if vs:
+                for t, v in zip(node.ctx.saved_tensors, vs):
+                    if v is not None and t._vc[0] != v:
+                        _check_versions(node)
             in_grads = node.fn.backward(node.ctx, g)
             if not isinstance(in_grads, tuple):
                 in_grads = (in_grads,)

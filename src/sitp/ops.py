@@ -88,6 +88,7 @@ UNARY_READS = {
     "gelu_tanh": "x", "silu": "x", "sign": "", "floor": "", "ceil": "", "round": "",
 }
 _UNREAD = {"x": (1,), "y": (0,), "": (0, 1), "xy": ()}
+_UNARY_UNREAD = {op: _UNREAD[r] for op, r in UNARY_READS.items()}  # op -> positions of (x, y)
 
 
 def _pow_grad(x, g, p):
@@ -122,7 +123,9 @@ class Unary(Function):
         y = backend.of(x).unary(op, x, p0, p1)
         ctx.op, ctx.p0, ctx.p1 = op, p0, p1
         ctx.save_for_backward(x, y)
-        ctx._unchecked(*_UNREAD[UNARY_READS.get(op, "xy")])
+        v = ctx._versions
+        for i in _UNARY_UNREAD.get(op, ()):
+            v[i] = None
         return y
 
     @staticmethod
@@ -160,6 +163,9 @@ def _binary_unread(op, na, nb):
     return (2,) if op in ("maximum", "minimum", "atan2") else ()
 
 
+_BINARY_UNREAD = {}  # (op, a needs grad, b needs grad) -> _binary_unread's answer
+
+
 def _safe_log(a):
     # d(a^b)/db = a^b log a; PyTorch takes it as 0 where a == 0.
     return backend.of(a).where(a == 0, a * 0, a.log()) if (a == 0).any().item() else a.log()
@@ -189,8 +195,13 @@ class Binary(Function):
         y = backend.of(a, b).binary(op, a, b)
         ctx.op = op
         ctx.save_for_backward(a, b, y)
-        na, nb = ctx.needs_input_grad[:2]
-        ctx._unchecked(*_binary_unread(op, na, nb))
+        v = ctx._versions
+        key = (op, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+        unread = _BINARY_UNREAD.get(key)
+        if unread is None:
+            unread = _BINARY_UNREAD[key] = _binary_unread(*key)
+        for i in unread:
+            v[i] = None
         return y
 
     @staticmethod
