@@ -14,7 +14,9 @@
    with a visible mark: the hook gives it the class ``continuation`` and a title bar
    ("Continues the code above"), styled by docs/stylesheets/book.css. Superfences would
    otherwise drop the bare word and render it like a standalone block.
-6. `mkdocs serve` ignores generated files under what it watches (bytecode, numba's
+6. Search previews show math as text: the search index gets ``T × T`` where the page
+   has ``\\(T \\times T\\)`` (KaTeX renders the page; the index has only the source).
+7. `mkdocs serve` ignores generated files under what it watches (bytecode, numba's
    caches, notebook checkpoints, editors' swap files) and events that change nothing
    (a file opened or read), so running code while serving never triggers a rebuild.
 
@@ -23,6 +25,7 @@ Problems are logged as warnings, which `mkdocs build --strict` turns into a fail
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -125,6 +128,67 @@ def on_serve(server, config, builder):
             server.unwatch(path)
             server.watch(path)
     return server
+
+
+# Math in the search index: LaTeX commands as the characters they stand for.
+_TEX_SYMBOLS = {
+    "times": "×", "cdot": "·", "cdots": "⋯", "ldots": "…", "dots": "…", "approx": "≈",
+    "le": "≤", "leq": "≤", "ge": "≥", "geq": "≥", "ne": "≠", "neq": "≠", "ll": "≪",
+    "gg": "≫", "in": "∈", "to": "→", "rightarrow": "→", "leftarrow": "←", "mapsto": "↦",
+    "infty": "∞", "partial": "∂", "nabla": "∇", "sum": "Σ", "prod": "Π", "pm": "±",
+    "odot": "⊙", "oplus": "⊕", "otimes": "⊗", "ast": "∗", "mid": "|", "top": "ᵀ",
+    "sqrt": "√", "propto": "∝", "equiv": "≡", "sim": "~", "circ": "∘", "ell": "ℓ",
+    "alpha": "α", "beta": "β", "gamma": "γ", "delta": "δ", "epsilon": "ε",
+    "varepsilon": "ε", "zeta": "ζ", "eta": "η", "theta": "θ", "kappa": "κ", "lambda": "λ",
+    "mu": "μ", "nu": "ν", "xi": "ξ", "pi": "π", "rho": "ρ", "sigma": "σ", "tau": "τ",
+    "phi": "φ", "varphi": "φ", "chi": "χ", "psi": "ψ", "omega": "ω", "Gamma": "Γ",
+    "Delta": "Δ", "Theta": "Θ", "Lambda": "Λ", "Sigma": "Σ", "Phi": "Φ", "Omega": "Ω",
+    "lVert": "‖", "rVert": "‖", "Vert": "‖", "lvert": "|", "rvert": "|", "lceil": "⌈",
+    "rceil": "⌉", "lfloor": "⌊", "rfloor": "⌋", "langle": "⟨", "rangle": "⟩",
+    "quad": " ", "qquad": "  ", "bmod": " mod ", "colon": ":", "{": "{", "}": "}",
+}
+# Fonts and accents: their argument is the text.
+_TEX_SYMBOLS.update(dict.fromkeys(
+    "text textrm texttt textit textbf mathrm mathit mathbf mathcal mathbb mathsf mathtt "
+    "operatorname boldsymbol bm hat bar tilde dot ddot vec widehat widetilde overline "
+    "underline begin end".split(), ""))
+# Sizes, spacing and styles that have no text of their own.
+_TEX_SILENT = re.compile(
+    r"\\(?:[Bb]igg?[lr]?|left|right|displaystyle|textstyle|limits|nolimits|[,;:!> ])"
+)
+_TEX_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+_TEX_COMMAND = re.compile(r"\\([A-Za-z]+|[{}])")
+_TEX_ARG = re.compile(r"\\(?![dt]?frac\b)([A-Za-z]+)\s*\{([^{}]*)\}")
+_SEARCH_MATH = re.compile(r"\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
+
+
+def plain_math(tex: str) -> str:
+    """LaTeX as plain text for a search preview: ``\frac{a}{b} \times c`` -> ``a/b × c``."""
+    for _ in range(4):  # innermost braces first: \frac{1}{\sqrt{D}}
+        tex = _TEX_FRAC.sub(lambda m: f"{m[1]}/{m[2]}", tex)
+        tex = _TEX_ARG.sub(lambda m: _TEX_SYMBOLS.get(m[1], m[1]) + m[2], tex)
+    tex = _TEX_SILENT.sub("", tex)
+    tex = tex.replace("\\\\", " ")
+    tex = re.sub(r"(?<!\\)[{}]", "", tex)
+    tex = _TEX_COMMAND.sub(lambda m: _TEX_SYMBOLS.get(m[1], m[1] if len(m[1]) > 1 else ""), tex)
+    return re.sub(r"\s+", " ", tex).strip()
+
+
+def plain_search_text(text: str) -> str:
+    return _SEARCH_MATH.sub(lambda m: plain_math(m[1] if m[1] is not None else m[2]), text)
+
+
+def on_post_build(config):
+    """Rewrite the search index so that previews show math as text, not LaTeX."""
+    index = Path(config.site_dir) / "search" / "search_index.json"
+    if not index.is_file():
+        return
+    data = json.loads(index.read_text(encoding="utf-8"))
+    for doc in data.get("docs", []):
+        for key in ("title", "text"):
+            if key in doc:
+                doc[key] = plain_search_text(doc[key])
+    index.write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
 
 
 def on_files(files, config):

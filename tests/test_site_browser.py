@@ -20,7 +20,9 @@ from __future__ import annotations
 import functools
 import http.server
 import os
+import re
 import shutil
+import sys
 import threading
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -30,6 +32,8 @@ import pytest
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",  # CI runs as root
@@ -162,6 +166,35 @@ def test_every_source_page_is_in_the_site(built_site: Path):
     assert built == PAGES
 
 
+def _continuations(source: Path) -> int:
+    from hooks.fences import PYTHON_LANGS, scan_fences
+
+    return sum(
+        1
+        for f in scan_fences(source.read_text(encoding="utf-8"))
+        if f.lang in PYTHON_LANGS and "continuation" in f.options
+    )
+
+
+CONTINUATIONS = {_url_path(p): _continuations(p) for p in DOCS.rglob("*.md")}
+# The numbers the reader sees on the items of the ordered lists under each "Exercises"
+# heading (an <ol start="2"> after a solution block continues at 2).
+EXERCISE_NUMBERS = r"""() => {
+  const out = {};
+  for (const h of document.querySelectorAll('.md-content h2')) {
+    if (!/exercise/i.test(h.textContent)) continue;
+    const seen = [];
+    for (let e = h.nextElementSibling; e && e.tagName !== 'H2'; e = e.nextElementSibling) {
+      if (e.tagName !== 'OL') continue;
+      const start = e.hasAttribute('start') ? parseInt(e.getAttribute('start')) : 1;
+      [...e.children].filter(li => li.tagName === 'LI').forEach((li, i) => seen.push(start + i));
+    }
+    out[h.textContent.replace(/[¶\s]+$/, '')] = seen;
+  }
+  return out;
+}"""
+
+
 @pytest.fixture(scope="module")
 def tab(server: str, browser):
     """One tab for the page-by-page checks; it records problems per page."""
@@ -202,6 +235,25 @@ def test_page_loads_clean_with_math_images_and_copy_buttons(tab: Visit, path: st
     ).count()
     if n_copy < n_blocks:
         found.append(f"{n_blocks} code blocks, {n_copy} copy buttons")
+    # Layout at 1280 px: no code block scrolls sideways (long lines wrap; the font keeps
+    # its size), in chapters' blocks and in notebooks' cells alike.
+    wide = page.evaluate(
+        "() => [...document.querySelectorAll("
+        "'.md-content div.highlight pre > code, .md-content .jp-InputArea pre')]"
+        ".filter(c => c.scrollWidth > c.clientWidth + 1)"
+        ".map(c => `${c.scrollWidth} > ${c.clientWidth} px: ` + c.textContent.slice(0, 60))"
+    )
+    found += [f"code block scrolls sideways: {w}" for w in wide]
+    # Continuation fences: each one carries the mark hooks/book.py adds.
+    expected = CONTINUATIONS.get(path, 0)
+    marks = page.locator(".md-content .continuation > .filename").count()
+    if marks != expected:
+        found.append(f"{expected} continuation fences in the source, {marks} marked")
+    # Numbered exercises count 1, 2, 3, ... across the solution blocks between them.
+    numbers = page.evaluate(EXERCISE_NUMBERS)
+    for heading, seen in numbers.items():
+        if seen != list(range(1, len(seen) + 1)):
+            found.append(f"exercises under {heading!r} are numbered {seen}")
     assert not found, f"/{path}: {len(found)} problems in the browser:\n" + "\n".join(found)
 
 
@@ -225,6 +277,41 @@ def test_search_finds_the_chapter(server: str, browser, query: str, expected: st
         )
         assert any(expected in (href or "") for href in hrefs), (query, hrefs)
         assert not visit.problems, visit.problems
+    finally:
+        visit.close()
+
+
+@pytest.mark.parametrize("query", ["attention", "softmax", "gradient"])
+def test_search_previews_show_no_raw_latex(server: str, browser, query: str):
+    """The index holds each page's source text; hooks/book.py turns its math into text."""
+    visit = Visit(browser, server)
+    try:
+        page = visit.open("")
+        box = page.locator("input.md-search__input")
+        box.click()
+        box.press_sequentially(query, delay=20)
+        page.wait_for_selector(".md-search-result__item", timeout=15_000)
+        previews = page.locator(".md-search-result__item").all_inner_texts()
+        raw = [t[:200] for t in previews if re.search(r"\\[()\[\]]|\\(?:frac|times|sum|text|sqrt|mathbb)\b", t)]
+        assert previews and not raw, raw
+    finally:
+        visit.close()
+
+
+def test_notebook_page_has_the_chapters_width_and_a_toc(server: str, browser):
+    visit = Visit(browser, server)
+    measure = """() => {
+      const w = s => { const e = document.querySelector(s); return e ? Math.round(e.getBoundingClientRect().width) : null; };
+      return {text: w('.md-content__inner'), cell: w('.jp-Cell') || w('.md-content__inner > p'),
+              toc: document.querySelectorAll('.md-sidebar--secondary .md-nav__link').length};
+    }"""
+    try:
+        chapter = visit.open("ch02/strides/").evaluate(measure)
+        for path in [p for p in PAGES if p.startswith("notebooks/")]:
+            notebook = visit.open(path).evaluate(measure)
+            assert notebook["text"] == chapter["text"], (path, notebook, chapter)
+            assert abs(notebook["cell"] - chapter["text"]) <= 2, (path, notebook, chapter)
+            assert notebook["toc"] >= 2, (path, notebook)
     finally:
         visit.close()
 
