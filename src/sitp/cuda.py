@@ -73,10 +73,10 @@ def _gpu_answers() -> tuple[bool, str]:
 
 # --8<-- [start:simulator]
 def _choose_simulator() -> None:
-    """Without a GPU, switch numba's CUDA simulator on, unless the user decided."""
+    """Without a GPU, switch numba's CUDA simulator on, unless told otherwise."""
     global simulator_fallback
     if "NUMBA_ENABLE_CUDASIM" in os.environ or "numba.cuda" in sys.modules:
-        return  # an explicit setting wins; numba.cuda, once imported, cannot switch
+        return  # an explicit setting wins; numba.cuda imported cannot switch
     has_gpu, why = _gpu_answers()
     if has_gpu:
         return
