@@ -20,6 +20,7 @@ from .random import (Generator, bernoulli, get_rng_state, initial_seed, manual_s
                      randn_like, randperm, seed, set_rng_state)
 from .tensor import Size, Tensor, device, matmul  # noqa: E402
 from .serialization import load, save  # noqa: E402
+from ._config import show_config  # noqa: E402
 
 from . import nn, optim, utils  # noqa: E402  (after the Tensor: they build on it)
 

@@ -11,6 +11,7 @@ import importlib
 
 # name: (module, one-line help)
 COMMANDS = {
+    "config": ("sitp.bench.config", "the CPU, vector ISA, GEMM tile, numba settings and cache sitp uses"),
     "gemm": ("sitp.bench.gemm", "CPU GEMM ladder, saxpy and sgemv against numpy/OpenBLAS (section 2.3)"),
     "roofline": ("sitp.bench.roofline", "measure peak FLOP/s and memory bandwidth, draw the roofline (section 2.3)"),
     "microkernel": ("sitp.bench.microkernel", "the GEMM micro-kernel with each numba detail undone (section 2.3)"),

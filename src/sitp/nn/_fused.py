@@ -188,25 +188,30 @@ def layer_norm_kernel(x, n_rows, n, w, b, has_w, has_b, eps, y, mean, rstd):
     (more accurate than E[x^2] - E[x]^2 when the mean is large).
     """
     for r in range(n_rows):
-        o = r * n
+        xr, yr = x[r * n:(r + 1) * n], y[r * n:(r + 1) * n]  # slices: no negative-index checks
         s = 0.0
         for j in range(n):
-            s += x[o + j]
+            s += xr[j]
         mu = s / n
         ss = 0.0
         for j in range(n):
-            d = x[o + j] - mu
+            d = xr[j] - mu
             ss += d * d
         rs = 1.0 / math.sqrt(ss / n + eps)
         mean[r] = mu
         rstd[r] = rs
-        for j in range(n):
-            v = (x[o + j] - mu) * rs
-            if has_w:
-                v *= w[j]
-            if has_b:
-                v += b[j]
-            y[o + j] = v
+        if has_w and has_b:                  # one branch-free loop per case
+            for j in range(n):
+                yr[j] = (xr[j] - mu) * rs * w[j] + b[j]
+        elif has_w:
+            for j in range(n):
+                yr[j] = (xr[j] - mu) * rs * w[j]
+        elif has_b:
+            for j in range(n):
+                yr[j] = (xr[j] - mu) * rs + b[j]
+        else:
+            for j in range(n):
+                yr[j] = (xr[j] - mu) * rs
 # --8<-- [end:layer_norm_kernel]
 
 

@@ -1,0 +1,97 @@
+"""``sitp.show_config()``: what sitp compiles for, and where it keeps the result.
+
+In the spirit of ``numpy.show_config()`` and ``torch.__config__.show()``: the CPU and
+its vector instruction set, the GEMM register tile chosen for it, the numba settings
+that change code generation, the threads, and numba's cache directory. Paste its
+output into a bug report, and quote it beside any speed figure.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+
+from . import _env, _target
+
+
+def _cpu_model() -> str:
+    """The processor's marketing name, where the OS tells it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith(("model name", "hardware", "cpu model")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    if platform.system() == "Darwin":
+        try:
+            import subprocess
+            return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
+                                  text=True, timeout=5).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return platform.processor() or "unknown"
+
+
+def config() -> dict:
+    """The configuration as nested dicts (what :func:`show_config` prints)."""
+    import numba
+    import numpy as np
+
+    from . import __version__
+    from .blas import packed
+
+    bits = _target.vector_bits()
+    x86 = _target.arch() in ("x86_64", "amd64", "i386", "i686", "x86")
+    cpu = {
+        "model": _cpu_model(),
+        "arch": _target.arch(),
+        "llvm_cpu_name": _target.cpu_name(),
+        "isa": _target.isa_name(),
+        "vector_bits": bits,
+        "vector_registers": _target.vector_registers(),
+        "vector_register": ({512: "zmm", 256: "ymm"}.get(bits, "xmm") if x86 else None),
+        "gemm_tile": {"MR": packed.MR, "NR_float32": packed.NR, "KC": packed.KC, "MC": packed.MC},
+    }
+    settings = _target.codegen_settings()
+    return {
+        "versions": {"sitp": __version__, "python": platform.python_version(), "numpy": np.__version__,
+                     "numba": numba.__version__, "llvmlite": settings["llvmlite"]},
+        "cpu": cpu,
+        "numba": {
+            "NUMBA_CPU_NAME": os.environ.get("NUMBA_CPU_NAME"),
+            "NUMBA_CPU_FEATURES": os.environ.get("NUMBA_CPU_FEATURES"),
+            "SLP_VECTORIZE": numba.config.SLP_VECTORIZE,
+            "LOOP_VECTORIZE": numba.config.LOOP_VECTORIZE,
+            "OPT": int(numba.config.OPT),
+            "threads": numba.get_num_threads(),
+            "threading_layer": numba.config.THREADING_LAYER,
+            "cuda_simulator": os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1",
+        },
+        "cache": {"dir": _env.CACHE_DIR, "key": _target.cache_key()},
+    }
+
+
+def show_config(mode: str = "stdout"):
+    """Print (``mode="stdout"``) or return (``mode="dicts"``) sitp's build configuration.
+
+    Example:
+        >>> import sitp
+        >>> cfg = sitp.show_config(mode="dicts")
+        >>> sorted(cfg)
+        ['cache', 'cpu', 'numba', 'versions']
+        >>> cfg["cpu"]["vector_bits"] in (128, 256, 512)
+        True
+    """
+    if mode not in ("stdout", "dicts"):
+        raise ValueError(f"show_config: mode must be 'stdout' or 'dicts', not {mode!r}")
+    cfg = config()
+    if mode == "dicts":
+        return cfg
+    for section, items in cfg.items():
+        print(f"{section}:")
+        for key, value in items.items():
+            if isinstance(value, dict):
+                value = ", ".join(f"{k}={v}" for k, v in value.items())
+            print(f"  {key}: {value}")
+    return None

@@ -1,0 +1,113 @@
+"""Compile sitp's hot CPU kernels for the target in the environment and describe their code.
+
+Run by tests/test_codegen.py in a subprocess whose environment names the target
+(``NUMBA_CPU_NAME``, ``NUMBA_CPU_FEATURES``) and a private, empty ``NUMBA_CACHE_DIR``,
+so every kernel is compiled afresh and numba keeps its machine code. Prints one JSON
+object: the target sitp sees, and for each kernel the vector FMAs by register width,
+packed vector arithmetic by width, gathers and scatters, and stack spills.
+
+``--all`` also runs a tiny GPT-style training step (linear, GELU, layer norm,
+attention, cross-entropy, reductions, AdamW), which compiles the other hot kernels.
+"""
+import json
+import re
+import sys
+
+import numpy as np
+
+import sitp
+from sitp import blas
+from sitp.blas import packed
+
+WIDTH = {"x": 128, "y": 256, "z": 512}
+
+
+def describe(asm):
+    fma = {WIDTH[w]: len(re.findall(rf"\bvfmadd\w*\s+[^\n]*%{w}mm", asm)) for w in "xyz"}
+    packed_ops = {WIDTH[w]: len(re.findall(rf"\bv?(?:add|sub|mul|div|max|min|fmadd\w*)p[sd]\s+[^\n]*%{w}mm", asm))
+                  for w in "xyz"}
+    sse = len(re.findall(r"^\s*(?:add|sub|mul|div|max|min)p[sd]\s", asm, re.M))  # non-VEX SSE2
+    return {
+        "fma": fma,
+        "packed": packed_ops,
+        "sse_packed": sse,
+        "gather_scatter": len(re.findall(r"\bv(?:p?gather|p?scatter)\w*", asm)),
+        "spills": len(re.findall(r"-byte (?:Spill|Reload)", asm)),
+    }
+
+
+def kernels(dispatchers):
+    out = {}
+    for name, d in dispatchers.items():
+        for sig in d.signatures:
+            key = f"{name}[{','.join(str(a) for a in sig)}]"
+            out[key] = describe(d.inspect_asm(sig))
+    return out
+
+
+def gemm_kernels():
+    rng = np.random.default_rng(0)
+    for dt in (np.float32, np.float64):
+        nr = packed.NR * 4 // np.dtype(dt).itemsize
+        Ap = rng.standard_normal((37, packed.MR)).astype(dt)
+        Bp = rng.standard_normal((37, nr)).astype(dt)
+        C = np.zeros((packed.MR + 1, nr + 3), dt)
+        blas.micro_kernel(Ap, Bp, C, 1, 3)
+        np.testing.assert_allclose(C[1:, 3:], Ap.T @ Bp, rtol=1e-4, atol=1e-4)
+        A = rng.standard_normal((2 * packed.MR + 3, 29)).astype(dt)
+        B = rng.standard_normal((29, 2 * nr + 5)).astype(dt)
+        C = np.zeros((A.shape[0], B.shape[1]), dt)
+        blas.gemm_small(A, B, C)
+        np.testing.assert_allclose(C, A @ B, rtol=1e-4, atol=1e-4)
+    return {"micro_kernel": blas.micro_kernel, "gemm_small": blas.gemm_small}
+
+
+def training_step():
+    """A tiny GPT-style step, so that the loop-vectorised kernels get compiled."""
+    from sitp import nn
+    from sitp.nn import _activation, _fused
+    from sitp.nn import functional as F
+    from sitp.optim import _fused as optim_fused
+
+    sitp.manual_seed(0)
+    B, T, C, V = 2, 8, 32, 17
+    emb, lin1, lin2 = nn.Embedding(V, C), nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+    ln, head = nn.LayerNorm(C), nn.Linear(C, V)
+    params = [*emb.parameters(), *lin1.parameters(), *lin2.parameters(), *ln.parameters(),
+              *head.parameters()]
+    opt = sitp.optim.AdamW(params, lr=1e-3)
+    idx = sitp.randint(0, V, (B, T))
+    x = ln(emb(idx))
+    q = x.view(B, T, 2, C // 2).transpose(1, 2)
+    a = F.scaled_dot_product_attention(q, q, q, is_causal=True).transpose(1, 2).reshape(B, T, C)
+    h = lin2(F.gelu(lin1(x + a)))
+    logits = head(h + x)
+    loss = F.cross_entropy(logits.view(B * T, V), idx.view(B * T)) + logits.softmax(-1).sum() * 0
+    loss.backward()
+    opt.step()
+    from sitp import kernels as K
+    return {
+        "zip_fast_kernel": K.zip_fast_kernel, "map_kernel": K.map_kernel, "reduce_kernel": K.reduce_kernel,
+        "softmax_kernel": K.softmax_kernel, "gelu_kernel": _activation.gelu_kernel,
+        "gelu_backward_kernel": _activation.gelu_backward_kernel,
+        "layer_norm_kernel": _fused.layer_norm_kernel, "layer_norm_backward_kernel": _fused.layer_norm_backward_kernel,
+        "cross_entropy_kernel": _fused.cross_entropy_kernel,
+        "attention_forward_kernel": _fused.attention_forward_kernel,
+        "attention_backward_kernel": _fused.attention_backward_kernel,
+        "adam_kernel": optim_fused.adam_kernel,
+    }
+
+
+def main():
+    cfg = sitp.show_config(mode="dicts")
+    report = {"cpu": cfg["cpu"]["llvm_cpu_name"], "vector_bits": cfg["cpu"]["vector_bits"],
+              "tile": [packed.MR, packed.NR], "cache": cfg["cache"]["dir"]}
+    dispatchers = gemm_kernels()
+    if "--all" in sys.argv:
+        dispatchers.update(training_step())
+    report["kernels"] = kernels(dispatchers)
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
