@@ -73,7 +73,7 @@ def _gpu_answers() -> tuple[bool, str]:
 
 # --8<-- [start:simulator]
 def _choose_simulator() -> None:
-    """Without a GPU, switch numba's CUDA simulator on, unless the user chose."""
+    """Without a GPU, turn numba's CUDA simulator on, unless the user chose."""
     global simulator_fallback
     if "NUMBA_ENABLE_CUDASIM" in os.environ or "numba.cuda" in sys.modules:
         return  # an explicit setting wins; numba.cuda imported cannot switch
