@@ -59,8 +59,24 @@ def _cache_dir(key: str) -> Path:
     return candidates[0]  # numba will say that it cannot cache there
 
 
+def _prune(current: Path, days: float = 14.0) -> None:
+    """Remove sibling cache directories of other keys not used for ``days`` days."""
+    import shutil
+    import time
+
+    try:
+        os.utime(current)                      # marks this key as in use
+        cutoff = time.time() - days * 86400
+        for other in current.parent.iterdir():
+            if other != current and other.is_dir() and other.stat().st_mtime < cutoff:
+                shutil.rmtree(other, ignore_errors=True)
+    except OSError:
+        pass
+
+
 _USER_CACHE_ROOT = _user_cache_root()
 CACHE_DIR = str(_cache_dir(_target.cache_key()))
+_prune(Path(CACHE_DIR))
 os.environ["NUMBA_CACHE_DIR"] = os.environ["_SITP_NUMBA_CACHE_DIR"] = CACHE_DIR
 if _USER_CACHE_ROOT:
     os.environ["_SITP_USER_NUMBA_CACHE_DIR"] = _USER_CACHE_ROOT

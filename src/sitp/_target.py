@@ -133,6 +133,31 @@ def _numba_version() -> str:
         return "?"
 
 
+_KERNEL_MARKERS = (b"njit", b"@intrinsic", b"cuda.jit", b"@jit", b"generated_jit", b"overload")
+
+
+@lru_cache(maxsize=None)
+def kernel_sources_hash() -> str:
+    """A hash of every sitp source file that defines or calls compiled code.
+
+    numba's cache checks only the file of the function it caches. A kernel that
+    calls (or inlines) a kernel from another file, as attention calls
+    ``gemm_small``, would keep its old machine code after that other file changed.
+    Keying the cache on all of them costs a recompile after any kernel edit, and
+    never runs stale code.
+    """
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if any(m in data for m in _KERNEL_MARKERS):
+            h.update(str(path.relative_to(root)).encode() + b"\0" + data)
+    return h.hexdigest()[:16]
+
+
 def codegen_settings() -> dict[str, str]:
     """Everything that changes the machine code numba generates for sitp's kernels."""
     return {
@@ -147,6 +172,7 @@ def codegen_settings() -> dict[str, str]:
         "NUMBA_ENABLE_AVX": os.environ.get("NUMBA_ENABLE_AVX", "1"),
         "NUMBA_FASTMATH": os.environ.get("NUMBA_FASTMATH", ""),
         "tile": "%dx%d" % tile_shape(),
+        "kernel_sources": kernel_sources_hash(),
     }
 
 

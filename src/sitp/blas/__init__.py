@@ -30,7 +30,7 @@ from .ladder import gemm_blocked, gemm_ikj, gemm_naive
 from .level1 import saxpy, triad
 from .level2 import sgemv
 from .packed import KC, MC, MR, NR, fill_rows, gemm_packed, gemm_parallel, micro_kernel, stored
-from .small import gemm_small
+from .small import DIRECT_MAX_B_BYTES, DIRECT_MAX_N, gemm_direct_parallel, gemm_small
 
 __all__ = [
     "matmul", "bmm", "saxpy", "triad", "sgemv", "gemm_naive", "gemm_ikj",
@@ -76,7 +76,9 @@ def matmul(a, b, bias=None):
     Kernel choice: int64 uses the ikj loop; one-column products ``sgemv``;
     products that fit in L2 the unpacked register tiles of ``gemm_small`` (one
     thread: they take microseconds, about what it costs to wake a thread pool);
-    the rest the packed micro-kernel on all threads. Transposed operands are
+    thin products, whose B is narrow and fits in L2 (a layer's weight), the same
+    unpacked tiles on all threads (``gemm_direct_parallel``); the rest the packed
+    micro-kernel on all threads. Transposed operands are
     read in place (see :func:`sitp.blas.packed.stored`).
     """
     a, b = _check(a, b, 2, "matmul")
@@ -96,10 +98,14 @@ def matmul(a, b, bias=None):
         gemm_ikj(np.ascontiguousarray(a), np.ascontiguousarray(b), c)
     elif N == 1:
         sgemv(np.ascontiguousarray(a), b.reshape(K), c.reshape(M))
-    elif mnk < SMALL_MNK:
+    elif mnk < SMALL_MNK or (N <= DIRECT_MAX_N and K * N * b.itemsize <= DIRECT_MAX_B_BYTES):
         # the unpacked kernel reads rows of B as vectors: B must be row-major
         a = a if a.flags.c_contiguous or a.flags.f_contiguous else np.ascontiguousarray(a)
-        gemm_small(a, np.ascontiguousarray(b), c)
+        b = np.ascontiguousarray(b)
+        if mnk < SMALL_MNK:
+            gemm_small(a, b, c)
+        else:                   # a thin product: B small, A tall; threads over A's rows
+            gemm_direct_parallel(a, b, c, numba.get_num_threads())
     else:
         gemm_parallel(a, b, c)
     return c

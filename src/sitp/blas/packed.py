@@ -100,83 +100,92 @@ def tile_nr(typingctx, dtype):
 
 
 # --8<-- [start:tile_fma]
-@intrinsic
-def tile_fma(typingctx, A, a_si, a_sp, B, b_sp, K, acc):
-    """acc[i, :] = sum over p < K of A[i, p] * B[p, :], for an MR x NR tile, in registers.
+def make_tile_fma(rows, nvec):
+    """An intrinsic ``tile_fma(A, a_si, a_sp, B, b_sp, K, acc)`` for a rows x (nvec vectors) tile.
 
-    A's element (i, p) is at ``A.data[i * a_si + p * a_sp]`` and row p of B starts at
-    ``B.data[p * b_sp]`` (strides in elements; B's rows are contiguous). ``acc`` is
-    a pointer to MR * NR values, written once at the end.
+    It computes acc[i, :] = sum over p < K of A[i, p] * B[p, :] for i < rows and
+    nvec * lanes columns, where A's element (i, p) is at ``A.data[i * a_si + p * a_sp]``
+    and row p of B starts at ``B.data[p * b_sp]`` (strides in elements; B's rows are
+    contiguous). ``acc`` points to rows * nvec * lanes values, written once at the end.
 
-    The loop is written in LLVM IR with explicit vector types: the tile is MR x 2
-    values of type ``<lanes x float>``, carried from one step to the next in SSA
-    registers (``phi`` nodes), and each step is two vector loads of B, MR broadcasts
-    of A and 2 * MR ``llvm.fmuladd`` (an FMA where the target has one). Nothing is
-    left for LLVM's vectorizers to decide, so the code is the same on every target:
-    ``ymm`` registers on AVX2, ``zmm`` on AVX-512, ``xmm`` on baseline x86-64.
+    The loop is written in LLVM IR with explicit vector types: the tile is
+    rows x nvec values of type ``<lanes x float>``, carried from one step to the next
+    in SSA registers (``phi`` nodes), and each step is nvec vector loads of B, rows
+    broadcasts of A and rows * nvec ``llvm.fmuladd`` (an FMA where the target has
+    one). Nothing is left for LLVM's vectorizers to decide, so the code is the same
+    on every target: ``ymm`` registers on AVX2, ``zmm`` on AVX-512, ``xmm`` on
+    baseline x86-64 and NEON.
     """
-    if not (isinstance(A, types.Array) and isinstance(B, types.Array) and A.ndim == B.ndim == 2
-            and isinstance(A.dtype, types.Float) and B.dtype == A.dtype):
-        return None
-    sig = types.void(A, a_si, a_sp, B, b_sp, K, acc)
+    @intrinsic
+    def tile_fma(typingctx, A, a_si, a_sp, B, b_sp, K, acc):
+        if not (isinstance(A, types.Array) and isinstance(B, types.Array) and A.ndim == B.ndim == 2
+                and isinstance(A.dtype, types.Float) and B.dtype == A.dtype):
+            return None
+        return types.void(A, a_si, a_sp, B, b_sp, K, acc), _tile_codegen(rows, nvec)
 
+    return tile_fma
+
+
+def _tile_codegen(rows, nvec):
     def codegen(context, builder, signature, args):
-        a_arr, a_si_, a_sp_, b_arr, b_sp_, k_, acc_ = args
+        a_arr, _, _, b_arr, _, _, acc = args
         i64 = ir.IntType(64)
-        a_si_, a_sp_, b_sp_, k_ = (context.cast(builder, args[n], signature.args[n], types.int64)
-                                   for n in (1, 2, 4, 5))
+        a_si, a_sp, b_sp, k = (context.cast(builder, args[n], signature.args[n], types.int64)
+                               for n in (1, 2, 4, 5))
+        dtype = signature.args[0].dtype
         a_data = context.make_array(signature.args[0])(context, builder, a_arr).data
         b_data = context.make_array(signature.args[3])(context, builder, b_arr).data
-        elt = context.get_value_type(A.dtype)
-        lanes = _target.vector_bits() // A.dtype.bitwidth
-        nr = 2 * lanes
-        vty = ir.VectorType(elt, lanes)
+        lanes = _target.vector_bits() // dtype.bitwidth
+        vty = ir.VectorType(context.get_value_type(dtype), lanes)
+        align = dtype.bitwidth // 8
         fmuladd = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(vty, [vty] * 3), f"llvm.fmuladd.v{lanes}f{A.dtype.bitwidth}")
+            builder.module, ir.FunctionType(vty, [vty] * 3), f"llvm.fmuladd.v{lanes}f{dtype.bitwidth}")
         zero = ir.Constant(vty, None)
-        splat = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
         undef = ir.Constant(vty, ir.Undefined)
+        splat = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
         entry = builder.basic_block
         loop = builder.append_basic_block("tile.loop")
         done = builder.append_basic_block("tile.done")
-        builder.cbranch(builder.icmp_signed(">", k_, i64(0)), loop, done)
+        builder.cbranch(builder.icmp_signed(">", k, i64(0)), loop, done)
 
-        builder.position_at_end(loop)             # one step p of the sum of outer products
+        builder.position_at_end(loop)              # one step p of the sum of outer products
         p = builder.phi(i64)
-        tile = [[builder.phi(vty) for _ in range(2)] for _ in range(MR)]
-        b_row = builder.gep(b_data, [builder.mul(p, b_sp_)])
+        tile = [[builder.phi(vty) for _ in range(nvec)] for _ in range(rows)]
+        b_row = builder.gep(b_data, [builder.mul(p, b_sp)])
         b = [builder.load(builder.bitcast(builder.gep(b_row, [i64(v * lanes)]), vty.as_pointer()),
-                          align=A.dtype.bitwidth // 8) for v in range(2)]
-        a_col = builder.mul(p, a_sp_)
+                          align=align) for v in range(nvec)]
+        a_col = builder.mul(p, a_sp)
         new = []
-        for i in range(MR):
-            a = builder.load(builder.gep(a_data, [builder.add(a_col, builder.mul(i64(i), a_si_))]))
+        for i in range(rows):
+            a = builder.load(builder.gep(a_data, [builder.add(a_col, builder.mul(i64(i), a_si))]))
             a = builder.shuffle_vector(builder.insert_element(undef, a, ir.IntType(32)(0)), undef, splat)
-            new.append([builder.call(fmuladd, [a, b[v], tile[i][v]]) for v in range(2)])
+            new.append([builder.call(fmuladd, [a, b[v], tile[i][v]]) for v in range(nvec)])
         p_next = builder.add(p, i64(1))
         end = builder.basic_block
         p.add_incoming(i64(0), entry)
         p.add_incoming(p_next, end)
-        for i in range(MR):
-            for v in range(2):
+        for i in range(rows):
+            for v in range(nvec):
                 tile[i][v].add_incoming(zero, entry)
                 tile[i][v].add_incoming(new[i][v], end)
-        builder.cbranch(builder.icmp_signed("<", p_next, k_), loop, done)
+        builder.cbranch(builder.icmp_signed("<", p_next, k), loop, done)
 
-        builder.position_at_end(done)              # the tile, written out once
+        builder.position_at_end(done)               # the tile, written out once
         final = []
-        for i in range(MR):
-            for v in range(2):
+        for i in range(rows):
+            for v in range(nvec):
                 f = builder.phi(vty)
                 f.add_incoming(zero, entry)
                 f.add_incoming(new[i][v], end)
-                final.append((i * nr + v * lanes, f))
+                final.append(((i * nvec + v) * lanes, f))
         for offset, f in final:
-            builder.store(f, builder.bitcast(builder.gep(acc_, [i64(offset)]), vty.as_pointer()),
-                          align=A.dtype.bitwidth // 8)
+            builder.store(f, builder.bitcast(builder.gep(acc, [i64(offset)]), vty.as_pointer()), align=align)
         return context.get_dummy_value()
 
-    return sig, codegen
+    return codegen
+
+
+tile_fma = make_tile_fma(MR, 2)  # the micro-kernel's MR x NR tile
 # --8<-- [end:tile_fma]
 
 
