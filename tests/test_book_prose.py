@@ -122,3 +122,55 @@ def test_no_development_diary_outside_the_numbers_page():
     assert not problems, (
         "state what is true and how to measure it; dated runs go on docs/numbers.md:\n"
         + "\n".join(problems))
+
+
+# --- fences that demonstrate an error ----------------------------------------------
+
+def silent_excepts(code: str) -> list[int]:
+    """Lines of ``try`` statements whose handlers only print: a missing error passes.
+
+    A fence that shows an error should use ``pytest.raises`` (or assert in the handler
+    and ``raise`` in an ``else:``); a handler that computes something (``x = None``) is
+    control flow, not a demonstration, and so is an optional import (``except
+    ImportError: pass``); both are left alone.
+    """
+    import ast
+
+    lines = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Try) and not node.orelse:
+            for handler in node.handlers:
+                caught = ast.unparse(handler.type) if handler.type else ""
+                if caught in ("ImportError", "ModuleNotFoundError"):
+                    continue
+                if all(isinstance(s, (ast.Expr, ast.Pass)) for s in handler.body):
+                    lines.append(node.lineno)
+                    break
+    return lines
+
+
+def test_the_try_scan_flags_a_print_only_handler():
+    assert silent_excepts("try:\n    f()\nexcept ValueError as e:\n    print(e)\n") == [1]
+    assert not silent_excepts("try:\n    f()\nexcept ValueError:\n    x = None\n")
+    assert not silent_excepts("try:\n    import torch\nexcept ImportError:\n    pass\n")
+    assert not silent_excepts(
+        "try:\n    f()\nexcept ValueError as e:\n    print(e)\nelse:\n    raise AssertionError\n")
+
+
+def test_error_demonstrations_fail_when_the_error_is_missing():
+    from hooks.fences import PYTHON_LANGS, parsed_fences
+
+    problems = []
+    for page in sorted(DOCS.rglob("*.md")):
+        for fence in parsed_fences(page.read_text(encoding="utf-8")):
+            if fence.lang not in PYTHON_LANGS or "--8<--" in fence.content:
+                continue
+            if fence.lang == "pycon":
+                continue
+            try:
+                found = silent_excepts(fence.content)
+            except SyntaxError:
+                continue
+            problems += [f"{page.relative_to(ROOT).as_posix()}:{fence.line + n}: try/except "
+                         "that only prints; use pytest.raises" for n in found]
+    assert not problems, "\n".join(problems)
