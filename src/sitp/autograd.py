@@ -34,6 +34,11 @@ class _GradMode:
 
     mode = True
 
+    def __new__(cls, orig_func=None):
+        if orig_func is not None:  # a bare @no_grad (no parentheses), as torch allows
+            return cls()(orig_func)
+        return super().__new__(cls)
+
     def __enter__(self):
         self.prev = is_grad_enabled()
         set_grad_enabled(self.mode)
@@ -87,6 +92,9 @@ class set_grad_enabled(_GradMode):  # noqa: N801  (PyTorch's name; replaces the 
     >>> y.requires_grad, sitp.is_grad_enabled()
     (False, True)
     """
+
+    def __new__(cls, mode: bool):
+        return object.__new__(cls)
 
     def __init__(self, mode: bool) -> None:
         if not isinstance(mode, bool):
@@ -230,6 +238,16 @@ class Node:
         return f"<{self.name()}>"
 
 
+class _Edge:
+    """A non-leaf input of a recorded op: the grad_fn and output number it had then."""
+
+    __slots__ = ("grad_fn", "_output_nr")
+    requires_grad = True
+
+    def __init__(self, t):
+        self.grad_fn, self._output_nr = t.grad_fn, t._output_nr
+
+
 class Function:
     """Subclass with ``forward(ctx, *args)`` and ``backward(ctx, grad)``.
 
@@ -259,7 +277,11 @@ class Function:
         finally:
             _state.enabled = prev
         if record:
-            inputs = tuple(a if n else None for a, n in zip(args, needs))
+            # a leaf input itself (its .grad is accumulated); a non-leaf one as an _Edge,
+            # its place in the graph now, so that a later in-place op on it (which gives
+            # the tensor a new grad_fn) does not change what this op's backward reaches
+            inputs = tuple((a if a.grad_fn is None else _Edge(a)) if n else None
+                           for a, n in zip(args, needs))
             node = Node(cls, ctx, inputs)
             k = 0  # floating-point outputs are numbered: output k gets gradient k
             for o in out if isinstance(out, tuple) else (out,):

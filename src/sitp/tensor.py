@@ -12,6 +12,7 @@ import builtins
 import math
 import numbers
 import operator
+import sys
 
 import numpy as np
 
@@ -69,20 +70,28 @@ CPU = device("cpu")
 CUDA = device("cuda")
 
 
-def _check_inplace(t, *sources):
-    """In-place ops are not recorded: refuse those that would lose a gradient."""
-    if is_grad_enabled() and t.requires_grad:
+def _check_inplace(t, *sources) -> bool:
+    """Whether an in-place op on ``t`` must be recorded in the autograd graph, as torch
+    records it: grad mode is on and ``t`` or a source requires grad. Refuses what torch
+    refuses (a leaf that requires grad) and what sitp cannot record (see below)."""
+    if not is_grad_enabled():
+        return False
+    if t.requires_grad:
         if t.grad_fn is None:
             raise RuntimeError(
                 "a leaf Variable that requires grad is being used in an in-place operation.")
+    elif not any(isinstance(v, Tensor) and v.requires_grad for v in sources):
+        return False
+    # t's version counter is held by t only, unless another live tensor views the same
+    # storage (a view, its base, a detach()). torch rewrites the graphs of those views
+    # after an in-place op; sitp does not, so it refuses rather than give them stale gradients.
+    if sys.getrefcount(t._vc) > 2:
         raise RuntimeError(
-            "sitp does not record in-place operations in the autograd graph; "
-            "use the out-of-place form (e.g. x = x + y instead of x += y)")
-    if is_grad_enabled() and any(isinstance(v, Tensor) and v.requires_grad for v in sources):
-        raise RuntimeError(
-            "sitp does not record in-place operations in the autograd graph: writing a "
-            "tensor that requires grad into another one would silently drop its gradient; "
-            "build the result out of place (sitp.cat, sitp.stack, sitp.where) or detach() it")
+            f"sitp records an in-place operation on a tensor in the autograd graph (shape "
+            f"{tuple(t.shape)}) only when no other tensor views its storage, and this one is "
+            "a view or has views; build the result out of place (sitp.cat, sitp.stack, "
+            "sitp.where, x = x + y) or detach() it")
+    return True
 
 
 class Tensor:
@@ -571,7 +580,8 @@ class Tensor:
     def __setitem__(self, key, value):
         from ._indexing import setitem
 
-        _check_inplace(self, value)
+        if _check_inplace(self, value):
+            _refuse_indexed_write(self)
         setitem(self, key, value)
         self._vc[0] += 1
 
@@ -1120,8 +1130,9 @@ class Tensor:
     def _inplace(self, result: "Tensor", cast: bool = False) -> "Tensor":
         """Write ``result`` (broadcast to self's shape) into self's storage; unless ``cast``
         (copy_), a float result into an integer tensor, or a number into a bool one, is
-        refused as torch does."""
-        _check_inplace(self)
+        refused as torch does. In the graph (see ``_check_inplace``) the write is recorded."""
+        if _check_inplace(self, result):
+            return self._record_inplace(lambda old: old.masked_fill(_all_true(old), result), cast)
         if result.dtype is not self.dtype and not cast and (
                 (result.dtype.is_floating_point and not self.dtype.is_floating_point)
                 or (self.dtype is bool_ and result.dtype is not bool_)):
@@ -1136,38 +1147,66 @@ class Tensor:
         self._vc[0] += 1
         return self
 
+    def _record_inplace(self, compute, cast: bool = False) -> "Tensor":
+        """An in-place op recorded as torch records it: ``compute`` runs out of place on a
+        copy that carries self's place in the graph (so what it saves is never overwritten),
+        its result is written into self's storage, and self takes the result's grad_fn."""
+        old_node, old_nr = self.grad_fn, self._output_nr
+        r = compute(self.clone())
+        if tuple(r.shape) != tuple(self.shape) and broadcast_shapes(
+                r.shape, self.shape) == tuple(self.shape):
+            r = r.expand(self.shape)
+        if r.dtype is not self.dtype and r.dtype.is_floating_point and self.dtype.is_floating_point:
+            r = r.to(self.dtype)
+        with _no_grad():
+            self._inplace(r, cast)
+        if r.requires_grad:
+            self.grad_fn, self._output_nr, self.requires_grad = r.grad_fn, r._output_nr, True
+            if self._retains_grad:
+                if old_node is not None and old_node.retained:
+                    old_node.retained.pop(old_nr, None)
+                self.retain_grad()
+        return self
+
     def add_(self, other, alpha=1):
-        _check_inplace(self, other)
+        if _check_inplace(self, other):
+            return self._record_inplace(lambda x: x + (other * alpha if alpha != 1 else other))
         with _no_grad():
             return self._inplace(self + (other * alpha if alpha != 1 else other))
 
     def sub_(self, other, alpha=1):
-        _check_inplace(self, other)
+        if _check_inplace(self, other):
+            return self._record_inplace(lambda x: x - (other * alpha if alpha != 1 else other))
         with _no_grad():
             return self._inplace(self - (other * alpha if alpha != 1 else other))
 
     def mul_(self, other):
-        _check_inplace(self, other)
+        if _check_inplace(self, other):
+            return self._record_inplace(lambda x: x * other)
         with _no_grad():
             return self._inplace(self * other)
 
     def div_(self, other):
-        _check_inplace(self, other)
+        if _check_inplace(self, other):
+            return self._record_inplace(lambda x: x / other)
         with _no_grad():
             return self._inplace(self / other)
 
     def addcmul_(self, t1, t2, value=1):
-        _check_inplace(self, t1, t2)
+        if _check_inplace(self, t1, t2):
+            return self._record_inplace(lambda x: x + t1 * t2 * value)
         with _no_grad():
             return self._inplace(self + t1 * t2 * value)
 
     def addcdiv_(self, t1, t2, value=1):
-        _check_inplace(self, t1, t2)
+        if _check_inplace(self, t1, t2):
+            return self._record_inplace(lambda x: x + t1 / t2 * value)
         with _no_grad():
             return self._inplace(self + t1 / t2 * value)
 
     def lerp_(self, end, weight):
-        _check_inplace(self, end, weight)
+        if _check_inplace(self, end, weight):
+            return self._record_inplace(lambda x: x + (end - x) * weight)
         with _no_grad():
             return self._inplace(self + (end - self) * weight)
 
@@ -1187,34 +1226,40 @@ class Tensor:
     # --8<-- [end:inplace]
 
     def clamp_(self, min=None, max=None):
-        _check_inplace(self)
+        if _check_inplace(self, min, max):
+            return self._record_inplace(lambda x: x.clamp(min, max))
         with _no_grad():
             return self._inplace(self.clamp(min, max))
 
     def exp_(self):
-        _check_inplace(self)
+        if _check_inplace(self):
+            return self._record_inplace(lambda x: x.exp())
         with _no_grad():
             return self._inplace(self.exp())
 
     def sqrt_(self):
-        _check_inplace(self)
+        if _check_inplace(self):
+            return self._record_inplace(lambda x: x.sqrt())
         with _no_grad():
             return self._inplace(self.sqrt())
 
     def neg_(self):
-        _check_inplace(self)
+        if _check_inplace(self):
+            return self._record_inplace(lambda x: -x)
         with _no_grad():
             return self._inplace(-self)
 
     def pow_(self, e):
-        _check_inplace(self, e)
+        if _check_inplace(self, e):
+            return self._record_inplace(lambda x: x ** e)
         with _no_grad():
             return self._inplace(self ** e)
 
     def index_put_(self, indices, values, accumulate: bool = False):
         from ._indexing import setitem
 
-        _check_inplace(self, values)
+        if _check_inplace(self, values):
+            _refuse_indexed_write(self)
         setitem(self, tuple(indices), values, accumulate=accumulate)
         self._vc[0] += 1
         return self
@@ -1273,6 +1318,19 @@ class _no_grad:
         from .autograd import set_grad_enabled
 
         set_grad_enabled(self.prev)
+
+
+def _refuse_indexed_write(t) -> None:
+    raise RuntimeError(
+        f"sitp does not record an indexed in-place write (x[i] = v, index_put_) on a tensor in "
+        f"the autograd graph (shape {tuple(t.shape)}); build the result out of place "
+        "(sitp.where, sitp.cat, sitp.stack) or detach() it")
+
+
+def _all_true(t) -> Tensor:
+    """A bool tensor of ``t``'s shape, all True (masked_fill with it overwrites everything)."""
+    return Tensor._make(np.ones(max(t.numel(), 1), dtype=np.bool_), t.shape,
+                        contiguous_strides(t.shape), 0, bool_).to(t.device)
 
 
 def _scalar(value, dtype) -> Tensor:
