@@ -12,25 +12,7 @@ import os
 import platform
 
 from . import _env, _target
-
-
-def _cpu_model() -> str:
-    """The processor's marketing name, where the OS tells it."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith(("model name", "hardware", "cpu model")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    if platform.system() == "Darwin":
-        try:
-            import subprocess
-            return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
-                                  text=True, timeout=5).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return platform.processor() or "unknown"
+from .bench import cpu_model
 
 
 def config() -> dict:
@@ -44,7 +26,7 @@ def config() -> dict:
     bits = _target.vector_bits()
     x86 = _target.arch() in ("x86_64", "amd64", "i386", "i686", "x86")
     cpu = {
-        "model": _cpu_model(),
+        "model": cpu_model(),
         "arch": _target.arch(),
         "llvm_cpu_name": _target.cpu_name(),
         "isa": _target.isa_name(),
@@ -93,5 +75,9 @@ def show_config(mode: str = "stdout"):
         for key, value in items.items():
             if isinstance(value, dict):
                 value = ", ".join(f"{k}={v}" for k, v in value.items())
+            elif key == "NUMBA_CPU_FEATURES" and value and len(value) > 60:
+                flags = value.split(",")
+                off512 = "-avx512f" in flags
+                value = f"{len(flags)} features set{' (avx512f off)' if off512 else ''}: {value[:40]}..."
             print(f"  {key}: {value}")
     return None

@@ -212,8 +212,13 @@ def machine_info():
     from ..blas import saxpy
 
     saxpy(np.float32(1), np.zeros(8, np.float32), np.zeros(8, np.float32))  # start the thread pool
+    from .. import _target
+    from ..blas import packed
+
     return (
         f"{cpu_model()}, {os.cpu_count()} cores ({simd_flags()}), "
+        f"sitp compiled for {_target.cpu_name()} ({_target.isa_name()}, "
+        f"GEMM tile {packed.MR}x{packed.NR}), "
         f"numba {numba.__version__} with {numba.get_num_threads()} threads ({numba.threading_layer()}), "
         f"numpy {np.__version__} with OpenBLAS kernel '{core}', "
         f"{datetime.date.today().isoformat()}"
