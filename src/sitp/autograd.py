@@ -420,13 +420,34 @@ def _accumulate(leaf, g) -> None:
 # --8<-- [end:backward]
 
 
-def grad(outputs, inputs, grad_outputs=None, retain_graph: bool = False):
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bool = False,
+         only_inputs: bool = True, allow_unused=None, is_grads_batched: bool = False,
+         materialize_grads: bool = False):
     """Gradients of ``outputs`` with respect to ``inputs``, returned (not accumulated).
 
-    A small subset of ``torch.autograd.grad``: one output tensor, no
-    ``create_graph``. The inputs' ``.grad`` fields are left as they were.
+    A subset of ``torch.autograd.grad``: one output tensor; ``create_graph`` and
+    ``is_grads_batched`` raise NotImplementedError. An input the output does not
+    depend on raises, as in torch, unless ``allow_unused`` (its gradient is None) or
+    ``materialize_grads`` (zeros). The inputs' ``.grad`` fields are left as they were.
     """
     from .tensor import Tensor
+
+    if create_graph:
+        raise NotImplementedError("grad(create_graph=True): sitp has no higher-order gradients")
+    if is_grads_batched:
+        raise NotImplementedError("grad(is_grads_batched=True) is not implemented in sitp")
+    if allow_unused is None:
+        allow_unused = materialize_grads
+    if materialize_grads and not allow_unused:
+        raise ValueError("Expected allow_unused to be True or not passed when "
+                         "materialize_grads=True, but got: allow_unused=False.")
+    if isinstance(outputs, (list, tuple)):
+        if len(outputs) != 1:
+            raise NotImplementedError("grad(): sitp takes one output tensor")
+        outputs = outputs[0]
+    if isinstance(grad_outputs, (list, tuple)) and len(grad_outputs) == 1:
+        grad_outputs = grad_outputs[0]
+    retain_graph = bool(retain_graph)
 
     import weakref
 
@@ -454,6 +475,14 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool = False):
     try:
         backward(outputs, grad_outputs, retain_graph=retain_graph)
         result = tuple(t.grad for t in inputs)
+        if not allow_unused and any(g is None for g in result):
+            raise RuntimeError(
+                "One of the differentiated Tensors appears to not have been used in the graph. "
+                "Set allow_unused=True if this is the desired behavior.")
+        if materialize_grads:
+            from .creation import zeros_like
+
+            result = tuple(zeros_like(t) if g is None else g for t, g in zip(inputs, result))
     finally:
         for node, r in retained.values():
             node.retained = r

@@ -212,9 +212,19 @@ class Tensor:
         self.requires_grad = requires_grad
         return self
 
-    def backward(self, gradient=None, retain_graph: bool = False) -> None:
-        """Accumulate the gradient of this tensor into the graph's leaves."""
-        _backward(self, gradient, retain_graph)
+    def backward(self, gradient=None, retain_graph=None, create_graph: bool = False,
+                 inputs=None) -> None:
+        """Accumulate the gradient of this tensor into the graph's leaves.
+
+        sitp has no higher-order gradients (``create_graph=True``) and always
+        accumulates into every leaf (``inputs`` must be None); both raise
+        NotImplementedError rather than be ignored.
+        """
+        if create_graph:
+            raise NotImplementedError("backward(create_graph=True): sitp has no higher-order gradients")
+        if inputs is not None:
+            raise NotImplementedError("backward(inputs=...): sitp accumulates into every leaf")
+        _backward(self, gradient, bool(retain_graph))
 
     def retain_grad(self) -> None:
         """Keep ``.grad`` on this non-leaf tensor after ``backward()`` (a leaf keeps it anyway)."""
@@ -530,17 +540,17 @@ class Tensor:
         key = (slice(None),) * dim + (slice(start, start + length),)
         return self[key]
 
-    def split(self, split_size_or_sections, dim: int = 0):
+    def split(self, split_size, dim: int = 0):
         """Views of consecutive chunks along ``dim``."""
         dim = normalize_dim(dim, self.ndim)
         n = self._shape[dim]
-        if isinstance(split_size_or_sections, int):
-            step = split_size_or_sections
+        if isinstance(split_size, int):
+            step = split_size
             if step <= 0:
                 raise RuntimeError(f"split_size must be positive, got {step}")
             sizes = [min(step, n - i) for i in range(0, n, step)] or [0]
         else:
-            sizes = list(split_size_or_sections)
+            sizes = list(split_size)
             if sum(sizes) != n:
                 raise RuntimeError(
                     f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's "
@@ -968,11 +978,14 @@ class Tensor:
         return x.sum(dims, keepdim) / n if n else x.sum(dims, keepdim) * math.nan
     # --8<-- [end:sum]
 
-    def norm(self, p=2, dim=None, keepdim: bool = False):
+    def norm(self, p=2, dim=None, keepdim: bool = False, dtype=None):
         """The p-norm over ``dim`` (all entries by default): (sum |x|^p)^(1/p).
 
-        ``p`` may be a positive number, ``inf`` (the largest magnitude) or ``"fro"``.
+        ``p`` may be a positive number, ``inf`` (the largest magnitude) or ``"fro"``;
+        with ``dtype`` the input is cast to it first, as in torch.
         """
+        if dtype is not None:
+            return self.to(dtype).norm(p, dim, keepdim)
         if p == "fro":
             p = 2
         a = self.abs()

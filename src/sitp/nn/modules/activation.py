@@ -12,11 +12,18 @@ class Tanh(Module):
 
 
 class ReLU(Module):
+    """``inplace=True`` writes the result into the input and returns it, as torch does
+    (recorded by autograd when the input is not a leaf)."""
+
     def __init__(self, inplace: bool = False):
         super().__init__()
+        self.inplace = inplace
 
     def forward(self, x):
-        return x.relu()
+        return x.copy_(x.relu()) if self.inplace else x.relu()
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
 
 
 class Sigmoid(Module):
@@ -39,8 +46,20 @@ class GELU(Module):
 
 
 class SiLU(Module):
+    """``inplace=True`` writes the result into the input and returns it, as torch does."""
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = inplace
+
     def forward(self, x):
-        return F.silu(x)
+        if not self.inplace:
+            return F.silu(x)
+        # silu's backward reads its input: give it a copy, since x is overwritten
+        return x.copy_(F.silu(x.clone() if x.requires_grad else x))
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
 
 
 class Softmax(Module):

@@ -15,8 +15,14 @@ class Conv1d(Module):
     """out[n, o, t] = b[o] + sum_{c, k} w[o, c, k] * x[n, c, t*stride + k*dilation - padding]."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
-                 padding: int = 0, dilation: int = 1, bias: bool = True, dtype=None, device=None):
+                 padding: int = 0, dilation: int = 1, groups: int = 1, bias: bool = True,
+                 padding_mode: str = "zeros", device=None, dtype=None):
         super().__init__()
+        if groups != 1:
+            raise NotImplementedError(f"Conv1d: groups={groups}; sitp has groups=1 only")
+        if padding_mode != "zeros":
+            raise NotImplementedError(
+                f"Conv1d: padding_mode={padding_mode!r}; sitp pads with zeros only")
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size, self.stride, self.padding, self.dilation = kernel_size, stride, padding, dilation
         self.weight = Parameter(empty(out_channels, in_channels, kernel_size, dtype=dtype))

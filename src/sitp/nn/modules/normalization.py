@@ -47,13 +47,16 @@ class BatchNorm1d(Module):
     """
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
-                 affine: bool = True, track_running_stats: bool = True, dtype=None, device=None):
+                 affine: bool = True, track_running_stats: bool = True, device=None, dtype=None,
+                 *, bias: bool = True):
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         if affine:
             self.weight = Parameter(ones(num_features, dtype=dtype))
-            self.bias = Parameter(zeros(num_features, dtype=dtype))
+            self.bias = Parameter(zeros(num_features, dtype=dtype)) if bias else None
+            if not bias:
+                self.register_parameter("bias", None)
         if track_running_stats:
             self.register_buffer("running_mean", zeros(num_features, dtype=dtype))
             self.register_buffer("running_var", ones(num_features, dtype=dtype))
@@ -83,7 +86,9 @@ class BatchNorm1d(Module):
             mean, var = self.running_mean, self.running_var
         y = (x - mean.view(shape)) * (var.view(shape) + self.eps).rsqrt()
         if self.affine:
-            y = y * self.weight.view(shape) + self.bias.view(shape)
+            y = y * self.weight.view(shape)
+            if self.bias is not None:
+                y = y + self.bias.view(shape)
         return y
 # --8<-- [end:batchnorm]
 

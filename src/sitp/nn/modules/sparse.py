@@ -18,12 +18,26 @@ class Embedding(Module):
     position's gradient into the row it read (scatter-add).
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx=None, dtype=None, device=None):
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx=None,
+                 max_norm=None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+                 sparse: bool = False, _weight=None, _freeze: bool = False,
+                 device=None, dtype=None):
         super().__init__()
+        _unsupported(max_norm=max_norm, scale_grad_by_freq=scale_grad_by_freq, sparse=sparse)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.padding_idx = padding_idx
-        self.weight = Parameter(empty(num_embeddings, embedding_dim, dtype=dtype))
-        self.reset_parameters()
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
+        if _weight is None:
+            self.weight = Parameter(empty(num_embeddings, embedding_dim, dtype=dtype),
+                                    requires_grad=not _freeze)
+            self.reset_parameters()
+        else:  # torch's from_pretrained path: the given table, as it is
+            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+                raise RuntimeError(
+                    f"Shape of weight {tuple(_weight.shape)} does not match num_embeddings "
+                    f"and embedding_dim ({num_embeddings}, {embedding_dim})")
+            self.weight = Parameter(_weight, requires_grad=not _freeze)
 
     def reset_parameters(self) -> None:
         init.normal_(self.weight)
@@ -37,3 +51,11 @@ class Embedding(Module):
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+def _unsupported(**options) -> None:
+    """torch's Embedding options sitp does not implement: refused, never ignored."""
+    defaults = {"max_norm": None, "scale_grad_by_freq": False, "sparse": False}
+    for k, v in options.items():
+        if v != defaults[k]:
+            raise NotImplementedError(f"Embedding: {k}={v!r} is not implemented in sitp")
