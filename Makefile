@@ -43,7 +43,7 @@ PYTEST_CHECKS := tests docs src/sitp \
 	--markdown-docs --doctest-modules --durations=10 \
 	--ignore-glob='*/__main__.py' --ignore-glob='*/docs/*.py'
 
-.PHONY: help setup venv node serve build test test-site test-book lock clean
+.PHONY: help setup venv node serve build test test-site test-book outputs lock clean
 
 help:
 	@echo "make serve   set up the docs tools, build the book, serve it on http://$(HOST)"
@@ -51,6 +51,8 @@ help:
 	@echo "make test    set up, run every check (unit tests, fences, doctests, strict build)"
 	@echo "make build   set up, build the site into site/ (strict)"
 	@echo "make test-site  build, then check links and every page in headless Chromium"
+	@echo "make outputs record what every block of the book prints (docs/_outputs/);"
+	@echo "             one page: make outputs PAGE=ch02/strides.md"
 	@echo "make lock    re-pin requirements/constraints.txt from .venv"
 	@echo "make clean   remove built files (site/, caches)"
 
@@ -109,6 +111,14 @@ test-site: setup
 # The book alone: fences and doctests of docs/ and the machinery's tests.
 test-book: setup
 	$(BIN)/python -m pytest -p no:cacheprovider --markdown-docs docs tests/test_book.py
+
+# What the book's Python blocks print, for the pages to show beneath them: the copy-run
+# test (tests/test_copy_run.py) in recording mode writes docs/_outputs/<page>.json.
+# After editing a block: make outputs PAGE=ch02/strides.md, check the diff, commit it.
+COPY_RUN := tests/test_copy_run.py
+outputs: venv
+	SITP_RECORD_OUTPUTS=1 $(BIN)/python -m pytest -n $(JOBS) -p no:cacheprovider \
+	  $(if $(PAGE),"$(COPY_RUN)::test_page_runs_as_a_reader_pastes_it[$(PAGE)]",$(COPY_RUN))
 
 lock: venv
 	{ sed -n '/^#/p' $(CONSTRAINTS); $(BIN)/python -m pip freeze --exclude-editable \

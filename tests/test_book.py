@@ -7,14 +7,17 @@ The fences themselves are executed by pytest-markdown-docs (``make test`` passes
 from __future__ import annotations
 
 import doctest
+import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from hooks import pagecode
 from hooks.fences import PYTHON_LANGS, make_parser, parsed_fences, scan_fences
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +81,7 @@ def test_every_python_fence_is_executed_or_a_snippet_include(page: Path):
                 )
             if fence.line not in collected:
                 problems.append(f"{where}: pytest-markdown-docs would not run this fence")
-        for opt in fence.options - {"notest", "continuation"}:
+        for opt in fence.options - {"notest", "continuation", "volatile-output"}:
             # attributes (title="...", hl_lines="2 3", #id, .class) are the site's business;
             # a bare word is an option for the test runner, and a typo must not pass
             if "=" in opt or '"' in opt or opt.startswith(("#", ".")):
@@ -423,3 +426,125 @@ def test_continuation_fences_get_a_visible_mark():
         f'class="language-python continuation highlight"><span class="filename">'
         f"{CONTINUATION_TITLE}</span>"
     ) == 1
+
+
+# --- what the blocks print, and the page's code to take away ------------------------------
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if pagecode.blocks(p.read_text("utf-8"))],
+                         ids=page_id)
+def test_every_block_has_its_current_output_recorded(page: Path):
+    """docs/_outputs/<page>.json holds an output for the current code of every block.
+
+    The hash of a record covers the block's code and that of the blocks it continues, so
+    editing a block (or one it builds on) without `make outputs` fails here, at once;
+    the copy-run test then checks that the recorded text is what the block prints.
+    """
+    rel = page_id(page)
+    blocks = pagecode.blocks(page.read_text(encoding="utf-8"))
+    recorded = pagecode.load_outputs(rel)
+    stale = [f"docs/{rel}:{b.line}" for b in blocks
+             if pagecode.recorded_output(b, blocks, recorded) is None]
+    assert not stale, (
+        "no output recorded for the current code of " + ", ".join(stale)
+        + f"; run `make outputs PAGE={rel}` and commit docs/_outputs/"
+    )
+    assert [r["hash"] for r in recorded] == [b.hash for b in blocks], (
+        f"docs/_outputs/{Path(rel).with_suffix('.json')} has records of blocks the page no "
+        f"longer has; run `make outputs PAGE={rel}`"
+    )
+    assert [r["volatile"] for r in recorded] == [b.volatile for b in blocks]
+
+
+def test_no_outputs_recorded_for_pages_that_are_gone():
+    pages = {page_id(p) for p in PAGES}
+    orphans = [p.relative_to(ROOT).as_posix() for p in pagecode.OUTPUTS.rglob("*.json")
+               if p.relative_to(pagecode.OUTPUTS).with_suffix(".md").as_posix() not in pages]
+    assert not orphans, orphans
+
+
+SAMPLE = (
+    "# 9.9 A page\n\nText.\n\n"
+    "```python\nx = 1\nprint(x)\n```\n\n"
+    "## Going on\n\n"
+    '!!! note "In a box"\n    ```{.python continuation}\n    print(x + 1)\n    ```\n\n'
+    "```{.python volatile-output}\nprint('took 12.5 ms on 2 threads <b>')\n```\n\n"
+    "```python\ny = 2  # prints nothing\n```\n\n"
+    '```{.python notest}\n--8<-- "src/sitp/strides.py:strided_index"\n```\n'
+)
+
+
+def test_blocks_hash_their_chain_and_mark_volatile_ones():
+    blocks = pagecode.blocks(SAMPLE)
+    assert [(b.line, b.continuation, b.volatile) for b in blocks] == [
+        (5, False, False), (13, True, False), (17, False, True), (21, False, False)]
+    assert [b.heading for b in blocks] == ["9.9 A page", "Going on", "Going on", "Going on"]
+    # a continuation's hash covers the block it continues: editing that one makes it stale
+    edited = pagecode.blocks(SAMPLE.replace("x = 1", "x = 10"))
+    assert edited[0].hash != blocks[0].hash and edited[1].hash != blocks[1].hash
+    assert edited[2].hash == blocks[2].hash
+    assert pagecode.masked("took 12.5 ms on 2 threads at 0x7f3a") == "took # ms on # threads at #"
+    assert pagecode.same_output(blocks[2], "took 1.0 ms\n", "took 33.25 ms\n")
+    assert not pagecode.same_output(blocks[0], "1\n", "2\n")
+    assert not pagecode.same_output(blocks[2], "took 1.0 ms\n", "took 1.0 s\n")
+
+
+def test_the_page_shows_recorded_outputs_beneath_their_blocks(tmp_path, monkeypatch):
+    """hooks/book.py: an output under its block (also in an admonition), escaped, with
+    its label; none for a block that prints nothing or whose record is stale."""
+    import markdown
+
+    from hooks import book
+
+    blocks = pagecode.blocks(SAMPLE)
+    monkeypatch.setattr(pagecode, "OUTPUTS", tmp_path)
+    record = pagecode.outputs_record("x/page.md", blocks, ["1\n", "2\n", "took 1 ms <b>\n", ""])
+    record["blocks"][1]["hash"] = "0" * 16  # stale: the continuation's code changed since
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "page.json").write_text(json.dumps(record))
+    with pytest.MonkeyPatch.context() as m:
+        warnings = []
+        m.setattr(book.log, "warning", lambda *a: warnings.append(a[0] % a[1:]))
+        marked, outputs = book.insert_output_marks(SAMPLE, "x/page.md")
+    assert warnings and "line(s) 13" in warnings[0] and "make outputs" in warnings[0]
+    assert set(outputs) == {0, 2}
+    html = markdown.markdown(
+        book.mark_continuations(marked),
+        extensions=["admonition", "pymdownx.superfences", "pymdownx.highlight"],
+    )
+    html = book.render_outputs(html, outputs)
+    assert "sitp-output" not in html.split("</code></pre>")[0]  # after the code, not in it
+    assert html.count('<div class="sitp-output') == 2
+    assert html.index('<pre class="sitp-output__text">1</pre>') > html.index("print</span>")
+    assert f'{book.VOLATILE_LABEL}</span><pre class="sitp-output__text">took 1 ms &lt;b&gt;</pre>' in html
+    assert "volatile-output" not in book.mark_continuations(marked)
+    assert "<!--" not in html
+
+
+def test_downloads_script_and_notebook_hold_the_blocks(tmp_path):
+    """The page's script runs the blocks in order and compiles as one file; the notebook
+    is valid and has the same code cells; the page links both under its title."""
+    import nbformat
+
+    from hooks import book
+
+    script, cells = pagecode.page_script("ch09/page.md", SAMPLE)
+    compile(script, "page.py", "exec")
+    lines = script.split("\n")
+    blocks = pagecode.blocks(SAMPLE)
+    assert [c["line"] for c in cells] == [b.line for b in blocks]
+    for cell, block in zip(cells, blocks):
+        assert "\n".join(lines[cell["start"] - 1 : cell["end"]]) + "\n" == block.code
+        assert lines[cell["start"] - 2 - block.continuation].startswith("# %% Block")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         cwd=tmp_path, check=True).stdout
+    assert out == "1\n2\ntook 12.5 ms on 2 threads <b>\n"
+    nb = nbformat.reads(pagecode.page_notebook("ch09/page.md", SAMPLE), as_version=4)
+    nbformat.validate(nb)
+    assert [c.source + "\n" for c in nb.cells if c.cell_type == "code"] == [b.code for b in blocks]
+    assert [c.source for c in nb.cells if c.cell_type == "markdown"][1:] == ["## Going on"]
+    assert pagecode.download_name("ch09/page.md") == "sitp-ch09-page"
+    assert pagecode.download_name("ch09/index.md") == "sitp-ch09"
+    page = book.add_downloads_line(SAMPLE, "ch09/page.md")
+    assert page.split("\n")[:3] == ["# 9.9 A page", "", book.downloads_line("ch09/page.md").split("\n")[0]]
+    assert '(../downloads/sitp-ch09-page.ipynb){download="sitp-ch09-page.ipynb"}' in page

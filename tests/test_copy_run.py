@@ -1,7 +1,8 @@
 """The reader's contract: every page's Python blocks run outside the repository.
 
-A reader installs ``sitp[book]``, opens a fresh ``python`` in an empty directory and
-pastes a page's blocks in order. This test does exactly that, for every page:
+A reader installs ``sitp[book]``, downloads a page's script (or pastes its blocks in
+order into a fresh ``python``) in an empty directory and runs it. This test does exactly
+that, for every page:
 
 - the package is built as a wheel (from a copy of the sources, so the build leaves
   nothing in the tree) and installed, not editable, into a virtual environment of its
@@ -9,12 +10,22 @@ pastes a page's blocks in order. This test does exactly that, for every page:
   ``.pth`` file, so nothing is downloaded. The install is reused while ``src/`` and
   ``pyproject.toml`` are unchanged (their hash names the folder), so numba's cache of
   the installed kernels stays valid from one run to the next;
-- each page runs in a fresh subprocess of that environment, from an empty temporary
-  directory, with no ``PYTHONPATH`` and no ``NUMBA_ENABLE_CUDASIM``: without a GPU,
-  ``sitp.cuda`` must switch numba's simulator on by itself;
-- the blocks run in the page's order, with the semantics of pytest-markdown-docs: a
-  ``python`` block starts a fresh namespace, a ``{.python continuation}`` block runs in
-  the namespace of the blocks before it.
+- each page runs in a fresh subprocess of that environment, with no ``PYTHONPATH`` and
+  no ``NUMBA_ENABLE_CUDASIM`` (without a GPU, ``sitp.cuda`` must switch numba's
+  simulator on by itself), from an empty temporary directory that holds only the page's
+  script, the one the site offers as its download (``hooks/pagecode.py``,
+  :func:`page_script`);
+- the script must compile as a whole, as ``python sitp-ch02-strides.py`` reads it; it
+  then runs cell by cell in one namespace (``__name__ == "__main__"``), the blocks in
+  the page's order, so that a failure names the page's line of the block, and each
+  block's printed output is recorded;
+- that output must be the one recorded in ``docs/_outputs/<page>.json``, which the site
+  shows beneath the block: exactly, or with every number masked for a block marked
+  ``volatile-output`` (timings). ``make outputs`` (``SITP_RECORD_OUTPUTS=1``) runs this
+  same test and records the outputs instead of comparing them.
+
+Whether each standalone block also runs in a fresh namespace of its own is checked by
+pytest-markdown-docs (``make test`` runs every page with ``--markdown-docs``).
 
 Pages are parameters, so pytest-xdist spreads them over its workers.
 """
@@ -36,7 +47,7 @@ from pathlib import Path
 
 import pytest
 
-from hooks.fences import PYTHON_LANGS, parsed_fences
+from hooks import pagecode
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -45,25 +56,30 @@ WORK = ROOT / "build" / "copy-run"
 # of the tree).
 SOURCES = ("src", "pyproject.toml", "README.md", "LICENSE")
 PAGE_TIMEOUT = 600
+RECORD = os.environ.get("SITP_RECORD_OUTPUTS") == "1"
 
 
-def runnable_fences(page: Path) -> list[dict]:
-    """The blocks a reader pastes: Python fences that are not snippet includes."""
-    return [
-        {"line": f.line, "continuation": "continuation" in f.options, "code": f.content}
-        for f in parsed_fences(page.read_text(encoding="utf-8"))
-        if f.lang in PYTHON_LANGS and "notest" not in f.options
-    ]
+def page_blocks(page: Path) -> list[pagecode.Block]:
+    return pagecode.blocks(page.read_text(encoding="utf-8"))
 
 
-PAGES = [p for p in sorted(DOCS.rglob("*.md")) if runnable_fences(p)]
+PAGES = [p for p in sorted(DOCS.rglob("*.md")) if page_blocks(p)]
 
-# Runs in the reader's interpreter: one namespace per block and its continuations, each
-# block's output recorded (and printed, as the reader sees it).
+# Runs in the reader's interpreter: the page's script, compiled whole, then executed
+# cell by cell in one namespace, each block's output recorded (and printed, as the
+# reader sees it). Tracebacks show the script's lines (compiled with its file name).
 RUNNER = r'''
-import builtins, contextlib, io, json, linecache, sys, time, traceback
-fences = json.load(open(sys.argv[1], encoding="utf-8"))
-page, report = sys.argv[2], []
+import builtins, contextlib, io, json, sys, time, traceback
+script, cells, page, report_path = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[3], sys.argv[4]
+source = open(script, encoding="utf-8").read()
+lines = source.splitlines(True)
+try:
+    compile(source, script, "exec")
+except SyntaxError:
+    traceback.print_exc()
+    print(f"copy-run: the script of {page} does not compile as one file", file=sys.stderr)
+    sys.exit(1)
+sys.argv = [script]
 
 class Tee(io.TextIOBase):
     def __init__(self, out):
@@ -74,25 +90,22 @@ class Tee(io.TextIOBase):
     def flush(self):
         self.out.flush()
 
-ns = None
-for fence in fences:
-    if ns is None or not fence["continuation"]:
-        ns = {"__name__": "__main__", "__builtins__": builtins}
-    name = f"{page}:{fence['line']}"
-    code = fence["code"]
-    linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+ns, report = {"__name__": "__main__", "__file__": script, "__builtins__": builtins}, []
+for cell in cells:
+    code = "\n" * (cell["start"] - 1) + "".join(lines[cell["start"] - 1 : cell["end"]])
     tee, start = Tee(sys.stdout), time.perf_counter()
     try:
         with contextlib.redirect_stdout(tee):
-            exec(compile(code, name, "exec"), ns)
+            exec(compile(code, script, "exec"), ns)
     except BaseException:
         traceback.print_exc()
-        print(f"copy-run: the block at {name} failed", file=sys.stderr)
+        print(f"copy-run: the block at {page}:{cell['line']} failed (line {cell['start']} "
+              f"of the page's script)", file=sys.stderr)
         sys.exit(1)
     finally:
-        report.append({"line": fence["line"], "seconds": time.perf_counter() - start,
+        report.append({"line": cell["line"], "seconds": time.perf_counter() - start,
                        "stdout": tee.buf.getvalue()})
-        json.dump(report, open(sys.argv[3], "w", encoding="utf-8"))
+        json.dump(report, open(report_path, "w", encoding="utf-8"))
 '''
 
 
@@ -184,20 +197,25 @@ def reader_env() -> dict[str, str]:
 
 
 def run_page(python: Path, page: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, list]:
-    fences = runnable_fences(page)
-    (tmp_path / "fences.json").write_text(json.dumps(fences), encoding="utf-8")
-    (tmp_path / "runner.py").write_text(RUNNER, encoding="utf-8")
+    """Run the page's script (the download) from a directory that holds only it."""
+    rel = page.relative_to(DOCS).as_posix()
+    script, cells = pagecode.page_script(rel, page.read_text(encoding="utf-8"))
     cwd = tmp_path / "reader"
     cwd.mkdir()
-    rel = page.relative_to(ROOT).as_posix()
-    # `python -c` puts the (empty) working directory first on sys.path, as a pasted
-    # session does; the runner's own file is read, not imported from the checkout.
+    path = cwd / f"{pagecode.download_name(rel)}.py"
+    path.write_text(script, encoding="utf-8")
+    (tmp_path / "cells.json").write_text(json.dumps(cells), encoding="utf-8")
+    (tmp_path / "runner.py").write_text(RUNNER, encoding="utf-8")
+    # `python -c` puts the working directory first on sys.path, as `python script.py`
+    # puts the script's; the runner's own file is read, not imported from the checkout.
     code = f"exec(open({str(tmp_path / 'runner.py')!r}).read())"
+    report_path = tmp_path / "report.json"
     proc = subprocess.run(
-        [str(python), "-c", code, str(tmp_path / "fences.json"), rel, str(tmp_path / "report.json")],
+        [str(python), "-c", code, str(path), str(tmp_path / "cells.json"),
+         page.relative_to(ROOT).as_posix(), str(report_path)],
         cwd=cwd, env=reader_env(), capture_output=True, text=True, timeout=PAGE_TIMEOUT,
     )
-    report = json.loads((tmp_path / "report.json").read_text()) if (tmp_path / "report.json").exists() else []
+    report = json.loads(report_path.read_text()) if report_path.exists() else []
     return proc, report
 
 
@@ -215,12 +233,43 @@ def test_the_install_is_the_wheel_not_the_checkout(reader_python, tmp_path):
     assert cuda_ok == "True"
 
 
+def _diff(recorded: str, fresh: str) -> str:
+    import difflib
+
+    return "".join(difflib.unified_diff(
+        recorded.splitlines(True), fresh.splitlines(True), "recorded", "this run", n=1))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(DOCS).as_posix())
 def test_page_runs_as_a_reader_pastes_it(reader_python, page, tmp_path):
-    """The page's blocks, pasted in order into a fresh Python outside the repository."""
+    """The page's script, run from an empty directory outside the repository; each
+    block prints what the page shows beneath it (or, with SITP_RECORD_OUTPUTS=1, what
+    it prints is recorded for the page to show)."""
     proc, report = run_page(reader_python, page, tmp_path)
     if proc.returncode != 0:
         pytest.fail(f"{page.relative_to(ROOT)} fails outside the repository:\n"
                     f"{proc.stderr[-6000:]}", pytrace=False)
-    assert [r["line"] for r in report] == [f["line"] for f in runnable_fences(page)]
+    blocks = page_blocks(page)
+    assert [r["line"] for r in report] == [b.line for b in blocks]
+    rel = page.relative_to(DOCS).as_posix()
+    stdouts = [r["stdout"] for r in report]
+    if RECORD:
+        path = pagecode.outputs_path(rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record = pagecode.outputs_record(rel, blocks, stdouts)
+        path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        return
+    recorded = pagecode.load_outputs(rel)
+    problems = []
+    for block, fresh in zip(blocks, stdouts, strict=True):
+        where = f"docs/{rel}:{block.line}"
+        entry = pagecode.recorded_output(block, blocks, recorded)
+        if entry is None:
+            problems.append(f"{where}: no output recorded for this code (run `make outputs`)")
+        elif not pagecode.same_output(block, entry["stdout"], fresh):
+            kind = " (numbers masked: volatile-output)" if block.volatile else ""
+            problems.append(f"{where}: prints something else than the page shows{kind}; "
+                            f"if the change is right, run `make outputs`\n"
+                            + _diff(entry["stdout"], fresh))
+    assert not problems, "\n".join(problems)
