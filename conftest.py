@@ -5,38 +5,27 @@ docs/ or src/ alone, e.g. ``pytest --markdown-docs docs/ch02/strides.md``.
 """
 
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 
-
-def _has_gpu() -> bool:
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return False
-    try:
-        return subprocess.run([smi, "-L"], capture_output=True, timeout=20).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-# --8<-- [start:simulator]
-# Must happen before numba is first imported (by sitp, by a fence, by a test): numba
-# reads NUMBA_ENABLE_CUDASIM once. Without a GPU, CUDA kernels run in numba's simulator.
-# An explicit setting (the Makefile's, gpu.yml's NUMBA_ENABLE_CUDASIM=0) wins.
-if "NUMBA_ENABLE_CUDASIM" not in os.environ:
-    os.environ["NUMBA_ENABLE_CUDASIM"] = "0" if _has_gpu() else "1"
-# --8<-- [end:simulator]
 # pytest-xdist runs one worker per core; a numba thread pool per worker on top of that
 # oversubscribes the cores, and OpenMP's parallel regions then stall for whole
 # scheduler time slices (measured: a 10 us sgemv taking 44 ms). One thread per worker.
+# (numba reads it when first imported, below.)
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 # Figures drawn by fences and doctests go nowhere.
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+# --8<-- [start:simulator]
+# Must happen before numba is first imported (by a fence, by a test): numba reads
+# NUMBA_ENABLE_CUDASIM once. Importing sitp.cuda does it, as it does for a reader: where
+# no GPU answers, it sets NUMBA_ENABLE_CUDASIM=1 and CUDA kernels run in numba's
+# simulator. An explicit setting (the Makefile's, gpu.yml's NUMBA_ENABLE_CUDASIM=0) wins.
+import sitp.cuda  # noqa: E402,F401
+# --8<-- [end:simulator]
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
