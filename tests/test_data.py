@@ -13,6 +13,7 @@ import re
 import socket
 import threading
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -35,7 +36,7 @@ from sitp.data import (
     split_words,
 )
 from sitp.data import download
-from sitp.data.download import MAKEMORE_FACTS, FileFacts, write_atomically
+from sitp.data.download import MAKEMORE_FACTS, FileFacts, check_facts, write_atomically
 
 
 def as_list(t):
@@ -271,8 +272,9 @@ def server():
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    """A private sitp cache directory for one test."""
+    """A private sitp cache directory for one test, with no SITP_DATA_DIR copy."""
     monkeypatch.setenv("SITP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("SITP_DATA_DIR", raising=False)
     return tmp_path / "cache"
 
 
@@ -369,14 +371,43 @@ def fake_makemore_bytes():
     return "\n".join(names).encode()
 
 
+SHARED = Path(os.environ.get("SITP_DATA_DIR", "/nonexistent")) / "names.txt"
+needs_shared = pytest.mark.skipif(not SHARED.is_file(), reason="no SITP_DATA_DIR/names.txt")
+
+
+@needs_shared
 def test_makemore_placed_by_hand_loads_offline(cache, no_network):
-    data = fake_makemore_bytes()
+    path = cache / "makemore" / "names.txt"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(SHARED.read_bytes())
+    words = load_names("makemore")
+    assert len(words) == 32_033 and load_names("names") == words
+
+
+def test_a_copy_with_the_facts_but_not_the_digest_is_rejected(cache, no_network):
+    data = fake_makemore_bytes()   # right size, lines and letters; wrong names
     assert len(data) == 228_145
     path = cache / "makemore" / "names.txt"
     path.parent.mkdir(parents=True)
     path.write_bytes(data)
-    words = load_names("makemore")
-    assert len(words) == 32_033
+    with pytest.raises(ChecksumError, match="SHA-256"):
+        check_facts(data, MAKEMORE_FACTS)
+    with pytest.raises(AssertionError, match="network"):   # damaged cache: download again
+        load_names("makemore")
+
+
+@needs_shared
+def test_sitp_data_dir_is_read_in_place_and_checked(cache, no_network, monkeypatch, tmp_path):
+    monkeypatch.setenv("SITP_DATA_DIR", str(SHARED.parent))
+    assert download_makemore_names() == SHARED
+    assert len(load_names("names")) == 32_033
+    assert not (cache / "makemore").exists()                # nothing copied to the cache
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "names.txt").write_bytes(fake_makemore_bytes())
+    monkeypatch.setenv("SITP_DATA_DIR", str(bad))
+    with pytest.raises(ChecksumError, match="SITP_DATA_DIR"):
+        load_names("names")
 
 
 def test_makemore_not_cached_and_offline(cache, monkeypatch):

@@ -7,7 +7,11 @@ This is the loop behind ``python -m sitp train`` (see :mod:`sitp.__main__`)::
         logits, loss = model(X[ix_B], Y[ix_B])
         optimizer.zero_grad(); loss.backward(); optimizer.step(); scheduler.step()
 
-The optimizer is AdamW (betas 0.9/0.99, weight decay 0.01, as makemore); the rate
+The optimizer is AdamW (betas 0.9/0.99, weight decay 0.01, as makemore). For the GPT
+the decay is in a parameter group of its own, as nanoGPT's ``configure_optimizers``:
+matrices and embeddings (parameters of two or more dimensions) decay, biases and
+LayerNorm gains do not (:func:`param_groups`). The other models decay every
+parameter, as makemore does. The rate
 warms up linearly over the first ``warmup`` steps, then decays along half a cosine
 to a tenth of ``lr`` at ``steps``.
 
@@ -128,8 +132,25 @@ def evaluate(model, X, Y, batch_size: int = 1024) -> float:
 
 
 # ------------------------------------------------------------------- the trainer
-def make_optimizer(model, lr: float, weight_decay: float):
-    return sitp.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), eps=1e-8,
+#: The models whose AdamW decays matrices only (two parameter groups, chapter 3.5).
+GROUPED_DECAY = frozenset({"gpt"})
+
+
+# --8<-- [start:param_groups]
+def param_groups(model, weight_decay: float) -> list[dict]:
+    """Two AdamW groups: decay on tensors of 2+ dimensions, none on biases and norms."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]       # Linear weights, embeddings
+    no_decay = [p for p in params if p.dim() < 2]     # biases, LayerNorm gains and shifts
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+# --8<-- [end:param_groups]
+
+
+def make_optimizer(model, lr: float, weight_decay: float, grouped: bool = False):
+    """AdamW with betas 0.9/0.99; ``grouped``: the two groups of :func:`param_groups`."""
+    params = param_groups(model, weight_decay) if grouped else model.parameters()
+    return sitp.optim.AdamW(params, lr=lr, betas=(0.9, 0.99), eps=1e-8,
                             weight_decay=weight_decay)
 
 
@@ -180,7 +201,8 @@ class Trainer:
             raise UsageError(f"cannot build {config.model} with {asdict(self.model_config)}: "
                              f"{error or type(error).__name__}") from None
         self.batch_gen = sitp.Generator().manual_seed(config.seed)
-        self.optimizer = make_optimizer(self.model, config.lr, config.weight_decay)
+        self.optimizer = make_optimizer(self.model, config.lr, config.weight_decay,
+                                        grouped=config.model in GROUPED_DECAY)
         self.scheduler = make_scheduler(self.optimizer, config.warmup, config.steps)
         self.step = 0
         self.history: dict[str, list] = {"train": [], "eval": []}
@@ -390,4 +412,5 @@ def terminal_plot(xs, ys, evals, title: str, width: int = 80, height: int = 20) 
     fig.title(title)
     return fig.build().string(colorless=not sys.stdout.isatty())
 
-__all__ = ["TrainConfig", "Trainer", "UsageError", "evaluate", "load_splits", "plot_losses"]
+__all__ = ["GROUPED_DECAY", "TrainConfig", "Trainer", "UsageError", "evaluate", "load_splits",
+           "param_groups", "plot_losses"]

@@ -4,13 +4,14 @@ The file lives at :data:`MAKEMORE_URL`. It is saved under the sitp cache
 directory (:func:`cache_dir`) as ``makemore/names.txt`` and read from there
 on every later call, so only the first call needs the network.
 
-What is checked. We have not pinned the file's SHA-256 (we could not fetch it
-from the machines that built this book, and a digest written from memory is
-worse than none), so :data:`MAKEMORE_FACTS` holds facts about the file that
-are published and that we verified against a public copy: it has 228,145
-bytes and 32,033 lines, and every line is a name of the letters a–z. A
-downloaded or cached file that disagrees with any of them is rejected. A
-:class:`FileFacts` with a ``sha256`` adds a digest check; the tests use one.
+What is checked. :data:`MAKEMORE_FACTS` pins the file's size (228,145 bytes), its
+number of lines (32,033), that every line is a name of the letters a–z, and its
+SHA-256 digest (``0a30b555…cc4d``). A downloaded, cached or local copy that
+disagrees with any of them is rejected with :class:`ChecksumError`.
+
+Where it is looked for, in order: ``$SITP_DATA_DIR/names.txt`` if that variable is
+set (the tests and CI, which have no network, point it at a shared copy; the file
+is checked and read in place, never copied); the cache; the network.
 
 The file is written atomically: the bytes go to a temporary file in the
 cache directory, which :func:`os.replace` then renames onto ``names.txt``.
@@ -46,8 +47,10 @@ class FileFacts:
     sha256: str | None = None
 
 
-#: The facts of makemore's names.txt (no digest pinned; see the module docstring).
-MAKEMORE_FACTS = FileFacts(num_bytes=228_145, num_lines=32_033)
+#: The facts of makemore's names.txt.
+MAKEMORE_FACTS = FileFacts(
+    num_bytes=228_145, num_lines=32_033,
+    sha256="0a30b5557f192f32ab962680889aac5f6fda0f4cecf40a6d0b5694f58ea8cc4d")
 
 _NAME_LINE = re.compile(rb"[a-z]+")
 
@@ -83,6 +86,15 @@ def makemore_names_path() -> Path:
     'makemore/names.txt'
     """
     return cache_dir() / "makemore" / "names.txt"
+
+
+def data_dir_copy() -> Path | None:
+    """``$SITP_DATA_DIR/names.txt`` if the variable is set and the file exists, else None."""
+    root = os.environ.get("SITP_DATA_DIR")
+    if not root:
+        return None
+    candidate = Path(root).expanduser() / "names.txt"
+    return candidate if candidate.is_file() else None
 
 
 def check_facts(data: bytes, facts: FileFacts) -> None:
@@ -141,8 +153,9 @@ def download_makemore_names(
 ) -> Path:
     """Returns the path of a checked local copy of makemore's names.txt.
 
-    The first call downloads the file and caches it; later calls only check
-    the cached copy. A cached copy that fails the check is downloaded again.
+    With ``$SITP_DATA_DIR`` set and holding ``names.txt``, that copy is checked and
+    returned. Otherwise the first call downloads the file and caches it; later calls
+    only check the cached copy. A cached copy that fails the check is downloaded again.
 
     Args:
         url: where to download from; defaults to :data:`MAKEMORE_URL`.
@@ -160,7 +173,16 @@ def download_makemore_names(
         DownloadError: if the server answers with an HTTP error.
         ChecksumError: if the downloaded bytes fail the check (nothing is written).
     """
+    default_source = url is None and path is None and facts is MAKEMORE_FACTS
     url = url or MAKEMORE_URL
+    local = data_dir_copy() if default_source and not force else None
+    if local is not None:  # $SITP_DATA_DIR: checked, read in place
+        try:
+            check_facts(local.read_bytes(), facts)
+        except ChecksumError as error:
+            raise ChecksumError(f"{local} (from SITP_DATA_DIR) is not makemore's names.txt: "
+                                f"{error}") from None
+        return local
     path = Path(path) if path is not None else makemore_names_path()
     problem = None
     if path.exists() and not force:

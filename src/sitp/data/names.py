@@ -5,8 +5,9 @@ Two corpora are built in:
 * ``"offline"`` (the default) — the first names of the 1990 US census, as
   shipped in the package data of the PyPI package ``names``, which installs
   with sitp. It is read from disk, never downloaded: 5,163 distinct names.
-* ``"makemore"`` — the 32,033 names of Andrej Karpathy's makemore, downloaded
-  once and cached (see :mod:`sitp.data.download`).
+* ``"makemore"`` (or ``"names"``) — the 32,033 names of Andrej Karpathy's
+  makemore, ``names.txt``: read from ``$SITP_DATA_DIR`` when set, else downloaded
+  once, checked against its SHA-256 and cached (see :mod:`sitp.data.download`).
 
 Any other string or path is read as a text file with one name per line.
 """
@@ -74,8 +75,9 @@ def load_names(source: str | os.PathLike = "offline") -> list[str]:
 
     Args:
         source: ``"offline"`` for the census names that install with sitp
-            (no network); ``"makemore"`` for makemore's 32,033 names,
-            downloaded on first use and cached; or a path to a text file with
+            (no network); ``"makemore"`` or ``"names"`` for makemore's 32,033
+            names (``$SITP_DATA_DIR/names.txt``, or downloaded on first use,
+            checked and cached); or a path to a text file with
             one name per line.
 
     Returns:
@@ -94,7 +96,7 @@ def load_names(source: str | os.PathLike = "offline") -> list[str]:
     """
     if isinstance(source, str) and source == "offline":
         return census_first_names()
-    if isinstance(source, str) and source == "makemore":
+    if isinstance(source, str) and source in ("makemore", "names"):
         from sitp.data.download import download_makemore_names
 
         return read_names_file(download_makemore_names())
