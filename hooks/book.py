@@ -181,12 +181,15 @@ def plain_search_text(text: str) -> str:
 
 
 def on_post_build(config):
-    """Rewrite the search index so that previews show math as text, not LaTeX."""
+    """Rewrite the search index: previews show math as text, not LaTeX, and a page's
+    preview starts with its first paragraph, not with the line of its downloads."""
     index = Path(config.site_dir) / "search" / "search_index.json"
     if not index.is_file():
         return
     data = json.loads(index.read_text(encoding="utf-8"))
     for doc in data.get("docs", []):
+        if "text" in doc:
+            doc["text"] = _SEARCH_DOWNLOADS.sub("", doc["text"], count=1)
         for key in ("title", "text"):
             if key in doc:
                 doc[key] = plain_search_text(doc[key])
@@ -233,6 +236,11 @@ def _add_downloads(files, config) -> None:
             files.append(File.generated(config, download_uri(f.src_uri, ext), content=content))
 
 
+DOWNLOADS_INTRO = "The code of this page, to run yourself:"
+# The downloads line as the search index has it: not a page's preview text.
+_SEARCH_DOWNLOADS = re.compile(rf"\s*<p>{re.escape(DOWNLOADS_INTRO)}.*?</p>", re.DOTALL)
+
+
 def download_uri(page: str, ext: str) -> str:
     return f"{pagecode.DOWNLOADS}/{pagecode.download_name(page)}.{ext}"
 
@@ -245,7 +253,7 @@ def downloads_line(page: str) -> str:
         uri = download_uri(page, ext)
         links.append(f"[{what} (.{ext})]({os.path.relpath(uri, here or '.')})"
                      f'{{download="{os.path.basename(uri)}"}}')
-    return f"The code of this page, to run yourself: {' · '.join(links)}\n{{.sitp-downloads}}"
+    return f"{DOWNLOADS_INTRO} {' · '.join(links)}\n{{.sitp-downloads}}"
 
 
 def add_downloads_line(markdown: str, page: str) -> str:

@@ -548,3 +548,19 @@ def test_downloads_script_and_notebook_hold_the_blocks(tmp_path):
     page = book.add_downloads_line(SAMPLE, "ch09/page.md")
     assert page.split("\n")[:3] == ["# 9.9 A page", "", book.downloads_line("ch09/page.md").split("\n")[0]]
     assert '(../downloads/sitp-ch09-page.ipynb){download="sitp-ch09-page.ipynb"}' in page
+
+
+def test_search_previews_skip_the_downloads_line(tmp_path):
+    """A page's search preview starts with its first paragraph, and shows math as text."""
+    from types import SimpleNamespace
+
+    from hooks import book
+
+    (tmp_path / "search").mkdir()
+    line = book.downloads_line("ch09/page.md").split("\n")[0]
+    text = f" <p>{line.split(': ')[0]}: notebook (.ipynb) · script (.py)</p> <p>A \\(T \\times T\\) grid.</p>"
+    (tmp_path / "search" / "search_index.json").write_text(
+        json.dumps({"docs": [{"location": "ch09/page/", "title": "Page", "text": text}]}))
+    book.on_post_build(SimpleNamespace(site_dir=str(tmp_path)))
+    doc = json.loads((tmp_path / "search" / "search_index.json").read_text())["docs"][0]
+    assert doc["text"] == " <p>A T × T grid.</p>"
