@@ -564,3 +564,37 @@ def test_search_previews_skip_the_downloads_line(tmp_path):
     book.on_post_build(SimpleNamespace(site_dir=str(tmp_path)))
     doc = json.loads((tmp_path / "search" / "search_index.json").read_text())["docs"][0]
     assert doc["text"] == " <p>A T × T grid.</p>"
+
+
+@pytest.mark.site
+def test_built_pages_show_their_outputs_and_downloads(built_site: Path):
+    """In the built site, each page shows every recorded output of its current blocks,
+    in order, after its block's code (none left as a mark or escaped into a listing),
+    and links its two downloads, which hold the page's blocks."""
+    import html as html_lib
+
+    problems = []
+    for page in PAGES:
+        rel = page_id(page)
+        blocks = pagecode.blocks(page.read_text(encoding="utf-8"))
+        if not blocks:
+            continue
+        recorded = pagecode.load_outputs(rel)
+        want = [r["stdout"].rstrip("\n") for b in blocks
+                if (r := pagecode.recorded_output(b, blocks, recorded)) and r["stdout"]]
+        stem = rel[: -len("index.md")] if rel.endswith("index.md") else rel[:-3] + "/"
+        text = (built_site / stem / "index.html").read_text(encoding="utf-8")
+        got = [html_lib.unescape(m) for m in
+               re.findall(r'<pre class="sitp-output__text">(.*?)</pre>', text, re.DOTALL)]
+        if got != want:
+            problems.append(f"{rel}: {len(got)} outputs shown, {len(want)} recorded")
+        if "sitp-output " in text.replace('"sitp-output no-copy', ""):
+            problems.append(f"{rel}: an output mark left in the page")
+        name = pagecode.download_name(rel)
+        for ext in ("py", "ipynb"):
+            if f'download="{name}.{ext}"' not in text:
+                problems.append(f"{rel}: no link to its .{ext}")
+        script = (built_site / "downloads" / f"{name}.py").read_text(encoding="utf-8")
+        if script != pagecode.page_script(rel, page.read_text(encoding="utf-8"))[0]:
+            problems.append(f"{rel}: downloads/{name}.py is not the page's script")
+    assert not problems, "\n".join(problems)
