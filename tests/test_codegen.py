@@ -142,3 +142,31 @@ def test_training_kernels_vectorised(report, name):
             assert wide > 0, (sig, code)
             if bits == 256:
                 assert code["packed"]["512"] == 0, (sig, code)
+
+
+# The numeric tests whose results could depend on the code generated: exp/erf/GELU
+# special values and error bounds, and GEMM tiles at every edge.
+NUMERIC_TESTS = ["tests/test_vecmath.py", "tests/test_blas.py", "-k",
+                 "exp_f32_edges or erf_f32_edges or dense_grid or special_values or float32_close "
+                 "or micro_kernel or test_matmul or test_bmm"]
+
+
+def test_numerics_with_the_other_targets_code(tmp_path):
+    """The numeric tests again, run with code compiled for another ISA this host can run.
+
+    On an AVX-512 host, that is its AVX2 code (the same CPU with the AVX-512 features
+    off); on an AVX2 host, the x86-64 baseline's (SSE2). The results must follow
+    torch's semantics whatever the vector width.
+    """
+    if llvm.get_host_cpu_features().get("avx512f"):
+        env_target = {"NUMBA_CPU_NAME": llvm.get_host_cpu_name(), "NUMBA_CPU_FEATURES": _host_without_avx512()}
+    else:
+        env_target = {"NUMBA_CPU_NAME": "x86-64", "NUMBA_CPU_FEATURES": "+cx16"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_CPU_", "_SITP_", "SITP_USER"))}
+    env.update(env_target, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    env.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           *NUMERIC_TESTS], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and " failed" not in proc.stdout
