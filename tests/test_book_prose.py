@@ -42,18 +42,13 @@ DIARY = re.compile("|".join("(?:" + p.replace(" ", r"\s+") + ")" for p in DIARY_
 
 
 # Sections being rewritten by their owners when this test was added (the GEMM
-# micro-kernel and scoreboard of 2.3, the capstone 3.5). Each entry must still match:
+# micro-kernel and scoreboard of 2.3). Each entry must still match:
 # delete it when its page is fixed, and the test then holds the page to the rule.
 PENDING = {
     ("docs/ch02/blas.md", "a second run"),
     ("docs/ch02/blas.md", "a minute later"),
     ("docs/ch02/blas.md", "the first version of this table"),
     ("docs/ch02/blas.md", "this machine"),
-    ("docs/ch03/gpt.md", "at commit"),
-    ("docs/ch03/gpt.md", "`58f316c`"),
-    ("docs/ch03/gpt.md", "the first version of this chapter"),
-    ("docs/ch03/gpt.md", "A second run"),
-    ("docs/ch03/gpt.md", "a few minutes after"),
 }
 
 
@@ -179,7 +174,7 @@ def test_error_demonstrations_fail_when_the_error_is_missing():
 
 EXERCISE = re.compile(r"^(?:\*\*)?(\d+)\. (.*)")
 TAG = re.compile(r"^(★{1,3}) ")
-TAGS_PENDING = {"ch03/gpt.md"}  # the capstone is being rewritten by its editor
+TAGS_PENDING: set[str] = set()
 
 
 def exercises(text: str) -> list[tuple[int, int, str]]:

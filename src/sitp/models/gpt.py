@@ -34,7 +34,7 @@ class GPTConfig:
     block_size: int = 32    # the longest sequence the model reads (positions 0..block_size-1)
     vocab_size: int = 27    # V: '.' and the 26 letters for names
     n_layer: int = 4        # transformer blocks
-    n_head: int = 4         # attention heads per block; head width hs = n_embd // n_head
+    n_head: int = 4         # H: attention heads per block; head width D = n_embd // n_head
     n_embd: int = 64        # C: the width of the residual stream
     dropout: float = 0.0    # no dropout for a model this small
     bias: bool = True       # biases in the Linears and LayerNorms, as GPT-2
@@ -57,14 +57,14 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x_BTC.size()
         q, k, v = self.c_attn(x_BTC).split(self.n_embd, dim=2)  # 3 x (B, T, C)
         hs = C // self.n_head
-        q_BHTK = q.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
-        k_BHTK = k.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
-        v_BHTK = v.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
-        # softmax(q k^T / sqrt(hs) + causal mask) v, for every head at once
-        y_BHTK = F.scaled_dot_product_attention(
-            q_BHTK, k_BHTK, v_BHTK, dropout_p=self.dropout if self.training else 0.0,
+        q_BHTD = q.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, H, T, D)
+        k_BHTD = k.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, H, T, D)
+        v_BHTD = v.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, H, T, D)
+        # softmax(q k^T / sqrt(D) + causal mask) v, for every head at once
+        y_BHTD = F.scaled_dot_product_attention(
+            q_BHTD, k_BHTD, v_BHTD, dropout_p=self.dropout if self.training else 0.0,
             is_causal=True)
-        y_BTC = y_BHTK.transpose(1, 2).contiguous().view(B, T, C)  # heads side by side
+        y_BTC = y_BHTD.transpose(1, 2).contiguous().view(B, T, C)  # heads side by side
         return self.resid_dropout(self.c_proj(y_BTC))
 # --8<-- [end:attention]
 
