@@ -1,0 +1,1 @@
+"""Solutions of the assignments in :mod:`sitp.exercises`, tested by the book's suite."""

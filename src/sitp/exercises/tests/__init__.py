@@ -1,0 +1,1 @@
+"""The assignments' tests; see :mod:`sitp.exercises` for how to run them."""
