@@ -1,0 +1,350 @@
+"""The figures and recorded numbers of chapter 3.5, the GPT capstone.
+
+* ``gpt-architecture.png``: the GPT drawn from the model itself. :func:`architecture_rows`
+  walks the modules of a :class:`~sitp.models.gpt.GPT` and reads each box's label from
+  the module's class and its weights' shapes, so the figure cannot drift from the code.
+* ``gpt-ladder.png``: the loss curves of the ladder's six models (bigram, MLP, WaveNet,
+  RNN, GRU, GPT) trained by ``python -m sitp train --data names`` on makemore's 32,033
+  names; read from their ``record.json`` files and kept in ``ladder-names.json``.
+* ``gpt-attention.png``: the attention probabilities of every head of the trained GPT on
+  one test name, with each head's mean weight on the previous character and on the
+  leading ``'.'`` over the validation names; kept in ``gpt-attention.json``.
+
+Run from the repository root after training the ladder into ``build/ladder/MODEL``
+(the commands are in the chapter)::
+
+    python -m sitp.examples.gpt_figures --runs build/ladder --record
+    python -m sitp.examples.gpt_figures            # redraw from the recorded JSON only
+
+The chapter's fences call these functions on small models and on the recorded JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import sitp
+import sitp.nn.functional as F
+
+HERE = Path(__file__).resolve().parent
+ASSETS = HERE.parents[2] / "docs" / "assets" / "ch03"
+LADDER = ("bigram", "mlp", "wavenet", "rnn", "gru", "gpt")
+LADDER_JSON = HERE / "ladder-names.json"
+ATTENTION_JSON = HERE / "gpt-attention.json"
+
+
+def _matplotlib():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+# ----------------------------------------------------------------- architecture
+def describe(module) -> str:
+    """A one-line label for a layer, read from its class and its weights."""
+    kind = type(module).__name__
+    if kind == "Linear":
+        out_f, in_f = module.weight.shape
+        return f"Linear {in_f}→{out_f}" + ("" if module.bias is not None else ", no bias")
+    if kind == "Embedding":
+        n, c = module.weight.shape
+        return f"Embedding {n}×{c}"
+    if kind == "LayerNorm":
+        return f"LayerNorm {module.weight.shape[0]}"
+    if kind == "Dropout":
+        return f"Dropout p={module.p:g}"
+    return kind
+
+
+def architecture_rows(model) -> list[tuple[str, str, str]]:
+    """(where, name, label) for each box of the figure, top to bottom, from ``model``.
+
+    ``where`` is ``"stem"`` (outside the blocks), ``"attn"`` or ``"mlp"`` (inside the
+    first block, which stands for all ``n_layer`` of them) or ``"add"`` (a residual sum).
+    """
+    t = model.transformer
+    blk = t.h[0]
+    H = blk.attn.n_head
+    C = blk.attn.n_embd
+    rows = [("stem", "idx", f"tokens idx (B, T), T ≤ {model.block_size}"),
+            ("stem", "wte", describe(t.wte) + "  (tied with lm_head)"),
+            ("stem", "wpe", describe(t.wpe) + ": row t added at position t"),
+            ("stem", "drop", describe(t.drop)),
+            ("attn", "ln_1", describe(blk.ln_1)),
+            ("attn", "c_attn", describe(blk.attn.c_attn) + "  → q, k, v"),
+            ("attn", "sdpa", f"{H} heads, D = {C // H}: softmax(QKᵀ/√D + mask) V"),
+            ("attn", "c_proj", describe(blk.attn.c_proj)),
+            ("add", "+", "x + attn(ln_1(x))"),
+            ("mlp", "ln_2", describe(blk.ln_2)),
+            ("mlp", "c_fc", describe(blk.mlp.c_fc)),
+            ("mlp", "gelu", describe(blk.mlp.gelu)),
+            ("mlp", "c_proj", describe(blk.mlp.c_proj)),
+            ("add", "+", "x + mlp(ln_2(x))"),
+            ("stem", "ln_f", describe(t.ln_f)),
+            ("stem", "lm_head", describe(model.lm_head) + "  (weight = wte's)"),
+            ("stem", "logits", f"logits (B, T, {model.lm_head.weight.shape[0]})")]
+    return rows
+
+
+def architecture_figure(model, path) -> list[tuple[str, str, str]]:
+    """Draws ``model`` as boxes, top to bottom; returns :func:`architecture_rows`."""
+    plt = _matplotlib()
+    from matplotlib.patches import FancyBboxPatch
+
+    rows = architecture_rows(model)
+    L = len(model.transformer.h)
+    n_params = sum(p.numel() for p in model.parameters())
+    fig, ax = plt.subplots(figsize=(6.4, 8.6), dpi=110)
+    colors = {"stem": "#dde7f3", "attn": "#f8e3c4", "mlp": "#d9efd8", "add": "#ffffff"}
+    step, y = 0.9, 0.0
+    ys = []
+    for where, name, label in rows:
+        ys.append(y)
+        w = 0.9 if where == "add" else 4.6
+        box = FancyBboxPatch((-w / 2, y - 0.32), w, 0.64,
+                             boxstyle="round,pad=0.02,rounding_size=0.12" if where != "add"
+                             else "circle,pad=0.05",
+                             fc=colors[where], ec="#333333", lw=1.0)
+        ax.add_patch(box)
+        if where == "add":
+            ax.text(0, y, "+", ha="center", va="center", fontsize=15)
+            ax.text(0.75, y, label, ha="left", va="center", fontsize=8, color="#555555")
+        else:
+            ax.text(-2.2, y, name, ha="left", va="center", fontsize=9, family="monospace",
+                    weight="bold")
+            ax.text(-0.9, y, label, ha="left", va="center", fontsize=8.5)
+        y -= step
+    for a, b in zip(ys, ys[1:]):                       # the stream, top to bottom
+        ax.annotate("", xy=(0, b + 0.34), xytext=(0, a - 0.34),
+                    arrowprops=dict(arrowstyle="->", lw=1.0, color="#333333"))
+    first = [i for i, r in enumerate(rows) if r[0] in ("attn", "mlp", "add")]
+    top, bottom = ys[first[0]] + 0.5, ys[first[-1]] - 0.5
+    ax.add_patch(FancyBboxPatch((-2.75, bottom), 5.5, top - bottom,
+                                boxstyle="round,pad=0.02,rounding_size=0.2",
+                                fc="none", ec="#7a4f9a", lw=1.6, ls="--"))
+    ax.text(2.85, (top + bottom) / 2, f"Block\n× {L}", ha="left", va="center",
+            fontsize=11, color="#7a4f9a", weight="bold")
+    for start, add in ((first[0], first[0] + 4), (first[0] + 5, first[0] + 9)):  # residuals
+        y0, y1 = ys[start] + 0.45, ys[add]
+        ax.plot([-2.45, -2.45], [y0, y1], color="#7a4f9a", lw=1.2)
+        ax.plot([-2.45, 0], [y0, y0], color="#7a4f9a", lw=1.2)
+        ax.annotate("", xy=(-0.47, y1), xytext=(-2.45, y1),
+                    arrowprops=dict(arrowstyle="->", lw=1.2, color="#7a4f9a"))
+    ax.text(0, ys[0] + 0.65, f"GPT: {L} layers, {model.transformer.h[0].attn.n_head} heads, "
+            f"width {model.transformer.h[0].attn.n_embd}, {n_params:,} parameters",
+            ha="center", va="bottom", fontsize=10)
+    ax.set_xlim(-3.0, 4.0)
+    ax.set_ylim(ys[-1] - 0.6, ys[0] + 1.1)
+    ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return rows
+
+
+# ----------------------------------------------------------------------- ladder
+def record_ladder(runs_dir, times_file=None) -> dict:
+    """The ladder's runs as one JSON-able dict: config, final losses, curves, wall time.
+
+    Args:
+        runs_dir: holds ``MODEL/record.json`` for each model of :data:`LADDER`.
+        times_file: lines ``MODEL START END`` (seconds since the epoch) of each run;
+            default ``runs_dir/times.txt`` if it exists.
+    """
+    runs_dir = Path(runs_dir)
+    times = {}
+    times_file = Path(times_file) if times_file else runs_dir / "times.txt"
+    if times_file.exists():
+        for line in times_file.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 3:
+                times[parts[0]] = round(float(parts[2]) - float(parts[1]), 1)
+    out = {"machine": sitp.show_config(mode="dicts").get("cpu"), "runs": {}}
+    for name in LADDER:
+        path = runs_dir / name / "record.json"
+        if not path.exists():
+            continue
+        record = json.loads(path.read_text())
+        train = record["history"]["train"]
+        window = 100
+        curve = [[min((i + 1) * window, len(train)),
+                  round(sum(train[i * window:(i + 1) * window]) / window, 4)]
+                 for i in range(len(train) // window)]
+        tc = record["train_config"]
+        out["runs"][name] = {
+            "command": (f"python -m sitp train --model {name} --data {tc['data']} --steps "
+                        f"{tc['steps']} --eval-every {tc['eval_every']} --threads 1 --out "
+                        f"build/ladder/{name}"
+                        + "".join(f" --set {k}={v}" for k, v in record.get("sets", {}).items())),
+            "num_params": record["num_params"],
+            "model_config": record["model_config"],
+            "train_config": {k: tc[k] for k in ("steps", "batch_size", "lr", "weight_decay",
+                                                "warmup", "seed", "data")},
+            "wall_s": times.get(name),
+            "final": {k: round(v, 4) for k, v in record["final"].items()},
+            "eval": [[e["step"], round(e["train"], 4), round(e["val"], 4)]
+                     for e in record["history"]["eval"]],
+            "train_curve": curve,
+        }
+    return out
+
+
+def ladder_figure(ladder: dict, path, published=None) -> None:
+    """Validation loss (points, lines) and minibatch loss (faint) of each model by step."""
+    plt = _matplotlib()
+    fig, ax = plt.subplots(figsize=(7.2, 4.2), dpi=110)
+    for i, (name, run) in enumerate(ladder["runs"].items()):
+        color = f"C{i}"
+        xs, ys = zip(*run["train_curve"])
+        ax.plot(xs, ys, color=color, alpha=0.25, lw=1)
+        steps, _, val = zip(*run["eval"])
+        ax.plot(steps, val, "o-", color=color, ms=3, lw=1.5,
+                label=f"{name} ({run['num_params']:,}): val {run['final']['val']:.3f}")
+    for label, value in (published or {}).items():
+        ax.axhline(value, color="#888888", ls=":", lw=0.8)
+        ax.text(ax.get_xlim()[1], value, f" {label}", va="center", fontsize=7, color="#666666")
+    ax.set_xlabel("optimizer step (batch of 32)")
+    ax.set_ylabel("cross-entropy (nats per character)")
+    ax.set_ylim(1.75, 2.65)
+    ax.set_title("The ladder on makemore's names: validation (dots), minibatch (faint)",
+                 fontsize=10)
+    ax.legend(fontsize=8, loc="upper right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# -------------------------------------------------------------------- attention
+@sitp.no_grad()
+def attention_maps(model, idx_BT):
+    """Every head's attention probabilities, (L, B, H, T, T), and the model's logits.
+
+    The forward pass of :class:`~sitp.models.gpt.GPT` step by step, with each block's
+    probabilities recomputed from its ``ln_1`` and ``c_attn`` (no dropout: eval mode).
+    """
+    t = model.transformer
+    B, T = idx_BT.shape
+    x_BTC = t.wte(idx_BT) + t.wpe(sitp.arange(T))
+    maps = []
+    for block in t.h:
+        h_BTC = block.ln_1(x_BTC)
+        C, H = block.attn.n_embd, block.attn.n_head
+        D = C // H
+        q, k, _ = block.attn.c_attn(h_BTC).split(C, dim=2)
+        q_BHTD = q.view(B, T, H, D).transpose(1, 2)
+        k_BHTD = k.view(B, T, H, D).transpose(1, 2)
+        att_BHTT = q_BHTD @ k_BHTD.transpose(-2, -1) / math.sqrt(D)
+        att_BHTT = att_BHTT.masked_fill(sitp.tril(sitp.ones(T, T)) == 0, float("-inf"))
+        maps.append(F.softmax(att_BHTT, dim=-1).numpy())
+        x_BTC = x_BTC + block.attn(h_BTC)
+        x_BTC = x_BTC + block.mlp(block.ln_2(x_BTC))
+    import numpy as np
+
+    return np.stack(maps), model.lm_head(t.ln_f(x_BTC))
+
+
+def head_statistics(maps_LBHTT, lengths_B) -> dict:
+    """Each head's mean weight on the previous character, on itself and on position 0.
+
+    Averaged over the real positions t >= 1 of each sequence (``lengths_B``: tokens per
+    sequence, including the leading '.').
+    """
+    import numpy as np
+
+    L, B, H, T, _ = maps_LBHTT.shape
+    prev, self_, first = (np.zeros((L, H)) for _ in range(3))
+    n = 0
+    for b, length in enumerate(lengths_B):
+        for t in range(1, length):
+            prev += maps_LBHTT[:, b, :, t, t - 1]
+            self_ += maps_LBHTT[:, b, :, t, t]
+            first += maps_LBHTT[:, b, :, t, 0]
+            n += 1
+    return {"previous": (prev / n).round(3).tolist(), "self": (self_ / n).round(3).tolist(),
+            "first": (first / n).round(3).tolist(), "positions": n}
+
+
+def record_attention(run_dir, name=None) -> dict:
+    """Loads the trained GPT in ``run_dir``; its maps on one test name, heads' statistics."""
+    from sitp.checkpoint import load_checkpoint
+    from sitp.data import Vocab, load_names, split_words
+    from sitp.models import MODELS
+
+    point = load_checkpoint(run_dir)
+    record = point.record
+    model = MODELS["gpt"].build(record["model_config"])
+    point.load_model(model)
+    model.eval()
+    words = load_names(record["train_config"]["data"])
+    _, val, test = split_words(words, seed=record["split_seed"])
+    vocab = Vocab(words)
+    if name is None:  # the first test name of eight letters or more
+        name = next(w for w in test if len(w) >= 8)
+    tokens = ["."] + list(name)
+    idx = sitp.tensor([[vocab.stoi[c] for c in tokens]])
+    maps, _ = attention_maps(model, idx)
+    T = max(len(w) for w in val) + 1
+    rows = [[0] + [vocab.stoi[c] for c in w] + [0] * (T - 1 - len(w)) for w in val]
+    stats_maps, _ = attention_maps(model, sitp.tensor(rows))
+    stats = head_statistics(stats_maps, [len(w) + 1 for w in val])
+    return {"run": str(run_dir), "name": name, "tokens": tokens,
+            "maps": maps[:, 0].round(3).tolist(), "heads": stats}
+
+
+def attention_figure(att: dict, path) -> None:
+    """A grid of heatmaps, one per layer (rows) and head (columns)."""
+    import numpy as np
+
+    plt = _matplotlib()
+    maps = np.array(att["maps"])              # (L, H, T, T)
+    L, H, T, _ = maps.shape
+    tokens = att["tokens"]
+    prev = np.array(att["heads"]["previous"])
+    fig, axes = plt.subplots(L, H, figsize=(2.1 * H, 2.2 * L), dpi=110, squeeze=False)
+    for layer in range(L):
+        for head in range(H):
+            ax = axes[layer][head]
+            ax.imshow(maps[layer, head], cmap="Blues", vmin=0, vmax=1)
+            ax.set_xticks(range(T), tokens, fontsize=7)
+            ax.set_yticks(range(T), tokens, fontsize=7)
+            ax.set_title(f"layer {layer} head {head}\nprev {prev[layer, head]:.2f}", fontsize=7.5)
+            ax.tick_params(length=0)
+    fig.suptitle(f"Attention of the trained GPT on '.{att['name']}': row t = the query at "
+                 "position t, column s = the key it reads", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+#: makemore's published losses on names.txt (the chapter's table quotes them).
+PUBLISHED = {"bigram 2.454 (all words)": 2.454, "MLP 2.170": 2.170, "WaveNet 1.993": 1.993,
+             "transformer ≈ 1.92 (test)": 1.92}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", default="build/ladder", help="the ladder's run directories")
+    parser.add_argument("--record", action="store_true",
+                        help="read the runs and rewrite the JSON files before drawing")
+    parser.add_argument("--out", default=str(ASSETS), help="where the PNGs go")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    if args.record:
+        LADDER_JSON.write_text(json.dumps(record_ladder(args.runs), indent=1) + "\n")
+        ATTENTION_JSON.write_text(json.dumps(record_attention(Path(args.runs) / "gpt"))
+                                  + "\n")
+    from sitp.models.gpt import GPT, GPTConfig
+
+    sitp.manual_seed(0)
+    architecture_figure(GPT(GPTConfig()), out / "gpt-architecture.png")
+    ladder_figure(json.loads(LADDER_JSON.read_text()), out / "gpt-ladder.png", PUBLISHED)
+    attention_figure(json.loads(ATTENTION_JSON.read_text()), out / "gpt-attention.png")
+
+
+if __name__ == "__main__":
+    main()
