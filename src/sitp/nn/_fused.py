@@ -429,13 +429,32 @@ def _exp_rows32(x, n, shift):
         x[t] = exp_f32(np.float32(x[t] - sh))   # (typed for float64 rows too; never run on them)
 
 
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
+def _exp_block64(s, n, shifts):
+    """s[r, :n] = exp(s[r, :n] - shifts[r]) for every row r: one call for a block of
+    rows, not one a row (a call into another compiled function costs about as much
+    as the exp of a 32-key row)."""
+    for r in range(s.shape[0]):
+        _exp_rows64(s[r], n, shifts[r])
+
+
+@njit(cache=True, error_model="numpy")
+def _exp_block32(s, n, shifts):
+    """_exp_block64 in float32, with :func:`sitp._vecmath.exp_f32`."""
+    for r in range(s.shape[0]):
+        row = s[r]
+        sh = np.float32(shifts[r])
+        for t in range(n):
+            row[t] = exp_f32(np.float32(row[t] - sh))
+
+
 @njit(cache=True, inline="always")
-def _exp_rows(x, n, shift):
-    """x[:n] = exp(x[:n] - shift), in x's precision."""
-    if x.itemsize == 4:
-        _exp_rows32(x, n, shift)
+def _exp_block(s, n, shifts):
+    """s[r, :n] = exp(s[r, :n] - shifts[r]) for each row r, in s's precision."""
+    if s.itemsize == 4:
+        _exp_block32(s, n, shifts)
     else:
-        _exp_rows64(x, n, shift)
+        _exp_block64(s, n, shifts)
 
 
 @njit(cache=True, inline="always")
@@ -515,18 +534,20 @@ def _mask_row(row, hi, mask_kind, mask, m_start, m_step):
 
 
 @njit(cache=True, fastmath={"nnan", "nsz", "reassoc"})
-def _row_max(row, n):
-    """max(row[:n]) of the entries that are not NaN, -inf when there are none.
+def _rows_max(s, n, out):
+    """out[r] = max(s[r, :n]) of the entries that are not NaN, -inf when there are
+    none, for every row r of the block.
 
     Compiled with ``nnan`` so that LLVM vectorises the max (without it, a
     compare-and-select reduction stays scalar). A NaN in the row still reaches
     the output: exp(NaN - m) is NaN, and so is the row's sum.
     """
-    m = -np.inf
-    for j in range(n):
-        x = row[j]
-        m = x if x > m else m
-    return m
+    for r in range(s.shape[0]):
+        m = -np.inf
+        for j in range(n):
+            x = s[r, j]
+            m = x if x > m else m
+        out[r] = m
 
 
 @njit(cache=True, inline="always")
@@ -568,8 +589,9 @@ def attention_forward_kernel(b_lo, b_hi, q, k, v, mask, out, lse, bshape, st, of
 
     1. S = (Q * scale) K^T by gemm_small;
     2. per row, the mask (bool: False -> -inf; float: added; causal: -inf past
-       the row's own limit), the row max m, p = exp(s - m) by the vectorised
-       _exp_rows (0 for -inf), divided by their sum. A masked key costs one
+       the row's own limit); then for the whole block the row maxima m and
+       p = exp(s - m) by the vectorised _exp_block (0 for -inf); each row
+       divided by its sum. A masked key costs one
        lane of a vector exp: cheaper than gathering the kept keys to skip it;
     3. O = P V by gemm_small, written through out's strides.
 
@@ -589,6 +611,8 @@ def attention_forward_kernel(b_lo, b_hi, q, k, v, mask, out, lse, bshape, st, of
     qb = np.empty((_BR, D), dt)           # one block of query rows, times scale
     sbuf = np.empty(_BR * S, dt)          # their scores, then probabilities
     ob = np.empty((_BR, Dv), dt)
+    mb = np.empty(_BR)                    # the block's row maxima, and the shifts of its exps
+    shift = np.empty(_BR)
     for b in range(b_lo, b_hi):
         _batch_positions(b, bshape, st, off, pos)
         _load(k, pos[1], st[1, nb], st[1, nb + 1], S, D, kT, True)
@@ -602,26 +626,30 @@ def attention_forward_kernel(b_lo, b_hi, q, k, v, mask, out, lse, bshape, st, of
             for r in range(nr):
                 _read(qb[r], q, pos[0] + (i0 + r) * st[0, nb], st[0, nb + 1], D, scale)
             gemm_small(qb[:nr], kT[:, :hp], sb)           # 1. scores
-            for r in range(nr):                           # 2. masked softmax, by rows
+            for r in range(nr):                           # 2. masked softmax: mask by rows,
                 i = i0 + r
                 hi = min(i + 1, S) if causal else S
+                _mask_row(sb[r], hi, mask_kind, mask, pos[3] + i * st[3, nb], st[3, nb + 1])
+                _causal_tail(sb[r], hi, hp)
+            _rows_max(sb, hp, mb[:nr])                    # the block's row maxima,
+            for r in range(nr):
+                dead = mb[r] == -np.inf and not _has_nan(sb[r], hp)
+                shift[r] = np.inf if dead else mb[r]      # nobody to attend to: exp gives 0
+            _exp_block(sb, hp, shift[:nr])                # exp(s - m), 0 for masked keys,
+            for r in range(nr):                           # then each row over its sum
+                i = i0 + r
                 row = sb[r]
-                _mask_row(row, hi, mask_kind, mask, pos[3] + i * st[3, nb], st[3, nb + 1])
-                _causal_tail(row, hi, hp)
-                m = _row_max(row, hp)
-                if m == -np.inf and not _has_nan(row, hp):
-                    row[:hp] = 0.0        # nobody to attend to: zeros, no gradient
+                if shift[r] == np.inf:    # zeros, no gradient
                     lse[b * L + i] = np.inf
                     lse[NL + b * L + i] = 0.0
                     continue
-                _exp_rows(row, hp, m)     # 0 for the -inf (masked) keys
                 total = 0.0               # (float64, whatever the dtype)
                 for j in range(hp):
                     total += row[j]
                 inv = 1.0 / total
                 for j in range(hp):
                     row[j] *= inv
-                lse[b * L + i] = m
+                lse[b * L + i] = mb[r]
                 lse[NL + b * L + i] = inv
             gemm_small(sb, vm[:hp], ob[:nr])              # 3. O = P V
             for r in range(nr):
@@ -702,15 +730,16 @@ def attention_backward_kernel(b_lo, b_hi, q, k, v, mask, out, g, lse, dq, dk, dv
             gemm_small(dob[:nr], vT[:, :hp], dpb)
             for r in range(nr):
                 i = i0 + r
-                li = lse[b * L + i]
                 hi = min(i + 1, S) if causal else S
-                if li == np.inf:          # a row with no key: no gradient
+                if lse[b * L + i] == np.inf:  # a row with no key: no gradient
                     hi = 0
+                _mask_row(sb[r], hi, mask_kind, mask, pos[3] + i * st[3, nb], st[3, nb + 1])
+                _causal_tail(sb[r], hi, hp)
+            _exp_block(sb, hp, lse[b * L + i0:b * L + i0 + nr])  # exp(s - m) (0 where masked)
+            for r in range(nr):
+                i = i0 + r
                 row = sb[r]
                 dsr = dpb[r]
-                _mask_row(row, hi, mask_kind, mask, pos[3] + i * st[3, nb], st[3, nb + 1])
-                _causal_tail(row, hi, hp)
-                _exp_rows(row, hp, li)    # exp(s - m) (0 where masked)
                 inv = lse[NL + b * L + i]
                 dr = di[r]
                 for j in range(hp):
