@@ -21,6 +21,7 @@ Example:
     >>> sum(p.numel() for p in model.parameters())   # the tied (V, C) matrix counted once
     203840
 """
+# --8<-- [start:header]
 import math
 from dataclasses import dataclass
 
@@ -36,8 +37,9 @@ class GPTConfig:
     n_layer: int = 4        # transformer blocks
     n_head: int = 4         # H: attention heads per block; head width D = n_embd // n_head
     n_embd: int = 64        # C: the width of the residual stream
-    dropout: float = 0.0    # no dropout for a model this small
+    dropout: float = 0.0    # the share of activations zeroed in training (0: none)
     bias: bool = True       # biases in the Linears and LayerNorms, as GPT-2
+# --8<-- [end:header]
 
 
 # --8<-- [start:attention]
