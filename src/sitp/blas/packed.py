@@ -101,12 +101,14 @@ def tile_nr(typingctx, dtype):
 
 # --8<-- [start:tile_fma]
 def make_tile_fma(rows, nvec):
-    """An intrinsic ``tile_fma(A, a_si, a_sp, B, b_sp, K, acc)`` for a rows x (nvec vectors) tile.
+    """An intrinsic ``tile_fma(A, a_off, a_si, a_sp, B, b_off, b_sp, K, out, o_off, o_si)``.
 
-    It computes acc[i, :] = sum over p < K of A[i, p] * B[p, :] for i < rows and
-    nvec * lanes columns, where A's element (i, p) is at ``A.data[i * a_si + p * a_sp]``
-    and row p of B starts at ``B.data[p * b_sp]`` (strides in elements; B's rows are
-    contiguous). ``acc`` points to rows * nvec * lanes values, written once at the end.
+    It computes the rows x (nvec * lanes) tile T[i, :] = sum over p < K of
+    A[i, p] * B[p, :], where A's element (i, p) is ``A.data[a_off + i * a_si + p * a_sp]``
+    and row p of B starts at ``B.data[b_off + p * b_sp]`` (offsets and strides in
+    elements; B's rows are contiguous). Row i of the tile goes to ``out.data[o_off +
+    i * o_si:]``: *added* there when ``out`` is an array (C itself, for a full tile),
+    *stored* when it is a pointer (a stack buffer, for a tile that C's edge clips).
 
     The loop is written in LLVM IR with explicit vector types: the tile is
     rows x nvec values of type ``<lanes x float>``, carried from one step to the next
@@ -117,24 +119,31 @@ def make_tile_fma(rows, nvec):
     baseline x86-64 and NEON.
     """
     @intrinsic
-    def tile_fma(typingctx, A, a_si, a_sp, B, b_sp, K, acc):
+    def tile_fma(typingctx, A, a_off, a_si, a_sp, B, b_off, b_sp, K, out, o_off, o_si):
         if not (isinstance(A, types.Array) and isinstance(B, types.Array) and A.ndim == B.ndim == 2
                 and isinstance(A.dtype, types.Float) and B.dtype == A.dtype):
             return None
-        return types.void(A, a_si, a_sp, B, b_sp, K, acc), _tile_codegen(rows, nvec)
+        if not ((isinstance(out, types.Array) and out.dtype == A.dtype)
+                or (isinstance(out, types.CPointer) and out.dtype == A.dtype)):
+            return None
+        sig = types.void(A, a_off, a_si, a_sp, B, b_off, b_sp, K, out, o_off, o_si)
+        return sig, _tile_codegen(rows, nvec)
 
     return tile_fma
 
 
 def _tile_codegen(rows, nvec):
     def codegen(context, builder, signature, args):
-        a_arr, _, _, b_arr, _, _, acc = args
+        a_arr, b_arr, out = args[0], args[4], args[8]
         i64 = ir.IntType(64)
-        a_si, a_sp, b_sp, k = (context.cast(builder, args[n], signature.args[n], types.int64)
-                               for n in (1, 2, 4, 5))
+        a_off, a_si, a_sp, b_off, b_sp, k, o_off, o_si = (
+            context.cast(builder, args[n], signature.args[n], types.int64) for n in (1, 2, 3, 5, 6, 7, 9, 10))
         dtype = signature.args[0].dtype
-        a_data = context.make_array(signature.args[0])(context, builder, a_arr).data
-        b_data = context.make_array(signature.args[3])(context, builder, b_arr).data
+        a_data = builder.gep(context.make_array(signature.args[0])(context, builder, a_arr).data, [a_off])
+        b_data = builder.gep(context.make_array(signature.args[4])(context, builder, b_arr).data, [b_off])
+        accumulate = isinstance(signature.args[8], types.Array)
+        o_data = context.make_array(signature.args[8])(context, builder, out).data if accumulate else out
+        o_data = builder.gep(o_data, [o_off])
         lanes = _target.vector_bits() // dtype.bitwidth
         vty = ir.VectorType(context.get_value_type(dtype), lanes)
         align = dtype.bitwidth // 8
@@ -177,9 +186,13 @@ def _tile_codegen(rows, nvec):
                 f = builder.phi(vty)
                 f.add_incoming(zero, entry)
                 f.add_incoming(new[i][v], end)
-                final.append(((i * nvec + v) * lanes, f))
-        for offset, f in final:
-            builder.store(f, builder.bitcast(builder.gep(acc, [i64(offset)]), vty.as_pointer()), align=align)
+                final.append((i, v, f))
+        for i, v, f in final:
+            at = builder.gep(o_data, [builder.add(builder.mul(i64(i), o_si), i64(v * lanes))])
+            at = builder.bitcast(at, vty.as_pointer())
+            if accumulate:
+                f = builder.fadd(builder.load(at, align=align), f)
+            builder.store(f, at, align=align)
         return context.get_dummy_value()
 
     return codegen
@@ -239,17 +252,17 @@ def micro_kernel(Ap_i, Bp_j, C, i0, j0):
     mr, nr = min(MR, C.shape[0] - i0), min(NR, C.shape[1] - j0)
     for i in range(mr):         # start fetching the C tile now, use it at the end
         _prefetch(C, i0 + i, j0)
-    tile = _register_tile(Ap_i.dtype)
-    tile_fma(Ap_i, 1, MR, Bp_j, NR, Ap_i.shape[0], tile)
+    kc = Ap_i.shape[0]
+    ldc = C.strides[0] // C.itemsize
+    if mr == MR and nr == NR and C.strides[1] == C.itemsize:   # a full tile: added into C
+        tile_fma(Ap_i, 0, 1, MR, Bp_j, 0, NR, kc, C, i0 * ldc + j0, ldc)
+        return
+    tile = _register_tile(Ap_i.dtype)       # C's edge: the tile on the stack, then clipped
+    tile_fma(Ap_i, 0, 1, MR, Bp_j, 0, NR, kc, tile, 0, NR)
     acc = carray(tile, (MR, NR))
     for i in range(mr):
-        c_i = C[i0 + i, j0:j0 + nr]
-        if nr == NR:            # full row: fixed trip count, vector loads and stores
-            for j in range(NR):
-                c_i[j] += acc[i, j]
-        else:                   # right edge of C
-            for j in range(nr):
-                c_i[j] += acc[i, j]
+        for j in range(nr):
+            C[i0 + i, j0 + j] += acc[i, j]
 # --8<-- [end:micro_kernel]
 
 

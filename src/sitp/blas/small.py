@@ -51,22 +51,36 @@ def gemm_small(A, B, C):
     n_vec = n_full + H if N - n_full >= H else n_full   # columns the vector tiles cover
     a_si, a_sp = A.strides[0] // A.itemsize, A.strides[1] // A.itemsize
     b_sp = B.strides[0] // B.itemsize
+    ldc = C.strides[0] // C.itemsize
+    direct = C.strides[1] == C.itemsize     # full tiles are added into C by the kernel
     tile = _register_tile(A.dtype)
     full, half = carray(tile, (SMALL_MR, NR)), carray(tile, (SMALL_MR, H))
     for i0 in range(0, m_full, SMALL_MR):   # blocks of SMALL_MR rows
         for j0 in range(0, n_full, NR):
-            _tile_full(A[i0:, :], a_si, a_sp, B[:, j0:], b_sp, K, tile)
-            _add_tile(C, i0, j0, full)
+            if direct:
+                _tile_full(A, i0 * a_si, a_si, a_sp, B, j0, b_sp, K, C, i0 * ldc + j0, ldc)
+            else:
+                _tile_full(A, i0 * a_si, a_si, a_sp, B, j0, b_sp, K, tile, 0, NR)
+                _add_tile(C, i0, j0, full)
         if n_vec > n_full:
-            _tile_half(A[i0:, :], a_si, a_sp, B[:, n_full:], b_sp, K, tile)
-            _add_tile(C, i0, n_full, half)
+            if direct:
+                _tile_half(A, i0 * a_si, a_si, a_sp, B, n_full, b_sp, K, C, i0 * ldc + n_full, ldc)
+            else:
+                _tile_half(A, i0 * a_si, a_si, a_sp, B, n_full, b_sp, K, tile, 0, H)
+                _add_tile(C, i0, n_full, half)
     for i0 in range(m_full, M):             # the rows left over, one at a time
         for j0 in range(0, n_full, NR):
-            _row_full(A[i0:, :], a_si, a_sp, B[:, j0:], b_sp, K, tile)
-            _add_tile(C, i0, j0, full[:1])
+            if direct:
+                _row_full(A, i0 * a_si, a_si, a_sp, B, j0, b_sp, K, C, i0 * ldc + j0, ldc)
+            else:
+                _row_full(A, i0 * a_si, a_si, a_sp, B, j0, b_sp, K, tile, 0, NR)
+                _add_tile(C, i0, j0, full[:1])
         if n_vec > n_full:
-            _row_half(A[i0:, :], a_si, a_sp, B[:, n_full:], b_sp, K, tile)
-            _add_tile(C, i0, n_full, half[:1])
+            if direct:
+                _row_half(A, i0 * a_si, a_si, a_sp, B, n_full, b_sp, K, C, i0 * ldc + n_full, ldc)
+            else:
+                _row_half(A, i0 * a_si, a_si, a_sp, B, n_full, b_sp, K, tile, 0, H)
+                _add_tile(C, i0, n_full, half[:1])
     for i in range(M):                      # right strip: the last N - n_vec columns
         c_i = C[i, n_vec:]
         for p in range(K):
@@ -81,7 +95,7 @@ def gemm_small(A, B, C):
 # too big for one thread (the GPT's layers: K and N of 64 to 256): B's rows stay in
 # L2 for every row block of A, and A is read in place, through its strides.
 DIRECT_MAX_N = 256
-DIRECT_MAX_B_BYTES = 1 << 20
+DIRECT_MAX_B_BYTES = 1 << 19
 
 
 # --8<-- [start:gemm_direct_parallel]
