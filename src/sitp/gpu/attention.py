@@ -234,6 +234,7 @@ def flash_forward_kernel(D, BR=64, BC=32):
 
 
 # --8<-- [start:flash_backward]
+# --8<-- [start:bwd_row_dot]
 @cuda.jit
 def row_dot(dO, O, Dd):
     """Backward, step 1. One thread per row (b, h, i): Dd[b, h, i] = dO[b, h, i] . O[b, h, i],
@@ -249,6 +250,7 @@ def row_dot(dO, O, Dd):
         for d in range(D):
             s += dO[b, h, i, d] * O[b, h, i, d]
         Dd[b, h, i] = s
+# --8<-- [end:bwd_row_dot]
 
 
 @lru_cache(maxsize=None)
@@ -262,6 +264,7 @@ def flash_backward_dkdv_kernel(D, BR=32, BC=32):
             p = exp(scale q_i . k_j - L_i)          (P recomputed, never stored)
             dV_j += p dO_i,   dp = dO_i . v_j,   dK_j += scale * p (dp - Dd_i) q_i
         """
+        # --8<-- [start:bwd_dkdv_memory]
         Qs = cuda.shared.array((BR, D), float32)
         dOs = cuda.shared.array((BR, D), float32)
         Ls = cuda.shared.array(BR, float32)
@@ -270,6 +273,7 @@ def flash_backward_dkdv_kernel(D, BR=32, BC=32):
         v = cuda.local.array(D, float32)
         dk = cuda.local.array(D, float32)
         dv = cuda.local.array(D, float32)
+        # --8<-- [end:bwd_dkdv_memory]
         t = cuda.threadIdx.x
         j = cuda.blockIdx.x * BC + t
         H = Q.shape[1]
@@ -282,10 +286,13 @@ def flash_backward_dkdv_kernel(D, BR=32, BC=32):
                 v[d] = V[b, h, j, d]
                 dk[d] = 0.0
                 dv[d] = 0.0
+        # --8<-- [start:bwd_dkdv_causal]
         i_start = 0
         if causal:  # queries before the block's first key see none of its keys
             i_start = (cuda.blockIdx.x * BC // BR) * BR
+        # --8<-- [end:bwd_dkdv_causal]
         for i0 in range(i_start, T, BR):
+            # --8<-- [start:bwd_dkdv_tile]
             for idx in range(t, BR * D, BC):
                 ii = idx // D
                 d = idx % D
@@ -296,7 +303,9 @@ def flash_backward_dkdv_kernel(D, BR=32, BC=32):
                 Ls[ii] = L[b, h, i0 + ii] if i0 + ii < T else float32(0.0)
                 Ds[ii] = Dd[b, h, i0 + ii] if i0 + ii < T else float32(0.0)
             cuda.syncthreads()
+            # --8<-- [end:bwd_dkdv_tile]
             if j < T:
+                # --8<-- [start:bwd_dkdv_math]
                 for ii in range(BR):
                     i = i0 + ii
                     if i < T and not (causal and j > i):
@@ -310,6 +319,7 @@ def flash_backward_dkdv_kernel(D, BR=32, BC=32):
                         for d in range(D):
                             dv[d] += p * dOs[ii, d]
                             dk[d] += scale * ds * Qs[ii, d]
+                # --8<-- [end:bwd_dkdv_math]
             cuda.syncthreads()
         if j < T:
             for d in range(D):
@@ -348,9 +358,11 @@ def flash_backward_dq_kernel(D, BR=32, BC=32):
                 dq[d] = 0.0
             Li = L[b, h, i]
             Di = Dd[b, h, i]
+        # --8<-- [start:bwd_dq_causal]
         kv_end = T
         if causal:
             kv_end = min(T, (cuda.blockIdx.x + 1) * BR)
+        # --8<-- [end:bwd_dq_causal]
         for j0 in range(0, kv_end, BC):
             for idx in range(t, BC * D, BR):
                 jj = idx // D
@@ -360,6 +372,7 @@ def flash_backward_dq_kernel(D, BR=32, BC=32):
                 Vs[jj, d] = V[b, h, j0 + jj, d] if inside else float32(0.0)
             cuda.syncthreads()
             if i < T:
+                # --8<-- [start:bwd_dq_math]
                 for jj in range(BC):
                     j = j0 + jj
                     if j < T and not (causal and j > i):
@@ -372,6 +385,7 @@ def flash_backward_dq_kernel(D, BR=32, BC=32):
                         ds = p * (dp - Di)
                         for d in range(D):
                             dq[d] += scale * ds * Ks[jj, d]
+                # --8<-- [end:bwd_dq_math]
             cuda.syncthreads()
         if i < T:
             for d in range(D):
