@@ -26,8 +26,8 @@ import llvmlite.binding as llvm
 COMMANDS = {
     "config": [sys.executable, "-m", "sitp.bench", "config"],
     "microkernel": [sys.executable, "-m", "sitp.bench", "microkernel", "--rounds", "5"],
-    "gemm": [sys.executable, "-m", "sitp.bench", "gemm", "--clock", "cpu", "--rounds", "3"],
-    "roofline": [sys.executable, "-m", "sitp.bench", "roofline", "--clock", "cpu"],
+    "gemm": [sys.executable, "-m", "sitp.bench", "gemm", "--clock", "cpu", "--rounds", "3", "--max-wait", "2"],
+    "roofline": [sys.executable, "-m", "sitp.bench", "roofline", "--clock", "cpu", "--max-wait", "2"],
     "gpt": [sys.executable, "scripts/compare_torch.py", "--skip-train", "--bench-steps", "40",
             "--repeats", "5"],
 }
