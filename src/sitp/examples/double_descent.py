@@ -18,8 +18,8 @@ import numpy as np
 ASSETS = Path(__file__).resolve().parents[3] / "docs" / "assets" / "ch03"
 
 
-# --8<-- [start:test_error]
-def test_error(p: int, n: int = 40, D: int = 400, noise: float = 0.3, seed: int = 0,
+# --8<-- [start:heldout_error]
+def heldout_error(p: int, n: int = 40, D: int = 400, noise: float = 0.3, seed: int = 0,
                n_test: int = 500) -> float:
     """Test mean squared error of least squares on the first ``p`` of ``D`` features."""
     rng = np.random.default_rng(seed)
@@ -29,13 +29,13 @@ def test_error(p: int, n: int = 40, D: int = 400, noise: float = 0.3, seed: int 
     y_N = X_ND @ beta_D + noise * rng.normal(size=n)
     coef, *_ = np.linalg.lstsq(X_ND[:, :p], y_N, rcond=None)   # minimum norm if p > n
     return float(np.mean((X_test[:, :p] @ coef - X_test @ beta_D) ** 2))
-# --8<-- [end:test_error]
+# --8<-- [end:heldout_error]
 
 
 def sweep(ps=None, n: int = 40, seeds: int = 20):
     """Feature counts and the median test error over ``seeds`` draws at each."""
     ps = np.unique(np.round(np.geomspace(1, 400, 30)).astype(int)) if ps is None else ps
-    errors = np.array([[test_error(int(p), n, seed=s) for s in range(seeds)] for p in ps])
+    errors = np.array([[heldout_error(int(p), n, seed=s) for s in range(seeds)] for p in ps])
     return np.asarray(ps), np.median(errors, axis=1)
 
 
