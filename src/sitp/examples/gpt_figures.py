@@ -147,11 +147,11 @@ def architecture_figure(model, path) -> list[tuple[str, str, str]]:
 
 
 # ----------------------------------------------------------------------- ladder
-def record_ladder(runs_dir, times_file=None) -> dict:
+def record_ladder(runs_dir, times_file=None, names=LADDER, out_prefix="build/ladder") -> dict:
     """The ladder's runs as one JSON-able dict: config, final losses, curves, wall time.
 
     Args:
-        runs_dir: holds ``MODEL/record.json`` for each model of :data:`LADDER`.
+        runs_dir: holds ``NAME/record.json`` for each of ``names`` (default :data:`LADDER`).
         times_file: lines ``MODEL START END`` (seconds since the epoch) of each run;
             default ``runs_dir/times.txt`` if it exists.
     """
@@ -163,8 +163,20 @@ def record_ladder(runs_dir, times_file=None) -> dict:
             parts = line.split()
             if len(parts) == 3:
                 times[parts[0]] = round(float(parts[2]) - float(parts[1]), 1)
-    out = {"machine": sitp.show_config(mode="dicts").get("cpu"), "runs": {}}
-    for name in LADDER:
+    from sitp.data import load_names, split_words
+
+    words = load_names("names")
+    train_w, val_w, test_w = split_words(words, seed=42)
+    out = {"machine": sitp.show_config(mode="dicts").get("cpu"),
+           "count_bigram": {"all_words": round(float(count_bigram(words, words)), 4),
+                            "val": round(float(count_bigram(train_w, val_w)), 4),
+                            "test": round(float(count_bigram(train_w, test_w)), 4)},
+           "runs": {}}
+    from dataclasses import asdict
+
+    from sitp.models import MODELS
+
+    for name in names:
         path = runs_dir / name / "record.json"
         if not path.exists():
             continue
@@ -175,11 +187,14 @@ def record_ladder(runs_dir, times_file=None) -> dict:
                   round(sum(train[i * window:(i + 1) * window]) / window, 4)]
                  for i in range(len(train) // window)]
         tc = record["train_config"]
+        spec = MODELS[record["model"]]
+        default = {**asdict(spec.make_config()), "vocab_size": record["model_config"]["vocab_size"]}
+        sets = {k: v for k, v in record["model_config"].items() if default.get(k) != v}
         out["runs"][name] = {
-            "command": (f"python -m sitp train --model {name} --data {tc['data']} --steps "
-                        f"{tc['steps']} --eval-every {tc['eval_every']} --threads 1 --out "
-                        f"build/ladder/{name}"
-                        + "".join(f" --set {k}={v}" for k, v in record.get("sets", {}).items())),
+            "command": (f"python -m sitp train --model {record['model']} --data {tc['data']} "
+                        f"--steps {tc['steps']} --eval-every {tc['eval_every']} --threads 1"
+                        + "".join(f" --set {k}={v}" for k, v in sets.items())
+                        + f" --out {out_prefix}/{name}"),
             "num_params": record["num_params"],
             "model_config": record["model_config"],
             "train_config": {k: tc[k] for k in ("steps", "batch_size", "lr", "weight_decay",
@@ -191,6 +206,31 @@ def record_ladder(runs_dir, times_file=None) -> dict:
             "train_curve": curve,
         }
     return out
+
+
+def count_bigram(fit_words, eval_words, smoothing: float = 1.0) -> float:
+    """Mean NLL per character on ``eval_words`` of the bigram counted on ``fit_words``.
+
+    makemore's 2.454 is this with ``fit_words = eval_words =`` all of names.txt and +1
+    smoothing: the counting model of chapter 1, scored on the words it was counted on.
+    """
+    import numpy as np
+
+    from sitp.data import Vocab
+
+    vocab = Vocab(list(fit_words) + list(eval_words))
+    V = len(vocab)
+    N = np.full((V, V), smoothing)
+    for w in fit_words:
+        ids = [0] + [vocab.stoi[c] for c in w] + [0]
+        np.add.at(N, (ids[:-1], ids[1:]), 1)
+    logP = np.log(N / N.sum(1, keepdims=True))
+    total, n = 0.0, 0
+    for w in eval_words:
+        ids = [0] + [vocab.stoi[c] for c in w] + [0]
+        total -= logP[ids[:-1], ids[1:]].sum()
+        n += len(ids) - 1
+    return total / n
 
 
 def ladder_figure(ladder: dict, path, published=None) -> None:
