@@ -26,11 +26,6 @@ _spec.loader.exec_module(tc)
 
 # torch name -> why sitp does not take all of torch's parameters yet
 KNOWN_GAPS = {
-    "torch.set_rng_state": "sitp's parameter is `state` (torch: `new_state`); sitp/random.py",
-    "torch.nn.BCELoss": "no `weight`, nor the deprecated size_average/reduce; sitp/nn/__init__.py",
-    "torch.nn.MSELoss": "no deprecated size_average/reduce; sitp/nn/__init__.py",
-    "torch.nn.CrossEntropyLoss": "no deprecated size_average/reduce; sitp/nn/__init__.py",
-    "torch.autograd.backward": "sitp's engine entry point (4.1) takes one tensor and its gradient",
 }
 
 # torch parameters that sitp takes under another name for a reason a script never sees
@@ -242,3 +237,128 @@ def test_norm_dtype_like_torch():
     t = torch.tensor(v).norm(dtype=torch.float64)
     assert s.dtype is sitp.float64
     np.testing.assert_allclose(s.item(), t.item())
+
+
+def test_set_rng_state_new_state_keyword_like_torch():
+    for lib in (torch, sitp):
+        state = lib.get_rng_state()
+        a = lib.rand(3)
+        lib.set_rng_state(new_state=state)
+        assert lib.rand(3).tolist() == a.tolist()
+
+
+def test_split_function_takes_torchs_keyword():
+    import numpy as np
+
+    x = np.arange(10, dtype=np.float32)
+    for size in (3, [2, 8]):
+        s = sitp.split(sitp.tensor(x), split_size_or_sections=size, dim=0)
+        t = torch.split(torch.tensor(x), split_size_or_sections=size, dim=0)
+        assert [p.tolist() for p in s] == [p.tolist() for p in t]
+
+
+LEGACY = [(None, None), (True, None), (False, None), (None, True), (None, False),
+          (True, True), (False, True), (True, False), (False, False)]
+
+
+@pytest.mark.parametrize("loss", ["MSELoss", "BCELoss", "CrossEntropyLoss"])
+@pytest.mark.parametrize("size_average,reduce", LEGACY)
+def test_legacy_size_average_and_reduce_like_torch(loss, size_average, reduce):
+    import warnings
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    if loss == "CrossEntropyLoss":
+        x, y = rng.standard_normal((4, 3)).astype(np.float32), np.array([0, 2, 1, 2])
+    else:
+        x = rng.uniform(0.1, 0.9, (4, 3)).astype(np.float32)
+        y = rng.uniform(0, 1, (4, 3)).astype(np.float32)
+    out, caught = [], []
+    for lib in (torch, sitp):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            m = getattr(lib.nn, loss)(size_average=size_average, reduce=reduce,
+                                      reduction="sum")  # the legacy flags win when given
+        caught.append([(type(x.message), str(x.message)) for x in w
+                       if "size_average" in str(x.message)])
+        out.append((m.reduction, m(lib.tensor(x), lib.tensor(y)).detach().numpy()))
+    assert caught[0] == caught[1]
+    assert bool(caught[1]) == (size_average is not None or reduce is not None)
+    assert out[0][0] == out[1][0]
+    np.testing.assert_allclose(out[1][1], out[0][1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 3)])
+def test_bce_loss_weight_like_torch(shape):
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0.05, 0.95, (2, 3)).astype(np.float32)
+    y = rng.uniform(0, 1, (2, 3)).astype(np.float32)
+    w = rng.uniform(0.5, 2, shape).astype(np.float32)
+    res = []
+    for lib in (torch, sitp):
+        m = lib.nn.BCELoss(weight=lib.tensor(w))
+        assert [n for n, _ in m.named_buffers()] == ["weight"]
+        xi = lib.tensor(x, requires_grad=True)
+        loss = m(xi, lib.tensor(y))
+        loss.backward()
+        res.append((loss.item(), xi.grad.numpy()))
+    np.testing.assert_allclose(res[1][0], res[0][0], rtol=1e-5)
+    np.testing.assert_allclose(res[1][1], res[0][1], rtol=1e-5, atol=1e-7)
+
+
+def _backward_case(lib, how):
+    import numpy as np
+
+    rng = np.random.default_rng(2)
+    a, b = (lib.tensor(rng.standard_normal(3).astype(np.float32), requires_grad=True)
+            for _ in range(2))
+    h = a * b                     # shared by both outputs
+    y1, y2 = (h * h).sum(), h.exp()
+    g2 = lib.tensor([1.0, -2.0, 0.5])
+    if how == "two":
+        lib.autograd.backward([y1, y2], [None, g2])
+    elif how == "tuple_kw":
+        lib.autograd.backward(tensors=(y1, y2), grad_tensors=(None, g2), retain_graph=False)
+    elif how == "one":
+        lib.autograd.backward(y1)
+    elif how == "inputs":
+        lib.autograd.backward([y1, y2], [None, g2], inputs=[a])
+    elif how == "inputs_interior":
+        lib.autograd.backward([y1, y2], [None, g2], inputs=[h, b])
+        return [None if t.grad is None else t.grad.numpy() for t in (a, b, h)]
+    return [None if t.grad is None else t.grad.numpy() for t in (a, b)]
+
+
+@pytest.mark.parametrize("how", ["two", "tuple_kw", "one", "inputs", "inputs_interior"])
+def test_autograd_backward_like_torch(how):
+    import warnings
+
+    import numpy as np
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns when .grad of a non-leaf is read
+        t, s = _backward_case(torch, how), _backward_case(sitp, how)
+    assert [g is None for g in s] == [g is None for g in t]
+    for gs, gt in zip(s, t):
+        if gt is not None:
+            np.testing.assert_allclose(gs, gt, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("lib", [torch, sitp], ids=["torch", "sitp"])
+def test_autograd_backward_errors_like_torch(lib):
+    x = lib.ones(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="implicitly created only for scalar"):
+        lib.autograd.backward([x * 2, (x * 3).sum()])
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        lib.autograd.backward([(x * 2).sum(), lib.ones(())])
+    with pytest.raises(RuntimeError, match="Mismatch in shape"):
+        lib.autograd.backward([x * 3, (x * 2).sum()], [lib.ones(3), None])
+    with pytest.raises(RuntimeError, match="cannot be empty"):
+        lib.autograd.backward((x * 2).sum(), inputs=[])
+    y = (x * x).sum()
+    lib.autograd.backward([y, y * 2])
+    with pytest.raises(RuntimeError, match="second time"):
+        lib.autograd.backward([y])

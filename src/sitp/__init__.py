@@ -62,4 +62,11 @@ for _name in [
     globals()[_name] = _forward(_name)
 del _name
 
+
+def split(tensor, split_size_or_sections, dim: int = 0):
+    """``torch.split``: ``tensor.split(split_size_or_sections, dim)``, under torch's
+    parameter name for the function form (the method's is ``split_size``)."""
+    return tensor.split(split_size_or_sections, dim)
+
+
 import builtins  # noqa: E402

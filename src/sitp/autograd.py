@@ -420,6 +420,96 @@ def _accumulate(leaf, g) -> None:
 # --8<-- [end:backward]
 
 
+_engine_backward = backward  # the engine above: one tensor and its gradient
+
+
+class _Roots(Function):
+    """Several tensors as one root of the graph: a scalar whose backward hands each
+    tensor its own gradient, so that one pass of the engine serves them all (a node
+    that two of them share is walked once, after both have added to its gradient)."""
+
+    @staticmethod
+    def forward(ctx, grads, *tensors):
+        from .creation import zeros
+
+        ctx.grads = grads
+        return zeros(())
+
+    @staticmethod
+    def backward(ctx, g):
+        return (None, *ctx.grads)
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool = False,
+             grad_variables=None, inputs=None) -> None:  # noqa: F811  (torch's entry point)
+    """``torch.autograd.backward``: accumulate the gradients of ``tensors`` (one tensor or
+    a sequence), weighted by ``grad_tensors``, into the leaves' ``.grad``, or only into
+    ``inputs`` (a tensor, a sequence or a dict of them) when given. ``retain_graph``
+    defaults to ``create_graph``; sitp has no higher-order gradients, so
+    ``create_graph=True`` raises NotImplementedError.
+    """
+    import warnings
+
+    from . import creation
+    from .tensor import Tensor
+
+    if create_graph:
+        raise NotImplementedError("backward(create_graph=True): sitp has no higher-order gradients")
+    if grad_variables is not None:
+        warnings.warn("`grad_variables` is deprecated. Use `grad_tensors` instead.",
+                      FutureWarning, stacklevel=2)
+        if grad_tensors is not None:
+            raise RuntimeError("`grad_tensors` and `grad_variables` (deprecated) arguments both "
+                               "passed to `backward()`. Please only use `grad_tensors`.")
+        grad_tensors = grad_variables
+    retain_graph = bool(create_graph if retain_graph is None else retain_graph)
+    tensors = (tensors,) if isinstance(tensors, Tensor) else tuple(tensors)
+    if grad_tensors is None:
+        grad_tensors = (None,) * len(tensors)
+    elif isinstance(grad_tensors, Tensor):
+        grad_tensors = (grad_tensors,)
+    else:
+        grad_tensors = tuple(grad_tensors)
+    if len(grad_tensors) != len(tensors):
+        raise RuntimeError(f"backward(): got {len(tensors)} tensors and "
+                           f"{len(grad_tensors)} gradients")
+    if inputs is not None:
+        inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(
+            inputs.values() if isinstance(inputs, dict) else inputs)
+        if not inputs:
+            raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
+    if len(tensors) == 1 and inputs is None:
+        return _engine_backward(tensors[0], grad_tensors[0], retain_graph)
+
+    grads = []
+    for i, (t, g) in enumerate(zip(tensors, grad_tensors)):
+        if not t.requires_grad:
+            raise RuntimeError(
+                f"element {i} of tensors does not require grad and does not have a grad_fn")
+        if g is None:
+            if t.numel() != 1:
+                raise RuntimeError("grad can be implicitly created only for scalar outputs")
+            g = creation.ones_like(t)
+        elif not isinstance(g, Tensor):
+            g = creation.tensor(g, dtype=t.dtype, device=t.device)
+        if tuple(g.shape) != tuple(t.shape):
+            raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of "
+                               f"{tuple(g.shape)} and output[{i}] has a shape of {tuple(t.shape)}.")
+        grads.append(g)
+    with enable_grad():
+        root = _Roots.apply(tuple(grads), *tensors)
+    if inputs is None:
+        return _engine_backward(root, None, retain_graph)
+    found = grad(root, inputs, retain_graph=retain_graph, allow_unused=True)
+    for t, g in zip(inputs, found):
+        if g is None:
+            continue
+        if t.grad_fn is None:
+            _accumulate(t, g)
+        else:  # an interior input keeps its gradient, as with retain_grad()
+            t.grad = g if t.grad is None else t.grad + g
+
+
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bool = False,
          only_inputs: bool = True, allow_unused=None, is_grads_batched: bool = False,
          materialize_grads: bool = False):
@@ -473,7 +563,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
     for t in others.values():
         t.grad = None
     try:
-        backward(outputs, grad_outputs, retain_graph=retain_graph)
+        _engine_backward(outputs, grad_outputs, retain_graph=retain_graph)
         result = tuple(t.grad for t in inputs)
         if not allow_unused and any(g is None for g in result):
             raise RuntimeError(

@@ -60,8 +60,9 @@ def get_rng_state():
     return default_generator.get_state()
 
 
-def set_rng_state(state) -> None:
-    default_generator.set_state(state)
+def set_rng_state(new_state) -> None:
+    """Restore the default generator from a state that ``get_rng_state()`` returned."""
+    default_generator.set_state(new_state)
 
 
 def _rng(generator):

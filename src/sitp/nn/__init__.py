@@ -1,5 +1,7 @@
 """``sitp.nn``: modules, parameters, functional ops and initialisation (chapter 4.2)."""
 
+import warnings as _warnings
+
 from . import functional, init, utils
 from .modules import (GELU, BatchNorm1d, Conv1d, Dropout, Embedding, Flatten, GRUCell, Identity,
                       LayerNorm, Linear, LogSoftmax, Module, ModuleDict, ModuleList, ReLU, RNNCell,
@@ -7,14 +9,30 @@ from .modules import (GELU, BatchNorm1d, Conv1d, Dropout, Embedding, Flatten, GR
 from .parameter import Parameter
 
 
+def _legacy_reduction(size_average, reduce, reduction):
+    """torch's ``_Reduction.legacy_get_string``: the deprecated ``size_average`` and
+    ``reduce`` flags, when either is given, decide ``reduction`` (an unset one counts as
+    True) and a UserWarning names the ``reduction=`` to write instead."""
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    ret = "mean" if size_average and reduce else ("sum" if reduce else "none")
+    _warnings.warn("size_average and reduce args will be deprecated, please use "
+                  f"reduction='{ret}' instead.", stacklevel=3)
+    return ret
+
+
 class CrossEntropyLoss(Module):
     """``F.cross_entropy`` as a module."""
 
-    def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean",
-                 label_smoothing: float = 0.0):
+    def __init__(self, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
+                 reduction: str = "mean", label_smoothing: float = 0.0):
         super().__init__()
-        self.weight, self.ignore_index = weight, ignore_index
-        self.reduction, self.label_smoothing = reduction, label_smoothing
+        self.register_buffer("weight", weight)
+        self.ignore_index = ignore_index
+        self.reduction = _legacy_reduction(size_average, reduce, reduction)
+        self.label_smoothing = label_smoothing
 
     def forward(self, input, target):
         return functional.cross_entropy(input, target, weight=self.weight,
@@ -23,18 +41,23 @@ class CrossEntropyLoss(Module):
 
 
 class MSELoss(Module):
-    def __init__(self, reduction: str = "mean"):
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
-        self.reduction = reduction
+        self.reduction = _legacy_reduction(size_average, reduce, reduction)
 
     def forward(self, input, target):
         return functional.mse_loss(input, target, reduction=self.reduction)
 
 
 class BCELoss(Module):
-    def __init__(self, reduction: str = "mean"):
+    """``F.binary_cross_entropy`` as a module; ``weight`` (a buffer, as in torch)
+    multiplies each element's loss and broadcasts against the input."""
+
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
-        self.reduction = reduction
+        self.register_buffer("weight", weight)
+        self.reduction = _legacy_reduction(size_average, reduce, reduction)
 
     def forward(self, input, target):
-        return functional.binary_cross_entropy(input, target, reduction=self.reduction)
+        return functional.binary_cross_entropy(input, target, weight=self.weight,
+                                               reduction=self.reduction)
