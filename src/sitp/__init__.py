@@ -22,7 +22,7 @@ from .tensor import Size, Tensor, device, matmul  # noqa: E402
 from .serialization import load, save  # noqa: E402
 from ._config import show_config  # noqa: E402
 
-from . import nn, optim, utils  # noqa: E402  (after the Tensor: they build on it)
+from . import linalg, nn, optim, utils  # noqa: E402  (after the Tensor: they build on it)
 
 __version__ = "0.1.0"
 
