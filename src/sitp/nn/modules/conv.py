@@ -25,8 +25,8 @@ class Conv1d(Module):
                 f"Conv1d: padding_mode={padding_mode!r}; sitp pads with zeros only")
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size, self.stride, self.padding, self.dilation = kernel_size, stride, padding, dilation
-        self.weight = Parameter(empty(out_channels, in_channels, kernel_size, dtype=dtype))
-        self.bias = Parameter(empty(out_channels, dtype=dtype)) if bias else None
+        self.weight = Parameter(empty(out_channels, in_channels, kernel_size, dtype=dtype, device=device))
+        self.bias = Parameter(empty(out_channels, dtype=dtype, device=device)) if bias else None
         if not bias:
             self.register_parameter("bias", None)
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))

@@ -21,8 +21,8 @@ class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype=None, device=None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.weight = Parameter(empty(out_features, in_features, dtype=dtype))
-        self.bias = Parameter(empty(out_features, dtype=dtype)) if bias else None
+        self.weight = Parameter(empty(out_features, in_features, dtype=dtype, device=device))
+        self.bias = Parameter(empty(out_features, dtype=dtype, device=device)) if bias else None
         if not bias:
             self.register_parameter("bias", None)
         self.reset_parameters()

@@ -21,8 +21,8 @@ class LayerNorm(Module):
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         if elementwise_affine:
-            self.weight = Parameter(ones(self.normalized_shape, dtype=dtype))
-            self.bias = Parameter(zeros(self.normalized_shape, dtype=dtype)) if bias else None
+            self.weight = Parameter(ones(self.normalized_shape, dtype=dtype, device=device))
+            self.bias = Parameter(zeros(self.normalized_shape, dtype=dtype, device=device)) if bias else None
             if not bias:
                 self.register_parameter("bias", None)
         else:
@@ -53,14 +53,14 @@ class BatchNorm1d(Module):
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         if affine:
-            self.weight = Parameter(ones(num_features, dtype=dtype))
-            self.bias = Parameter(zeros(num_features, dtype=dtype)) if bias else None
+            self.weight = Parameter(ones(num_features, dtype=dtype, device=device))
+            self.bias = Parameter(zeros(num_features, dtype=dtype, device=device)) if bias else None
             if not bias:
                 self.register_parameter("bias", None)
         if track_running_stats:
-            self.register_buffer("running_mean", zeros(num_features, dtype=dtype))
-            self.register_buffer("running_var", ones(num_features, dtype=dtype))
-            self.register_buffer("num_batches_tracked", zeros((), dtype="int64"))
+            self.register_buffer("running_mean", zeros(num_features, dtype=dtype, device=device))
+            self.register_buffer("running_var", ones(num_features, dtype=dtype, device=device))
+            self.register_buffer("num_batches_tracked", zeros((), dtype="int64", device=device))
 
     def forward(self, x):
         if x.ndim not in (2, 3) or x.shape[1] != self.num_features:

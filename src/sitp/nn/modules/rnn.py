@@ -11,14 +11,15 @@ from .module import Module
 
 
 class _CellBase(Module):
-    def __init__(self, input_size: int, hidden_size: int, bias: bool, gates: int, dtype=None):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool, gates: int, dtype=None,
+                 device=None):
         super().__init__()
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
-        self.weight_ih = Parameter(empty(gates * hidden_size, input_size, dtype=dtype))
-        self.weight_hh = Parameter(empty(gates * hidden_size, hidden_size, dtype=dtype))
+        self.weight_ih = Parameter(empty(gates * hidden_size, input_size, dtype=dtype, device=device))
+        self.weight_hh = Parameter(empty(gates * hidden_size, hidden_size, dtype=dtype, device=device))
         if bias:
-            self.bias_ih = Parameter(empty(gates * hidden_size, dtype=dtype))
-            self.bias_hh = Parameter(empty(gates * hidden_size, dtype=dtype))
+            self.bias_ih = Parameter(empty(gates * hidden_size, dtype=dtype, device=device))
+            self.bias_hh = Parameter(empty(gates * hidden_size, dtype=dtype, device=device))
         else:
             self.register_parameter("bias_ih", None)
             self.register_parameter("bias_hh", None)
@@ -31,7 +32,7 @@ class _CellBase(Module):
             raise ValueError(
                 f"input has {x.shape[-1]} features, expected input_size={self.input_size} (shape {tuple(x.shape)})")
         if h is None:
-            h = zeros(x.shape[:-1] + (self.hidden_size,), dtype=x.dtype)
+            h = zeros(x.shape[:-1] + (self.hidden_size,), dtype=x.dtype, device=x.device)
         elif tuple(h.shape) != tuple(x.shape[:-1]) + (self.hidden_size,):
             raise ValueError(
                 f"hidden state has shape {tuple(h.shape)}, expected {tuple(x.shape[:-1]) + (self.hidden_size,)}")
@@ -53,7 +54,7 @@ class RNNCell(_CellBase):
                  nonlinearity: str = "tanh", dtype=None, device=None):
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or 'relu'.")
-        super().__init__(input_size, hidden_size, bias, 1, dtype)
+        super().__init__(input_size, hidden_size, bias, 1, dtype, device)
         self.nonlinearity = nonlinearity
 
     def forward(self, x, h=None):
@@ -75,7 +76,7 @@ class GRUCell(_CellBase):
     """
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, dtype=None, device=None):
-        super().__init__(input_size, hidden_size, bias, 3, dtype)
+        super().__init__(input_size, hidden_size, bias, 3, dtype, device)
 
     def forward(self, x, h=None):
         h = self._check(x, h)
