@@ -199,3 +199,23 @@ def test_vecdot_and_matmul_like_torch():
     x, y = rng.standard_normal((2, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
     _compare(sitp.linalg.vecdot, torch.linalg.vecdot, [x, y])
     _compare(sitp.linalg.matmul, torch.linalg.matmul, [x, y])
+
+
+@pytest.mark.parametrize("name", ["vector_norm", "matrix_norm", "inv", "det", "solve"])
+def test_on_the_cuda_device_like_the_cpu(name):
+    """A CUDA tensor (numba's simulator without a GPU): the result and the gradient stay
+    there and equal the CPU's."""
+    rng = np.random.default_rng(13)
+    A = _well_conditioned(rng, (2, 3, 3))
+    B = rng.standard_normal((2, 3, 2))
+    res = []
+    for dev in ("cpu", "cuda"):
+        a = sitp.tensor(A, device=dev, requires_grad=True)
+        args = (a, sitp.tensor(B, device=dev)) if name == "solve" else (a,)
+        out = getattr(sitp.linalg, name)(*args)
+        assert out.device.type == dev
+        out.sum().backward()
+        assert a.grad.device.type == dev
+        res.append((out.detach().cpu().numpy(), a.grad.cpu().numpy()))
+    for c, g in zip(*res):
+        np.testing.assert_allclose(g, c, rtol=1e-9, atol=1e-12)
