@@ -6,6 +6,7 @@
 * ``gpt-ladder.png``: the loss curves of the ladder's six models (bigram, MLP, WaveNet,
   RNN, GRU, GPT) trained by ``python -m sitp train --data names`` on makemore's 32,033
   names; read from their ``record.json`` files and kept in ``ladder-names.json``.
+* ``gpt-ablation.png``: the long runs of the chapter's ablation (``ladder-names-long.json``).
 * ``gpt-attention.png``: the attention probabilities of every head of the trained GPT on
   one test name, with each head's mean weight on the previous character and on the
   leading ``'.'`` over the validation names; kept in ``gpt-attention.json``.
@@ -15,6 +16,13 @@ Run from the repository root after training the ladder into ``build/ladder/MODEL
 
     python -m sitp.examples.gpt_figures --runs build/ladder --record
     python -m sitp.examples.gpt_figures            # redraw from the recorded JSON only
+
+With ``build/ladder-long`` beside it (the chapter's ablation: the GRU and the GPT for
+20,000 steps, the GPT also with ``--set dropout=0.1`` and with ``--weight-decay 0.1``,
+in ``gru/``, ``gpt/``, ``gpt-dropout/`` and ``gpt-wd/``), ``--record`` also writes
+``ladder-names-long.json``; with ``build/census-gpt`` (the GPT's default run on the
+census names, ``python -m sitp train --model gpt --steps 3000 --eval-every 500
+--threads 1 --out build/census-gpt``), ``gpt-census.json``.
 
 The chapter's fences call these functions on small models and on the recorded JSON.
 """
@@ -33,6 +41,9 @@ HERE = Path(__file__).resolve().parent
 ASSETS = HERE.parents[2] / "docs" / "assets" / "ch03"
 LADDER = ("bigram", "mlp", "wavenet", "rnn", "gru", "gpt")
 LADDER_JSON = HERE / "ladder-names.json"
+LONG = ("gru", "gpt", "gpt-wd", "gpt-dropout", "gpt-dropout-40k")
+LONG_JSON = HERE / "ladder-names-long.json"
+CENSUS_JSON = HERE / "gpt-census.json"
 ATTENTION_JSON = HERE / "gpt-attention.json"
 
 
@@ -152,14 +163,13 @@ def record_ladder(runs_dir, times_file=None, names=LADDER, out_prefix="build/lad
 
     Args:
         runs_dir: holds ``NAME/record.json`` for each of ``names`` (default :data:`LADDER`).
-        times_file: lines ``MODEL START END`` (seconds since the epoch) of each run;
-            default ``runs_dir/times.txt`` if it exists.
+        times_file: lines ``NAME START END`` (seconds since the epoch) of each run;
+            default every ``runs_dir/times*.txt``.
     """
     runs_dir = Path(runs_dir)
     times = {}
-    times_file = Path(times_file) if times_file else runs_dir / "times.txt"
-    if times_file.exists():
-        for line in times_file.read_text().splitlines():
+    for times_path in sorted(runs_dir.glob("times*.txt")) if times_file is None else [times_file]:
+        for line in Path(times_path).read_text().splitlines():
             parts = line.split()
             if len(parts) == 3:
                 times[parts[0]] = round(float(parts[2]) - float(parts[1]), 1)
@@ -181,6 +191,8 @@ def record_ladder(runs_dir, times_file=None, names=LADDER, out_prefix="build/lad
         if not path.exists():
             continue
         record = json.loads(path.read_text())
+        if "final" not in record:  # a run still going: its last checkpoint
+            continue
         train = record["history"]["train"]
         window = 100
         curve = [[min((i + 1) * window, len(train)),
@@ -193,6 +205,8 @@ def record_ladder(runs_dir, times_file=None, names=LADDER, out_prefix="build/lad
         out["runs"][name] = {
             "command": (f"python -m sitp train --model {record['model']} --data {tc['data']} "
                         f"--steps {tc['steps']} --eval-every {tc['eval_every']} --threads 1"
+                        + (f" --weight-decay {tc['weight_decay']:g}" if tc["weight_decay"] != 0.01
+                           else "")
                         + "".join(f" --set {k}={v}" for k, v in sets.items())
                         + f" --out {out_prefix}/{name}"),
             "num_params": record["num_params"],
@@ -253,6 +267,26 @@ def ladder_figure(ladder: dict, path, published=None) -> None:
     ax.set_title("The ladder on makemore's names: validation (dots), minibatch (faint)",
                  fontsize=10)
     ax.legend(fontsize=8, loc="upper right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def ablation_figure(long: dict, path) -> None:
+    """Train (dashed) and validation (solid) losses of the long runs, every evaluation."""
+    plt = _matplotlib()
+    fig, ax = plt.subplots(figsize=(7.2, 4.0), dpi=110)
+    for i, (name, run) in enumerate(long["runs"].items()):
+        steps, train, val = zip(*run["eval"])
+        ax.plot(steps, val, "o-", color=f"C{i}", ms=3,
+                label=f"{name}: val {min(val):.3f} best, {val[-1]:.3f} last")
+        ax.plot(steps, train, "--", color=f"C{i}", lw=1, alpha=0.7)
+    ax.set_xlabel("optimizer step (batch of 32)")
+    ax.set_ylabel("cross-entropy (nats per character)")
+    ax.set_title("20,000 steps on makemore's names: validation (solid), train (dashed)",
+                 fontsize=10)
+    ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
@@ -376,6 +410,16 @@ def main(argv=None) -> None:
     out = Path(args.out)
     if args.record:
         LADDER_JSON.write_text(json.dumps(record_ladder(args.runs), indent=1) + "\n")
+        long_dir = Path(args.runs + "-long")
+        if long_dir.exists():  # the ablation: build/ladder-long/{gru,gpt,gpt-dropout,gpt-wd}
+            LONG_JSON.write_text(json.dumps(
+                record_ladder(long_dir, names=LONG, out_prefix=str(long_dir)), indent=1) + "\n")
+        census = Path(args.runs).parent / "census-gpt"   # the GPT on the census names
+        if census.exists():
+            CENSUS_JSON.write_text(json.dumps(record_ladder(
+                census.parent, census.parent / "census-gpt-times.txt", names=("census-gpt",),
+                out_prefix=str(census.parent)),
+                indent=1) + "\n")
         ATTENTION_JSON.write_text(json.dumps(record_attention(Path(args.runs) / "gpt"))
                                   + "\n")
     from sitp.models.gpt import GPT, GPTConfig
@@ -384,6 +428,8 @@ def main(argv=None) -> None:
     architecture_figure(GPT(GPTConfig()), out / "gpt-architecture.png")
     ladder_figure(json.loads(LADDER_JSON.read_text()), out / "gpt-ladder.png", PUBLISHED)
     attention_figure(json.loads(ATTENTION_JSON.read_text()), out / "gpt-attention.png")
+    if LONG_JSON.exists():
+        ablation_figure(json.loads(LONG_JSON.read_text()), out / "gpt-ablation.png")
 
 
 if __name__ == "__main__":
