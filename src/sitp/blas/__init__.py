@@ -30,7 +30,7 @@ from .ladder import gemm_blocked, gemm_ikj, gemm_naive
 from .level1 import saxpy, triad
 from .level2 import sgemv
 from .packed import KC, MC, MR, NR, fill_rows, gemm_packed, gemm_parallel, micro_kernel, stored
-from .small import DIRECT_MAX_B_BYTES, DIRECT_MAX_N, gemm_direct_parallel, gemm_small
+from .small import DIRECT_MAX_B_BYTES, DIRECT_MAX_N, gemm_direct_parallel, gemm_small, gemm_small_set
 
 __all__ = [
     "matmul", "bmm", "saxpy", "triad", "sgemv", "gemm_naive", "gemm_ikj",
@@ -83,29 +83,36 @@ def matmul(a, b, bias=None):
     """
     a, b = _check(a, b, 2, "matmul")
     (M, K), N = a.shape, b.shape[1]
+    if bias is not None and (bias.shape != (N,) or bias.dtype != a.dtype):
+        raise ValueError(f"matmul: bias of shape {bias.shape} and dtype {bias.dtype} does "
+                         f"not fit a product of shape ({M}, {N}) and dtype {a.dtype}")
+    mnk = M * N * K
+    unpacked = a.dtype != np.int64 and N > 1 and mnk > 0 and (
+        mnk < SMALL_MNK or (N <= DIRECT_MAX_N and K * N * b.itemsize <= DIRECT_MAX_B_BYTES))
+    if unpacked:
+        # the unpacked kernels read rows of B as vectors: B must be row-major. They
+        # write every entry of C, starting from the bias: C need not be zeroed.
+        a = a if a.flags.c_contiguous or a.flags.f_contiguous else np.ascontiguousarray(a)
+        b = np.ascontiguousarray(b)
+        c = np.empty((M, N), dtype=a.dtype)
+        has_bias = bias is not None
+        bias = np.ascontiguousarray(bias) if has_bias else c[0, :0]
+        if mnk < SMALL_MNK or numba.get_num_threads() == 1:
+            gemm_small_set(a, b, c, bias, has_bias)
+        else:                   # a thin product: B small, A tall; threads over A's rows
+            gemm_direct_parallel(a, b, c, bias, has_bias, numba.get_num_threads())
+        return c
     if bias is None:
         c = np.zeros((M, N), dtype=a.dtype)
     else:
-        if bias.shape != (N,) or bias.dtype != a.dtype:
-            raise ValueError(f"matmul: bias of shape {bias.shape} and dtype {bias.dtype} does "
-                             f"not fit a product of shape ({M}, {N}) and dtype {a.dtype}")
         c = np.empty((M, N), dtype=a.dtype)
         fill_rows(c, bias)
-    mnk = M * N * K
     if mnk == 0:
         return c
     if a.dtype == np.int64:
         gemm_ikj(np.ascontiguousarray(a), np.ascontiguousarray(b), c)
     elif N == 1:
         sgemv(np.ascontiguousarray(a), b.reshape(K), c.reshape(M))
-    elif mnk < SMALL_MNK or (N <= DIRECT_MAX_N and K * N * b.itemsize <= DIRECT_MAX_B_BYTES):
-        # the unpacked kernel reads rows of B as vectors: B must be row-major
-        a = a if a.flags.c_contiguous or a.flags.f_contiguous else np.ascontiguousarray(a)
-        b = np.ascontiguousarray(b)
-        if mnk < SMALL_MNK:
-            gemm_small(a, b, c)
-        else:                   # a thin product: B small, A tall; threads over A's rows
-            gemm_direct_parallel(a, b, c, numba.get_num_threads())
     else:
         gemm_parallel(a, b, c)
     return c

@@ -101,14 +101,19 @@ def tile_nr(typingctx, dtype):
 
 # --8<-- [start:tile_fma]
 def make_tile_fma(rows, nvec):
-    """An intrinsic ``tile_fma(A, a_off, a_si, a_sp, B, b_off, b_sp, K, out, o_off, o_si)``.
+    """An intrinsic ``tile_fma(A, a_off, a_si, a_sp, B, b_off, b_sp, K, out, o_off, o_si,
+    mode, bias, bias_off)`` for a rows x (nvec * lanes) register tile.
 
-    It computes the rows x (nvec * lanes) tile T[i, :] = sum over p < K of
-    A[i, p] * B[p, :], where A's element (i, p) is ``A.data[a_off + i * a_si + p * a_sp]``
-    and row p of B starts at ``B.data[b_off + p * b_sp]`` (offsets and strides in
-    elements; B's rows are contiguous). Row i of the tile goes to ``out.data[o_off +
-    i * o_si:]``: *added* there when ``out`` is an array (C itself, for a full tile),
-    *stored* when it is a pointer (a stack buffer, for a tile that C's edge clips).
+    It computes T[i, :] = sum over p < K of A[i, p] * B[p, :], where A's element
+    (i, p) is ``A.data[a_off + i * a_si + p * a_sp]`` and row p of B starts at
+    ``B.data[b_off + p * b_sp]`` (offsets and strides in elements; B's rows are
+    contiguous), and writes row i of T to ``out.data[o_off + i * o_si:]``:
+
+    * mode 0: added to what is there (``out`` is C itself, for a full tile);
+    * mode 1: stored (C not yet written, or a stack buffer for a tile that C's
+      edge clips; ``out`` may be a pointer);
+    * mode 2: stored, with ``bias.data[bias_off:]`` added to every row (the sum
+      starts from the bias: a linear layer's ``x @ W.T + b`` in one pass).
 
     The loop is written in LLVM IR with explicit vector types: the tile is
     rows x nvec values of type ``<lanes x float>``, carried from one step to the next
@@ -119,14 +124,14 @@ def make_tile_fma(rows, nvec):
     baseline x86-64 and NEON.
     """
     @intrinsic
-    def tile_fma(typingctx, A, a_off, a_si, a_sp, B, b_off, b_sp, K, out, o_off, o_si):
+    def tile_fma(typingctx, A, a_off, a_si, a_sp, B, b_off, b_sp, K, out, o_off, o_si, mode, bias, bias_off):
         if not (isinstance(A, types.Array) and isinstance(B, types.Array) and A.ndim == B.ndim == 2
                 and isinstance(A.dtype, types.Float) and B.dtype == A.dtype):
             return None
-        if not ((isinstance(out, types.Array) and out.dtype == A.dtype)
-                or (isinstance(out, types.CPointer) and out.dtype == A.dtype)):
+        if not ((isinstance(out, (types.Array, types.CPointer)) and out.dtype == A.dtype)
+                and isinstance(bias, types.Array) and bias.dtype == A.dtype):
             return None
-        sig = types.void(A, a_off, a_si, a_sp, B, b_off, b_sp, K, out, o_off, o_si)
+        sig = types.void(A, a_off, a_si, a_sp, B, b_off, b_sp, K, out, o_off, o_si, mode, bias, bias_off)
         return sig, _tile_codegen(rows, nvec)
 
     return tile_fma
@@ -134,35 +139,56 @@ def make_tile_fma(rows, nvec):
 
 def _tile_codegen(rows, nvec):
     def codegen(context, builder, signature, args):
-        a_arr, b_arr, out = args[0], args[4], args[8]
         i64 = ir.IntType(64)
-        a_off, a_si, a_sp, b_off, b_sp, k, o_off, o_si = (
-            context.cast(builder, args[n], signature.args[n], types.int64) for n in (1, 2, 3, 5, 6, 7, 9, 10))
+        a_off, a_si, a_sp, b_off, b_sp, k, o_off, o_si, mode, bias_off = (
+            context.cast(builder, args[n], signature.args[n], types.int64)
+            for n in (1, 2, 3, 5, 6, 7, 9, 10, 11, 13))
         dtype = signature.args[0].dtype
-        a_data = builder.gep(context.make_array(signature.args[0])(context, builder, a_arr).data, [a_off])
-        b_data = builder.gep(context.make_array(signature.args[4])(context, builder, b_arr).data, [b_off])
-        accumulate = isinstance(signature.args[8], types.Array)
-        o_data = context.make_array(signature.args[8])(context, builder, out).data if accumulate else out
-        o_data = builder.gep(o_data, [o_off])
+
+        def data(n):
+            return context.make_array(signature.args[n])(context, builder, args[n]).data
+
+        a_data = builder.gep(data(0), [a_off])
+        b_data = builder.gep(data(4), [b_off])
+        o_data = builder.gep(data(8) if isinstance(signature.args[8], types.Array) else args[8], [o_off])
+        bias_data = builder.gep(data(12), [bias_off])
         lanes = _target.vector_bits() // dtype.bitwidth
         vty = ir.VectorType(context.get_value_type(dtype), lanes)
+        vptr = vty.as_pointer()
         align = dtype.bitwidth // 8
         fmuladd = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(vty, [vty] * 3), f"llvm.fmuladd.v{lanes}f{dtype.bitwidth}")
         zero = ir.Constant(vty, None)
         undef = ir.Constant(vty, ir.Undefined)
         splat = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
-        entry = builder.basic_block
-        loop = builder.append_basic_block("tile.loop")
-        done = builder.append_basic_block("tile.done")
+        fn = builder.function
+        bias_bb, zero_bb, init_bb, loop, done, add_bb, store_bb, exit_bb = (
+            fn.append_basic_block(f"tile.{n}") for n in
+            ("bias", "zero", "init", "loop", "done", "add", "store", "exit"))
+
+        # the tile's starting value: the bias row (mode 2) or zeros
+        builder.cbranch(builder.icmp_signed("==", mode, i64(2)), bias_bb, zero_bb)
+        builder.position_at_end(bias_bb)
+        bias_v = [builder.load(builder.bitcast(builder.gep(bias_data, [i64(v * lanes)]), vptr), align=align)
+                  for v in range(nvec)]
+        builder.branch(init_bb)
+        builder.position_at_end(zero_bb)
+        builder.branch(init_bb)
+        builder.position_at_end(init_bb)
+        init = []
+        for v in range(nvec):
+            phi = builder.phi(vty)
+            phi.add_incoming(bias_v[v], bias_bb)
+            phi.add_incoming(zero, zero_bb)
+            init.append(phi)
         builder.cbranch(builder.icmp_signed(">", k, i64(0)), loop, done)
 
         builder.position_at_end(loop)              # one step p of the sum of outer products
         p = builder.phi(i64)
         tile = [[builder.phi(vty) for _ in range(nvec)] for _ in range(rows)]
         b_row = builder.gep(b_data, [builder.mul(p, b_sp)])
-        b = [builder.load(builder.bitcast(builder.gep(b_row, [i64(v * lanes)]), vty.as_pointer()),
-                          align=align) for v in range(nvec)]
+        b = [builder.load(builder.bitcast(builder.gep(b_row, [i64(v * lanes)]), vptr), align=align)
+             for v in range(nvec)]
         a_col = builder.mul(p, a_sp)
         new = []
         for i in range(rows):
@@ -171,11 +197,11 @@ def _tile_codegen(rows, nvec):
             new.append([builder.call(fmuladd, [a, b[v], tile[i][v]]) for v in range(nvec)])
         p_next = builder.add(p, i64(1))
         end = builder.basic_block
-        p.add_incoming(i64(0), entry)
+        p.add_incoming(i64(0), init_bb)
         p.add_incoming(p_next, end)
         for i in range(rows):
             for v in range(nvec):
-                tile[i][v].add_incoming(zero, entry)
+                tile[i][v].add_incoming(init[v], init_bb)
                 tile[i][v].add_incoming(new[i][v], end)
         builder.cbranch(builder.icmp_signed("<", p_next, k), loop, done)
 
@@ -184,15 +210,18 @@ def _tile_codegen(rows, nvec):
         for i in range(rows):
             for v in range(nvec):
                 f = builder.phi(vty)
-                f.add_incoming(zero, entry)
+                f.add_incoming(init[v], init_bb)
                 f.add_incoming(new[i][v], end)
                 final.append((i, v, f))
-        for i, v, f in final:
-            at = builder.gep(o_data, [builder.add(builder.mul(i64(i), o_si), i64(v * lanes))])
-            at = builder.bitcast(at, vty.as_pointer())
-            if accumulate:
-                f = builder.fadd(builder.load(at, align=align), f)
-            builder.store(f, at, align=align)
+        builder.cbranch(builder.icmp_signed("==", mode, i64(0)), add_bb, store_bb)
+        for bb, add in ((add_bb, True), (store_bb, False)):
+            builder.position_at_end(bb)
+            for i, v, f in final:
+                at = builder.gep(o_data, [builder.add(builder.mul(i64(i), o_si), i64(v * lanes))])
+                at = builder.bitcast(at, vptr)
+                builder.store(builder.fadd(builder.load(at, align=align), f) if add else f, at, align=align)
+            builder.branch(exit_bb)
+        builder.position_at_end(exit_bb)
         return context.get_dummy_value()
 
     return codegen
@@ -254,11 +283,12 @@ def micro_kernel(Ap_i, Bp_j, C, i0, j0):
         _prefetch(C, i0 + i, j0)
     kc = Ap_i.shape[0]
     ldc = C.strides[0] // C.itemsize
+    no_bias = C[0, :0]
     if mr == MR and nr == NR and C.strides[1] == C.itemsize:   # a full tile: added into C
-        tile_fma(Ap_i, 0, 1, MR, Bp_j, 0, NR, kc, C, i0 * ldc + j0, ldc)
+        tile_fma(Ap_i, 0, 1, MR, Bp_j, 0, NR, kc, C, i0 * ldc + j0, ldc, 0, no_bias, 0)
         return
     tile = _register_tile(Ap_i.dtype)       # C's edge: the tile on the stack, then clipped
-    tile_fma(Ap_i, 0, 1, MR, Bp_j, 0, NR, kc, tile, 0, NR)
+    tile_fma(Ap_i, 0, 1, MR, Bp_j, 0, NR, kc, tile, 0, NR, 1, no_bias, 0)
     acc = carray(tile, (MR, NR))
     for i in range(mr):
         for j in range(nr):
