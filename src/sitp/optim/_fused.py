@@ -16,9 +16,14 @@ from numba import njit
 
 
 # --8<-- [start:adam_kernel]
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def adam_kernel(p, g, m, v, lr, beta1, beta2, eps, wd, decoupled, bc1, bc2_sqrt):
-    """One Adam(W) step on flat arrays, entry by entry, in PyTorch's order of operations."""
+    """One Adam(W) step on flat arrays, entry by entry, in PyTorch's order of operations.
+
+    ``error_model="numpy"``: a division by zero gives inf or NaN, as in numpy and
+    torch, instead of a check per entry for Python's ZeroDivisionError, which keeps
+    LLVM from vectorising the loop.
+    """
     for i in range(p.size):
         gi = g[i]
         if wd != 0.0:
