@@ -8,18 +8,13 @@ import torch
 
 import sitp
 from sitp.autograd import gradcheck
-from tests.helpers import assert_close
+from tests.helpers import assert_close, pair
 
 INF = math.inf
 
 
 def _both(arr, requires_grad=True):
-    s = sitp.tensor(arr)
-    t = torch.tensor(arr)
-    if requires_grad:
-        s.requires_grad_(True)
-        t.requires_grad_(True)
-    return s, t
+    return pair(arr, requires_grad)
 
 
 def _compare(fs, ft, arrays, rtol=1e-5, atol=1e-6, seed=0):
