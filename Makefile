@@ -34,6 +34,13 @@ NUMBA_ENABLE_CUDASIM := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 0 || echo 
 endif
 export NUMBA_ENABLE_CUDASIM
 export NO_MKDOCS_2_WARNING ?= 1
+# Tests and CI have no internet: makemore's names.txt and tinyshakespeare are read from
+# ../shared/data when that folder exists (sitp.data looks in $SITP_DATA_DIR first).
+ifeq ($(origin SITP_DATA_DIR),undefined)
+ifneq ($(wildcard ../shared/data/names.txt),)
+export SITP_DATA_DIR := $(abspath ../shared/data)
+endif
+endif
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 # Everything pytest checks: unit tests (tests/), every Python fence and every `>>>`
