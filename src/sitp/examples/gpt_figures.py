@@ -284,7 +284,7 @@ def ablation_figure(long: dict, path) -> None:
         ax.plot(steps, train, "--", color=f"C{i}", lw=1, alpha=0.7)
     ax.set_xlabel("optimizer step (batch of 32)")
     ax.set_ylabel("cross-entropy (nats per character)")
-    ax.set_title("20,000 steps on makemore's names: validation (solid), train (dashed)",
+    ax.set_title("The long runs on makemore's names: validation (solid), train (dashed)",
                  fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
