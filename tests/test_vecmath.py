@@ -270,3 +270,31 @@ def test_coefficients_are_what_the_fit_script_prints():
     p, q = fit.fit_erf(6, 4)
     same(p, [V.ERF_P0, V.ERF_P1, V.ERF_P2, V.ERF_P3, V.ERF_P4, V.ERF_P5, V.ERF_P6])
     same(q[1:], [V.ERF_Q1, V.ERF_Q2, V.ERF_Q3, V.ERF_Q4])
+
+
+@pytest.mark.parametrize("approximate", APPROX)
+def test_gelu_and_layer_norm_on_two_threads_equal_one(approximate):
+    """Arrays past the parallel threshold are split among threads; elementwise and
+    row-wise work gives the same bits as on one thread."""
+    import numba
+
+    from sitp.nn import _activation, _fused
+
+    shape = (2, _activation.PARALLEL_MIN // 256 + 3, 256)
+    assert np.prod(shape) >= max(_activation.PARALLEL_MIN, _fused._PARALLEL_ROWS_MIN)
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    results = []
+    saved = numba.get_num_threads()
+    try:
+        for threads in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(threads)
+            xs = sitp.tensor(x, requires_grad=True)
+            y = F.gelu(xs, approximate=approximate)
+            y.backward(sitp.ones(shape))
+            ln = F.layer_norm(xs.detach(), (256,))
+            results.append([y.detach().numpy().copy(), xs.grad.numpy().copy(), ln.numpy().copy()])
+    finally:
+        numba.set_num_threads(saved)
+    for one, two in zip(*results):
+        np.testing.assert_array_equal(one, two)
+    _against_torch(x.ravel(), np.ones(x.size, np.float32), approximate, np.float32)  # default threads

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
-from numba import njit, types
+from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from .. import cpu
@@ -180,6 +181,34 @@ def gelu_backward_kernel(x, g, dx, approximate):
 
 
 
+# Arrays at least this long (about 30 us of GELU on one core) are split among
+# numba's threads; below it, starting the threads would cost more than it saves.
+PARALLEL_MIN = 1 << 17
+
+
+@njit(cache=True, parallel=True)
+def gelu_parallel(x, out, approximate, n_chunks):
+    """gelu_kernel on n_chunks contiguous pieces at once, one per thread."""
+    n = x.size
+    for c in prange(n_chunks):
+        lo, hi = c * n // n_chunks, (c + 1) * n // n_chunks
+        gelu_kernel(x[lo:hi], out[lo:hi], approximate)
+
+
+@njit(cache=True, parallel=True)
+def gelu_backward_parallel(x, g, dx, approximate, n_chunks):
+    """gelu_backward_kernel on n_chunks contiguous pieces at once, one per thread."""
+    n = x.size
+    for c in prange(n_chunks):
+        lo, hi = c * n // n_chunks, (c + 1) * n // n_chunks
+        gelu_backward_kernel(x[lo:hi], g[lo:hi], dx[lo:hi], approximate)
+
+
+def _threads_for(n):
+    """How many threads an elementwise pass over n values should use."""
+    return numba.get_num_threads() if n >= PARALLEL_MIN else 1
+
+
 # --8<-- [start:gelu_function]
 class GELU(Function):
     """gelu(x) of a float32/float64 CPU tensor; backward from the saved input.
@@ -193,7 +222,11 @@ class GELU(Function):
         xc = x.contiguous()
         tanh = approximate == "tanh"
         y = cpu._new(x.shape, x.dtype)
-        gelu_kernel(_flat(xc), y._storage, tanh)
+        threads = _threads_for(xc.numel())
+        if threads > 1:
+            gelu_parallel(_flat(xc), y._storage, tanh, threads)
+        else:
+            gelu_kernel(_flat(xc), y._storage, tanh)
         ctx.save_for_backward(xc)
         ctx.tanh = tanh
         ctx.op = "gelu_tanh" if tanh else "gelu"   # grad_fn prints as <GeluBackward>, as before
@@ -204,6 +237,10 @@ class GELU(Function):
         (xc,) = ctx.saved_tensors
         gc = g.to(xc.dtype).contiguous()
         dx = cpu._new(xc.shape, xc.dtype)
-        gelu_backward_kernel(_flat(xc), _flat(gc), dx._storage, ctx.tanh)
+        threads = _threads_for(xc.numel())
+        if threads > 1:
+            gelu_backward_parallel(_flat(xc), _flat(gc), dx._storage, ctx.tanh, threads)
+        else:
+            gelu_backward_kernel(_flat(xc), _flat(gc), dx._storage, ctx.tanh)
         return dx, None
 # --8<-- [end:gelu_function]
