@@ -263,15 +263,21 @@ def test_math_is_typeset_by_katex(tab: Visit):
     assert page.locator(".arithmatex .katex").count() >= 10
 
 
+def _search(visit, query: str):
+    """The home page with ``query`` typed into the search box and its results shown."""
+    page = visit.open("")
+    box = page.locator("input.md-search__input")
+    box.click()
+    box.press_sequentially(query, delay=20)
+    page.wait_for_selector(".md-search-result__item", timeout=15_000)
+    return page
+
+
 @pytest.mark.parametrize("query,expected", SEARCHES, ids=[q for q, _ in SEARCHES])
 def test_search_finds_the_chapter(server: str, browser, query: str, expected: str):
     visit = Visit(browser, server)
     try:
-        page = visit.open("")
-        box = page.locator("input.md-search__input")
-        box.click()
-        box.press_sequentially(query, delay=20)
-        page.wait_for_selector(".md-search-result__item", timeout=15_000)
+        page = _search(visit, query)
         hrefs = page.locator(".md-search-result__item a").evaluate_all(
             "links => links.map(a => a.getAttribute('href'))"
         )
@@ -286,11 +292,7 @@ def test_search_previews_show_no_raw_latex(server: str, browser, query: str):
     """The index holds each page's source text; hooks/book.py turns its math into text."""
     visit = Visit(browser, server)
     try:
-        page = visit.open("")
-        box = page.locator("input.md-search__input")
-        box.click()
-        box.press_sequentially(query, delay=20)
-        page.wait_for_selector(".md-search-result__item", timeout=15_000)
+        page = _search(visit, query)
         previews = page.locator(".md-search-result__item").all_inner_texts()
         raw = [t[:200] for t in previews if re.search(r"\\[()\[\]]|\\(?:frac|times|sum|text|sqrt|mathbb)\b", t)]
         assert previews and not raw, raw
