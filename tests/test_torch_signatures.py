@@ -13,6 +13,7 @@ import inspect
 import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -362,3 +363,18 @@ def test_autograd_backward_errors_like_torch(lib):
     lib.autograd.backward([y, y * 2])
     with pytest.raises(RuntimeError, match="second time"):
         lib.autograd.backward([y])
+
+
+@pytest.mark.parametrize("inputs_of", [lambda a, b: [a], lambda a, b: a, lambda a, b: (b, a)])
+def test_tensor_backward_inputs_like_torch(inputs_of):
+    """``y.backward(inputs=...)`` accumulates only into the tensors named, as in torch."""
+    grads = {}
+    for lib in (torch, sitp):
+        a = lib.tensor([1.0, 2.0, -0.5], requires_grad=True)
+        b = lib.tensor([3.0, 4.0, 0.25], requires_grad=True)
+        (a * b * a).sum().backward(inputs=inputs_of(a, b))
+        grads[lib.__name__] = [None if t.grad is None else np.asarray(t.grad.tolist()) for t in (a, b)]
+    for s, t in zip(grads["sitp"], grads["torch"]):
+        assert (s is None) == (t is None)
+        if t is not None:
+            np.testing.assert_allclose(s, t)

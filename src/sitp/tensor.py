@@ -17,6 +17,7 @@ import sys
 import numpy as np
 
 from . import backend, ops
+from . import autograd as _autograd
 from .autograd import backward as _backward
 from .autograd import is_grad_enabled
 from .dtypes import bool_, dtype as _dtype_cls, float32, float64, int64, promote, scalar_dtype, to_dtype
@@ -216,14 +217,16 @@ class Tensor:
                  inputs=None) -> None:
         """Accumulate the gradient of this tensor into the graph's leaves.
 
-        sitp has no higher-order gradients (``create_graph=True``) and always
-        accumulates into every leaf (``inputs`` must be None); both raise
-        NotImplementedError rather than be ignored.
+        With ``inputs`` (a tensor or a sequence of them), only those receive
+        gradients, as in torch. sitp has no higher-order gradients:
+        ``create_graph=True`` raises NotImplementedError rather than be ignored.
         """
         if create_graph:
             raise NotImplementedError("backward(create_graph=True): sitp has no higher-order gradients")
         if inputs is not None:
-            raise NotImplementedError("backward(inputs=...): sitp accumulates into every leaf")
+            # the public torch.autograd.backward (defined after the engine), looked up now
+            _autograd.backward(self, gradient, retain_graph=bool(retain_graph), inputs=inputs)
+            return
         _backward(self, gradient, bool(retain_graph))
 
     def retain_grad(self) -> None:
