@@ -35,13 +35,12 @@ COMMANDS = {
 
 def targets() -> dict[str, dict[str, str]]:
     """name: environment overrides. The host's own code, and AVX2 where the host has AVX-512."""
+    from sitp._target import host_features_without_avx512
+
     found = {"host": {}}
-    features = llvm.get_host_cpu_features()
-    if features.get("avx512f"):
-        off = ("avx512", "amx", "avx10", "evex512")
-        flags = ",".join(("+" if on and not name.startswith(off) else "-") + name
-                         for name, on in features.items())
-        found["avx2"] = {"NUMBA_CPU_NAME": llvm.get_host_cpu_name(), "NUMBA_CPU_FEATURES": flags}
+    if llvm.get_host_cpu_features().get("avx512f"):
+        found["avx2"] = {"NUMBA_CPU_NAME": llvm.get_host_cpu_name(),
+                         "NUMBA_CPU_FEATURES": host_features_without_avx512()}
     return found
 
 

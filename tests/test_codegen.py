@@ -25,17 +25,12 @@ from pathlib import Path
 import llvmlite.binding as llvm
 import pytest
 
+from sitp._target import host_features_without_avx512
+
 PROBE = Path(__file__).with_name("codegen_probe.py")
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 
 pytestmark = pytest.mark.skipif(not X86, reason="x86 code generation (other hosts cannot target x86 here)")
-
-
-def _host_without_avx512() -> str:
-    """The host's own feature string with every AVX-512 feature (and AMX, AVX10) off."""
-    features = llvm.get_host_cpu_features()
-    off = ("avx512", "amx", "avx10", "evex512")
-    return ",".join(("+" if on and not name.startswith(off) else "-") + name for name, on in features.items())
 
 
 # name: (NUMBA_CPU_NAME, NUMBA_CPU_FEATURES or a callable, expected vector bits, whole step)
@@ -49,7 +44,7 @@ TARGETS = {
     "skylake-avx512": ("skylake-avx512", "+cx16", 512, True),
     "znver4": ("znver4", "+cx16", 512, True),
     "x86-64": ("x86-64", "+cx16", 128, False),
-    "host-avx2": (None, _host_without_avx512, 256, False),
+    "host-avx2": (None, host_features_without_avx512, 256, False),
 }
 
 # Kernels whose reads may be gathers: they load through strides known only at run
@@ -159,7 +154,7 @@ def test_numerics_with_the_other_targets_code(tmp_path):
     torch's semantics whatever the vector width.
     """
     if llvm.get_host_cpu_features().get("avx512f"):
-        env_target = {"NUMBA_CPU_NAME": llvm.get_host_cpu_name(), "NUMBA_CPU_FEATURES": _host_without_avx512()}
+        env_target = {"NUMBA_CPU_NAME": llvm.get_host_cpu_name(), "NUMBA_CPU_FEATURES": host_features_without_avx512()}
     else:
         env_target = {"NUMBA_CPU_NAME": "x86-64", "NUMBA_CPU_FEATURES": "+cx16"}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_CPU_", "_SITP_", "SITP_USER"))}

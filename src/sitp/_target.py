@@ -61,6 +61,15 @@ def cpu_features() -> str:
         return ""
 
 
+def host_features_without_avx512() -> str:
+    """The host's feature string with every AVX-512 feature (and AMX, AVX10) turned off:
+    with ``NUMBA_CPU_NAME`` set to the host's name, numba then compiles the host's AVX2
+    code, which an AVX-512 host can run."""
+    off = ("avx512", "amx", "avx10", "evex512")
+    return ",".join(("+" if on and not name.startswith(off) else "-") + name
+                    for name, on in llvm.get_host_cpu_features().items())
+
+
 def _feature_flags(features: str) -> dict[str, bool]:
     flags = {}
     for item in features.split(","):

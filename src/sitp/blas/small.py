@@ -7,9 +7,9 @@ segment of B is contiguous already, and the values of A are broadcast from rows 
 A. Narrower tiles cover the edges; only the last few columns use the ikj loop.
 """
 import numpy as np
-from numba import carray, njit, prange
+from numba import njit, prange
 
-from .packed import FASTMATH, MR, _register_tile, make_tile_fma, tile_nr
+from .packed import FASTMATH, MR, make_tile_fma, tile_nr
 
 # Rows of gemm_small's tiles. With AVX-512's 14-row micro-kernel tile, the small
 # products attention makes (32 rows) would leave 4 rows over; 8 rows divide them.
@@ -18,15 +18,6 @@ _tile_full = make_tile_fma(SMALL_MR, 2)   # SMALL_MR x NR
 _tile_half = make_tile_fma(SMALL_MR, 1)   # SMALL_MR x NR/2: an N of 16 on AVX-512
 _row_full = make_tile_fma(1, 2)           # one row at a time, for the rows left over
 _row_half = make_tile_fma(1, 1)
-
-
-@njit(cache=True, inline="always")
-def _add_tile(C, i0, j0, t):
-    """C[i0:i0 + rows, j0:j0 + cols] += t, for a finished (rows, cols) register tile."""
-    for i in range(t.shape[0]):
-        c_i = C[i0 + i, j0:j0 + t.shape[1]]
-        for j in range(t.shape[1]):
-            c_i[j] += t[i, j]
 
 
 # --8<-- [start:gemm_small]
@@ -43,6 +34,11 @@ def gemm_small(A, B, C):
     """
     if C.shape[0] == 0 or C.shape[1] == 0:
         return
+    if C.strides[1] != C.itemsize:          # C's rows are not contiguous: work on a copy
+        Cc = np.ascontiguousarray(C)
+        _gemm_small(A, B, Cc, 0, Cc[0, :0])
+        C[:] = Cc
+        return
     _gemm_small(A, B, C, 0, C[0, :0])      # (an empty bias: mode 0 never reads it)
 
 
@@ -53,12 +49,22 @@ def gemm_small_set(A, B, C, bias, has_bias):
     The tiles store into C instead of adding to it, starting from the bias when
     ``has_bias``: no pass to zero C or to fill it with the bias first.
     """
-    _gemm_small(A, B, C, 2 if has_bias else 1, bias)
+    mode = 2 if has_bias else 1
+    if C.shape[1] > 1 and C.strides[1] != C.itemsize:   # C's rows are not contiguous
+        Cc = np.empty(C.shape, C.dtype)
+        _gemm_small(A, B, Cc, mode, bias)
+        C[:] = Cc
+        return
+    _gemm_small(A, B, C, mode, bias)
 
 
 @njit(cache=True, inline="always")
 def _gemm_small(A, B, C, mode, bias):
-    """The tiles of gemm_small; mode 0: C += A @ B, 1: C = A @ B, 2: C = A @ B + bias."""
+    """The tiles of gemm_small, on a C whose rows are contiguous.
+
+    mode 0: C += A @ B, 1: C = A @ B, 2: C = A @ B + bias. The tiles write C
+    themselves (make_tile_fma's modes); only the ikj strip at the right adds to C.
+    """
     M, K = A.shape
     N = B.shape[1]
     if N > 1 and B.strides[1] != B.itemsize:
@@ -70,43 +76,22 @@ def _gemm_small(A, B, C, mode, bias):
     a_si, a_sp = A.strides[0] // A.itemsize, A.strides[1] // A.itemsize
     b_sp = B.strides[0] // B.itemsize
     ldc = C.strides[0] // C.itemsize
-    direct = C.strides[1] == C.itemsize     # full tiles are written into C by the kernel
-    if mode != 0:                           # what the kernel will not write: start it
+    if mode != 0:                           # the strip the ikj loop adds to: start it
         for i in range(M):
-            for j in range(0 if not direct else n_vec, N):
+            for j in range(n_vec, N):
                 C[i, j] = bias[j] if mode == 2 else 0
-        if not direct:
-            mode = 0
-    tile = _register_tile(A.dtype)
-    full, half = carray(tile, (SMALL_MR, NR)), carray(tile, (SMALL_MR, H))
     for i0 in range(0, m_full, SMALL_MR):   # blocks of SMALL_MR rows
         for j0 in range(0, n_full, NR):
-            if direct:
-                _tile_full(A, i0 * a_si, a_si, a_sp, B, j0, b_sp, K, C, i0 * ldc + j0, ldc, mode, bias, j0)
-            else:
-                _tile_full(A, i0 * a_si, a_si, a_sp, B, j0, b_sp, K, tile, 0, NR, 1, bias, 0)
-                _add_tile(C, i0, j0, full)
+            _tile_full(A, i0 * a_si, a_si, a_sp, B, j0, b_sp, K, C, i0 * ldc + j0, ldc, mode, bias, j0)
         if n_vec > n_full:
-            if direct:
-                _tile_half(A, i0 * a_si, a_si, a_sp, B, n_full, b_sp, K, C, i0 * ldc + n_full, ldc,
-                           mode, bias, n_full)
-            else:
-                _tile_half(A, i0 * a_si, a_si, a_sp, B, n_full, b_sp, K, tile, 0, H, 1, bias, 0)
-                _add_tile(C, i0, n_full, half)
+            _tile_half(A, i0 * a_si, a_si, a_sp, B, n_full, b_sp, K, C, i0 * ldc + n_full, ldc,
+                       mode, bias, n_full)
     for i0 in range(m_full, M):             # the rows left over, one at a time
         for j0 in range(0, n_full, NR):
-            if direct:
-                _row_full(A, i0 * a_si, a_si, a_sp, B, j0, b_sp, K, C, i0 * ldc + j0, ldc, mode, bias, j0)
-            else:
-                _row_full(A, i0 * a_si, a_si, a_sp, B, j0, b_sp, K, tile, 0, NR, 1, bias, 0)
-                _add_tile(C, i0, j0, full[:1])
+            _row_full(A, i0 * a_si, a_si, a_sp, B, j0, b_sp, K, C, i0 * ldc + j0, ldc, mode, bias, j0)
         if n_vec > n_full:
-            if direct:
-                _row_half(A, i0 * a_si, a_si, a_sp, B, n_full, b_sp, K, C, i0 * ldc + n_full, ldc,
-                          mode, bias, n_full)
-            else:
-                _row_half(A, i0 * a_si, a_si, a_sp, B, n_full, b_sp, K, tile, 0, H, 1, bias, 0)
-                _add_tile(C, i0, n_full, half[:1])
+            _row_half(A, i0 * a_si, a_si, a_sp, B, n_full, b_sp, K, C, i0 * ldc + n_full, ldc,
+                      mode, bias, n_full)
     for i in range(M):                      # right strip: the last N - n_vec columns
         c_i = C[i, n_vec:]
         for p in range(K):

@@ -22,6 +22,18 @@ def _is_int(n) -> bool:
     return isinstance(n, (int, np.integer)) and not isinstance(n, bool)
 
 
+def _check_positive_int(name: str, value) -> None:
+    """torch's ValueError for a count that is not a positive integer."""
+    if not _is_int(value) or value <= 0:
+        raise ValueError(f"{name} should be a positive integer value, but got {name}={value}")
+
+
+def _check_bool(name: str, value, error=ValueError) -> None:
+    """torch's error (ValueError, or TypeError where torch raises that) for a non-bool flag."""
+    if not isinstance(value, bool):
+        raise error(f"{name} should be a boolean value, but got {name}={value}")
+
+
 def _fresh_generator():
     """A generator seeded from the default one, as PyTorch's samplers make when given none."""
     seed = int(_random.randint(0, 2**62, (1,)).item())
@@ -69,12 +81,8 @@ class RandomSampler(Sampler):
                  generator=None) -> None:
         self.data_source, self.replacement = data_source, replacement
         self._num_samples, self.generator = num_samples, generator
-        if not isinstance(self.replacement, bool):
-            raise TypeError(f"replacement should be a boolean value, but got "
-                            f"replacement={self.replacement}")
-        if not _is_int(self.num_samples) or self.num_samples <= 0:
-            raise ValueError(f"num_samples should be a positive integer value, but got "
-                             f"num_samples={self.num_samples}")
+        _check_bool("replacement", self.replacement, TypeError)
+        _check_positive_int("num_samples", self.num_samples)
 
     @property
     def num_samples(self) -> int:
@@ -119,12 +127,8 @@ class WeightedRandomSampler(Sampler):
         from ...creation import as_tensor
         from ...dtypes import float64
 
-        if not _is_int(num_samples) or num_samples <= 0:
-            raise ValueError(f"num_samples should be a positive integer value, but got "
-                             f"num_samples={num_samples}")
-        if not isinstance(replacement, bool):
-            raise ValueError(f"replacement should be a boolean value, but got "
-                             f"replacement={replacement}")
+        _check_positive_int("num_samples", num_samples)
+        _check_bool("replacement", replacement)
         weights = as_tensor(weights, dtype=float64)
         if weights.ndim != 1:
             raise ValueError(f"weights should be a 1d sequence but given weights have shape "
@@ -146,12 +150,8 @@ class BatchSampler(Sampler):
     ``drop_last``."""
 
     def __init__(self, sampler, batch_size: int, drop_last: bool) -> None:
-        if not _is_int(batch_size) or batch_size <= 0:
-            raise ValueError(f"batch_size should be a positive integer value, but got "
-                             f"batch_size={batch_size}")
-        if not isinstance(drop_last, bool):
-            raise ValueError(f"drop_last should be a boolean value, but got "
-                             f"drop_last={drop_last}")
+        _check_positive_int("batch_size", batch_size)
+        _check_bool("drop_last", drop_last)
         self.sampler, self.batch_size, self.drop_last = sampler, int(batch_size), drop_last
 
     def __iter__(self):
