@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import platform
 
-from . import _env, _target
-from .bench import cpu_model
+from sitp import _env, _target
+from sitp.bench import cpu_model
 
 
 def config() -> dict:
@@ -20,8 +20,8 @@ def config() -> dict:
     import numba
     import numpy as np
 
-    from . import __version__
-    from .blas import packed
+    from sitp import __version__
+    from sitp.backends.cpu.blas import packed
 
     bits = _target.vector_bits()
     x86 = _target.arch() in ("x86_64", "amd64", "i386", "i686", "x86")

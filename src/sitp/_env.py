@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import _target
+from sitp import _target
 
 _USER_SET_SLP = "NUMBA_SLP_VECTORIZE" in os.environ
 os.environ.setdefault("NUMBA_SLP_VECTORIZE", "1")
@@ -84,6 +84,6 @@ if "numba" in sys.modules:
     sys.modules["numba"].config.CACHE_DIR = CACHE_DIR
 
 # Freed tensor memory stays in the process for the next tensor (see _malloc.py).
-from . import _malloc  # noqa: E402
+from sitp.backends.cpu import memory as _malloc  # noqa: E402
 
 _malloc.tune()

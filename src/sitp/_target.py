@@ -5,7 +5,7 @@ numba compiles for the CPU it runs on, or for the one named by ``NUMBA_CPU_NAME`
 once, before anything is compiled:
 
 * the **vector width** (128-bit SSE or NEON, 256-bit AVX2, 512-bit AVX-512) and the
-  number of vector registers, from which :mod:`sitp.blas` sizes its register tile;
+  number of vector registers, from which :mod:`sitp.backends.cpu.blas` sizes its register tile;
 * the **cache key**: numba's on-disk cache records the CPU name and features, but not
   the vectorizer flags (``NUMBA_SLP_VECTORIZE``, ``NUMBA_LOOP_VECTORIZE``), the
   optimisation level, nor constants that one module's kernels take from another (the

@@ -1,7 +1,7 @@
 """``sitp.linalg``: the most used of ``torch.linalg``, with autograd.
 
 Norms are composed of sitp's tensor ops (so they run on any device) inside a
-:class:`~sitp.autograd.Function` whose backward is torch's: the gradient of a norm
+:class:`~sitp.autograd.function.Function` whose backward is torch's: the gradient of a norm
 at a zero vector is 0, not the NaN that differentiating ``sqrt(sum(x * x))`` gives.
 ``inv``, ``solve`` and ``det`` factor each matrix of a batch as P A = L U by Gaussian
 elimination with partial pivoting, a numba kernel on the host (a CUDA tensor is
@@ -23,7 +23,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .autograd import Function
+from sitp.autograd.function import Function
 
 __all__ = ["LinAlgError", "vector_norm", "matrix_norm", "norm", "inv", "solve", "det",
            "matmul", "vecdot"]
@@ -105,7 +105,7 @@ def lu_solve(lu, piv, x):
 
 # ----------------------------------------------------------------------------- helpers
 def _check_float(name, t):
-    from .tensor import Tensor
+    from sitp._tensor.tensor import Tensor
 
     if not isinstance(t, Tensor):
         raise TypeError(f"linalg.{name}(): argument 'A' must be Tensor, not {type(t).__name__}")
@@ -130,7 +130,7 @@ def _host(t):
 
 
 def _tensor(arr, like):
-    from .creation import _from_numpy_owned, _place
+    from sitp._tensor.creation import _from_numpy_owned, _place
 
     arr = np.array(arr, dtype=like.dtype.np, order="C")  # (ascontiguousarray makes 0-d 1-d)
     return _place(_from_numpy_owned(arr), like.device)
@@ -208,7 +208,7 @@ def solve(A, B, *, left: bool = True, out=None):
     """X with A X = B (``left=False``: X A = B), for square A (*, n, n) and B (*, n, k),
     or B a batch of vectors (*, n) (when ``B.shape == A.shape[:-1]`` or B is 1-D).
     Batch dimensions broadcast, as in torch."""
-    from .strides import broadcast_shapes
+    from sitp.strides import broadcast_shapes
 
     if out is not None:
         raise NotImplementedError("linalg.solve(out=...) is not implemented in sitp")
@@ -276,7 +276,7 @@ def det(A, *, out=None):
 
 # ----------------------------------------------------------------------------- norms
 def _dims(dim, ndim):
-    from .strides import normalize_dim
+    from sitp.strides import normalize_dim
 
     if dim is None:
         return tuple(range(ndim))

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .dtypes import float32, int64, to_dtype
+from sitp.dtypes import float32, int64, to_dtype
+from sitp._tensor import dispatch
+from sitp._tensor.creation import _from_numpy_owned, _place
 
 
 class Generator:
@@ -70,8 +72,6 @@ def _rng(generator):
 
 
 def _wrap(arr, dtype, requires_grad=False, device=None):
-    from .creation import _from_numpy_owned, _place
-
     t = _place(_from_numpy_owned(np.ascontiguousarray(arr, dtype=dtype.np)), device)
     if requires_grad:
         t.requires_grad_(True)
@@ -164,8 +164,6 @@ def multinomial(input, num_samples: int, replacement: bool = False, generator=No
         raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
     rows = 1 if input.ndim == 1 else input.shape[0]
     u = _rng(generator).random(rows * num_samples)
-    from . import backend
-
-    out = backend.of(w).multinomial(w, num_samples, replacement, u)
+    out = dispatch.of(w).multinomial(w, num_samples, replacement, u)
     shape = (num_samples,) if input.ndim == 1 else (rows, num_samples)
     return _wrap(out.reshape(shape), int64, device=input.device)

@@ -31,7 +31,7 @@ other global, which is how a pickle runs arbitrary code, is an
 ``pickle.UnpicklingError``. ``weights_only=False`` allows other globals, for files you
 trust. A truncated or damaged file is a ``RuntimeError`` that names the file.
 
-Writing to a path is atomic (:func:`sitp.checkpoint.write_atomically`): a crash leaves
+Writing to a path is atomic (:func:`sitp.train.checkpoint.write_atomically`): a crash leaves
 the old file or the new one, never half of one.
 """
 
@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .tensor import Tensor
+from sitp._tensor.tensor import Tensor
 
 # torch storage class name -> numpy dtype of its bytes, and the sitp dtype it loads as
 _STORAGES = {
@@ -231,7 +231,7 @@ def save(obj, f, pickle_module=pickle, pickle_protocol: int = 2,
                          "(_use_new_zipfile_serialization=True)")
     data = _archive(obj)
     if isinstance(f, (str, os.PathLike)):
-        from .checkpoint import write_atomically
+        from sitp.train.checkpoint import write_atomically
 
         write_atomically(f, data)
     elif hasattr(f, "write"):
@@ -263,8 +263,8 @@ class _StorageType:
 
 def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad=False, hooks=None,
                        metadata=None):
-    from . import dtypes
-    from .creation import tensor
+    from sitp import dtypes
+    from sitp._tensor.creation import tensor
 
     itemsize = storage.array.itemsize
     size, stride = tuple(size), tuple(stride)
@@ -284,7 +284,7 @@ def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad=False, hooks
 
 
 def _rebuild_parameter(data, requires_grad, backward_hooks, *state):
-    from .nn.parameter import Parameter
+    from sitp.nn.parameter import Parameter
 
     return Parameter(data, requires_grad=requires_grad)
 
@@ -411,7 +411,7 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=No
 
 
 def _check_location(map_location) -> None:
-    from .tensor import device as Device
+    from sitp._tensor.tensor import device as Device
 
     if map_location is None or isinstance(map_location, (str, Device)):
         return
@@ -431,7 +431,7 @@ def _target(map_location, location: str):
     Without ``map_location`` everything loads onto the CPU, also what torch saved from
     a GPU (torch would put it back on the GPU).
     """
-    from .tensor import device as Device
+    from sitp._tensor.tensor import device as Device
 
     if isinstance(map_location, dict):
         map_location = map_location.get(location, None)

@@ -209,11 +209,11 @@ def machine_info():
     import numba
 
     config, core = openblas_info()
-    from ..blas import saxpy
+    from sitp.backends.cpu.blas import saxpy
 
     saxpy(np.float32(1), np.zeros(8, np.float32), np.zeros(8, np.float32))  # start the thread pool
-    from .. import _target
-    from ..blas import packed
+    from sitp import _target
+    from sitp.backends.cpu.blas import packed
 
     return (
         f"{cpu_model()}, {os.cpu_count()} cores ({simd_flags()}), "

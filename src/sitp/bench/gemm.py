@@ -9,8 +9,9 @@ import statistics
 
 import numpy as np
 
-from .. import bench, blas
-from . import machine_info, median_time, pause, threads, wait_for_idle
+from sitp import bench
+from sitp.backends.cpu import blas
+from sitp.bench import machine_info, median_time, pause, threads, wait_for_idle
 
 # name, kernel, uses threads, largest N to time (the naive loop takes seconds beyond)
 LADDER = [

@@ -1,6 +1,6 @@
 """``python -m sitp.bench gpu-gemm`` and ``gpu-attention``: the GPU kernels, timed (4.4, 4.6).
 
-gpu-gemm prints the GFLOP/s of every rung of the GEMM ladder (``sitp.gpu.gemm``) and of
+gpu-gemm prints the GFLOP/s of every rung of the GEMM ladder (``sitp.backends.cuda.gemm``) and of
 cuBLAS (through CuPy, or PyTorch's CUDA build; TF32 off, so all of them do fp32
 arithmetic) for square N x N float32 products, and each rung's share of cuBLAS.
 
@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-from ..gpu.launch import has_gpu, no_gpu_reason
+from sitp.backends.cuda.launch import has_gpu, no_gpu_reason
 
 
 def add_arguments(p):
@@ -125,7 +125,7 @@ def cublas_matmul(n, repeats):
 
 def gemm_main(args):
     from numba import cuda
-    from ..gpu import gemm as G
+    from sitp.backends.cuda import gemm as G
     kernels = args.kernels or list(G.KERNELS)
     print(f"GEMM ladder, float32, C = A @ B, square N; {device_name()}\n")
     rows = {}
@@ -167,7 +167,7 @@ def gemm_main(args):
 
 def attention_main(args):
     from numba import cuda
-    from ..gpu import attention as attn
+    from sitp.backends.cuda import attention as attn
     B, H, D = args.batch, args.heads, args.head_dim
     print(f"Attention, float32, B={B} H={H} D={D} causal={args.causal}; {device_name()}\n")
     print("| T | naive ms | fused ms | flash fwd ms | flash bwd ms | naive MiB | fused MiB "

@@ -12,8 +12,9 @@ import json
 import numpy as np
 from numba import njit, prange
 
-from .. import bench, blas
-from . import machine_info, median_time, pause, threads, wait_for_idle
+from sitp import bench
+from sitp.backends.cpu import blas
+from sitp.bench import machine_info, median_time, pause, threads, wait_for_idle
 
 
 # --8<-- [start:peak]
@@ -98,7 +99,7 @@ def intensity_gemm(n):
 
 
 def main(args):
-    from .gemm import gemm_gflops, level12_gbps
+    from sitp.bench.gemm import gemm_gflops, level12_gbps
 
     bench.CLOCK = args.clock
     roofs = {}

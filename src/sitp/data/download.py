@@ -125,9 +125,9 @@ def write_atomically(path: Path, data: bytes) -> None:
     """Writes ``data`` to ``path`` so that ``path`` is either old or complete.
 
     Creates the directory, then uses the checkpoints' writer
-    (:func:`sitp.checkpoint.write_atomically`: temporary file, fsync, rename).
+    (:func:`sitp.train.checkpoint.write_atomically`: temporary file, fsync, rename).
     """
-    from ..checkpoint import write_atomically as _write_atomically
+    from sitp.train.checkpoint import write_atomically as _write_atomically
 
     path.parent.mkdir(parents=True, exist_ok=True)
     _write_atomically(path, data)

@@ -2,11 +2,11 @@
 
 import warnings as _warnings
 
-from . import functional, init, utils
-from .modules import (GELU, BatchNorm1d, Conv1d, Dropout, Embedding, Flatten, GRUCell, Identity,
+from sitp.nn import functional, init, utils
+from sitp.nn.modules import (GELU, BatchNorm1d, Conv1d, Dropout, Embedding, Flatten, GRUCell, Identity,
                       LayerNorm, Linear, LogSoftmax, Module, ModuleDict, ModuleList, ReLU, RNNCell,
                       Sequential, SiLU, Sigmoid, Softmax, Tanh, Unflatten)
-from .parameter import Parameter
+from sitp.nn.parameter import Parameter
 
 
 def _legacy_reduction(size_average, reduce, reduction):

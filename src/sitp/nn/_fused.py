@@ -28,15 +28,15 @@ import math
 import numpy as np
 from numba import get_num_threads, njit, prange
 
-from .. import cpu
-from ..cpu import flat as _flat
-from .. import kernels as K
-from ..autograd import Function
-from .._vecmath import exp_f32
-from ..blas.small import gemm_small
-from ..dtypes import bool_
-from ..ops import unbroadcast
-from ..strides import broadcast_shapes, broadcast_strides, numel
+from sitp.backends.cpu import ops as cpu
+from sitp.backends.cpu.ops import flat as _flat
+from sitp.backends.cpu import kernels as K
+from sitp.autograd.function import Function
+from sitp.backends.cpu.vecmath import exp_f32
+from sitp.backends.cpu.blas.small import gemm_small
+from sitp.dtypes import bool_
+from sitp.autograd.derivatives import unbroadcast
+from sitp.strides import broadcast_shapes, broadcast_strides, numel
 
 _I64 = np.int64
 
@@ -450,7 +450,7 @@ def _exp_rows64(x, n, shift):
 @njit(cache=True, error_model="numpy")
 def _exp_rows32(x, n, shift):
     """_exp_rows64 in float32 arithmetic (8 lanes a vector), with
-    :func:`sitp._vecmath.exp_f32`; masked keys (-inf) give 0."""
+    :func:`sitp.backends.cpu.vecmath.exp_f32`; masked keys (-inf) give 0."""
     sh = np.float32(shift)
     for t in range(n):
         x[t] = exp_f32(np.float32(x[t] - sh))   # (typed for float64 rows too; never run on them)
@@ -467,7 +467,7 @@ def _exp_block64(s, n, shifts):
 
 @njit(cache=True, error_model="numpy")
 def _exp_block32(s, n, shifts):
-    """_exp_block64 in float32, with :func:`sitp._vecmath.exp_f32`."""
+    """_exp_block64 in float32, with :func:`sitp.backends.cpu.vecmath.exp_f32`."""
     for r in range(s.shape[0]):
         row = s[r]
         sh = np.float32(shifts[r])
@@ -797,7 +797,7 @@ def attention_backward_kernel_parallel(n_chunks, n_batch, q, k, v, mask, out, g,
 
 # Below this many multiply-adds (about 100 us on one core) attention stays on the
 # calling thread: a parallel region on a busy machine can wait a whole scheduler
-# slice for its second thread (the same rule as sitp.blas.batched).
+# slice for its second thread (the same rule as sitp.backends.cpu.blas.batched).
 _PARALLEL_ATTENTION_WORK = 1 << 20
 _NO_MASK = np.zeros(1, np.bool_)
 

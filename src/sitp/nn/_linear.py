@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .. import cpu
-from ..autograd import Function
+from sitp.backends.cpu import ops as cpu
+from sitp.autograd.function import Function
 
 
 # --8<-- [start:column_sum]

@@ -22,9 +22,9 @@ import math
 import numpy as np
 from numba import njit
 
-from .. import cpu
-from ..cpu import flat as _flat
-from ..autograd import Function
+from sitp.backends.cpu import ops as cpu
+from sitp.backends.cpu.ops import flat as _flat
+from sitp.autograd.function import Function
 
 
 # --8<-- [start:gru_gates_kernel]

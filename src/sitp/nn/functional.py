@@ -17,13 +17,13 @@ import warnings
 
 import numpy as np
 
-from ..creation import arange, full, tensor
-from ..dtypes import bool_, int64
-from ..functional_core import cat, one_hot  # noqa: F401  (re-exported as F.one_hot)
-from ..random import rand
-from ..strides import broadcast_shapes
-from ..tensor import Tensor
-from . import _fused, _linear
+from sitp._tensor.creation import arange, full, tensor
+from sitp.dtypes import bool_, int64
+from sitp.functional import cat, one_hot  # noqa: F401  (re-exported as F.one_hot)
+from sitp.random import rand
+from sitp.strides import broadcast_shapes
+from sitp._tensor.tensor import Tensor
+from sitp.nn import _fused, _linear
 
 __all__ = [
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "conv1d", "cross_entropy",
@@ -55,7 +55,7 @@ def _on_host(*tensors):
     """Whether every tensor lives on the CPU. The fused kernels of ``_fused.py``,
     ``_linear.py`` and ``_activation.py`` are numba CPU code. On a GPU,
     :func:`layer_norm` and :func:`cross_entropy` (class-index targets) run the fused
-    CUDA kernels of ``sitp.gpu.fused``; the other cases, and
+    CUDA kernels of ``sitp.backends.cuda.fused``; the other cases, and
     :func:`scaled_dot_product_attention`, fall back to compositions of ops, each of
     which runs on the tensors' own backend."""
     return all(t is None or isinstance(t._storage, np.ndarray) for t in tensors)
@@ -72,7 +72,7 @@ def relu(input: Tensor, inplace: bool = False) -> Tensor:
 
     >>> import sitp
     >>> import sitp.nn.functional as F
-    >>> F.relu(sitp.tensor([-1.0, 0.0, 2.0]))
+    >>> F.relu(sitp._tensor.tensor([-1.0, 0.0, 2.0]))
     tensor([0., 0., 2.])
     """
     return input.relu_() if inplace and hasattr(input, "relu_") else input.relu()
@@ -87,7 +87,7 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     if approximate not in ("none", "tanh"):
         raise RuntimeError(f"approximate argument must be either none or tanh, got {approximate!r}")
     if input.dtype.is_floating_point and _on_host(input):
-        from ._activation import GELU
+        from sitp.nn._activation import GELU
         return GELU.apply(input, approximate)
     return input._unary("gelu" if approximate == "none" else "gelu_tanh")
 
@@ -211,11 +211,11 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None, eps: flo
 
     y = (x - mean) / sqrt(var + eps) * weight + bias, with the biased variance.
     One fused kernel forward and one backward (``_fused.LayerNorm`` on the CPU,
-    ``sitp.gpu.fused.LayerNorm`` on a GPU).
+    ``sitp.backends.cuda.fused.LayerNorm`` on a GPU).
 
     >>> import sitp
     >>> import sitp.nn.functional as F
-    >>> F.layer_norm(sitp.tensor([[1.0, 2.0, 3.0]]), (3,))
+    >>> F.layer_norm(sitp._tensor.tensor([[1.0, 2.0, 3.0]]), (3,))
     tensor([[-1.2247,  0.0000,  1.2247]])
     """
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
@@ -230,7 +230,7 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None, eps: flo
                                f"normalized_shape {shape}")
     x = input if input.dtype.is_floating_point else input.float()
     if not _on_host(x, weight, bias):
-        from ..gpu import fused as _gpu_fused   # the fused GPU kernels, when they apply
+        from sitp.backends.cuda import fused as _gpu_fused   # the fused GPU kernels, when they apply
         if _gpu_fused.layer_norm_fits(x, weight, bias, math.prod(shape)):
             return _gpu_fused.LayerNorm.apply(x, weight, bias, math.prod(shape), eps)
         return _layer_norm_composed(x, k, weight, bias, eps)
@@ -240,7 +240,7 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None, eps: flo
 
 def _layer_norm_composed(x, k, weight, bias, eps):
     """What ``_fused.LayerNorm`` computes, as a composition of ops (the device
-    fallback where ``sitp.gpu.fused`` does not apply)."""
+    fallback where ``sitp.backends.cuda.fused`` does not apply)."""
     dims = tuple(range(x.ndim - k, x.ndim))
     xc = x - x.mean(dims, keepdim=True)
     y = xc * ((xc * xc).mean(dims, keepdim=True) + eps).rsqrt()
@@ -392,14 +392,14 @@ def cross_entropy(input: Tensor, target: Tensor, weight=None, size_average=None,
     shape is a distribution over classes instead.
 
     Class-index targets run one fused kernel forward and one backward
-    (``_fused.CrossEntropy`` on the CPU, ``sitp.gpu.fused.CrossEntropy`` on a
+    (``_fused.CrossEntropy`` on the CPU, ``sitp.backends.cuda.fused.CrossEntropy`` on a
     GPU); the gradient of a row is
     ``softmax(input) - smoothed one_hot(target)``.
 
     >>> import sitp
     >>> import sitp.nn.functional as F
-    >>> logits = sitp.tensor([[2.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
-    >>> round(F.cross_entropy(logits, sitp.tensor([0, 2])).item(), 4)
+    >>> logits = sitp._tensor.tensor([[2.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    >>> round(F.cross_entropy(logits, sitp._tensor.tensor([0, 2])).item(), 4)
     0.6691
     """
     reduction = _reduction(size_average, reduce, reduction)
@@ -434,7 +434,7 @@ def cross_entropy(input: Tensor, target: Tensor, weight=None, size_average=None,
         loss = _fused.CrossEntropy.apply(x_RC, t_R, weight, ignore_index, float(label_smoothing),
                                          reduction)
     else:
-        from ..gpu import fused as _gpu_fused   # the fused GPU kernels, when they apply
+        from sitp.backends.cuda import fused as _gpu_fused   # the fused GPU kernels, when they apply
         if _gpu_fused.cross_entropy_fits(x_RC, t_R, weight):
             loss = _gpu_fused.CrossEntropy.apply(x_RC, t_R, weight, ignore_index,
                                                  float(label_smoothing), reduction)
@@ -447,7 +447,7 @@ def cross_entropy(input: Tensor, target: Tensor, weight=None, size_average=None,
 
 def _cross_entropy_composed(x_RC, t_R, weight, ignore_index, eps, reduction):
     """What ``_fused.CrossEntropy`` computes, as a composition of ops (the device
-    fallback where ``sitp.gpu.fused`` does not apply)."""
+    fallback where ``sitp.backends.cuda.fused`` does not apply)."""
     C = x_RC.shape[1]
     logp = x_RC.log_softmax(1)
     loss, w_R, keep = _nll_rows(logp, t_R, weight, ignore_index, "cross_entropy")

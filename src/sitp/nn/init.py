@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..autograd import no_grad
+from sitp.autograd.grad_mode import no_grad
 
 
 def calculate_gain(nonlinearity: str, param=None) -> float:
@@ -53,8 +53,8 @@ def normal_(tensor, mean: float = 0.0, std: float = 1.0, generator=None):
 @no_grad()
 def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
     """Normal samples redrawn until they fall in [a, b]."""
-    from ..random import _rng
-    from ..creation import tensor as _tensor
+    from sitp.random import _rng
+    from sitp._tensor.creation import tensor as _tensor
 
     rng = _rng(generator)
     vals = rng.normal(mean, std, size=tuple(tensor.shape))

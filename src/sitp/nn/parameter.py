@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..tensor import Tensor
+from sitp._tensor.tensor import Tensor
 
 
 class Parameter(Tensor):
@@ -16,7 +16,7 @@ class Parameter(Tensor):
 
     def __new__(cls, data: Tensor = None, requires_grad: bool = True):
         if data is None:
-            from ..creation import empty
+            from sitp._tensor.creation import empty
 
             data = empty(0)
         if not isinstance(data, Tensor):
@@ -33,7 +33,7 @@ class Parameter(Tensor):
         return "Parameter containing:\n" + super().__repr__()
 
     def __reduce_ex__(self, proto):
-        from ..creation import tensor
+        from sitp._tensor.creation import tensor
 
         return (Parameter, (tensor(self.detach().numpy()), self.requires_grad))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..autograd import no_grad
+from sitp.autograd.grad_mode import no_grad
 
 
 @no_grad()
@@ -14,7 +14,7 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
 
     Returns the total norm before clipping (a 0-d tensor), as PyTorch does.
     """
-    from ..creation import tensor
+    from sitp._tensor.creation import tensor
 
     if hasattr(parameters, "grad"):
         parameters = [parameters]

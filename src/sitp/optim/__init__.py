@@ -6,9 +6,9 @@
 ``lr_scheduler.py``  LambdaLR, StepLR, CosineAnnealingLR, warmup + cosine
 """
 
-from . import lr_scheduler
-from .adam import Adam, AdamW
-from .optimizer import Optimizer
-from .sgd import SGD
+from sitp.optim import lr_scheduler
+from sitp.optim.adam import Adam, AdamW
+from sitp.optim.optimizer import Optimizer
+from sitp.optim.sgd import SGD
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "lr_scheduler"]

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..autograd import no_grad
-from ..creation import tensor, zeros_like
-from ..dtypes import float32
-from ..functional_core import maximum
-from ._fused import adam_kernel, bump, flat
-from .optimizer import Optimizer
+from sitp.autograd.grad_mode import no_grad
+from sitp._tensor.creation import tensor, zeros_like
+from sitp.dtypes import float32
+from sitp.functional import maximum
+from sitp.optim._fused import adam_kernel, bump, flat
+from sitp.optim.optimizer import Optimizer
 
 
 class Adam(Optimizer):
@@ -40,7 +40,7 @@ class Adam(Optimizer):
             tensors always take the one-pass kernel of ``optim/_fused.py``.
 
     >>> import sitp
-    >>> w = sitp.tensor([3.0, -1.0], requires_grad=True)
+    >>> w = sitp._tensor.tensor([3.0, -1.0], requires_grad=True)
     >>> opt = sitp.optim.Adam([w], lr=0.1)
     >>> for _ in range(200):
     ...     opt.zero_grad()
@@ -138,7 +138,7 @@ class AdamW(Adam):
     whatever the size of its gradients. Note the default ``weight_decay=1e-2``.
 
     >>> import sitp
-    >>> w = sitp.tensor([3.0, -1.0], requires_grad=True)
+    >>> w = sitp._tensor.tensor([3.0, -1.0], requires_grad=True)
     >>> opt = sitp.optim.AdamW([w], lr=0.1, weight_decay=0.1)
     >>> opt.param_groups[0]["decoupled_weight_decay"]
     True

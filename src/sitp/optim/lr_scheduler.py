@@ -20,7 +20,7 @@ import math
 import types
 from typing import Any
 
-from .optimizer import Optimizer
+from sitp.optim.optimizer import Optimizer
 
 
 class LRScheduler:

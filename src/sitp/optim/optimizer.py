@@ -18,9 +18,9 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from ..autograd import enable_grad
-from ..creation import tensor as _tensor
-from ..tensor import Tensor
+from sitp.autograd.grad_mode import enable_grad
+from sitp._tensor.creation import tensor as _tensor
+from sitp._tensor.tensor import Tensor
 
 
 class _RequiredParameter:

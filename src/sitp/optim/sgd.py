@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..autograd import no_grad
-from .optimizer import Optimizer
+from sitp.autograd.grad_mode import no_grad
+from sitp.optim.optimizer import Optimizer
 
 
 class SGD(Optimizer):
@@ -31,7 +31,7 @@ class SGD(Optimizer):
             implementation: a loop over the parameters).
 
     >>> import sitp
-    >>> w = sitp.tensor([1.0, -2.0], requires_grad=True)
+    >>> w = sitp._tensor.tensor([1.0, -2.0], requires_grad=True)
     >>> opt = sitp.optim.SGD([w], lr=0.2, momentum=0.5)
     >>> for _ in range(100):
     ...     opt.zero_grad()

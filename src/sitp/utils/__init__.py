@@ -1,3 +1,3 @@
 """``sitp.utils``: data loading."""
 
-from . import data  # noqa: F401
+from sitp.utils import data  # noqa: F401

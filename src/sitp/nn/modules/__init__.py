@@ -1,11 +1,11 @@
 """The layers of ``sitp.nn``, one concept per file."""
 
-from .activation import GELU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh
-from .container import ModuleDict, ModuleList, Sequential
-from .conv import Conv1d
-from .dropout import Dropout
-from .linear import Flatten, Identity, Linear, Unflatten
-from .module import Module
-from .normalization import BatchNorm1d, LayerNorm
-from .rnn import GRUCell, RNNCell
-from .sparse import Embedding
+from sitp.nn.modules.activation import GELU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh
+from sitp.nn.modules.container import ModuleDict, ModuleList, Sequential
+from sitp.nn.modules.conv import Conv1d
+from sitp.nn.modules.dropout import Dropout
+from sitp.nn.modules.linear import Flatten, Identity, Linear, Unflatten
+from sitp.nn.modules.module import Module
+from sitp.nn.modules.normalization import BatchNorm1d, LayerNorm
+from sitp.nn.modules.rnn import GRUCell, RNNCell
+from sitp.nn.modules.sparse import Embedding

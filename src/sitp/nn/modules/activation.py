@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .. import functional as F
-from .module import Module
+from sitp.nn import functional as F
+from sitp.nn.modules.module import Module
 
 
 class Tanh(Module):

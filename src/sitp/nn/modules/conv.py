@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 
-from ...creation import empty
-from .. import functional as F
-from .. import init
-from ..parameter import Parameter
-from .module import Module
+from sitp._tensor.creation import empty
+from sitp.nn import functional as F
+from sitp.nn import init
+from sitp.nn.parameter import Parameter
+from sitp.nn.modules.module import Module
 
 
 class Conv1d(Module):

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections import OrderedDict, namedtuple
 
-from ...autograd import no_grad
-from ...tensor import Tensor
-from ..parameter import Parameter
+from sitp.autograd.grad_mode import no_grad
+from sitp._tensor.tensor import Tensor
+from sitp.nn.parameter import Parameter
 
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
@@ -214,7 +214,7 @@ class Module:
             if k in state_dict:
                 src = state_dict[k]
                 if not isinstance(src, Tensor):
-                    from ...creation import tensor
+                    from sitp._tensor.creation import tensor
 
                     src = tensor(src)
                 if tuple(src.shape) != tuple(dst.shape):
@@ -264,12 +264,12 @@ class Module:
         return self.to("cuda")
 
     def float(self) -> "Module":
-        from ...dtypes import float32
+        from sitp.dtypes import float32
 
         return self.to(float32)
 
     def double(self) -> "Module":
-        from ...dtypes import float64
+        from sitp.dtypes import float64
 
         return self.to(float64)
 

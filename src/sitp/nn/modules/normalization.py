@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ...autograd import no_grad
-from ...creation import ones, zeros
-from .. import functional as F
-from ..parameter import Parameter
-from .module import Module
+from sitp.autograd.grad_mode import no_grad
+from sitp._tensor.creation import ones, zeros
+from sitp.nn import functional as F
+from sitp.nn.parameter import Parameter
+from sitp.nn.modules.module import Module
 
 
 class LayerNorm(Module):

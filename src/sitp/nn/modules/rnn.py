@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 
-from ...creation import empty, zeros
-from .. import _recurrent, functional as F, init
-from ..parameter import Parameter
-from .module import Module
+from sitp._tensor.creation import empty, zeros
+from sitp.nn import _recurrent, functional as F, init
+from sitp.nn.parameter import Parameter
+from sitp.nn.modules.module import Module
 
 
 class _CellBase(Module):

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from ...autograd import no_grad
-from ...creation import empty
-from .. import functional as F
-from .. import init
-from ..parameter import Parameter
-from .module import Module
+from sitp.autograd.grad_mode import no_grad
+from sitp._tensor.creation import empty
+from sitp.nn import functional as F
+from sitp.nn import init
+from sitp.nn.parameter import Parameter
+from sitp.nn.modules.module import Module
 
 
 # --8<-- [start:embedding]

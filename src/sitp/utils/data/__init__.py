@@ -2,11 +2,11 @@
 ``torch.utils.data``'s names and dotted submodules (``.dataset``, ``.sampler``,
 ``.dataloader``), so ``from torch.utils.data.dataloader import DataLoader`` runs as it is."""
 
-from . import dataloader, dataset, sampler  # noqa: F401
-from .dataloader import DataLoader, default_collate, default_convert, get_worker_info
-from .dataset import (ConcatDataset, Dataset, IterableDataset, Subset, TensorDataset,
+from sitp.utils.data import dataloader, dataset, sampler  # noqa: F401
+from sitp.utils.data.dataloader import DataLoader, default_collate, default_convert, get_worker_info
+from sitp.utils.data.dataset import (ConcatDataset, Dataset, IterableDataset, Subset, TensorDataset,
                       random_split)
-from .sampler import (BatchSampler, RandomSampler, Sampler, SequentialSampler,
+from sitp.utils.data.sampler import (BatchSampler, RandomSampler, Sampler, SequentialSampler,
                       SubsetRandomSampler, WeightedRandomSampler)
 
 __all__ = ["BatchSampler", "ConcatDataset", "DataLoader", "Dataset", "IterableDataset",

@@ -8,9 +8,9 @@ import copy
 
 import numpy as np
 
-from ...tensor import Tensor
-from .dataset import IterableDataset, TensorDataset
-from .sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
+from sitp._tensor.tensor import Tensor
+from sitp.utils.data.dataset import IterableDataset, TensorDataset
+from sitp.utils.data.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 
 _COLLATE_ERROR = ("default_collate: batch must contain tensors, numpy arrays, numbers, "
                   "dicts or lists; found {}")
@@ -18,7 +18,7 @@ _COLLATE_ERROR = ("default_collate: batch must contain tensors, numpy arrays, nu
 
 def default_convert(data):
     """numpy arrays (and numpy numbers) to tensors, through dicts, tuples and lists."""
-    from ...creation import tensor
+    from sitp._tensor.creation import tensor
 
     if isinstance(data, np.ndarray) and data.dtype.kind in "biuf":
         return tensor(data)
@@ -54,7 +54,7 @@ def default_collate(batch):
 
     >>> import sitp
     >>> from sitp.utils.data import default_collate
-    >>> x, y = default_collate([(sitp.tensor([1.0, 2.0]), 0), (sitp.tensor([3.0, 4.0]), 1)])
+    >>> x, y = default_collate([(sitp._tensor.tensor([1.0, 2.0]), 0), (sitp._tensor.tensor([3.0, 4.0]), 1)])
     >>> x.shape, y.tolist()
     (sitp.Size([2, 2]), [0, 1])
 
@@ -62,9 +62,9 @@ def default_collate(batch):
         RuntimeError: if the samples' sequences differ in length.
         TypeError: for a sample of another type (an object that is none of the above).
     """
-    from ...creation import tensor
-    from ...dtypes import float64
-    from ...functional_core import stack
+    from sitp._tensor.creation import tensor
+    from sitp.dtypes import float64
+    from sitp.functional import stack
 
     elem = batch[0]
     if isinstance(elem, Tensor):
@@ -229,7 +229,7 @@ class DataLoader:
         """One batch: the samples at ``indices``, collated."""
         dataset = self.dataset
         if type(dataset) is TensorDataset and self.collate_fn is default_collate:
-            from ...creation import tensor
+            from sitp._tensor.creation import tensor
 
             idx = tensor(indices)  # one gather per tensor instead of stacking rows
             return [t[idx] for t in dataset.tensors]

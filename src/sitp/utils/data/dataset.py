@@ -8,7 +8,7 @@ import itertools
 import math
 import warnings
 
-from ...tensor import Tensor
+from sitp._tensor.tensor import Tensor
 
 
 class Dataset:
@@ -108,7 +108,7 @@ def random_split(dataset, lengths, generator=None):
     The permutation comes from ``generator`` (the default generator if None), so it is
     reproducible, but it is not PyTorch's permutation for the same seed.
     """
-    from ...random import randperm
+    from sitp.random import randperm
 
     lengths = list(lengths)
     total = sum(lengths)

@@ -13,7 +13,7 @@ draws, but the numbers are not PyTorch's for the same seed (see :mod:`sitp.rando
 
 from __future__ import annotations
 
-from ... import random as _random
+from sitp import random as _random
 
 
 def _is_int(n) -> bool:
@@ -124,8 +124,8 @@ class WeightedRandomSampler(Sampler):
 
     def __init__(self, weights, num_samples: int, replacement: bool = True,
                  generator=None) -> None:
-        from ...creation import as_tensor
-        from ...dtypes import float64
+        from sitp._tensor.creation import as_tensor
+        from sitp.dtypes import float64
 
         _check_positive_int("num_samples", num_samples)
         _check_bool("replacement", replacement)

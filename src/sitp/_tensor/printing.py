@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .dtypes import bool_, float32, int64
+from sitp.dtypes import bool_, float32, int64
 
 
 def _float_formatter(values: np.ndarray):

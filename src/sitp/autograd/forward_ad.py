@@ -25,7 +25,7 @@ __all__ = ["Dual", "jvp", "exp", "log", "sin", "cos", "tanh", "sigmoid", "sqrt"]
 
 
 def _is_tensor(x) -> bool:
-    from .tensor import Tensor
+    from sitp._tensor.tensor import Tensor
 
     return isinstance(x, Tensor)
 

@@ -1,4 +1,4 @@
-"""sitp.blas: the matrix kernels of section 2.3, and the matmul behind ``Tensor.__matmul__``.
+"""sitp.backends.cpu.blas: the matrix kernels of section 2.3, and the matmul behind ``Tensor.__matmul__``.
 
 Kernels, in the order the book builds them (each accumulates into its last argument):
 
@@ -23,14 +23,14 @@ Example:
 """
 import numpy as np
 
-from .. import _env  # noqa: F401  (must run before numba compiles anything)
+from sitp import _env  # noqa: F401  (must run before numba compiles anything)
 import numba  # noqa: E402
-from .batched import PARALLEL_BMM_MNK, SMALL_MNK, bmm_kernel, bmm_kernel_serial
-from .ladder import gemm_blocked, gemm_ikj, gemm_naive
-from .level1 import saxpy, triad
-from .level2 import sgemv
-from .packed import KC, MC, MR, NR, fill_rows, gemm_packed, gemm_parallel, micro_kernel, stored
-from .small import DIRECT_MAX_B_BYTES, DIRECT_MAX_N, gemm_direct_parallel, gemm_small, gemm_small_set
+from sitp.backends.cpu.blas.batched import PARALLEL_BMM_MNK, SMALL_MNK, bmm_kernel, bmm_kernel_serial
+from sitp.backends.cpu.blas.ladder import gemm_blocked, gemm_ikj, gemm_naive
+from sitp.backends.cpu.blas.level1 import saxpy, triad
+from sitp.backends.cpu.blas.level2 import sgemv
+from sitp.backends.cpu.blas.packed import KC, MC, MR, NR, fill_rows, gemm_packed, gemm_parallel, micro_kernel, stored
+from sitp.backends.cpu.blas.small import DIRECT_MAX_B_BYTES, DIRECT_MAX_N, gemm_direct_parallel, gemm_small, gemm_small_set
 
 __all__ = [
     "matmul", "bmm", "saxpy", "triad", "sgemv", "gemm_naive", "gemm_ikj",
@@ -79,7 +79,7 @@ def matmul(a, b, bias=None):
     thin products, whose B is narrow and fits in L2 (a layer's weight), the same
     unpacked tiles on all threads (``gemm_direct_parallel``); the rest the packed
     micro-kernel on all threads. Transposed operands are
-    read in place (see :func:`sitp.blas.packed.stored`).
+    read in place (see :func:`sitp.backends.cpu.blas.packed.stored`).
     """
     a, b = _check(a, b, 2, "matmul")
     (M, K), N = a.shape, b.shape[1]

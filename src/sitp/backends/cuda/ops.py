@@ -1,10 +1,10 @@
-"""The CUDA backend: the same functions as ``sitp/cpu.py``, as Numba CUDA kernels (chapter 4.3).
+"""The CUDA backend: the same functions as ``sitp/backends/cpu/ops.py``, as Numba CUDA kernels (chapter 4.3).
 
 A tensor on the GPU keeps its storage in a flat Numba device array; every op
 launches kernels on it and allocates its result on the device, so data stays
 there between ops. The kernels here are the simple, general ones — one thread
 per output entry (elementwise ops, copies, gathers) or per row (reductions,
-softmax) — written for correctness on any strides; ``sitp.gpu`` holds the
+softmax) — written for correctness on any strides; ``sitp.backends.cuda`` holds the
 tuned GEMM and attention kernels that chapter 4.4 and 4.6 build.
 
 Where data does cross the bus, it is on purpose and said so:
@@ -26,10 +26,10 @@ import math
 import numpy as np
 from numba import cuda
 
-from . import kernels as K
-from .cpu import _inverse, collapse
-from .dtypes import bool_, float64, int64
-from .strides import broadcast_shapes, broadcast_strides, contiguous_strides, numel
+from sitp.backends.cpu import kernels as K
+from sitp.backends.cpu.ops import _inverse, collapse
+from sitp.dtypes import bool_, float64, int64
+from sitp.strides import broadcast_shapes, broadcast_strides, contiguous_strides, numel
 
 TPB = 128  # threads per block for the one-thread-per-entry kernels
 
@@ -307,7 +307,7 @@ def is_device_storage(s) -> bool:
 
 
 def _new(shape, dtype):
-    from .tensor import Tensor
+    from sitp._tensor.tensor import Tensor
 
     shape = tuple(shape)
     return Tensor._make(cuda.device_array(max(numel(shape), 0), dtype=dtype.np), shape,
@@ -349,7 +349,7 @@ def _b(t, shape):
 
 def to_device(x):
     """A copy of a CPU tensor on the GPU (contiguous)."""
-    from .tensor import Tensor
+    from sitp._tensor.tensor import Tensor
 
     xc = x.contiguous()
     host = np.ascontiguousarray(xc._storage[xc._offset:xc._offset + xc.numel()])
@@ -358,7 +358,7 @@ def to_device(x):
 
 def to_host(x):
     """A copy of a GPU tensor on the CPU (contiguous)."""
-    from .tensor import Tensor
+    from sitp._tensor.tensor import Tensor
 
     check_errors()
     xc = copy(x) if not x.is_contiguous() or x._offset else x
@@ -585,7 +585,7 @@ _PLANS: dict = {}  # (shape, strides, offset, a, k) -> the device copies of pre 
 def _plan(x, a, idx):
     """The gather plan of cpu._plan: pre/post walk the dims around the index arrays
     (metadata: copied once per geometry and cached), table holds each index tuple's offset."""
-    from . import cpu
+    from sitp.backends.cpu import ops as cpu
 
     if not isinstance(idx, np.ndarray):  # index values on the GPU: table by a kernel
         k = idx.shape[0]
@@ -673,7 +673,7 @@ def tri(x, diagonal, upper):
 
 def nonzero(x):
     """Ordinals of nonzero entries (computed on the host: the output size is data-dependent)."""
-    from . import cpu
+    from sitp.backends.cpu import ops as cpu
 
     return cpu.nonzero(to_host(x))
 
@@ -698,6 +698,6 @@ def cumsum(x, dim):
 
 def multinomial(p, num_samples, replacement, uniforms):
     """Sampling reads the probabilities on the host (generation, not training)."""
-    from . import cpu
+    from sitp.backends.cpu import ops as cpu
 
     return cpu.multinomial(to_host(p), num_samples, replacement, uniforms)

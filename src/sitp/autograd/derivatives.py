@@ -1,7 +1,7 @@
 """The table of local derivatives: every differentiable op, forward beside backward.
 
-Each op is a :class:`~sitp.autograd.Function`. ``forward`` computes with the
-CPU backend (``sitp/cpu.py``) and saves what ``backward`` needs; ``backward``
+Each op is a :class:`~sitp.autograd.function.Function`. ``forward`` computes with the
+CPU backend (``sitp/backends/cpu/ops.py``) and saves what ``backward`` needs; ``backward``
 receives ``grad`` — d(loss)/d(output) — and returns d(loss)/d(input) for each
 tensor input, by the chain rule: grad times the op's local derivative.
 Backward code runs with recording off and may use any tensor op.
@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 
-from . import backend
-from .autograd import Function
-from .strides import contiguous_strides, numel
+from sitp import cuda
+from sitp._tensor import creation, dispatch
+from sitp.autograd.function import Function
 
 
 # --8<-- [start:unbroadcast]
@@ -65,8 +64,8 @@ UNARY_GRAD = {
     "exp2":       lambda x, y, g, p0, p1: g * y * math.log(2.0),
     "reciprocal": lambda x, y, g, p0, p1: -g * y * y,
     "erf":        lambda x, y, g, p0, p1: g * (2 / math.sqrt(math.pi)) * (-x * x).exp(),
-    "gelu":       lambda x, y, g, p0, p1: g * backend.of(x).unary("gelu_grad", x),
-    "gelu_tanh":  lambda x, y, g, p0, p1: g * backend.of(x).unary("gelu_tanh_grad", x),
+    "gelu":       lambda x, y, g, p0, p1: g * dispatch.of(x).unary("gelu_grad", x),
+    "gelu_tanh":  lambda x, y, g, p0, p1: g * dispatch.of(x).unary("gelu_tanh_grad", x),
     "silu":       lambda x, y, g, p0, p1: g * _silu_grad(x),
     "sign":       lambda x, y, g, p0, p1: g * 0,
     "floor":      lambda x, y, g, p0, p1: g * 0,
@@ -94,9 +93,7 @@ _UNARY_UNREAD = {op: _UNREAD[r] for op, r in UNARY_READS.items()}  # op -> posit
 def _pow_grad(x, g, p):
     # d(x^p)/dx = p x^(p-1); for p == 0 it is 0 everywhere (0 * 0^-1 would be NaN at 0)
     if p == 0:
-        from .creation import zeros_like
-
-        return zeros_like(g)
+        return creation.zeros_like(g)
     return g * p * x.pow(p - 1)
 
 
@@ -120,7 +117,7 @@ class Unary(Function):
 
     @staticmethod
     def forward(ctx, x, op, p0=math.nan, p1=math.nan):
-        y = backend.of(x).unary(op, x, p0, p1)
+        y = dispatch.of(x).unary(op, x, p0, p1)
         ctx.op, ctx.p0, ctx.p1 = op, p0, p1
         ctx.save_for_backward(x, y)
         v = ctx._versions
@@ -168,7 +165,7 @@ _BINARY_UNREAD = {}  # (op, a needs grad, b needs grad) -> _binary_unread's answ
 
 def _safe_log(a):
     # d(a^b)/db = a^b log a; PyTorch takes it as 0 where a == 0.
-    return backend.of(a).where(a == 0, a * 0, a.log()) if (a == 0).any().item() else a.log()
+    return dispatch.of(a).where(a == 0, a * 0, a.log()) if (a == 0).any().item() else a.log()
 
 
 def _pow_grad_base(a, b, g):
@@ -176,9 +173,7 @@ def _pow_grad_base(a, b, g):
     ga = g * b * a.pow(b - 1)
     if not (b == 0).any().item():
         return ga
-    from .creation import zeros
-
-    return backend.of(ga).where(b == 0, zeros((), dtype=ga.dtype, device=ga.device), ga)
+    return dispatch.of(ga).where(b == 0, creation.zeros((), dtype=ga.dtype, device=ga.device), ga)
 
 
 def _split_ties(g, wins, ties):
@@ -192,7 +187,7 @@ class Binary(Function):
 
     @staticmethod
     def forward(ctx, a, b, op):
-        y = backend.of(a, b).binary(op, a, b)
+        y = dispatch.of(a, b).binary(op, a, b)
         ctx.op = op
         ctx.save_for_backward(a, b, y)
         v = ctx._versions
@@ -220,15 +215,15 @@ class Where(Function):
     def forward(ctx, cond, a, b):
         ctx.save_for_backward(cond)
         ctx.shapes = (a.shape, b.shape)
-        return backend.of(cond, a, b).where(cond, a, b)
+        return dispatch.of(cond, a, b).where(cond, a, b)
 
     @staticmethod
     def backward(ctx, g):
         (cond,) = ctx.saved_tensors
         zero = g.new_zeros(())
         return (None,
-                unbroadcast(backend.of(g).where(cond, g, zero), ctx.shapes[0]),
-                unbroadcast(backend.of(g).where(cond, zero, g), ctx.shapes[1]))
+                unbroadcast(dispatch.of(g).where(cond, g, zero), ctx.shapes[0]),
+                unbroadcast(dispatch.of(g).where(cond, zero, g), ctx.shapes[1]))
 
 
 class Cast(Function):
@@ -237,7 +232,7 @@ class Cast(Function):
     @staticmethod
     def forward(ctx, x, dtype):
         ctx.dtype = x.dtype
-        return backend.of(x).copy(x, dtype)
+        return dispatch.of(x).copy(x, dtype)
 
     @staticmethod
     def backward(ctx, g):
@@ -249,15 +244,10 @@ class ToDevice(Function):
 
     @staticmethod
     def forward(ctx, x, target):
-        from . import cuda_backend
-
         ctx.source = x.device.type
         if target == "cuda":
-            from .cuda import _require
-
-            _require()
-            return cuda_backend.to_device(x)
-        return cuda_backend.to_host(x)
+            cuda._require()
+        return dispatch.cuda().to_device(x) if target == "cuda" else dispatch.cuda().to_host(x)
 
     @staticmethod
     def backward(ctx, g):
@@ -269,7 +259,7 @@ class Clone(Function):
 
     @staticmethod
     def forward(ctx, x):
-        return backend.of(x).copy(x)
+        return dispatch.of(x).copy(x)
 
     @staticmethod
     def backward(ctx, g):
@@ -329,9 +319,7 @@ class Slice(Function):
 
     @staticmethod
     def backward(ctx, g):
-        from .creation import zeros
-
-        z = zeros(ctx.shape, dtype=g.dtype, device=g.device)
+        z = creation.zeros(ctx.shape, dtype=g.dtype, device=g.device)
         z[ctx.key] = g
         return z
 # --8<-- [end:views]
@@ -342,7 +330,7 @@ class Sum(Function):
     @staticmethod
     def forward(ctx, x, dims, keepdim):
         ctx.shape, ctx.dims, ctx.keepdim = x.shape, dims, keepdim
-        return backend.of(x).reduce("sum", x, dims, keepdim)
+        return dispatch.of(x).reduce("sum", x, dims, keepdim)
 
     @staticmethod
     def backward(ctx, g):
@@ -356,7 +344,7 @@ class MaxAll(Function):
 
     @staticmethod
     def forward(ctx, x, dims, keepdim, is_max):
-        y = backend.of(x).reduce("max" if is_max else "min", x, dims, True)
+        y = dispatch.of(x).reduce("max" if is_max else "min", x, dims, True)
         ctx.save_for_backward(x, y)
         ctx.dims, ctx.keepdim = dims, keepdim
         return y if keepdim else y.reshape(tuple(n for d, n in enumerate(x.shape) if d not in dims))
@@ -375,7 +363,7 @@ class MaxDim(Function):
 
     @staticmethod
     def forward(ctx, x, dim, keepdim, is_max):
-        values, indices = backend.of(x).argreduce(x, dim, is_max, keepdim)
+        values, indices = dispatch.of(x).argreduce(x, dim, is_max, keepdim)
         ctx.shape, ctx.dim, ctx.keepdim = x.shape, dim, keepdim
         ctx.save_for_backward(indices)
         return values, indices
@@ -385,7 +373,7 @@ class MaxDim(Function):
         (indices,) = ctx.saved_tensors
         if not ctx.keepdim:
             g, indices = g.unsqueeze(ctx.dim), indices.unsqueeze(ctx.dim)
-        return backend.of(g).scatter_add(ctx.shape, ctx.dim, indices, g, g.dtype)
+        return dispatch.of(g).scatter_add(ctx.shape, ctx.dim, indices, g, g.dtype)
 # --8<-- [end:reductions]
 
 
@@ -395,7 +383,7 @@ class Softmax(Function):
 
     @staticmethod
     def forward(ctx, x, dim, log):
-        y = backend.of(x).softmax(x, dim, log)
+        y = dispatch.of(x).softmax(x, dim, log)
         ctx.dim, ctx.log = dim, log
         ctx.save_for_backward(y)
         return y
@@ -403,7 +391,7 @@ class Softmax(Function):
     @staticmethod
     def backward(ctx, g):
         (y,) = ctx.saved_tensors
-        return backend.of(y).softmax_backward(y, g, ctx.dim, ctx.log)
+        return dispatch.of(y).softmax_backward(y, g, ctx.dim, ctx.log)
 # --8<-- [end:softmax]
 
 
@@ -420,13 +408,13 @@ class MatMul(Function):
         ctx.save_for_backward(a, b)
         na, nb = ctx.needs_input_grad
         ctx._unchecked(*((() if nb else (0,)) + (() if na else (1,))))  # dA reads B, dB reads A
-        return backend.of(a, b).matmul(a, b)
+        return dispatch.of(a, b).matmul(a, b)
 
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
         na, nb = ctx.needs_input_grad
-        mm = backend.of(g).matmul
+        mm = dispatch.of(g).matmul
         ga = unbroadcast(mm(g, b.mT), a.shape) if na else None
         if nb and b.ndim == 2 and a.ndim > 2:
             # the sum over batch dims of a^T g is one product of the flattened operands
@@ -444,12 +432,12 @@ class Gather(Function):
     def forward(ctx, x, dim, index):
         ctx.shape, ctx.dim = x.shape, dim
         ctx.save_for_backward(index)
-        return backend.of(x).gather(x, dim, index)
+        return dispatch.of(x).gather(x, dim, index)
 
     @staticmethod
     def backward(ctx, g):
         (index,) = ctx.saved_tensors
-        return backend.of(g).scatter_add(ctx.shape, ctx.dim, index, g, g.dtype)
+        return dispatch.of(g).scatter_add(ctx.shape, ctx.dim, index, g, g.dtype)
 
 
 class Take(Function):
@@ -461,14 +449,12 @@ class Take(Function):
         k = idx.shape[0]
         ctx.shape, ctx.a, ctx.idx = x.shape, a, idx
         out_shape = tuple(x.shape[:a]) + tuple(idx_shape) + tuple(x.shape[a + k:])
-        return x._wrap_np(backend.of(x).take(x, a, idx), out_shape)
+        return x._wrap_np(dispatch.of(x).take(x, a, idx), out_shape)
 
     @staticmethod
     def backward(ctx, g):
-        from .creation import zeros
-
-        z = zeros(ctx.shape, dtype=g.dtype, device=g.device)
-        backend.of(z).put(z, ctx.a, ctx.idx, g, True)
+        z = creation.zeros(ctx.shape, dtype=g.dtype, device=g.device)
+        dispatch.of(z).put(z, ctx.a, ctx.idx, g, True)
         return z
 # --8<-- [end:gather]
 
@@ -493,19 +479,17 @@ class Split(Function):
 
     @staticmethod
     def backward(ctx, g):
-        from .creation import empty, zeros
-
         if not isinstance(g, tuple):       # one piece: its gradient is the whole one
             return g
         pieces = g
         ref = next(p for p in pieces if p is not None)
-        out = (zeros if any(p is None for p in pieces) else empty)(
+        out = (creation.zeros if any(p is None for p in pieces) else creation.empty)(
             ctx.shape, dtype=ref.dtype, device=ref.device)
         start, st, dim = 0, out._strides[ctx.dim], ctx.dim
         for n, p in zip(ctx.sizes, pieces):
             if p is not None:
                 window = out._alias(p.shape, out._strides, start * st)
-                backend.of(out).assign(window, p)
+                dispatch.of(out).assign(window, p)
             start += n
         return out
 
@@ -513,15 +497,13 @@ class Split(Function):
 class Cat(Function):
     @staticmethod
     def forward(ctx, dim, *tensors):
-        from .creation import empty
-
         shape = list(tensors[0].shape)
         shape[dim] = sum(t.shape[dim] for t in tensors)
-        out = empty(shape, dtype=tensors[0].dtype, device=tensors[0].device)
+        out = creation.empty(shape, dtype=tensors[0].dtype, device=tensors[0].device)
         start = 0
         ctx.sizes, ctx.dim = [t.shape[dim] for t in tensors], dim
         for t in tensors:
-            backend.of(out).assign(out.narrow(dim, start, t.shape[dim]), t)
+            dispatch.of(out).assign(out.narrow(dim, start, t.shape[dim]), t)
             start += t.shape[dim]
         return out
 
@@ -536,9 +518,9 @@ class Tri(Function):
     @staticmethod
     def forward(ctx, x, diagonal, upper):
         ctx.diagonal, ctx.upper = diagonal, upper
-        return backend.of(x).tri(x, diagonal, upper)
+        return dispatch.of(x).tri(x, diagonal, upper)
 
     @staticmethod
     def backward(ctx, g):
-        return backend.of(g).tri(g, ctx.diagonal, ctx.upper)
+        return dispatch.of(g).tri(g, ctx.diagonal, ctx.upper)
 

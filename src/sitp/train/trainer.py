@@ -1,6 +1,6 @@
 """Training a ladder model on names, with checkpoints you can resume bit for bit.
 
-This is the loop behind ``python -m sitp train`` (see :mod:`sitp.__main__`)::
+This is the loop behind ``python -m sitp train`` (see :mod:`sitp.train.cli`)::
 
     for step in range(start, steps):
         ix_B = randint(0, N, (B,), generator=batch_gen)   # a random minibatch
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 import sitp
-from sitp import checkpoint as ckpt
+from sitp.train.trainer import checkpoint as ckpt
 from sitp.data import (IGNORE_INDEX, Vocab, build_context_dataset, build_sequence_dataset,
                        load_names, split_words)
 from sitp.models import MODELS

@@ -1,298 +1,20 @@
 """Reverse-mode automatic differentiation: the engine (chapter 4.1).
 
-Every differentiable op is a :class:`Function` with a ``forward`` and a
-``backward`` side by side (they live in ``sitp/ops.py``, the table of local
-derivatives). Calling ``Op.apply(...)`` runs ``forward`` and, when gradients
-are wanted, records a :class:`Node` in the output's ``grad_fn``: the op's
-backward, what it saved, and the nodes of its inputs. ``backward()`` then
-sorts those nodes topologically and walks them from the output to the leaves,
-applying each local derivative once (the chain rule) and accumulating into
-the leaves' ``.grad``.
+Each op recorded a :class:`~sitp.autograd.function.Node` in its output's ``grad_fn``
+(``sitp/autograd/function.py``). ``backward()`` sorts those nodes topologically and walks
+them from the output to the leaves, applying each local derivative once (the chain rule)
+and accumulating into the leaves' ``.grad``.
 """
 
 from __future__ import annotations
 
-import functools
-import threading
-
-# --8<-- [start:grad_mode]
-_state = threading.local()
-
-
-def is_grad_enabled() -> bool:
-    """Whether ops record the graph right now."""
-    return getattr(_state, "enabled", True)
-
-
-def set_grad_enabled(mode: bool) -> None:
-    _state.enabled = bool(mode)
-
-
-class _GradMode:
-    """Base of :class:`no_grad` and :class:`enable_grad`: a context manager
-    that is also a decorator."""
-
-    mode = True
-
-    def __new__(cls, orig_func=None):
-        if orig_func is not None:  # a bare @no_grad (no parentheses), as torch allows
-            return cls()(orig_func)
-        return super().__new__(cls)
-
-    def __enter__(self):
-        self.prev = is_grad_enabled()
-        set_grad_enabled(self.mode)
-
-    def __exit__(self, *exc):
-        set_grad_enabled(self.prev)
-        return False
-
-    def __call__(self, fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            with self.__class__():
-                return fn(*args, **kwargs)
-
-        return wrapper
-
-
-class no_grad(_GradMode):
-    """Turn off graph recording, like ``torch.no_grad`` (context or decorator).
-
-    >>> import sitp
-    >>> x = sitp.ones(2, requires_grad=True)
-    >>> with sitp.no_grad():
-    ...     y = x * 2
-    >>> y.requires_grad
-    False
-    """
-
-    mode = False
-
-
-class enable_grad(_GradMode):
-    """Turn graph recording back on inside a ``no_grad`` block."""
-
-    mode = True
-# --8<-- [end:grad_mode]
-
-
-class set_grad_enabled(_GradMode):  # noqa: N801  (PyTorch's name; replaces the function above)
-    """Set graph recording on or off, like ``torch.set_grad_enabled``.
-
-    Calling it sets the mode at once (``sitp.set_grad_enabled(False)`` as a
-    statement); used in a ``with`` block it restores the previous mode at the end;
-    used as a decorator (``@set_grad_enabled(False)``) it runs the function in that
-    mode and leaves the caller's mode alone.
-
-    >>> import sitp
-    >>> x = sitp.ones(2, requires_grad=True)
-    >>> with sitp.set_grad_enabled(False):
-    ...     y = x * 2
-    >>> y.requires_grad, sitp.is_grad_enabled()
-    (False, True)
-    """
-
-    def __new__(cls, mode: bool):
-        return object.__new__(cls)
-
-    def __init__(self, mode: bool) -> None:
-        if not isinstance(mode, bool):
-            raise TypeError(f"set_grad_enabled expects a bool, got {type(mode).__name__}")
-        self.prev, self.mode = is_grad_enabled(), mode
-        _state.enabled = mode
-
-    def __enter__(self):
-        pass  # set already, in __init__
-
-    def __exit__(self, *exc):
-        _state.enabled = self.prev
-        return False
-
-    def __call__(self, fn):
-        _state.enabled = self.prev  # as a decorator it changes nothing until fn runs
-        mode = self.mode
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            with set_grad_enabled(mode):
-                return fn(*args, **kwargs)
-
-        return wrapper
-
-
-class inference_mode(_GradMode):  # noqa: N801
-    """``torch.inference_mode``: no graph recording, as a context or a decorator.
-
-    sitp has no separate inference tensors, so ``inference_mode()`` is
-    :class:`no_grad` (``inference_mode(False)`` changes nothing). Both
-    ``@inference_mode()`` and a bare ``@inference_mode`` decorate a function.
-
-    >>> import sitp
-    >>> @sitp.inference_mode()
-    ... def predict(x):
-    ...     return x * 2
-    >>> predict(sitp.ones(2, requires_grad=True)).requires_grad
-    False
-    """
-
-    def __new__(cls, mode=True):
-        if callable(mode) and not isinstance(mode, bool):  # bare @inference_mode
-            return cls()(mode)
-        return super().__new__(cls)
-
-    def __init__(self, mode: bool = True) -> None:
-        if not isinstance(mode, bool):
-            raise TypeError(f"inference_mode expects a bool, got {type(mode).__name__}")
-        self.inference = mode
-
-    def __enter__(self):
-        self.prev = is_grad_enabled(), is_inference_mode_enabled()
-        _state.inference = self.inference
-        if self.inference:
-            _state.enabled = False
-
-    def __exit__(self, *exc):
-        _state.enabled, _state.inference = self.prev
-        return False
-
-    def __call__(self, fn):
-        inference = self.inference
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            with inference_mode(inference):
-                return fn(*args, **kwargs)
-
-        return wrapper
-
-
-def is_inference_mode_enabled() -> bool:
-    """Whether the code runs inside an :class:`inference_mode` block."""
-    return getattr(_state, "inference", False)
-
-
-# --8<-- [start:function]
-class Context:
-    """What a forward pass leaves for its backward pass.
-
-    ``save_for_backward`` also notes each saved tensor's version (the count of
-    in-place writes to its storage, see ``Tensor._version``); ``backward``
-    refuses to use a saved tensor that was written to since, as PyTorch does,
-    rather than compute a gradient from the new values.
-    """
-
-    __slots__ = ("saved_tensors", "needs_input_grad", "_versions", "__dict__")
-
-    def __init__(self):
-        self.saved_tensors = ()
-        self._versions = None
-
-    def save_for_backward(self, *tensors):
-        self.saved_tensors = tensors
-        self._versions = [None if t is None else t._vc[0] for t in tensors]
-
-    def _unchecked(self, *positions):
-        """Saved tensors at ``positions`` are not read by this backward (the gradient
-        that would read them is not wanted): writing to them is allowed, as in torch."""
-        v = self._versions
-        for i in positions:
-            v[i] = None
-
-
-def _check_versions(node) -> None:
-    """Raise, as torch does, if a tensor saved for ``node``'s backward was modified in place."""
-    ctx = node.ctx
-    for i, (t, v) in enumerate(zip(ctx.saved_tensors, ctx._versions)):
-        if v is not None and t._vc[0] != v:
-            made_by = (f", which is output {t._output_nr} of {t.grad_fn.name()},"
-                       if t.grad_fn is not None else "")
-            raise RuntimeError(
-                "one of the variables needed for gradient computation has been modified by an "
-                f"inplace operation: [{t.dtype} tensor of shape {list(t.shape)}]{made_by} saved "
-                f"for {node.name()} (saved tensor {i}), is at version {t._vc[0]}; expected "
-                f"version {v} instead. Hint: look for an in-place op (add_, mul_, copy_, x[...] = "
-                "..., an optimizer step) on it or on a view of it between the forward pass and "
-                "backward().")
-
-
-class Node:
-    """One op in the recorded graph (what PyTorch shows as ``grad_fn``)."""
-
-    __slots__ = ("fn", "ctx", "inputs", "n_outputs", "freed", "retained")
-
-    def __init__(self, fn, ctx, inputs):
-        self.fn = fn          # the Function subclass
-        self.ctx = ctx        # its Context
-        self.inputs = inputs  # the input tensors that require grad (None otherwise)
-        self.n_outputs = 1    # differentiable outputs; backward gets a tuple when > 1
-        self.freed = False
-        self.retained = None  # {output number: weak reference} for outputs that retain_grad()
-
-    def name(self) -> str:
-        op = getattr(self.ctx, "op", None) if self.ctx is not None else None
-        base = op.title().replace("_", "") if isinstance(op, str) else self.fn.__name__
-        return f"{base}Backward"
-
-    def __repr__(self) -> str:
-        return f"<{self.name()}>"
-
-
-class _Edge:
-    """A non-leaf input of a recorded op: the grad_fn and output number it had then."""
-
-    __slots__ = ("grad_fn", "_output_nr")
-    requires_grad = True
-
-    def __init__(self, t):
-        self.grad_fn, self._output_nr = t.grad_fn, t._output_nr
-
-
-class Function:
-    """Subclass with ``forward(ctx, *args)`` and ``backward(ctx, grad)``.
-
-    ``backward`` returns one gradient per *tensor* argument of ``forward``
-    (or ``None`` where none is needed), each with that argument's shape.
-    """
-
-    @staticmethod
-    def forward(ctx, *args, **kwargs):
-        raise NotImplementedError
-
-    @staticmethod
-    def backward(ctx, grad):
-        raise NotImplementedError
-
-    @classmethod
-    def apply(cls, *args, **kwargs):
-        ctx = Context()
-        needs = tuple(getattr(a, "requires_grad", False) is True for a in args)
-        ctx.needs_input_grad = needs
-        prev = is_grad_enabled()
-        record = prev and any(needs)
-        # The forward pass never records: it may use other ops freely.
-        _state.enabled = False
-        try:
-            out = cls.forward(ctx, *args, **kwargs)
-        finally:
-            _state.enabled = prev
-        if record:
-            # a leaf input itself (its .grad is accumulated); a non-leaf one as an _Edge,
-            # its place in the graph now, so that a later in-place op on it (which gives
-            # the tensor a new grad_fn) does not change what this op's backward reaches
-            inputs = tuple((a if a.grad_fn is None else _Edge(a)) if n else None
-                           for a, n in zip(args, needs))
-            node = Node(cls, ctx, inputs)
-            k = 0  # floating-point outputs are numbered: output k gets gradient k
-            for o in out if isinstance(out, tuple) else (out,):
-                if o.dtype.is_floating_point:
-                    o.requires_grad = True
-                    o.grad_fn = node
-                    o._output_nr = k
-                    k += 1
-            node.n_outputs = max(k, 1)
-        return out
-# --8<-- [end:function]
+import warnings
+import weakref
+
+from sitp._tensor import creation
+from sitp._tensor.tensor import Tensor
+from sitp.autograd.function import Function, Node, _check_versions
+from sitp.autograd.grad_mode import enable_grad, no_grad
 
 
 # --8<-- [start:toposort]
@@ -324,8 +46,6 @@ def toposort(root: Node) -> list[Node]:
 # --8<-- [start:backward]
 def backward(tensor, gradient=None, retain_graph: bool = False) -> None:
     """Accumulate d(tensor)/d(leaf) into every leaf's ``.grad``."""
-    from . import creation
-    from .tensor import Tensor
 
     if not tensor.requires_grad:
         raise RuntimeError(
@@ -430,10 +150,8 @@ class _Roots(Function):
 
     @staticmethod
     def forward(ctx, grads, *tensors):
-        from .creation import zeros
-
         ctx.grads = grads
-        return zeros(())
+        return creation.zeros(())
 
     @staticmethod
     def backward(ctx, g):
@@ -448,10 +166,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool =
     defaults to ``create_graph``; sitp has no higher-order gradients, so
     ``create_graph=True`` raises NotImplementedError.
     """
-    import warnings
 
-    from . import creation
-    from .tensor import Tensor
 
     if create_graph:
         raise NotImplementedError("backward(create_graph=True): sitp has no higher-order gradients")
@@ -520,7 +235,6 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
     depend on raises, as in torch, unless ``allow_unused`` (its gradient is None) or
     ``materialize_grads`` (zeros). The inputs' ``.grad`` fields are left as they were.
     """
-    from .tensor import Tensor
 
     if create_graph:
         raise NotImplementedError("grad(create_graph=True): sitp has no higher-order gradients")
@@ -539,7 +253,6 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
         grad_outputs = grad_outputs[0]
     retain_graph = bool(retain_graph)
 
-    import weakref
 
     single = isinstance(inputs, Tensor)
     inputs = (inputs,) if single else tuple(inputs)
@@ -570,19 +283,10 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
                 "One of the differentiated Tensors appears to not have been used in the graph. "
                 "Set allow_unused=True if this is the desired behavior.")
         if materialize_grads:
-            from .creation import zeros_like
-
-            result = tuple(zeros_like(t) if g is None else g for t, g in zip(inputs, result))
+            result = tuple(creation.zeros_like(t) if g is None else g for t, g in zip(inputs, result))
     finally:
         for node, r in retained.values():
             node.retained = r
         for k, t in others.items():
             t.grad = saved[k]
     return result[0] if single else result
-
-
-def gradcheck(*args, **kwargs):
-    """``sitp.gradcheck.gradcheck``: the engine's gradients against central differences."""
-    from .gradcheck import gradcheck as _gradcheck
-
-    return _gradcheck(*args, **kwargs)

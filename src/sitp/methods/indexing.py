@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import backend, ops
-from .dtypes import bool_, int64
+from sitp._tensor import dispatch
+from sitp.autograd import derivatives as ops
+from sitp.dtypes import bool_, int64
+from sitp._tensor.creation import _scalar, tensor
+from sitp._tensor.tensor import Tensor
+from sitp.autograd.function import check_inplace as _check_inplace
+from sitp.autograd.function import refuse_indexed_write as _refuse_indexed_write
+from sitp.functional import stack
+from sitp.strides import broadcast_shapes, normalize_dim
 
 _ADV = object()  # marks a dim that an index array will select
 
 
 def _as_index_tensor(k):
-    from .creation import tensor
-    from .tensor import Tensor
-
     if isinstance(k, Tensor):
         t = k
     elif isinstance(k, (list, np.ndarray)):
@@ -136,9 +140,6 @@ def _adv_plan(view, adv):
     """
     dims = [p for p, _ in adv]
     if view.is_cuda and all(t.is_cuda for _, t in adv):
-        from .functional_core import stack
-        from .strides import broadcast_shapes
-
         try:
             bshape = broadcast_shapes(*[tuple(t.shape) for _, t in adv])
         except RuntimeError:
@@ -177,9 +178,6 @@ def getitem(x, key):
 
 def setitem(x, key, value, accumulate=False):
     """Write ``value`` (a tensor or scalar, broadcast) into ``x[key]`` in place."""
-    from .creation import tensor
-    from .tensor import Tensor, _scalar
-
     shape, strides, offset, _, adv = _decompose(x, key)
     view = x._alias(shape, strides, offset)
     if isinstance(value, Tensor):
@@ -192,13 +190,13 @@ def setitem(x, key, value, accumulate=False):
         _check_broadcast(v, view.shape)
         if accumulate:
             v = view + v
-        backend.of(view).assign(view, v)
+        dispatch.of(view).assign(view, v)
         return
     view, a, idx, bshape = _adv_plan(view, adv)
     k = idx.shape[0]
     out_shape = tuple(view.shape[:a]) + tuple(bshape) + tuple(view.shape[a + k:])
     _check_broadcast(v, out_shape)
-    backend.of(view).put(view, a, idx, v.expand(out_shape), accumulate)
+    dispatch.of(view).put(view, a, idx, v.expand(out_shape), accumulate)
 
 
 def _check_broadcast(v, shape):
@@ -208,3 +206,63 @@ def _check_broadcast(v, shape):
         raise RuntimeError(
             f"shape mismatch: value tensor of shape {tuple(v.shape)} cannot be broadcast to "
             f"indexing result of shape {tuple(shape)}") from None
+
+
+class TensorIndexing:
+    """Indexing, gather and masked fills."""
+
+    __slots__ = ()
+
+    # ---------------------------------------------------------------- indexing
+    def __getitem__(self, key):
+        return getitem(self, key)
+
+    def __setitem__(self, key, value):
+        if _check_inplace(self, value):
+            _refuse_indexed_write(self)
+        setitem(self, key, value)
+        self._vc[0] += 1
+
+    def index_select(self, dim: int, index: "Tensor") -> "Tensor":
+        dim = normalize_dim(dim, self.ndim)
+        if not isinstance(index, Tensor) or index.ndim > 1 or index.dtype is not int64:
+            raise RuntimeError("index_select(): index must be a 1-D int64 tensor")
+        try:
+            return self[(slice(None),) * dim + (index,)]
+        except IndexError as e:  # torch: RuntimeError for index_select, IndexError for x[i]
+            raise RuntimeError(f"index_select(): {e}") from None
+
+    def gather(self, dim: int, index: "Tensor") -> "Tensor":
+        """``out[i][j] = self[i][index[i][j]]`` for dim=1 (and so on), as ``torch.gather``."""
+        dim = normalize_dim(dim, self.ndim)
+        if not isinstance(index, Tensor) or index.dtype is not int64:
+            raise RuntimeError("gather(): Expected dtype int64 for index")
+        if index.ndim != self.ndim:
+            raise RuntimeError(
+                f"Index tensor must have the same number of dimensions as input tensor "
+                f"(index {tuple(index.shape)}, input {tuple(self.shape)})")
+        for d in range(self.ndim):
+            if d != dim and index.shape[d] > self.shape[d]:
+                raise RuntimeError(
+                    f"Size does not match at dimension {d} expected index {tuple(index.shape)} "
+                    f"to be smaller than self {tuple(self.shape)} apart from dimension {dim}")
+        return ops.Gather.apply(self, dim, index)
+
+    def masked_fill(self, mask: "Tensor", value) -> "Tensor":
+        if not isinstance(mask, Tensor) or mask.dtype is not bool_:
+            raise RuntimeError("masked_fill only supports boolean masks")
+        broadcast_shapes(mask.shape, self.shape)
+        if isinstance(value, Tensor):
+            v = value.to(self.dtype)
+        else:
+            v = _scalar(value, self.dtype)
+        out = ops.Where.apply(mask, v, self)
+        if tuple(out.shape) != tuple(self.shape):
+            raise RuntimeError(
+                f"masked_fill: mask of shape {tuple(mask.shape)} cannot be broadcast to "
+                f"the tensor's shape {tuple(self.shape)}")
+        return out
+
+    def masked_fill_(self, mask, value) -> "Tensor":
+        return self.copy_(self.masked_fill(mask, value))
+

@@ -6,10 +6,11 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import ops
-from .dtypes import bool_, int64
-from .strides import broadcast_shapes, normalize_dim
-from .tensor import Tensor, _operands, _scalar
+from sitp.autograd import derivatives as ops
+from sitp.dtypes import bool_, int64
+from sitp.strides import broadcast_shapes, normalize_dim
+from sitp._tensor.creation import _operands, arange, empty, full
+from sitp._tensor.tensor import Tensor
 
 return_types = namedtuple("return_types", ["values", "indices"])
 
@@ -83,8 +84,6 @@ def topk(x, k: int, dim: int = -1, largest: bool = True):
     work = x.detach().clone()
     if not work.dtype.is_floating_point:
         work = work.double()
-    from .creation import full
-
     fill = full((), -np.inf if largest else np.inf, dtype=work.dtype)
     idx = []
     for _ in range(k):
@@ -95,16 +94,12 @@ def topk(x, k: int, dim: int = -1, largest: bool = True):
     if not idx:
         shape = list(x.shape)
         shape[dim] = 0
-        from .creation import empty
-
         return return_types(empty(shape, dtype=x.dtype), empty(shape, dtype=int64))
     indices = cat(idx, dim)
     return return_types(x.gather(dim, indices), indices)
 
 
 def _one_hot_along(i, n, dim, shape):
-    from .creation import arange
-
     pos_shape = [1] * len(shape)
     pos_shape[dim] = n
     return arange(n).view(pos_shape) == i
@@ -120,8 +115,6 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
         raise RuntimeError(
             f"one_hot: class values must be in [0, {num_classes}), got values in "
             f"[{int(tensor.min().item())}, {int(tensor.max().item())}]")
-    from .creation import arange
-
     return (tensor.unsqueeze(-1) == arange(num_classes)).long()
 
 

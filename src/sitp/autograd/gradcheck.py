@@ -1,6 +1,6 @@
 """Gradient checking: the engine's backward against central differences (chapter 4.1).
 
-Every ``backward`` in ``sitp/ops.py`` was written by hand, and a wrong one
+Every ``backward`` in ``sitp/autograd/derivatives.py`` was written by hand, and a wrong one
 fails silently: training still runs, only worse. :func:`gradcheck` catches it
 by computing each derivative twice, once by the engine (reverse mode, one
 backward pass per output entry) and once numerically (two forward passes per
@@ -48,13 +48,13 @@ def numerical_grad(f, x, eps: float = 1e-6):
     >>> round(numerical_grad(math.sin, 0.0), 8)
     1.0
     >>> import sitp
-    >>> x = sitp.tensor([1.0, 2.0, 3.0], dtype=sitp.float64)
+    >>> x = sitp._tensor.tensor([1.0, 2.0, 3.0], dtype=sitp.float64)
     >>> numerical_grad(lambda t: (t * t).sum(), x)
     tensor([2.0000, 4.0000, 6.0000], dtype=sitp.float64)
     """
     if not _is_tensor(x):
         return (float(f(x + eps)) - float(f(x - eps))) / (2 * eps)
-    from . import creation
+    from sitp._tensor import creation
 
     base = x.detach().numpy().astype(np.float64).copy()
     flat = base.reshape(-1)
@@ -72,7 +72,7 @@ def numerical_grad(f, x, eps: float = 1e-6):
 
 
 def _is_tensor(x) -> bool:
-    from .tensor import Tensor
+    from sitp._tensor.tensor import Tensor
 
     return isinstance(x, Tensor)
 
@@ -94,8 +94,8 @@ def numerical_jacobian(fn, inputs, i: int, eps: float = 1e-6):
     ``(output.numel(), inputs[i].numel())``: column j is
     ``(f(x + eps e_j) - f(x - eps e_j)) / (2 eps)`` with only input i moved.
     """
-    from . import creation
-    from .autograd import no_grad
+    from sitp._tensor import creation
+    from sitp.autograd.grad_mode import no_grad
 
     x = inputs[i]
     base = x.detach().numpy().astype(np.float64).copy()
@@ -123,7 +123,7 @@ def numerical_jacobian(fn, inputs, i: int, eps: float = 1e-6):
 
 
 def _outputs_shapes(fn, inputs):
-    from .autograd import no_grad
+    from sitp.autograd.grad_mode import no_grad
 
     with no_grad():
         return [tuple(o.shape) for o in _outputs(fn, inputs)]
@@ -137,8 +137,9 @@ def analytical_jacobian(fn, inputs, i: int):
     Jacobian (the vector-Jacobian product e_k^T J). Same layout as
     :func:`numerical_jacobian`.
     """
-    from . import creation
-    from .autograd import enable_grad, grad
+    from sitp._tensor import creation
+    from sitp.autograd.grad_mode import enable_grad
+    from sitp.autograd.engine import grad
 
     x = inputs[i]
     with enable_grad():

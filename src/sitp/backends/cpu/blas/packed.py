@@ -20,7 +20,7 @@ from numba import carray, njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .. import _target
+from sitp import _target
 
 # --8<-- [start:params]
 # The register tile, sized from the target's vector registers (sitp/_target.py):

@@ -7,10 +7,13 @@ import numbers
 
 import numpy as np
 
-from . import cpu
-from .dtypes import bool_, float32, from_numpy_dtype, int64, to_dtype
-from .strides import contiguous_strides
-from .tensor import Tensor, device as _device
+from sitp import cuda
+from sitp._tensor import dispatch
+from sitp._tensor.tensor import Tensor
+from sitp._tensor.tensor import device as _device
+from sitp.backends.cpu import ops as cpu
+from sitp.dtypes import bool_, float32, from_numpy_dtype, int64, promote, scalar_dtype, to_dtype
+from sitp.strides import contiguous_strides
 
 
 def _on_cuda(device) -> bool:
@@ -19,9 +22,7 @@ def _on_cuda(device) -> bool:
         return False
     d = _device(device)
     if d.type == "cuda":
-        from .cuda import _require
-
-        _require()
+        cuda._require()
         return True
     return False
 
@@ -29,9 +30,7 @@ def _on_cuda(device) -> bool:
 def _place(t: Tensor, device) -> Tensor:
     """Move a freshly made CPU tensor to ``device`` (a copy, at creation only)."""
     if _on_cuda(device):
-        from .cuda_backend import to_device
-
-        return to_device(t)
+        return dispatch.cuda().to_device(t)
     return t
 
 
@@ -66,9 +65,9 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
     float64 array stays float64.
 
     >>> import sitp
-    >>> sitp.tensor([[1, 2], [3, 4]]).dtype
+    >>> sitp._tensor.tensor([[1, 2], [3, 4]]).dtype
     sitp.int64
-    >>> sitp.tensor([1.5, 2]).dtype
+    >>> sitp._tensor.tensor([1.5, 2]).dtype
     sitp.float32
 
     Raises:
@@ -91,7 +90,7 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
             arr = arr.astype(np.float32)
     if arr.dtype.kind not in "biuf":
         raise TypeError(
-            f"sitp.tensor() takes numbers, nested lists of numbers or arrays; got data of "
+            f"sitp._tensor.tensor() takes numbers, nested lists of numbers or arrays; got data of "
             f"type {type(data).__name__} (numpy dtype {arr.dtype})")
     t = _place(_from_numpy_owned(arr if dtype is None else arr.astype(to_dtype(dtype).np)), device)
     if requires_grad:
@@ -122,9 +121,7 @@ def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False)
             int64 if isinstance(fill_value, numbers.Integral) else float32)
     dtype = to_dtype(dtype)
     if _on_cuda(device):
-        from .cuda_backend import fill
-
-        t = fill(size, fill_value, dtype)
+        t = dispatch.cuda().fill(size, fill_value, dtype)
     else:
         storage = np.empty(math.prod(size), dtype.np)
         storage.fill(fill_value)  # a memset: numpy as a buffer
@@ -146,9 +143,7 @@ def empty(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor
     size = _size(size)
     d = to_dtype(dtype) if dtype is not None else float32
     if _on_cuda(device):
-        from .cuda_backend import _new
-
-        t = _new(size, d)
+        t = dispatch.cuda().empty(size, d)
     else:
         t = Tensor._make(np.empty(math.prod(size), d.np), size, contiguous_strides(size), 0, d)
     if requires_grad:
@@ -184,9 +179,7 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     if dtype is None:
         dtype = int64 if all(isinstance(v, numbers.Integral) for v in (start, end, step)) else float32
     if _on_cuda(device):
-        from . import cuda_backend
-
-        t = cuda_backend.arange(start, end, step, to_dtype(dtype))
+        t = dispatch.cuda().arange(start, end, step, to_dtype(dtype))
     else:
         t = cpu.arange(start, end, step, to_dtype(dtype))
     if requires_grad:
@@ -211,3 +204,36 @@ def eye(n: int, m=None, dtype=None, device=None) -> Tensor:
     m = n if m is None else m
     ones_ = ones(n, m, dtype=dtype, device=device)
     return ones_.tril().triu()
+
+
+def _scalar(value, dtype) -> Tensor:
+    """A 0-d tensor holding ``value`` with ``dtype``."""
+    return Tensor._make(np.array([value], dtype=dtype.np), (), (), 0, dtype)
+
+
+
+
+# --8<-- [start:operands]
+def _operands(a, b):
+    """Promote two operands (tensors or Python scalars) to one dtype."""
+    if not isinstance(b, Tensor):
+        if isinstance(b, np.ndarray):
+            b = tensor(b)
+        elif isinstance(b, (numbers.Number, np.generic)):
+            b = b.item() if isinstance(b, np.generic) else b
+            d = scalar_dtype(b, a.dtype)
+            return (a if a.dtype is d else a.to(d)), _scalar(b, d)
+        else:
+            raise TypeError(f"unsupported operand type for a tensor op: {type(b).__name__}")
+    if not isinstance(a, Tensor):
+        b2, a2 = _operands(b, a)
+        return a2, b2
+    d = promote(a.dtype, b.dtype)
+    # A 0-d tensor does not widen a float tensor of another width (PyTorch's rule).
+    if a.dtype is not b.dtype and a.dtype.is_floating_point == b.dtype.is_floating_point:
+        if b.ndim == 0 and a.ndim > 0:
+            d = a.dtype
+        elif a.ndim == 0 and b.ndim > 0:
+            d = b.dtype
+    return (a if a.dtype is d else a.to(d)), (b if b.dtype is d else b.to(d))
+# --8<-- [end:operands]

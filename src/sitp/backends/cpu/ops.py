@@ -1,9 +1,9 @@
 """The CPU backend: from tensors to kernel launches.
 
-Each function here takes tensors (no autograd: that is ``sitp/ops.py``'s
+Each function here takes tensors (no autograd: that is ``sitp/autograd/derivatives.py``'s
 job), views every operand with the output's shape, merges dimensions that
 are contiguous in all operands, computes row starts and calls one kernel of
-``sitp.kernels``. Outputs are always new contiguous tensors.
+``sitp.backends.cpu.kernels``. Outputs are always new contiguous tensors.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import math
 
 import numpy as np
 
-from . import blas, kernels as K
-from .dtypes import bool_, float32, float64, int64
-from .strides import broadcast_shapes, broadcast_strides, contiguous_strides, numel
+from sitp.backends.cpu import blas
+from sitp.backends.cpu import kernels as K
+from sitp.dtypes import bool_, float32, float64, int64
+from sitp.strides import broadcast_shapes, broadcast_strides, contiguous_strides, numel
 
 _I64 = np.int64
 _NAN = math.nan
@@ -35,10 +36,10 @@ def _new(shape, dtype):
 
 
 def _tensor():
-    """The Tensor class (imported late: sitp.tensor imports this module)."""
+    """The Tensor class (imported late: sitp._tensor.tensor imports this module)."""
     global _Tensor
     if _Tensor is None:
-        from .tensor import Tensor as _Tensor
+        from sitp._tensor.tensor import Tensor as _Tensor
     return _Tensor
 
 
@@ -186,7 +187,7 @@ def _rows_last(x, dims):
         starts = K.positions(np.asarray(kept, _I64), np.asarray(strides[: len(keep)], _I64), x._offset)
         return kept, x._storage, starts, cstr[-1], n
     # Not one run: copy into a contiguous (kept..., reduced...) buffer.
-    from .tensor import Tensor
+    from sitp._tensor.tensor import Tensor
 
     view = Tensor._make(x._storage, shape, strides, x._offset, x.dtype)
     c = copy(view)
@@ -290,7 +291,7 @@ def matmul(a, b):
     A = a3._storage[a3._offset:a3._offset + a3.numel()].reshape(a3._shape)
     B = b3._storage[b3._offset:b3._offset + b3.numel()].reshape(b3._shape)
     C = blas.matmul(A[0], B[0]) if A.shape[0] == 1 else blas.bmm(A, B)
-    from .tensor import Tensor
+    from sitp._tensor.tensor import Tensor
 
     shape = batch + (M, N)
     return Tensor._make(C.reshape(-1), shape, contiguous_strides(shape), 0, a.dtype)

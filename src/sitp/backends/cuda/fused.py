@@ -51,8 +51,8 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda, float32, float64
 
-from ..autograd import Function
-from .launch import ceil_div
+from sitp.autograd.function import Function
+from sitp.backends.cuda.launch import ceil_div
 
 NT = 128   # threads per block for the row kernels (a power of two: the tree halves it)
 CW = 32    # dw/db partial sums: columns per block (one warp wide: coalesced reads)
@@ -460,7 +460,7 @@ def _is_device(t) -> bool:
 
 def _flat(t, dtype=None):
     """The flat device storage of t's entries, contiguous from index 0 (a view if it can)."""
-    from .. import cuda_backend as CB
+    from sitp.backends.cuda import ops as CB
 
     t = CB._operand(t)  # a 0-d host tensor (an upstream gradient) becomes a device constant
     if dtype is not None and t.dtype is not dtype:
@@ -471,7 +471,7 @@ def _flat(t, dtype=None):
 
 
 def _new(shape, dtype):
-    from .. import cuda_backend as CB
+    from sitp.backends.cuda import ops as CB
 
     return CB._new(shape, dtype)
 
@@ -566,7 +566,7 @@ class CrossEntropy(Function):
 
     @staticmethod
     def forward(ctx, z_RC, target_R, weight_C, ignore_index, eps, reduction, nt=None):
-        from .. import cuda_backend as CB
+        from sitp.backends.cuda import ops as CB
 
         R, C = z_RC.shape
         nt_rows = block_size(R, nt)   # the one block that sums over the rows

@@ -1,0 +1,35 @@
+"""The one dispatch point: which backend runs an op (``sitp/backends/cpu`` or ``sitp/backends/cuda``).
+
+A tensor's storage says where it lives: a numpy array on the CPU, a Numba device array on
+the GPU. An op with any GPU operand runs on the GPU backend, which accepts 0-d CPU tensors
+(Python scalars) and rejects every other CPU tensor with an error naming both devices.
+Both backends implement ``sitp/backends/interface.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sitp.backends.cpu import ops as cpu
+
+_cuda = None
+
+
+def cuda():
+    """The CUDA backend's ops module, imported on first use: it imports numba.cuda, which
+    costs a second at start-up and is not needed by a program that stays on the CPU."""
+    global _cuda
+    if _cuda is None:
+        from sitp.backends.cuda import ops  # late: imports numba.cuda (see the docstring)
+
+        _cuda = ops
+    return _cuda
+
+
+def of(*tensors):
+    """The backend module for an op on ``tensors`` (non-tensors are ignored)."""
+    for t in tensors:
+        s = getattr(t, "_storage", None)
+        if s is not None and not isinstance(s, np.ndarray):
+            return cuda()
+    return cpu

@@ -1,0 +1,205 @@
+"""The Tensor's in-place ops (chapter 4.1): ``add_``, ``copy_``, ``x[i] = v``, fills.
+
+Each bumps the storage's version counter; autograd records one as torch does.
+Installed on :class:`sitp.Tensor` by ``sitp/methods/__init__.py``.
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+
+from sitp._tensor import dispatch
+from sitp._tensor.creation import _scalar, tensor as _tensor
+from sitp._tensor.tensor import Tensor
+from sitp.autograd.function import check_inplace as _check_inplace
+from sitp.autograd.function import refuse_indexed_write as _refuse_indexed_write
+from sitp.autograd.grad_mode import no_grad
+from sitp.dtypes import bool_
+from sitp.strides import (broadcast_shapes, contiguous_strides)
+from sitp._tensor.creation import full
+from sitp._tensor.creation import ones
+from sitp._tensor.creation import tensor
+from sitp._tensor.creation import zeros
+from sitp.methods.indexing import setitem
+from sitp.random import _normal
+from sitp.random import _uniform
+
+
+
+
+class TensorInplace:
+    """In-place ops and the new_* constructors."""
+
+    __slots__ = ()
+
+    # -------------------------------------------------------------- in-place
+    # --8<-- [start:inplace]
+    def _inplace(self, result: "Tensor", cast: bool = False) -> "Tensor":
+        """Write ``result`` (broadcast to self's shape) into self's storage; unless ``cast``
+        (copy_), a float result into an integer tensor, or a number into a bool one, is
+        refused as torch does. In the graph (see ``_check_inplace``) the write is recorded."""
+        if _check_inplace(self, result):
+            return self._record_inplace(lambda old: old.masked_fill(_all_true(old), result), cast)
+        if result.dtype is not self.dtype and not cast and (
+                (result.dtype.is_floating_point and not self.dtype.is_floating_point)
+                or (self.dtype is bool_ and result.dtype is not bool_)):
+            raise RuntimeError(
+                f"result type {result.dtype} can't be cast to the desired output type "
+                f"{self.dtype} (in-place op on a tensor of shape {tuple(self.shape)})")
+        if broadcast_shapes(result.shape, self.shape) != tuple(self.shape):
+            raise RuntimeError(
+                f"output with shape {tuple(self.shape)} doesn't match the broadcast shape "
+                f"{broadcast_shapes(result.shape, self.shape)}")
+        dispatch.of(self, result).assign(self, result)
+        self._vc[0] += 1
+        return self
+
+    def _record_inplace(self, compute, cast: bool = False) -> "Tensor":
+        """An in-place op recorded as torch records it: ``compute`` runs out of place on a
+        copy that carries self's place in the graph (so what it saves is never overwritten),
+        its result is written into self's storage, and self takes the result's grad_fn."""
+        old_node, old_nr = self.grad_fn, self._output_nr
+        r = compute(self.clone())
+        if tuple(r.shape) != tuple(self.shape) and broadcast_shapes(
+                r.shape, self.shape) == tuple(self.shape):
+            r = r.expand(self.shape)
+        if r.dtype is not self.dtype and r.dtype.is_floating_point and self.dtype.is_floating_point:
+            r = r.to(self.dtype)
+        with no_grad():
+            self._inplace(r, cast)
+        if r.requires_grad:
+            self.grad_fn, self._output_nr, self.requires_grad = r.grad_fn, r._output_nr, True
+            if self._retains_grad:
+                if old_node is not None and old_node.retained:
+                    old_node.retained.pop(old_nr, None)
+                self.retain_grad()
+        return self
+
+    def add_(self, other, alpha=1):
+        if _check_inplace(self, other):
+            return self._record_inplace(lambda x: x + (other * alpha if alpha != 1 else other))
+        with no_grad():
+            return self._inplace(self + (other * alpha if alpha != 1 else other))
+
+    def sub_(self, other, alpha=1):
+        if _check_inplace(self, other):
+            return self._record_inplace(lambda x: x - (other * alpha if alpha != 1 else other))
+        with no_grad():
+            return self._inplace(self - (other * alpha if alpha != 1 else other))
+
+    def mul_(self, other):
+        if _check_inplace(self, other):
+            return self._record_inplace(lambda x: x * other)
+        with no_grad():
+            return self._inplace(self * other)
+
+    def div_(self, other):
+        if _check_inplace(self, other):
+            return self._record_inplace(lambda x: x / other)
+        with no_grad():
+            return self._inplace(self / other)
+
+    def addcmul_(self, t1, t2, value=1):
+        if _check_inplace(self, t1, t2):
+            return self._record_inplace(lambda x: x + t1 * t2 * value)
+        with no_grad():
+            return self._inplace(self + t1 * t2 * value)
+
+    def addcdiv_(self, t1, t2, value=1):
+        if _check_inplace(self, t1, t2):
+            return self._record_inplace(lambda x: x + t1 / t2 * value)
+        with no_grad():
+            return self._inplace(self + t1 / t2 * value)
+
+    def lerp_(self, end, weight):
+        if _check_inplace(self, end, weight):
+            return self._record_inplace(lambda x: x + (end - x) * weight)
+        with no_grad():
+            return self._inplace(self + (end - self) * weight)
+
+    def copy_(self, src) -> "Tensor":
+        if not isinstance(src, Tensor):
+            src = _tensor(src)
+        _check_inplace(self, src)
+        return self._inplace(src, cast=True)
+
+    def fill_(self, value) -> "Tensor":
+        return self._inplace(_scalar(value, self.dtype))
+
+    def zero_(self) -> "Tensor":
+        return self.fill_(0)
+    # --8<-- [end:inplace]
+
+    def clamp_(self, min=None, max=None):
+        if _check_inplace(self, min, max):
+            return self._record_inplace(lambda x: x.clamp(min, max))
+        with no_grad():
+            return self._inplace(self.clamp(min, max))
+
+    def exp_(self):
+        if _check_inplace(self):
+            return self._record_inplace(lambda x: x.exp())
+        with no_grad():
+            return self._inplace(self.exp())
+
+    def sqrt_(self):
+        if _check_inplace(self):
+            return self._record_inplace(lambda x: x.sqrt())
+        with no_grad():
+            return self._inplace(self.sqrt())
+
+    def neg_(self):
+        if _check_inplace(self):
+            return self._record_inplace(lambda x: -x)
+        with no_grad():
+            return self._inplace(-self)
+
+    def pow_(self, e):
+        if _check_inplace(self, e):
+            return self._record_inplace(lambda x: x ** e)
+        with no_grad():
+            return self._inplace(self ** e)
+
+    def index_put_(self, indices, values, accumulate: bool = False):
+        if _check_inplace(self, values):
+            _refuse_indexed_write(self)
+        setitem(self, tuple(indices), values, accumulate=accumulate)
+        self._vc[0] += 1
+        return self
+
+    def uniform_(self, a: float = 0.0, b: float = 1.0, generator=None):
+        return self._inplace(_uniform(self.shape, a, b, self.dtype, generator, self.device))
+
+    def normal_(self, mean: float = 0.0, std: float = 1.0, generator=None):
+        return self._inplace(_normal(self.shape, mean, std, self.dtype, generator, self.device))
+
+    def __iadd__(self, other):
+        return self.add_(other)
+
+    def __isub__(self, other):
+        return self.sub_(other)
+
+    def __imul__(self, other):
+        return self.mul_(other)
+
+    def __itruediv__(self, other):
+        return self.div_(other)
+
+    def new_zeros(self, size, dtype=None):
+        return zeros(size, dtype=dtype or self.dtype)
+
+    def new_ones(self, size, dtype=None):
+        return ones(size, dtype=dtype or self.dtype)
+
+    def new_full(self, size, fill_value, dtype=None):
+        return full(size, fill_value, dtype=dtype or self.dtype)
+
+    def new_tensor(self, data, dtype=None):
+        return tensor(data, dtype=dtype or self.dtype)
+
+
+def _all_true(t) -> Tensor:
+    """A bool tensor of ``t``'s shape, all True (masked_fill with it overwrites everything)."""
+    return Tensor._make(np.ones(max(t.numel(), 1), dtype=np.bool_), t.shape,
+                        contiguous_strides(t.shape), 0, bool_).to(t.device)
