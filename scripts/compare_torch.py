@@ -49,7 +49,7 @@ def make_lambda(warmup: int, steps: int):
 
 
 def torch_evaluate(torch, model, X, Y, batch_size=1024) -> float:
-    """The same weighting as sitp.train.evaluate: mean loss per real target."""
+    """The same weighting as sitp.train.trainer.evaluate: mean loss per real target."""
     model.eval()
     total, count = 0.0, 0
     with torch.no_grad():
@@ -66,7 +66,7 @@ def torch_evaluate(torch, model, X, Y, batch_size=1024) -> float:
 def compare_losses(name: str, steps: int, batch_size: int, seed: int, data: str, torch) -> dict:
     import sitp
     from sitp.models import MODELS
-    from sitp.train import evaluate, load_splits, make_optimizer, make_scheduler
+    from sitp.train.trainer import evaluate, load_splits, make_optimizer, make_scheduler
 
     spec = MODELS[name]
     probe = spec.make_config()
@@ -180,8 +180,8 @@ def gpt_throughput(steps: int, warmup: int, seed: int, torch, repeats: int = 5) 
 
 def linear_gemms(torch, reps: int = 30) -> list[dict]:
     """The matrix products of one GPT block (1,024 rows = 32 x 32 tokens, width 64), forward
-    and backward, timed with sitp.blas.matmul and torch.mm on the same arrays (medians)."""
-    from sitp import blas
+    and backward, timed with sitp.backends.cpu.blas.matmul and torch.mm on the same arrays (medians)."""
+    from sitp.backends.cpu import blas
 
     rows, C = 32 * 32, 64
     shapes = []  # (name, M, K, N, A transposed)

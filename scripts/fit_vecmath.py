@@ -1,10 +1,10 @@
-"""Fit the coefficients of ``sitp/_vecmath.py`` (float32 exp and erf) with numpy.
+"""Fit the coefficients of ``sitp/backends/cpu/vecmath.py`` (float32 exp and erf) with numpy.
 
 Usage::
 
     python scripts/fit_vecmath.py
 
-Prints the constants to paste into ``src/sitp/_vecmath.py`` and the largest
+Prints the constants to paste into ``src/sitp/backends/cpu/vecmath.py`` and the largest
 relative error each approximation makes, measured in float32 arithmetic (the
 coefficients rounded to float32, Horner's rule evaluated in float32) against
 float64 references on dense grids.

@@ -7,7 +7,7 @@ Usage::
 The GPT of chapter 3.5 (4 layers, 4 heads, width 64) at batch 32 x block 32 with
 AdamW, one numba thread; after 5 warm-up steps, 20 steps are measured with
 ``resource.getrusage`` (minor page faults, system and user CPU time) and the wall
-clock. ``sitp/_malloc.py`` explains the setting.
+clock. ``sitp/backends/cpu/memory.py`` explains the setting.
 """
 import os
 import subprocess
@@ -18,7 +18,7 @@ import resource, time
 import numba
 numba.set_num_threads(1)
 import sitp
-from sitp import _malloc
+from sitp.backends.cpu import memory as _malloc
 from sitp.models import MODELS
 
 spec = MODELS["gpt"]

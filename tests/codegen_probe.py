@@ -16,8 +16,8 @@ import sys
 import numpy as np
 
 import sitp
-from sitp import blas
-from sitp.blas import packed
+from sitp.backends.cpu import blas
+from sitp.backends.cpu.blas import packed
 
 WIDTH = {"x": 128, "y": 256, "z": 512}
 
@@ -85,7 +85,7 @@ def training_step():
     loss = F.cross_entropy(logits.view(B * T, V), idx.view(B * T)) + logits.softmax(-1).sum() * 0
     loss.backward()
     opt.step()
-    from sitp import kernels as K
+    from sitp.backends.cpu import kernels as K
     return {
         "zip_fast_kernel": K.zip_fast_kernel, "map_kernel": K.map_kernel, "reduce_kernel": K.reduce_kernel,
         "softmax_kernel": K.softmax_kernel, "gelu_kernel": _activation.gelu_kernel,

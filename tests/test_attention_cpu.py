@@ -17,7 +17,7 @@ from hypothesis import given, settings, strategies as st
 import sitp
 import sitp.nn.functional as F
 from helpers import np_of
-from sitp.gradcheck import gradcheck
+from sitp.autograd.gradcheck import gradcheck
 from sitp.nn import _fused
 
 DTYPES = [np.float32, np.float64]

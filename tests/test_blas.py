@@ -1,4 +1,4 @@
-"""sitp.blas against numpy on awkward sizes: odd, prime, below and above one tile.
+"""sitp.backends.cpu.blas against numpy on awkward sizes: odd, prime, below and above one tile.
 
 Tile sizes depend on the target (sitp/_target.py): MR x NR = 6 x 16 with KC = 512,
 MC = 60 on AVX2; 14 x 32 with KC = 384, MC = 112 on AVX-512. The shapes below cover
@@ -8,7 +8,7 @@ import numba
 import numpy as np
 import pytest
 
-from sitp import blas
+from sitp.backends.cpu import blas
 
 # (M, K, N): not multiples of any tile; one-element; one tile exactly; K = 0
 SHAPES = [(33, 17, 29), (1, 1, 1), (7, 129, 65), (6, 16, 16), (14, 32, 32), (5, 0, 3), (13, 600, 37),

@@ -409,7 +409,7 @@ def test_continuation_fences_get_a_visible_mark():
         "```python\nx = 1\n```\n\n"
         "```{.python continuation}\ny = x\n```\n\n"
         '=== "Tab"\n\n    ```{.python continuation title="mine"}\n    z = y\n    ```\n\n'
-        "```{.python notest}\n--8<-- \"src/sitp/tensor.py:views\"\n```\n"
+        "```{.python notest}\n--8<-- \"src/sitp/_tensor/tensor.py:views\"\n```\n"
     )
     marked = mark_continuations(page)
     assert f'```{{.python .continuation title="{CONTINUATION_TITLE}"}}\ny = x' in marked

@@ -15,9 +15,9 @@ import pytest
 from safetensors.numpy import load_file
 
 import sitp
-import sitp.checkpoint
-import sitp.train
-from sitp.__main__ import main
+import sitp.train.checkpoint
+import sitp.train.trainer
+from sitp.train.cli import main
 
 TINY = {
     "gpt": ["--set", "n_layer=1", "--set", "n_embd=16", "--set", "n_head=2"],
@@ -68,7 +68,7 @@ def test_weights_load_in_pytorch(gpt_run):
     torch = pytest.importorskip("torch")
     from safetensors.torch import load_file as torch_load_file
 
-    from sitp.checkpoint import load_checkpoint
+    from sitp.train.checkpoint import load_checkpoint
     from sitp.models import MODELS
 
     record = json.loads((gpt_run / "record.json").read_text())
@@ -88,13 +88,13 @@ def test_resume_is_exact(model, tmp_path, monkeypatch):
     whole, parts = tmp_path / "whole", tmp_path / "parts"
     assert train(whole, model) == 0
 
-    real_save = sitp.checkpoint.save_checkpoint
+    real_save = sitp.train.checkpoint.save_checkpoint
 
     def save_then_die(*args, **kwargs):  # the process "crashes" right after the step-4 save
         real_save(*args, **kwargs)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sitp.train.ckpt, "save_checkpoint", save_then_die)
+    monkeypatch.setattr(sitp.train.trainer.ckpt, "save_checkpoint", save_then_die)
     assert train(parts, model) == 130
     monkeypatch.undo()
     assert json.loads((parts / "record.json").read_text())["step"] == 4
@@ -129,13 +129,13 @@ def test_crash_while_writing_keeps_the_last_checkpoint(gpt_run, tmp_path, monkey
         f.write(data[: len(data) // 2])
         raise OSError("disk on fire")
 
-    monkeypatch.setattr(sitp.checkpoint, "_write", write_half_then_fail)
+    monkeypatch.setattr(sitp.train.checkpoint, "_write", write_half_then_fail)
     with pytest.raises(OSError, match="disk on fire"):
         main(["train", "--resume", "--out", str(out), "--steps", "12", "--quiet"])
     monkeypatch.undo()
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in gpt_run.iterdir())
     assert_same_arrays(before, weights(out))      # no temporary file left, old weights intact
-    point = sitp.checkpoint.load_checkpoint(out)  # and the checkpoint still loads
+    point = sitp.train.checkpoint.load_checkpoint(out)  # and the checkpoint still loads
     assert point.record["step"] == 8
     assert main(["train", "--resume", "--out", str(out), "--steps", "9", "--quiet"]) == 0
 
@@ -250,7 +250,7 @@ def test_train_numeric_options_are_checked(tmp_path, capsys, option, value):
 
 
 def test_good_edge_values_pass_the_parser():
-    from sitp.__main__ import build_parser
+    from sitp.train.cli import build_parser
 
     args = build_parser().parse_args(["sample", "d", "--temperature", "1e-3", "--top-k", "1",
                                       "--seed", "0", "--num", "1"])

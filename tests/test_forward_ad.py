@@ -1,4 +1,4 @@
-"""sitp.forward_ad: dual numbers and jvp, checked against reverse mode and calculus.
+"""sitp.autograd.forward_ad: dual numbers and jvp, checked against reverse mode and calculus.
 
 Forward mode pushes a tangent v through a function and returns J v; reverse
 mode pulls a cotangent u back and returns u^T J. For f: R^n -> R the two meet
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sitp
-from sitp.forward_ad import Dual, cos, exp, jvp, log, sigmoid, sin, sqrt, tanh
+from sitp.autograd.forward_ad import Dual, cos, exp, jvp, log, sigmoid, sin, sqrt, tanh
 
 F64 = sitp.float64
 floats = st.floats(-2.0, 2.0, allow_nan=False)
@@ -138,7 +138,7 @@ def test_jvp_of_a_vector_function_is_the_jacobian_column():
                       for j in range(3)], axis=1)
     xr = x.clone().requires_grad_()
     y = xr.log() @ A.T
-    J_rev = np.stack([sitp.autograd.grad(y, xr, sitp.eye(2, dtype=F64)[i].contiguous(),
+    J_rev = np.stack([sitp.autograd.engine.grad(y, xr, sitp.eye(2, dtype=F64)[i].contiguous(),
                                          retain_graph=True).numpy() for i in range(2)])
     np.testing.assert_allclose(J_fwd, J_rev, rtol=1e-12)
     np.testing.assert_allclose(J_fwd, A.numpy() / x.numpy(), rtol=1e-12)

@@ -62,8 +62,8 @@ def test_linear_node_gradcheck():
     x = sitp.tensor(rng.standard_normal((3, 4, 5)), requires_grad=True)
     w = sitp.tensor(rng.standard_normal((6, 5)), requires_grad=True)
     b = sitp.tensor(rng.standard_normal(6), requires_grad=True)
-    assert sitp.autograd.gradcheck(F.linear, (x, w, b))
-    assert sitp.autograd.gradcheck(lambda x, w: F.linear(x, w), (x, w))
+    assert sitp.autograd.engine.gradcheck(F.linear, (x, w, b))
+    assert sitp.autograd.engine.gradcheck(lambda x, w: F.linear(x, w), (x, w))
 
 
 def test_linear_node_on_views_and_tied_weights():
@@ -132,7 +132,7 @@ def test_autograd_grad_of_two_pieces_of_one_split():
     x, tx = pair(np.linspace(-1, 1, 10).reshape(2, 5), requires_grad=True)
     a, b = x.split([2, 3], dim=1)
     ta, tb = tx.split([2, 3], dim=1)
-    ga, gb = sitp.autograd.grad((a.sum(1) * b.sum(1)).sum(), [a, b])
+    ga, gb = sitp.autograd.engine.grad((a.sum(1) * b.sum(1)).sum(), [a, b])
     tga, tgb = torch.autograd.grad((ta.sum(1) * tb.sum(1)).sum(), [ta, tb])
     assert_close(ga, tga)
     assert_close(gb, tgb)
@@ -183,7 +183,7 @@ def test_gru_gates_gradcheck_and_no_hidden_state():
     gi = sitp.tensor(rng.standard_normal((2, 9)), requires_grad=True)
     gh = sitp.tensor(rng.standard_normal((2, 9)), requires_grad=True)
     h = sitp.tensor(rng.standard_normal((2, 3)), requires_grad=True)
-    assert sitp.autograd.gradcheck(_recurrent.GRUGates.apply, (gi, gh, h))
+    assert sitp.autograd.engine.gradcheck(_recurrent.GRUGates.apply, (gi, gh, h))
     sitp.manual_seed(0)
     cell = sitp.nn.GRUCell(4, 3)
     tcell = torch.nn.GRUCell(4, 3)

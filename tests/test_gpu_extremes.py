@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
 
-from sitp.gpu import fused as FG  # noqa: E402  (imports numba after the skip check)
+from sitp.backends.cuda import fused as FG  # noqa: E402  (imports numba after the skip check)
 from test_numerics_extremes import close  # noqa: E402
 
 INF = math.inf

@@ -1,4 +1,4 @@
-"""The fused GPU kernels of layer norm and cross-entropy (``sitp.gpu.fused``), forward and
+"""The fused GPU kernels of layer norm and cross-entropy (``sitp.backends.cuda.fused``), forward and
 backward, against sitp's CPU kernels and torch.
 
 Under numba's CUDA simulator every GPU thread is a Python thread, so sizes are tiny, and
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
 
-from sitp.gpu import fused as FG  # noqa: E402  (imports numba after the skip check)
+from sitp.backends.cuda import fused as FG  # noqa: E402  (imports numba after the skip check)
 
 
 @pytest.fixture

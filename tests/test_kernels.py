@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from sitp import cpu, kernels as K
+from sitp.backends.cpu import ops as cpu
+from sitp.backends.cpu import kernels as K
 from sitp.strides import contiguous_strides
 
 I64 = np.int64

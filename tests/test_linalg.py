@@ -1,5 +1,5 @@
 """sitp.linalg against torch.linalg: values, gradients, and gradients against central
-differences (sitp.gradcheck, float64); numpy is only an oracle for the LU kernels."""
+differences (sitp.autograd.gradcheck, float64); numpy is only an oracle for the LU kernels."""
 import math
 
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import sitp
-from sitp.autograd import gradcheck
+from sitp.autograd.engine import gradcheck
 from tests.helpers import assert_close, pair
 
 INF = math.inf

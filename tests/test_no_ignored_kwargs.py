@@ -30,7 +30,7 @@ FORWARDING = {  # name -> why it takes **kwargs
     "Module.to": "passes them to Tensor.to, which checks them",
     "Tensor.to": "parses torch's overloads itself and rejects the rest",
     "Tensor.__init__": "always raises: tensors come from sitp.tensor and friends",
-    "gradcheck": "forwards to sitp.gradcheck.gradcheck",
+    "gradcheck": "forwards to sitp.autograd.gradcheck.gradcheck",
 }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import sitp
-from sitp.gradcheck import GradcheckError, gradcheck
+from sitp.autograd.gradcheck import GradcheckError, gradcheck
 
 F64 = sitp.float64
 

@@ -1,5 +1,5 @@
 """``roll``, ``log10``, ``log2``, ``exp2`` as functions and methods: forward and backward
-against PyTorch, and the backward against central differences (``sitp.gradcheck``).
+against PyTorch, and the backward against central differences (``sitp.autograd.gradcheck``).
 
 The elementwise three also have rows in the ``UNARY`` tables of ``test_ops.py`` and
 ``test_gradcheck.py``; this file covers the function forms and ``roll``'s argument forms.
@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 import sitp
-from sitp.gradcheck import gradcheck
+from sitp.autograd.gradcheck import gradcheck
 from helpers import assert_close, non_contiguous
 
 ROLLS = [  # (shape, shifts, dims)

@@ -1,4 +1,4 @@
-"""sitp._vecmath (float32 exp and erf without libm) and the fused GELU kernels.
+"""sitp.backends.cpu.vecmath (float32 exp and erf without libm) and the fused GELU kernels.
 
 The error bounds are stated in ulps of the float32 result (for a subnormal
 result, in units of the smallest subnormal, 2**-149). Measured over every 7th
@@ -17,8 +17,8 @@ from hypothesis import given, settings, strategies as st
 from numba import njit
 
 import sitp
-from sitp._vecmath import FASTMATH, erf_f32, exp_f32
-from sitp.gradcheck import gradcheck
+from sitp.backends.cpu.vecmath import FASTMATH, erf_f32, exp_f32
+from sitp.autograd.gradcheck import gradcheck
 from sitp.nn import functional as F
 from sitp.nn._activation import gelu_backward_kernel, gelu_kernel
 
@@ -254,7 +254,7 @@ def test_coefficients_are_what_the_fit_script_prints():
     import importlib.util
     from pathlib import Path
 
-    from sitp import _vecmath as V
+    from sitp.backends.cpu import vecmath as V
 
     path = Path(__file__).resolve().parents[1] / "scripts" / "fit_vecmath.py"
     spec = importlib.util.spec_from_file_location("fit_vecmath", path)

@@ -3,7 +3,7 @@ each thread, warp and block of a kernel computes, and which shared-memory bank e
 thread of a warp writes.
 
 Run from the repository root: ``python docs/assets/ch04/gpu_figures.py``. The pictures
-are computed from the same index arithmetic as the kernels (``sitp.gpu.layouts``), not
+are computed from the same index arithmetic as the kernels (``sitp.backends.cuda.layouts``), not
 drawn by hand.
 """
 from pathlib import Path
@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from sitp.gpu import layouts as L  # noqa: E402
+from sitp.backends.cuda import layouts as L  # noqa: E402
 
 OUT = Path(__file__).resolve().parent
 plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "font.family": "sans-serif"})
@@ -122,7 +122,7 @@ def gemm_ladder():
         for v in range(16):
             off = lay((t, v))
             cell(ax, 0, n, n, n, off // n, off % n, n, n, col)
-    ax.text(n / 2, -1.2, "threads 0, 1, 4, 5 of a 16-thread block\n(from sitp.gpu.layouts)",
+    ax.text(n / 2, -1.2, "threads 0, 1, 4, 5 of a 16-thread block\n(from sitp.backends.cuda.layouts)",
             ha="center", va="top", fontsize=8)
     for ax in axes:
         ax.set_xlim(-0.5, n + 0.5)

@@ -1,4 +1,4 @@
-"""Registers, shared memory and spills of every sitp.gpu kernel, as ptxas reports them.
+"""Registers, shared memory and spills of every sitp.backends.cuda kernel, as ptxas reports them.
 
 Sections 4.4 and 4.6 quote this table. It needs no GPU, only NVIDIA's compilers:
 numba-cuda turns each kernel into PTX with NVVM, and ``ptxas -v`` assembles it for one
@@ -21,8 +21,8 @@ import tempfile
 
 from numba import cuda, types
 
-from sitp.gpu import attention as A
-from sitp.gpu import gemm as G
+from sitp.backends.cuda import attention as A
+from sitp.backends.cuda import gemm as G
 
 F2, F3, F4 = (types.Array(types.float32, n, "C") for n in (2, 3, 4))
 F, BOOL = types.float32, types.boolean

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import sitp
-from sitp.checkpoint import load_checkpoint
+from sitp.train.checkpoint import load_checkpoint
 from sitp.data import load_names, split_words
 from sitp.models import MODELS
 from sitp.models.sampling import sample_names

@@ -65,9 +65,9 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
     float64 array stays float64.
 
     >>> import sitp
-    >>> sitp._tensor.tensor([[1, 2], [3, 4]]).dtype
+    >>> sitp.tensor([[1, 2], [3, 4]]).dtype
     sitp.int64
-    >>> sitp._tensor.tensor([1.5, 2]).dtype
+    >>> sitp.tensor([1.5, 2]).dtype
     sitp.float32
 
     Raises:
@@ -90,7 +90,7 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
             arr = arr.astype(np.float32)
     if arr.dtype.kind not in "biuf":
         raise TypeError(
-            f"sitp._tensor.tensor() takes numbers, nested lists of numbers or arrays; got data of "
+            f"sitp.tensor() takes numbers, nested lists of numbers or arrays; got data of "
             f"type {type(data).__name__} (numpy dtype {arr.dtype})")
     t = _place(_from_numpy_owned(arr if dtype is None else arr.astype(to_dtype(dtype).np)), device)
     if requires_grad:

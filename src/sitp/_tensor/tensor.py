@@ -71,7 +71,7 @@ CUDA = device("cuda")
 
 
 class Tensor:
-    """A multidimensional array with autograd. Create one with :func:`sitp._tensor.tensor`."""
+    """A multidimensional array with autograd. Create one with :func:`sitp.tensor`."""
 
     __slots__ = ("_storage", "_shape", "_strides", "_offset", "dtype", "requires_grad",
                  "grad", "grad_fn", "_output_nr", "_retains_grad", "_vc", "__weakref__")
@@ -98,7 +98,7 @@ class Tensor:
     # --8<-- [end:make]
 
     def __init__(self, *args, **kwargs):
-        raise TypeError("create tensors with sitp._tensor.tensor(data), sitp.zeros(shape), ...")
+        raise TypeError("create tensors with sitp.tensor(data), sitp.zeros(shape), ...")
 
     def _alias(self, shape, strides, offset) -> "Tensor":
         """A view of the same storage (internal; no autograd); it shares the version counter."""

@@ -48,7 +48,7 @@ def numerical_grad(f, x, eps: float = 1e-6):
     >>> round(numerical_grad(math.sin, 0.0), 8)
     1.0
     >>> import sitp
-    >>> x = sitp._tensor.tensor([1.0, 2.0, 3.0], dtype=sitp.float64)
+    >>> x = sitp.tensor([1.0, 2.0, 3.0], dtype=sitp.float64)
     >>> numerical_grad(lambda t: (t * t).sum(), x)
     tensor([2.0000, 4.0000, 6.0000], dtype=sitp.float64)
     """

@@ -145,7 +145,7 @@ def _window_arrays(
 
 def _to_tensor(array: np.ndarray) -> sitp.Tensor:
     """A sitp tensor holding the array (int64 stays int64)."""
-    return sitp._tensor.tensor(array)
+    return sitp.tensor(array)
 
 
 def build_context_dataset(words: Sequence[str], vocab: Vocab, block_size: int = 3):

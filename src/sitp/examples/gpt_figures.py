@@ -360,11 +360,11 @@ def record_attention(run_dir, name=None) -> dict:
     if name is None:  # the first test name of eight letters or more
         name = next(w for w in test if len(w) >= 8)
     tokens = ["."] + list(name)
-    idx = sitp._tensor.tensor([[vocab.stoi[c] for c in tokens]])
+    idx = sitp.tensor([[vocab.stoi[c] for c in tokens]])
     maps, _ = attention_maps(model, idx)
     T = max(len(w) for w in val) + 1
     rows = [[0] + [vocab.stoi[c] for c in w] + [0] * (T - 1 - len(w)) for w in val]
-    stats_maps, _ = attention_maps(model, sitp._tensor.tensor(rows))
+    stats_maps, _ = attention_maps(model, sitp.tensor(rows))
     stats = head_statistics(stats_maps, [len(w) + 1 for w in val])
     return {"run": str(run_dir), "name": name, "tokens": tokens,
             "maps": maps[:, 0].round(3).tolist(), "heads": stats}

@@ -13,8 +13,8 @@ Example:
     >>> import sitp
     >>> from sitp.models.neural_bigram import Bigram, BigramConfig
     >>> model = Bigram(BigramConfig(vocab_size=27))
-    >>> X_B1 = sitp._tensor.tensor([[0], [1]])
-    >>> logits_BV, loss = model(X_B1, sitp._tensor.tensor([1, 2]))
+    >>> X_B1 = sitp.tensor([[0], [1]])
+    >>> logits_BV, loss = model(X_B1, sitp.tensor([1, 2]))
     >>> tuple(logits_BV.shape), round(loss.item(), 4)   # a zero table: uniform, log 27
     ((2, 27), 3.2958)
 """

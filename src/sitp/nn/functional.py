@@ -72,7 +72,7 @@ def relu(input: Tensor, inplace: bool = False) -> Tensor:
 
     >>> import sitp
     >>> import sitp.nn.functional as F
-    >>> F.relu(sitp._tensor.tensor([-1.0, 0.0, 2.0]))
+    >>> F.relu(sitp.tensor([-1.0, 0.0, 2.0]))
     tensor([0., 0., 2.])
     """
     return input.relu_() if inplace and hasattr(input, "relu_") else input.relu()
@@ -215,7 +215,7 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None, eps: flo
 
     >>> import sitp
     >>> import sitp.nn.functional as F
-    >>> F.layer_norm(sitp._tensor.tensor([[1.0, 2.0, 3.0]]), (3,))
+    >>> F.layer_norm(sitp.tensor([[1.0, 2.0, 3.0]]), (3,))
     tensor([[-1.2247,  0.0000,  1.2247]])
     """
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
@@ -398,8 +398,8 @@ def cross_entropy(input: Tensor, target: Tensor, weight=None, size_average=None,
 
     >>> import sitp
     >>> import sitp.nn.functional as F
-    >>> logits = sitp._tensor.tensor([[2.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
-    >>> round(F.cross_entropy(logits, sitp._tensor.tensor([0, 2])).item(), 4)
+    >>> logits = sitp.tensor([[2.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    >>> round(F.cross_entropy(logits, sitp.tensor([0, 2])).item(), 4)
     0.6691
     """
     reduction = _reduction(size_average, reduce, reduction)

@@ -40,7 +40,7 @@ class Adam(Optimizer):
             tensors always take the one-pass kernel of ``optim/_fused.py``.
 
     >>> import sitp
-    >>> w = sitp._tensor.tensor([3.0, -1.0], requires_grad=True)
+    >>> w = sitp.tensor([3.0, -1.0], requires_grad=True)
     >>> opt = sitp.optim.Adam([w], lr=0.1)
     >>> for _ in range(200):
     ...     opt.zero_grad()
@@ -138,7 +138,7 @@ class AdamW(Adam):
     whatever the size of its gradients. Note the default ``weight_decay=1e-2``.
 
     >>> import sitp
-    >>> w = sitp._tensor.tensor([3.0, -1.0], requires_grad=True)
+    >>> w = sitp.tensor([3.0, -1.0], requires_grad=True)
     >>> opt = sitp.optim.AdamW([w], lr=0.1, weight_decay=0.1)
     >>> opt.param_groups[0]["decoupled_weight_decay"]
     True

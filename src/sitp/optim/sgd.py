@@ -31,7 +31,7 @@ class SGD(Optimizer):
             implementation: a loop over the parameters).
 
     >>> import sitp
-    >>> w = sitp._tensor.tensor([1.0, -2.0], requires_grad=True)
+    >>> w = sitp.tensor([1.0, -2.0], requires_grad=True)
     >>> opt = sitp.optim.SGD([w], lr=0.2, momentum=0.5)
     >>> for _ in range(100):
     ...     opt.zero_grad()

@@ -134,7 +134,7 @@ def _unpack_optimizer(arrays: dict[str, np.ndarray], meta: dict) -> dict:
     state: dict[int, dict[str, Any]] = {}
     for name, array in arrays.items():
         _, pid, key = name.split(".", 2)
-        state.setdefault(int(pid), {})[key] = sitp._tensor.tensor(array)
+        state.setdefault(int(pid), {})[key] = sitp.tensor(array)
     for pid, values in meta["scalars"].items():
         state.setdefault(int(pid), {}).update(values)
     return {"state": state, "param_groups": meta["param_groups"]}
@@ -183,7 +183,7 @@ class Checkpoint:
     def load_model(self, model) -> None:
         """Copies the weights into ``model`` (strict: every name and shape must match)."""
         try:
-            model.load_state_dict({k: sitp._tensor.tensor(v) for k, v in self.model_state.items()})
+            model.load_state_dict({k: sitp.tensor(v) for k, v in self.model_state.items()})
         except (RuntimeError, KeyError, ValueError) as error:
             first = " ".join(str(error).split())
             raise CheckpointError(f"the weights do not fit the model: {first[:300]}") from None

@@ -10,12 +10,12 @@ def run(step, optimizer_class, weight_decay, steps=25, seed=0, **options):
     rng = np.random.default_rng(seed)
     p = rng.normal(size=(4, 3))
     m, v = np.zeros_like(p), np.zeros_like(p)
-    w = sitp._tensor.tensor(p.copy(), requires_grad=True)
+    w = sitp.tensor(p.copy(), requires_grad=True)
     opt = optimizer_class([w], weight_decay=weight_decay, **options)
     for t in range(1, steps + 1):
         g = rng.normal(size=p.shape) * (1 + t % 3)
         step(p, g, m, v, t, weight_decay=weight_decay, **options)
-        w.grad = sitp._tensor.tensor(g)
+        w.grad = sitp.tensor(g)
         opt.step()
     return p, w.detach().numpy()
 

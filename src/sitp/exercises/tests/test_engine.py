@@ -65,7 +65,7 @@ def test_gradients_match_central_differences(impl):
 def test_gradients_match_sitp_autograd(impl):
     point = [0.7, -1.3, 0.4]
     value, analytic = grads(impl, point)
-    ts = [sitp._tensor.tensor(v, dtype=sitp.float64, requires_grad=True) for v in point]
+    ts = [sitp.tensor(v, dtype=sitp.float64, requires_grad=True) for v in point]
     out = f(None, *ts)
     out.backward()
     np.testing.assert_allclose(value, out.item(), rtol=1e-12)

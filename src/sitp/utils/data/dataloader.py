@@ -54,7 +54,7 @@ def default_collate(batch):
 
     >>> import sitp
     >>> from sitp.utils.data import default_collate
-    >>> x, y = default_collate([(sitp._tensor.tensor([1.0, 2.0]), 0), (sitp._tensor.tensor([3.0, 4.0]), 1)])
+    >>> x, y = default_collate([(sitp.tensor([1.0, 2.0]), 0), (sitp.tensor([3.0, 4.0]), 1)])
     >>> x.shape, y.tolist()
     (sitp.Size([2, 2]), [0, 1])
 
