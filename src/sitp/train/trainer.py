@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 import sitp
-from sitp.train.trainer import checkpoint as ckpt
+from sitp.train import checkpoint as ckpt
 from sitp.data import (IGNORE_INDEX, Vocab, build_context_dataset, build_sequence_dataset,
                        load_names, split_words)
 from sitp.models import MODELS
