@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import sitp
-from sitp.autograd.engine import gradcheck
+from sitp.autograd import gradcheck
 from tests.helpers import assert_close, pair
 
 INF = math.inf

@@ -6,27 +6,34 @@
 
 from sitp import _env  # noqa: F401  (must run before numba is imported)
 
-from sitp import cuda, dtypes, random
-from sitp import autograd  # noqa: E402
-from sitp.autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
-from sitp.autograd.grad_mode import inference_mode, is_inference_mode_enabled  # noqa: E402
-from sitp._tensor.creation import (arange, as_tensor, empty, empty_like, eye, from_numpy, full,  # noqa: E402
-                       full_like, linspace, ones, ones_like, tensor, zeros, zeros_like)
-from sitp.dtypes import bool_ as bool  # noqa: E402,A001
-from sitp.dtypes import double, dtype, float, float32, float64, int64, long  # noqa: E402,A001
-from sitp.functional import (cat, concat, concatenate, maximum, minimum, one_hot,  # noqa: E402
-                              stack, topk, where)
-from sitp.random import (Generator, bernoulli, get_rng_state, initial_seed, manual_seed,  # noqa: E402
-                     multinomial, normal, rand, rand_like, randint, randint_like, randn,
-                     randn_like, randperm, seed, set_rng_state)
-from sitp._tensor.tensor import Size, Tensor, device  # noqa: E402
-from sitp.methods import matmul  # noqa: E402  (installs the Tensor methods)
-from sitp.serialization import load, save  # noqa: E402
-from sitp._config import show_config  # noqa: E402
+# isort: split
+# The layers, bottom to top (docs/layout.md): backends, the tensor, autograd, the
+# methods (importing sitp.methods installs them on Tensor), the PyTorch mirror.
+from sitp import autograd, cuda, dtypes, random
+from sitp._config import __version__, show_config
+from sitp._tensor.creation import (
+    arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like, linspace, ones,
+    ones_like, tensor, zeros, zeros_like,
+)
+from sitp._tensor.tensor import Size, Tensor, device
+from sitp.autograd.grad_mode import (
+    enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,
+    set_grad_enabled,
+)
+from sitp.dtypes import bool_ as bool  # noqa: A001
+from sitp.dtypes import double, dtype, float, float32, float64, int64, long  # noqa: A001
+from sitp.functional import (
+    cat, concat, concatenate, maximum, minimum, one_hot, stack, topk, where,
+)
+from sitp.methods import matmul
+from sitp.random import (
+    Generator, bernoulli, get_rng_state, initial_seed, manual_seed, multinomial, normal, rand,
+    rand_like, randint, randint_like, randn, randn_like, randperm, seed, set_rng_state,
+)
+from sitp.serialization import load, save
 
-from sitp import linalg, nn, optim, utils  # noqa: E402  (after the Tensor: they build on it)
+from sitp import linalg, nn, optim, utils  # isort: skip  (the mirror builds on the above)
 
-__version__ = "0.1.0"
 
 int = int64  # noqa: A001  (sitp has one integer type)
 get_default_dtype = lambda: float32  # noqa: E731

@@ -17,6 +17,8 @@
   ``sitp.show_config()`` prints where it is.
 """
 import os
+import shutil
+import time
 import sys
 import tempfile
 from pathlib import Path
@@ -61,9 +63,6 @@ def _cache_dir(key: str) -> Path:
 
 def _prune(current: Path, days: float = 14.0) -> None:
     """Remove sibling cache directories of other keys not used for ``days`` days."""
-    import shutil
-    import time
-
     try:
         os.utime(current)                      # marks this key as in use
         cutoff = time.time() - days * 86400

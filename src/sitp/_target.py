@@ -18,6 +18,7 @@ This module imports llvmlite only (not numba): ``_env`` calls it before numba st
 
 from __future__ import annotations
 
+from importlib.metadata import version
 import hashlib
 import os
 import platform
@@ -136,7 +137,6 @@ def isa_name() -> str:
 
 def _numba_version() -> str:
     try:
-        from importlib.metadata import version
         return version("numba")
     except Exception:  # an unusual install: fall back to no version
         return "?"

@@ -110,7 +110,7 @@ _choose_simulator()
 
 def is_simulated() -> bool:
     """Whether numba's CUDA simulator stands in for a GPU."""
-    from numba import config
+    from numba import config  # late: numba must first see the simulator choice made above
 
     return bool(config.ENABLE_CUDASIM)
 
@@ -120,7 +120,7 @@ def is_available() -> bool:
     if is_simulated():
         return False
     try:
-        from numba import cuda
+        from numba import cuda  # late: numba.cuda costs a second; only asked here
 
         return bool(cuda.is_available())
     except Exception:  # a broken driver or no numba-cuda: no GPU
@@ -145,7 +145,7 @@ def device_count() -> int:
 def synchronize() -> None:
     """Wait for every kernel launched so far to finish."""
     if is_available():
-        from numba import cuda
+        from numba import cuda  # late: numba.cuda costs a second; only asked here
 
         cuda.synchronize()
 

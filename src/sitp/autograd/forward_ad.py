@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import math
 import numbers
+from sitp._tensor.tensor import Tensor
 
 __all__ = ["Dual", "jvp", "exp", "log", "sin", "cos", "tanh", "sigmoid", "sqrt"]
 
 
 def _is_tensor(x) -> bool:
-    from sitp._tensor.tensor import Tensor
-
     return isinstance(x, Tensor)
 
 

@@ -18,6 +18,11 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from sitp._tensor import creation
+from sitp._tensor.tensor import Tensor
+from sitp.autograd.engine import grad
+from sitp.autograd.grad_mode import enable_grad
+from sitp.autograd.grad_mode import no_grad
 
 __all__ = ["GradcheckError", "gradcheck", "numerical_grad", "numerical_jacobian",
            "analytical_jacobian"]
@@ -54,8 +59,6 @@ def numerical_grad(f, x, eps: float = 1e-6):
     """
     if not _is_tensor(x):
         return (float(f(x + eps)) - float(f(x - eps))) / (2 * eps)
-    from sitp._tensor import creation
-
     base = x.detach().numpy().astype(np.float64).copy()
     flat = base.reshape(-1)
     grad = np.zeros(flat.shape, dtype=np.float64)
@@ -72,8 +75,6 @@ def numerical_grad(f, x, eps: float = 1e-6):
 
 
 def _is_tensor(x) -> bool:
-    from sitp._tensor.tensor import Tensor
-
     return isinstance(x, Tensor)
 
 
@@ -94,9 +95,6 @@ def numerical_jacobian(fn, inputs, i: int, eps: float = 1e-6):
     ``(output.numel(), inputs[i].numel())``: column j is
     ``(f(x + eps e_j) - f(x - eps e_j)) / (2 eps)`` with only input i moved.
     """
-    from sitp._tensor import creation
-    from sitp.autograd.grad_mode import no_grad
-
     x = inputs[i]
     base = x.detach().numpy().astype(np.float64).copy()
     flat = base.reshape(-1)
@@ -123,8 +121,6 @@ def numerical_jacobian(fn, inputs, i: int, eps: float = 1e-6):
 
 
 def _outputs_shapes(fn, inputs):
-    from sitp.autograd.grad_mode import no_grad
-
     with no_grad():
         return [tuple(o.shape) for o in _outputs(fn, inputs)]
 
@@ -137,10 +133,6 @@ def analytical_jacobian(fn, inputs, i: int):
     Jacobian (the vector-Jacobian product e_k^T J). Same layout as
     :func:`numerical_jacobian`.
     """
-    from sitp._tensor import creation
-    from sitp.autograd.grad_mode import enable_grad
-    from sitp.autograd.engine import grad
-
     x = inputs[i]
     with enable_grad():
         outs = _outputs(fn, inputs)
