@@ -162,9 +162,40 @@ def _unravel(flat_index: int, shape) -> tuple:
     return tuple(int(v) for v in np.unravel_index(flat_index, shape)) if shape else ()
 
 
+def _reentrant_and_dtypes(fn, inputs, i: int, nondet_tol: float, check_dtypes: bool):
+    """torch's reentrancy check (two backward passes of the all-ones seed through every
+    output agree within ``nondet_tol``) and, if asked, the gradient's dtype; returns
+    what is wrong, or None."""
+    x, passes = inputs[i], []
+    for _ in range(2):
+        with enable_grad():
+            outs = [o for o in _outputs(fn, inputs) if o.requires_grad]
+        if not outs:
+            return None
+        total = outs[0].sum()
+        for o in outs[1:]:
+            total = total + o.sum()
+        g = grad(total, x, allow_unused=True)
+        if g is None:
+            return None
+        if check_dtypes and g.dtype is not x.dtype:
+            return f"Gradient has dtype mismatch: input {i} is {x.dtype}, its gradient {g.dtype}"
+        passes.append(g.detach().numpy().astype(np.float64))
+    worst = float(np.max(np.abs(passes[0] - passes[1]), initial=0.0))
+    if not worst <= nondet_tol:
+        return (f"Backward is not reentrant: two backward passes for input {i} differ by "
+                f"{worst:.3g}, more than nondet_tol={nondet_tol}")
+    return None
+
+
+
 # --8<-- [start:gradcheck]
-def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
-              raise_exception: bool = True) -> bool:
+def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
+              raise_exception: bool = True, nondet_tol: float = 0.0,
+              check_undefined_grad: bool = True, check_grad_dtypes: bool = False,
+              check_batched_grad: bool = False, check_batched_forward_grad: bool = False,
+              check_forward_ad: bool = False, check_backward_ad: bool = True,
+              fast_mode: bool = False, masked=None) -> bool:
     """Check the engine's gradients of ``fn`` against central differences.
 
     For every input that requires grad, builds the full Jacobian of every
@@ -181,6 +212,16 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
         atol, rtol: the tolerances.
         raise_exception: raise :class:`GradcheckError` on a mismatch (default)
             or return False.
+        nondet_tol: how far two backward passes over the same inputs may differ
+            (sitp's are deterministic: the default 0 asks for equal bits).
+        check_undefined_grad: always on in sitp: the Jacobian is built one output
+            at a time, so the backward of an op with several outputs runs with the
+            other outputs' gradients undefined (None); False raises NotImplementedError.
+        check_grad_dtypes: also check that each gradient has its input's dtype.
+        check_backward_ad: False checks nothing but that ``func`` runs.
+        check_batched_grad, check_batched_forward_grad, check_forward_ad, fast_mode,
+            masked: torch's other modes; sitp has none of them and raises
+            NotImplementedError when one is asked for.
 
     Returns:
         True if every derivative agrees.
@@ -190,7 +231,17 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
     >>> gradcheck(lambda t: t.tanh() * t, (x,))
     True
     """
+    fn = func
+    for name, asked in (("check_batched_grad", check_batched_grad),
+                        ("check_batched_forward_grad", check_batched_forward_grad),
+                        ("check_forward_ad", check_forward_ad), ("fast_mode", fast_mode),
+                        ("masked", bool(masked)), ("check_undefined_grad=False", not check_undefined_grad)):
+        if asked:
+            raise NotImplementedError(f"gradcheck({name}): sitp does not have this mode")
     inputs = _as_tuple(inputs)
+    if not check_backward_ad:
+        _outputs(fn, inputs)
+        return True
     checked = [i for i, x in enumerate(inputs) if _is_tensor(x) and x.requires_grad]
     if not checked:
         raise ValueError("gradcheck expects at least one input tensor with requires_grad=True")
@@ -203,6 +254,11 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
     for i in checked:
         numerical = numerical_jacobian(fn, inputs, i, eps)
         analytical = analytical_jacobian(fn, inputs, i)
+        problem = _reentrant_and_dtypes(fn, inputs, i, nondet_tol, check_grad_dtypes)
+        if problem:
+            if raise_exception:
+                raise GradcheckError(problem)
+            return False
         for k, (num, ana) in enumerate(zip(numerical, analytical)):
             excess = np.abs(ana - num) - (atol + rtol * np.abs(num))
             bad = ~(excess <= 0)  # NaN counts as a mismatch
