@@ -50,12 +50,13 @@ PYTEST_CHECKS := tests docs src/sitp \
 	--markdown-docs --doctest-modules --durations=10 \
 	--ignore-glob='*/__main__.py' --ignore-glob='*/docs/*.py'
 
-.PHONY: help setup venv node serve build test test-site test-book outputs lock clean
+.PHONY: help setup venv node serve build lint test test-site test-book outputs lock clean
 
 help:
 	@echo "make serve   set up the docs tools, build the book, serve it on http://$(HOST)"
 	@echo "             (make serve HOST=127.0.0.1:8001 for another port; Ctrl-C stops it)"
-	@echo "make test    set up, run every check (unit tests, fences, doctests, strict build)"
+	@echo "make test    set up, run every check (lint, unit tests, fences, doctests, strict build)"
+	@echo "make lint    ruff (lint, format check) and the layers' import contracts"
 	@echo "make build   set up, build the site into site/ (strict)"
 	@echo "make test-site  build, then check links and every page in headless Chromium"
 	@echo "make outputs record what every block of the book prints (docs/_outputs/);"
@@ -94,13 +95,25 @@ serve: $(SERVE_STAMP) node
 build: setup
 	$(BIN)/mkdocs build --strict
 
-# The strict build first, then pytest, whose summary closes the output; both always run,
-# so one push reports every broken page and every failing test. pytest checks the site
+# The code's shape: ruff's rules and its formatting, then the import contracts of
+# pyproject.toml ([tool.importlinter]: the layers import one way, the two backends not
+# each other). All three always run; `ruff format src tests hooks` applies the format.
+LINT_PATHS := src tests hooks
+lint: venv
+	@status=0; \
+	echo "+ ruff check $(LINT_PATHS)"; $(BIN)/ruff check $(LINT_PATHS) || status=$$?; \
+	echo "+ ruff format --check $(LINT_PATHS)"; $(BIN)/ruff format --check $(LINT_PATHS) || status=$$?; \
+	echo "+ lint-imports"; $(BIN)/lint-imports --no-cache || status=$$?; \
+	exit $$status
+
+# The lint first, then the strict build, then pytest, whose summary closes the output;
+# all always run, so one push reports every broken page and every failing test. pytest checks the site
 # just built (SITP_SITE_DIR=site): its links and anchors (tests/test_site_links.py), and
 # every page in headless Chromium (tests/test_site_browser.py, screenshots and the list
 # of external links in build/site-check/). If the build failed, those are left out.
 test: setup
 	@status=0; site_tests=(); \
+	$(MAKE) --no-print-directory lint || status=$$?; \
 	echo "+ mkdocs build --strict"; \
 	if SITP_NOTEBOOK_CACHE=false $(BIN)/mkdocs build --strict; then \
 	  export SITP_SITE_DIR=site; \

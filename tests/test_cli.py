@@ -129,7 +129,7 @@ def test_crash_while_writing_keeps_the_last_checkpoint(gpt_run, tmp_path, monkey
         f.write(data[: len(data) // 2])
         raise OSError("disk on fire")
 
-    monkeypatch.setattr(sitp.train.checkpoint, "_write", write_half_then_fail)
+    monkeypatch.setattr(sitp.serialization, "_write", write_half_then_fail)
     with pytest.raises(OSError, match="disk on fire"):
         main(["train", "--resume", "--out", str(out), "--steps", "12", "--quiet"])
     monkeypatch.undo()

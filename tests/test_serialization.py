@@ -188,7 +188,7 @@ def test_save_is_atomic(tmp_path, monkeypatch):
         f.write(data[: len(data) // 2])
         raise OSError("disk on fire")
 
-    monkeypatch.setattr(sitp.train.checkpoint, "_write", half_then_fail)
+    monkeypatch.setattr(sitp.serialization, "_write", half_then_fail)
     with pytest.raises(OSError, match="disk on fire"):
         sitp.save({"step": 2, "w": sitp.ones(1000)}, path)
     monkeypatch.undo()

@@ -11,18 +11,19 @@ from __future__ import annotations
 import os
 import platform
 
+import numba
+import numpy as np
+
 from sitp import _env, _target
+from sitp.backends.cpu.blas import packed
 from sitp.bench import cpu_model
+
+#: The package's version (``sitp.__version__``; the same as pyproject.toml's).
+__version__ = "0.1.0"
 
 
 def config() -> dict:
     """The configuration as nested dicts (what :func:`show_config` prints)."""
-    import numba
-    import numpy as np
-
-    from sitp import __version__
-    from sitp.backends.cpu.blas import packed
-
     bits = _target.vector_bits()
     x86 = _target.arch() in ("x86_64", "amd64", "i386", "i686", "x86")
     cpu = {

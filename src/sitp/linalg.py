@@ -24,6 +24,10 @@ import numpy as np
 from numba import njit
 
 from sitp.autograd.function import Function
+from sitp._tensor.tensor import Tensor
+from sitp._tensor.creation import _from_numpy_owned, _place
+from sitp.strides import broadcast_shapes
+from sitp.strides import normalize_dim
 
 __all__ = ["LinAlgError", "vector_norm", "matrix_norm", "norm", "inv", "solve", "det",
            "matmul", "vecdot"]
@@ -105,8 +109,6 @@ def lu_solve(lu, piv, x):
 
 # ----------------------------------------------------------------------------- helpers
 def _check_float(name, t):
-    from sitp._tensor.tensor import Tensor
-
     if not isinstance(t, Tensor):
         raise TypeError(f"linalg.{name}(): argument 'A' must be Tensor, not {type(t).__name__}")
     if not t.dtype.is_floating_point:
@@ -130,8 +132,6 @@ def _host(t):
 
 
 def _tensor(arr, like):
-    from sitp._tensor.creation import _from_numpy_owned, _place
-
     arr = np.array(arr, dtype=like.dtype.np, order="C")  # (ascontiguousarray makes 0-d 1-d)
     return _place(_from_numpy_owned(arr), like.device)
 
@@ -208,8 +208,6 @@ def solve(A, B, *, left: bool = True, out=None):
     """X with A X = B (``left=False``: X A = B), for square A (*, n, n) and B (*, n, k),
     or B a batch of vectors (*, n) (when ``B.shape == A.shape[:-1]`` or B is 1-D).
     Batch dimensions broadcast, as in torch."""
-    from sitp.strides import broadcast_shapes
-
     if out is not None:
         raise NotImplementedError("linalg.solve(out=...) is not implemented in sitp")
     _check_square("solve", A)
@@ -276,8 +274,6 @@ def det(A, *, out=None):
 
 # ----------------------------------------------------------------------------- norms
 def _dims(dim, ndim):
-    from sitp.strides import normalize_dim
-
     if dim is None:
         return tuple(range(ndim))
     dims = (dim,) if isinstance(dim, int) else tuple(dim)

@@ -31,8 +31,9 @@ other global, which is how a pickle runs arbitrary code, is an
 ``pickle.UnpicklingError``. ``weights_only=False`` allows other globals, for files you
 trust. A truncated or damaged file is a ``RuntimeError`` that names the file.
 
-Writing to a path is atomic (:func:`sitp.train.checkpoint.write_atomically`): a crash leaves
-the old file or the new one, never half of one.
+Writing to a path is atomic (:func:`write_atomically`, which the checkpoints of
+:mod:`sitp.train.checkpoint` use too): a crash leaves the old file or the new one, never
+half of one.
 """
 
 from __future__ import annotations
@@ -42,12 +43,67 @@ import io
 import os
 import pickle
 import struct
+import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from sitp._tensor.tensor import Tensor
+from sitp import dtypes
+from sitp._tensor.creation import tensor
+from sitp.nn.parameter import Parameter
+from sitp._tensor.tensor import device as Device
+import _codecs
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+# --8<-- [start:atomic]
+def _write(f, data: bytes) -> None:
+    """Writes ``data`` to the open temporary file (the tests make this crash halfway)."""
+    f.write(data)
+
+
+def write_atomically(path: str | os.PathLike, data: bytes) -> None:
+    """Replaces ``path`` with ``data`` so that a reader sees the old file or the new one.
+
+    1. write the bytes to a temporary file in the same directory (same file system);
+    2. ``flush`` and ``fsync`` it, so the bytes are on disk before the name is;
+    3. ``os.replace`` it onto ``path`` (atomic on POSIX and Windows);
+    4. ``fsync`` the directory, so the rename itself survives a power cut.
+
+    If anything fails, the temporary file is removed and ``path`` is untouched.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it private; give it a normal file's mode
+        with os.fdopen(fd, "wb") as f:
+            _write(f, data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+# --8<-- [end:atomic]
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # e.g. Windows cannot open a directory
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
 
 # torch storage class name -> numpy dtype of its bytes, and the sitp dtype it loads as
 _STORAGES = {
@@ -231,8 +287,6 @@ def save(obj, f, pickle_module=pickle, pickle_protocol: int = 2,
                          "(_use_new_zipfile_serialization=True)")
     data = _archive(obj)
     if isinstance(f, (str, os.PathLike)):
-        from sitp.train.checkpoint import write_atomically
-
         write_atomically(f, data)
     elif hasattr(f, "write"):
         f.write(data)
@@ -263,9 +317,6 @@ class _StorageType:
 
 def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad=False, hooks=None,
                        metadata=None):
-    from sitp import dtypes
-    from sitp._tensor.creation import tensor
-
     itemsize = storage.array.itemsize
     size, stride = tuple(size), tuple(stride)
     need = offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1 if all(size) else 0
@@ -284,8 +335,6 @@ def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad=False, hooks
 
 
 def _rebuild_parameter(data, requires_grad, backward_hooks, *state):
-    from sitp.nn.parameter import Parameter
-
     return Parameter(data, requires_grad=requires_grad)
 
 
@@ -311,8 +360,6 @@ class _Unpickler(pickle.Unpickler):
         if module == "torch" and name in _STORAGES:
             return _StorageType(name)
         if module == "_codecs" and name == "encode":
-            import _codecs
-
             return _codecs.encode
         if module in ("torch", "torch._utils") and name.endswith("Storage"):
             raise pickle.UnpicklingError(f"sitp.load: {self.path} holds a torch.{name}, "
@@ -411,8 +458,6 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=No
 
 
 def _check_location(map_location) -> None:
-    from sitp._tensor.tensor import device as Device
-
     if map_location is None or isinstance(map_location, (str, Device)):
         return
     if isinstance(map_location, dict):
@@ -431,8 +476,6 @@ def _target(map_location, location: str):
     Without ``map_location`` everything loads onto the CPU, also what torch saved from
     a GPU (torch would put it back on the GPU).
     """
-    from sitp._tensor.tensor import device as Device
-
     if isinstance(map_location, dict):
         map_location = map_location.get(location, None)
     if map_location is None:

@@ -23,9 +23,9 @@ HERE = Path(__file__).resolve().parent
 
 def receptive_field_figure(path, T: int = 8, dilations=(1, 2, 4)):
     """Draws the dilated causal stack; returns the input positions that reach the last output."""
-    import matplotlib
+    import matplotlib  # late: matplotlib is slow to import; only figures need it
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # late: matplotlib is slow to import; only figures need it
 
     fig, ax = plt.subplots(figsize=(7.2, 3.4), dpi=120)
     levels = len(dilations) + 1
@@ -75,9 +75,9 @@ def runs_from_records(runs_dir) -> dict:
 
 
 def loss_figure(runs: dict, path):
-    import matplotlib
+    import matplotlib  # late: matplotlib is slow to import; only figures need it
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # late: matplotlib is slow to import; only figures need it
 
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=120)
     styles = {"mlp": ("#3050c0", "MLP, context 3"), "wavenet": ("#d05020", "WaveNet, context 8")}

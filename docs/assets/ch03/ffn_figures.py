@@ -98,9 +98,9 @@ def train_curve(steps: int = 12000, eval_every: int = 1000, lr: float = 0.1, see
 
 
 def draw_lr(lrs, losses, path):
-    import matplotlib
+    import matplotlib  # late: matplotlib is slow to import; only figures need it
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # late: matplotlib is slow to import; only figures need it
 
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=120)
     ax.plot(lrs, losses, lw=0.6, color="#999999", label="minibatch loss")
@@ -120,9 +120,9 @@ def draw_lr(lrs, losses, path):
 
 
 def draw_curve(history, path):
-    import matplotlib
+    import matplotlib  # late: matplotlib is slow to import; only figures need it
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # late: matplotlib is slow to import; only figures need it
 
     steps = np.arange(1, len(history["train_step"]) + 1)
     k = 100

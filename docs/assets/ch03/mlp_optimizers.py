@@ -23,6 +23,7 @@ from pathlib import Path
 import sitp
 from sitp.data import Vocab, build_context_dataset, load_names, split_words
 from sitp.models.mlp import MLP, MLPConfig
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 BATCH = 32
@@ -110,11 +111,10 @@ def main(steps: int = 3000, out_dir: Path = HERE) -> dict:
 
 
 def plot(results: dict, path: Path) -> None:
-    import matplotlib
+    import matplotlib  # late: matplotlib is slow to import; only figures need it
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
+    import matplotlib.pyplot as plt  # late: matplotlib is slow to import; only figures need it
 
     plt.rcParams["svg.hashsalt"] = "sitp"
     fig, (ax_train, ax_val) = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)

@@ -79,10 +79,10 @@ def schedules(steps: int = 100, base_lr: float = 1.0) -> dict[str, np.ndarray]:
 
 
 def main(out_dir: Path = HERE, ext: str = "svg") -> list[Path]:
-    import matplotlib
+    import matplotlib  # late: matplotlib is slow to import; only figures need it
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # late: matplotlib is slow to import; only figures need it
 
     plt.rcParams["svg.hashsalt"] = "sitp"  # reproducible ids in the SVG
     out_dir = Path(out_dir)

@@ -60,9 +60,9 @@ def activation_stats(gain: float, layers: int = LAYERS, width: int = WIDTH, batc
 
 
 def main(out_dir=HERE):
-    import matplotlib
+    import matplotlib  # late: matplotlib is slow to import; only figures need it
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # late: matplotlib is slow to import; only figures need it
 
     out_dir = Path(out_dir)
     fig, axes = plt.subplots(2, len(GAINS), figsize=(11, 5.6), dpi=110)

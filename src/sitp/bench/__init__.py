@@ -26,6 +26,10 @@ import numpy as np
 PAUSE_S = 0.3  # between phases: lets OpenBLAS / OpenMP worker threads fall asleep
 
 
+import numba
+from sitp.backends.cpu.blas import saxpy
+from sitp import _target
+from sitp.backends.cpu.blas import packed
 CLOCK = "wall"  # or "cpu"; set by the subcommands' --clock option
 
 
@@ -151,8 +155,6 @@ def openblas_info():
 @contextlib.contextmanager
 def threads(n):
     """Run the body with n threads in numba and in numpy's BLAS, then restore."""
-    import numba
-
     n = min(n, numba.config.NUMBA_NUM_THREADS)
     old_numba = numba.get_num_threads()
     found = _openblas_lib()
@@ -206,14 +208,9 @@ def simd_flags():
 
 def machine_info():
     """A one-paragraph description of the machine and software, for tables."""
-    import numba
-
     config, core = openblas_info()
-    from sitp.backends.cpu.blas import saxpy
 
     saxpy(np.float32(1), np.zeros(8, np.float32), np.zeros(8, np.float32))  # start the thread pool
-    from sitp import _target
-    from sitp.backends.cpu.blas import packed
 
     return (
         f"{cpu_model()}, {os.cpu_count()} cores ({simd_flags()}), "

@@ -52,7 +52,7 @@ def main(args):
 
 
 def device_name():
-    from numba import cuda
+    from numba import cuda  # late: numba-cuda is optional; only GPU runs need it
     dev = cuda.get_current_device()
     name = getattr(dev, "name", "simulated device")
     name = name.decode() if isinstance(name, bytes) else name
@@ -67,7 +67,7 @@ def gpu_time(fn, repeats=5):
     Events are recorded in the GPU's stream, so the time is the GPU's, not Python's;
     synchronising on the second event waits for the launches in between to finish.
     """
-    from numba import cuda
+    from numba import cuda  # late: numba-cuda is optional; only GPU runs need it
     fn()  # compiles on the first call
     cuda.synchronize()
     times = []
@@ -85,7 +85,7 @@ def gpu_time(fn, repeats=5):
 def cublas_matmul(n, repeats):
     """(library name, seconds) of an n x n fp32 product through cuBLAS, or None."""
     try:
-        import cupy
+        import cupy  # late: cupy is optional (the bench extra)
         cupy.cuda.Device(0).use()
         a = cupy.random.random((n, n), dtype=cupy.float32)
         b = cupy.random.random((n, n), dtype=cupy.float32)
@@ -102,7 +102,7 @@ def cublas_matmul(n, repeats):
     except ImportError:
         pass
     try:
-        import torch
+        import torch  # late: torch is optional (the book extra)
         if not torch.cuda.is_available():
             return None
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 arithmetic, like our kernels
@@ -124,8 +124,8 @@ def cublas_matmul(n, repeats):
 
 
 def gemm_main(args):
-    from numba import cuda
-    from sitp.backends.cuda import gemm as G
+    from numba import cuda  # late: numba-cuda is optional; only GPU runs need it
+    from sitp.backends.cuda import gemm as G  # late: imports numba.cuda (optional)
     kernels = args.kernels or list(G.KERNELS)
     print(f"GEMM ladder, float32, C = A @ B, square N; {device_name()}\n")
     rows = {}
@@ -166,8 +166,8 @@ def gemm_main(args):
 
 
 def attention_main(args):
-    from numba import cuda
-    from sitp.backends.cuda import attention as attn
+    from numba import cuda  # late: numba-cuda is optional; only GPU runs need it
+    from sitp.backends.cuda import attention as attn  # late: imports numba.cuda (optional)
     B, H, D = args.batch, args.heads, args.head_dim
     print(f"Attention, float32, B={B} H={H} D={D} causal={args.causal}; {device_name()}\n")
     print("| T | naive ms | fused ms | flash fwd ms | flash bwd ms | naive MiB | fused MiB "
@@ -224,7 +224,7 @@ def attention_main(args):
 def allocated_mib(fn):
     """Device memory (MiB) that fn allocates, O included: the drop in free memory while
     numba is told to defer every deallocation until fn has returned."""
-    from numba import cuda
+    from numba import cuda  # late: numba-cuda is optional; only GPU runs need it
     ctx = cuda.current_context()
     cuda.synchronize()
     if not hasattr(ctx, "get_memory_info"):  # the simulator has no device memory to ask about

@@ -15,6 +15,7 @@ from numba import njit, prange
 from sitp import bench
 from sitp.backends.cpu import blas
 from sitp.bench import machine_info, median_time, pause, threads, wait_for_idle
+from sitp.bench.gemm import gemm_gflops, level12_gbps
 
 
 # --8<-- [start:peak]
@@ -99,8 +100,6 @@ def intensity_gemm(n):
 
 
 def main(args):
-    from sitp.bench.gemm import gemm_gflops, level12_gbps
-
     bench.CLOCK = args.clock
     roofs = {}
     for t in (1, 2):
@@ -146,10 +145,10 @@ def main(args):
 
 def draw(roofs, points, out):
     """Log-log roofline: the 2-thread roofs, the 1-thread peak, and one dot per kernel."""
-    import matplotlib
+    import matplotlib  # late: matplotlib is slow to import
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # late: matplotlib is slow to import
 
     peak, dram, l2 = roofs["peak_2"], roofs["dram_2"], roofs["l2_2"]
     x = np.logspace(-1.2, 3, 400)

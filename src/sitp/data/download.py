@@ -28,6 +28,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from sitp.serialization import write_atomically as _write_atomically
+
 #: Where makemore's names live.
 MAKEMORE_URL = "https://raw.githubusercontent.com/karpathy/makemore/master/names.txt"
 
@@ -125,10 +127,8 @@ def write_atomically(path: Path, data: bytes) -> None:
     """Writes ``data`` to ``path`` so that ``path`` is either old or complete.
 
     Creates the directory, then uses the checkpoints' writer
-    (:func:`sitp.train.checkpoint.write_atomically`: temporary file, fsync, rename).
+    (:func:`sitp.serialization.write_atomically`: temporary file, fsync, rename).
     """
-    from sitp.train.checkpoint import write_atomically as _write_atomically
-
     path.parent.mkdir(parents=True, exist_ok=True)
     _write_atomically(path, data)
 

@@ -17,6 +17,7 @@ import importlib.resources
 import os
 import re
 from pathlib import Path
+from sitp.data.download import download_makemore_names
 
 # The census files of the ``names`` package; each line is
 # ``NAME  percent-of-people  cumulative-percent  rank``, most frequent first.
@@ -97,7 +98,5 @@ def load_names(source: str | os.PathLike = "offline") -> list[str]:
     if isinstance(source, str) and source == "offline":
         return census_first_names()
     if isinstance(source, str) and source in ("makemore", "names"):
-        from sitp.data.download import download_makemore_names
-
         return read_names_file(download_makemore_names())
     return read_names_file(source)

@@ -40,7 +40,7 @@ def sweep(ps=None, n: int = 40, seeds: int = 20):
 
 
 def draw(path: Path = ASSETS / "double-descent.png", n: int = 40):
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # late: matplotlib is slow to import
 
     ps, err = sweep(n=n)
     fig, ax = plt.subplots(figsize=(6.4, 3.4), constrained_layout=True)

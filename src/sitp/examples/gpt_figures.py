@@ -32,10 +32,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
+
+import numpy as np
 
 import sitp
 import sitp.nn.functional as F
+from sitp.data import Vocab, load_names, split_words
+from sitp.models import MODELS
+from sitp.models.gpt import GPT, GPTConfig
+from sitp.train.checkpoint import load_checkpoint
 
 HERE = Path(__file__).resolve().parent
 ASSETS = HERE.parents[2] / "docs" / "assets" / "ch03"
@@ -48,9 +55,9 @@ ATTENTION_JSON = HERE / "gpt-attention.json"
 
 
 def _matplotlib():
-    import matplotlib
+    import matplotlib  # late: matplotlib is slow to import
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # late: matplotlib is slow to import
     return plt
 
 
@@ -104,7 +111,7 @@ def architecture_rows(model) -> list[tuple[str, str, str]]:
 def architecture_figure(model, path) -> list[tuple[str, str, str]]:
     """Draws ``model`` as boxes, top to bottom; returns :func:`architecture_rows`."""
     plt = _matplotlib()
-    from matplotlib.patches import FancyBboxPatch
+    from matplotlib.patches import FancyBboxPatch  # late: matplotlib is slow to import
 
     rows = architecture_rows(model)
     L = len(model.transformer.h)
@@ -173,7 +180,6 @@ def record_ladder(runs_dir, times_file=None, names=LADDER, out_prefix="build/lad
             parts = line.split()
             if len(parts) == 3:
                 times[parts[0]] = round(float(parts[2]) - float(parts[1]), 1)
-    from sitp.data import load_names, split_words
 
     words = load_names("names")
     train_w, val_w, test_w = split_words(words, seed=42)
@@ -182,9 +188,6 @@ def record_ladder(runs_dir, times_file=None, names=LADDER, out_prefix="build/lad
                             "val": round(float(count_bigram(train_w, val_w)), 4),
                             "test": round(float(count_bigram(train_w, test_w)), 4)},
            "runs": {}}
-    from dataclasses import asdict
-
-    from sitp.models import MODELS
 
     for name in names:
         path = runs_dir / name / "record.json"
@@ -228,10 +231,6 @@ def count_bigram(fit_words, eval_words, smoothing: float = 1.0) -> float:
     makemore's 2.454 is this with ``fit_words = eval_words =`` all of names.txt and +1
     smoothing: the counting model of chapter 1, scored on the words it was counted on.
     """
-    import numpy as np
-
-    from sitp.data import Vocab
-
     vocab = Vocab(list(fit_words) + list(eval_words))
     V = len(vocab)
     N = np.full((V, V), smoothing)
@@ -317,7 +316,6 @@ def attention_maps(model, idx_BT):
         maps.append(F.softmax(att_BHTT, dim=-1).numpy())
         x_BTC = x_BTC + block.attn(h_BTC)
         x_BTC = x_BTC + block.mlp(block.ln_2(x_BTC))
-    import numpy as np
 
     return np.stack(maps), model.lm_head(t.ln_f(x_BTC))
 
@@ -328,8 +326,6 @@ def head_statistics(maps_LBHTT, lengths_B) -> dict:
     Averaged over the real positions t >= 1 of each sequence (``lengths_B``: tokens per
     sequence, including the leading '.').
     """
-    import numpy as np
-
     L, B, H, T, _ = maps_LBHTT.shape
     prev, self_, first = (np.zeros((L, H)) for _ in range(3))
     n = 0
@@ -345,10 +341,6 @@ def head_statistics(maps_LBHTT, lengths_B) -> dict:
 
 def record_attention(run_dir, name=None) -> dict:
     """Loads the trained GPT in ``run_dir``; its maps on one test name, heads' statistics."""
-    from sitp.train.checkpoint import load_checkpoint
-    from sitp.data import Vocab, load_names, split_words
-    from sitp.models import MODELS
-
     point = load_checkpoint(run_dir)
     record = point.record
     model = MODELS["gpt"].build(record["model_config"])
@@ -372,8 +364,6 @@ def record_attention(run_dir, name=None) -> dict:
 
 def attention_figure(att: dict, path) -> None:
     """A grid of heatmaps, one per layer (rows) and head (columns)."""
-    import numpy as np
-
     plt = _matplotlib()
     maps = np.array(att["maps"])              # (L, H, T, T)
     L, H, T, _ = maps.shape
@@ -422,7 +412,6 @@ def main(argv=None) -> None:
                 indent=1) + "\n")
         ATTENTION_JSON.write_text(json.dumps(record_attention(Path(args.runs) / "gpt"))
                                   + "\n")
-    from sitp.models.gpt import GPT, GPTConfig
 
     sitp.manual_seed(0)
     architecture_figure(GPT(GPTConfig()), out / "gpt-architecture.png")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numba
 import numpy as np
+from sitp.data import Vocab, load_names
 
 ASSETS = Path(__file__).resolve().parents[3] / "docs" / "assets" / "ch03"
 
@@ -109,8 +110,6 @@ def bigram_data(batch: int = 2 ** 20, seed: int = 0):
     """Counts N (27, 27) of one batch of ``batch`` bigrams drawn from the census names'
     bigram frequencies: the size of a large language-model batch (GPT-3's held 3.2M
     tokens), where the mean's 1/n makes every per-token gradient small."""
-    from sitp.data import Vocab, load_names
-
     words = load_names("offline")
     vocab = Vocab(words)
     N = np.zeros((len(vocab), len(vocab)))
@@ -201,7 +200,7 @@ def gd_linear(x, y, lr: float, steps: int):
 
 
 def draw(path: Path = ASSETS / "precision-training.png", steps: int = 300):
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # late: matplotlib is slow to import
 
     runs = train_runs(steps)
     fig, ax = plt.subplots(figsize=(6.4, 3.6), constrained_layout=True)

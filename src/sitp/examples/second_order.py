@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from sitp.data import Vocab, load_names
 
 ASSETS = Path(__file__).resolve().parents[3] / "docs" / "assets" / "ch03"
 
@@ -119,8 +120,6 @@ def newton_bigram_step(W_VV, C_VV):
 
 def bigram_counts(alpha: float = 1.0):
     """Smoothed bigram counts (27, 27) of the census names."""
-    from sitp.data import Vocab, load_names
-
     words = load_names("offline")
     vocab = Vocab(words)
     C = np.full((len(vocab), len(vocab)), alpha)
@@ -154,7 +153,7 @@ def bigram_runs(steps: int = 30, lr: float = 50.0, alpha: float = 1.0):
 
 
 def draw(path: Path = ASSETS / "second-order.png", steps: int = 30):
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # late: matplotlib is slow to import
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), constrained_layout=True)
     for ax, (title, (runs, best)) in zip(axes, [

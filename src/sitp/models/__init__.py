@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+from sitp.models.port import load_module
 class ModelSpec:
     """One rung of the ladder: how to build a model and feed it.
 
@@ -58,8 +59,6 @@ class ModelSpec:
 
     def load(self, backend: str = "sitp"):
         """The model file as a module, run by sitp or by PyTorch (:mod:`sitp.models.port`)."""
-        from sitp.models.port import load_module
-
         return load_module(self.module, backend)
 
     def make_config(self, backend: str = "sitp", **fields):

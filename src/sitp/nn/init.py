@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 from sitp.autograd.grad_mode import no_grad
+from sitp.random import _rng
+from sitp._tensor.creation import tensor as _tensor
 
 
 def calculate_gain(nonlinearity: str, param=None) -> float:
@@ -53,9 +55,6 @@ def normal_(tensor, mean: float = 0.0, std: float = 1.0, generator=None):
 @no_grad()
 def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
     """Normal samples redrawn until they fall in [a, b]."""
-    from sitp.random import _rng
-    from sitp._tensor.creation import tensor as _tensor
-
     rng = _rng(generator)
     vals = rng.normal(mean, std, size=tuple(tensor.shape))
     bad = (vals < a) | (vals > b)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from sitp._tensor.tensor import Tensor
+from sitp._tensor.creation import empty
+from sitp._tensor.creation import tensor
 
 
 class Parameter(Tensor):
@@ -16,8 +18,6 @@ class Parameter(Tensor):
 
     def __new__(cls, data: Tensor = None, requires_grad: bool = True):
         if data is None:
-            from sitp._tensor.creation import empty
-
             data = empty(0)
         if not isinstance(data, Tensor):
             raise TypeError(f"Parameter expects a Tensor, got {type(data).__name__}")
@@ -33,8 +33,6 @@ class Parameter(Tensor):
         return "Parameter containing:\n" + super().__repr__()
 
     def __reduce_ex__(self, proto):
-        from sitp._tensor.creation import tensor
-
         return (Parameter, (tensor(self.detach().numpy()), self.requires_grad))
 
 

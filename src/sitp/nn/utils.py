@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from sitp.autograd.grad_mode import no_grad
+from sitp._tensor.creation import tensor
 
 
 @no_grad()
@@ -14,8 +15,6 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
 
     Returns the total norm before clipping (a 0-d tensor), as PyTorch does.
     """
-    from sitp._tensor.creation import tensor
-
     if hasattr(parameters, "grad"):
         parameters = [parameters]
     grads = [p.grad for p in parameters if p.grad is not None]

@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,68 +38,22 @@ from typing import Any
 import numpy as np
 
 import sitp
+from sitp.serialization import write_atomically
 
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
 RECORD_FILE = "record.json"
 FORMAT = "sitp-checkpoint/1"
-_UMASK = os.umask(0)
-os.umask(_UMASK)
 
 
 class CheckpointError(Exception):
     """A checkpoint is missing, damaged, or belongs to something else (one-line message)."""
 
 
-# --8<-- [start:atomic]
-def _write(f, data: bytes) -> None:
-    """Writes ``data`` to the open temporary file (the tests make this crash halfway)."""
-    f.write(data)
-
-
-def write_atomically(path: str | os.PathLike, data: bytes) -> None:
-    """Replaces ``path`` with ``data`` so that a reader sees the old file or the new one.
-
-    1. write the bytes to a temporary file in the same directory (same file system);
-    2. ``flush`` and ``fsync`` it, so the bytes are on disk before the name is;
-    3. ``os.replace`` it onto ``path`` (atomic on POSIX and Windows);
-    4. ``fsync`` the directory, so the rename itself survives a power cut.
-
-    If anything fails, the temporary file is removed and ``path`` is untouched.
-    """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it private; give it a normal file's mode
-        with os.fdopen(fd, "wb") as f:
-            _write(f, data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-# --8<-- [end:atomic]
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # e.g. Windows cannot open a directory
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _safetensors():
     """The ``safetensors.numpy`` module, or a one-line error saying how to install it."""
     try:
-        import safetensors.numpy
+        import safetensors.numpy  # late: safetensors only when a checkpoint is read or written
     except ImportError:
         raise CheckpointError("checkpoints need the safetensors package: "
                               "pip install safetensors") from None

@@ -23,7 +23,19 @@ on stderr and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
+from pathlib import Path
+
+import numba
+
+from sitp.data import load_names, split_words
+from sitp.models import MODELS
+from sitp.models.sampling import sample_names
+from sitp.random import Generator, seed
+from sitp.train.checkpoint import CheckpointError, load_checkpoint
+from sitp.train.trainer import TrainConfig, Trainer, UsageError, check_device, plot_losses
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,8 +54,6 @@ def _number(kind, low=None, low_open=False):
     """An argparse ``type=``: parses ``kind`` (int or float), finite, at least ``low``
     (above it when ``low_open``); a bad value is argparse's one-line error, exit 2."""
     def parse(text: str):
-        import math
-
         try:
             value = kind(text)
         except ValueError:
@@ -68,8 +78,6 @@ _NON_NEGATIVE_FLOAT = _number(float, 0)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from sitp.models import MODELS
-
     parser = _Parser(prog="sitp", description="Train and sample the makemore ladder of models "
                      "on names, with sitp.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
@@ -115,8 +123,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _parse_sets(items: list[str]) -> dict:
-    import json
-
     out = {}
     for item in items:
         if "=" not in item:
@@ -130,10 +136,6 @@ def _parse_sets(items: list[str]) -> dict:
 
 
 def train_command(args) -> int:
-    from pathlib import Path
-
-    from sitp.train.trainer import TrainConfig, Trainer, UsageError, check_device, plot_losses
-
     for name in ("steps", "batch_size", "eval_every", "save_every", "warmup"):
         value = getattr(args, name)
         if value is not None and value < (1 if name in ("steps", "batch_size") else 0):
@@ -143,8 +145,6 @@ def train_command(args) -> int:
     if args.device is not None:
         check_device(args.device)
     if args.threads is not None:
-        import numba
-
         if not 1 <= args.threads <= numba.config.NUMBA_NUM_THREADS:
             raise UsageError(f"--threads must be between 1 and "
                              f"{numba.config.NUMBA_NUM_THREADS}, got {args.threads}")
@@ -169,8 +169,6 @@ def train_command(args) -> int:
                              data=args.data or "offline", **given)
         overrides = _parse_sets(args.set)
         if overrides:
-            from sitp.models import MODELS
-
             try:
                 MODELS[args.model].make_config(**overrides)
             except TypeError as error:
@@ -188,13 +186,6 @@ def train_command(args) -> int:
 
 
 def sample_command(args) -> int:
-    import sitp
-    from sitp.train.checkpoint import CheckpointError, load_checkpoint
-    from sitp.data import load_names, split_words
-    from sitp.models import MODELS
-    from sitp.models.sampling import sample_names
-    from sitp.train.trainer import UsageError
-
     if (args.dir is None) == (args.out is None):
         raise UsageError("give the checkpoint directory once: sitp sample DIR (or --out DIR)")
     args.dir = args.dir or args.out
@@ -215,11 +206,11 @@ def sample_command(args) -> int:
         raise CheckpointError(f"corrupt checkpoint: bad model config ({error})") from None
     point.load_model(model)
     model.eval()
-    generator = sitp.Generator()
+    generator = Generator()
     if args.seed is not None:
         generator.manual_seed(args.seed)
     else:
-        generator.manual_seed(sitp.seed())
+        generator.manual_seed(seed())
     names = sample_names(model, record["vocab"], args.num, max_len=args.max_len,
                          temperature=args.temperature, top_k=args.top_k, generator=generator,
                          fixed_context=spec.data == "context")
@@ -240,9 +231,6 @@ def sample_command(args) -> int:
 
 def main(argv=None) -> int:
     """Runs the command line; returns the exit status (0, or 2 for a bad request)."""
-    from sitp.train.checkpoint import CheckpointError
-    from sitp.train.trainer import UsageError
-
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

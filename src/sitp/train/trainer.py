@@ -39,6 +39,12 @@ from sitp.train import checkpoint as ckpt
 from sitp.data import (IGNORE_INDEX, Vocab, build_context_dataset, build_sequence_dataset,
                        load_names, split_words)
 from sitp.models import MODELS
+import io
+
+try:
+    from tqdm import tqdm
+except ImportError:  # tqdm is optional: no progress bar without it
+    tqdm = None
 
 SPLIT_SEED = 42  # the makemore split; --seed changes the initialisation and batches only
 
@@ -307,9 +313,7 @@ class Trainer:
         cfg = self.config
         self.out_dir.mkdir(parents=True, exist_ok=True)
         bar = None
-        try:
-            from tqdm import tqdm
-        except ImportError:  # tqdm is optional: no bar without it
+        if tqdm is None:  # no bar without tqdm
             progress = False
         if progress:
             bar = tqdm(total=cfg.steps, initial=self.step, desc=cfg.model, unit="step",
@@ -362,13 +366,11 @@ def plot_losses(record: dict, png_path=None, terminal: bool = True) -> None:
     ys = [sum(train[i * window:(i + 1) * window]) / window for i in range(len(train) // window)]
     title = f"{record['model']}: loss per step"
     try:  # the Agg canvas directly: no pyplot, so a notebook's backend is left alone
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # late: matplotlib is slow to import
+        from matplotlib.figure import Figure  # late: matplotlib is slow to import
     except ImportError:  # optional: no loss.png without it
         png_path = None
     if png_path is not None:
-        import io
-
         fig = Figure(figsize=(6, 3.5))
         FigureCanvasAgg(fig)
         ax = fig.add_subplot()
@@ -392,7 +394,7 @@ def plot_losses(record: dict, png_path=None, terminal: bool = True) -> None:
 
 def terminal_plot(xs, ys, evals, title: str, width: int = 80, height: int = 20) -> str:
     """The loss curves as text, drawn by plotext (its 6.x API, or the 5.x one)."""
-    import plotext as plx
+    import plotext as plx  # late: plotext only when the terminal curve is drawn
 
     val_x, val_y = [e["step"] for e in evals], [e["val"] for e in evals]
     if hasattr(plx, "plot"):  # plotext 5.x: a matplotlib-like module of functions

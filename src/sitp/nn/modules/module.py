@@ -13,6 +13,9 @@ from collections import OrderedDict, namedtuple
 from sitp.autograd.grad_mode import no_grad
 from sitp._tensor.tensor import Tensor
 from sitp.nn.parameter import Parameter
+from sitp._tensor.creation import tensor
+from sitp.dtypes import float32
+from sitp.dtypes import float64
 
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
@@ -214,8 +217,6 @@ class Module:
             if k in state_dict:
                 src = state_dict[k]
                 if not isinstance(src, Tensor):
-                    from sitp._tensor.creation import tensor
-
                     src = tensor(src)
                 if tuple(src.shape) != tuple(dst.shape):
                     errors.append(
@@ -264,13 +265,9 @@ class Module:
         return self.to("cuda")
 
     def float(self) -> "Module":
-        from sitp.dtypes import float32
-
         return self.to(float32)
 
     def double(self) -> "Module":
-        from sitp.dtypes import float64
-
         return self.to(float64)
 
     # ------------------------------------------------------------------- repr

@@ -11,6 +11,9 @@ import numpy as np
 from sitp._tensor.tensor import Tensor
 from sitp.utils.data.dataset import IterableDataset, TensorDataset
 from sitp.utils.data.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
+from sitp._tensor.creation import tensor
+from sitp.dtypes import float64
+from sitp.functional import stack
 
 _COLLATE_ERROR = ("default_collate: batch must contain tensors, numpy arrays, numbers, "
                   "dicts or lists; found {}")
@@ -18,8 +21,6 @@ _COLLATE_ERROR = ("default_collate: batch must contain tensors, numpy arrays, nu
 
 def default_convert(data):
     """numpy arrays (and numpy numbers) to tensors, through dicts, tuples and lists."""
-    from sitp._tensor.creation import tensor
-
     if isinstance(data, np.ndarray) and data.dtype.kind in "biuf":
         return tensor(data)
     if isinstance(data, np.generic) and data.dtype.kind in "biuf":
@@ -62,10 +63,6 @@ def default_collate(batch):
         RuntimeError: if the samples' sequences differ in length.
         TypeError: for a sample of another type (an object that is none of the above).
     """
-    from sitp._tensor.creation import tensor
-    from sitp.dtypes import float64
-    from sitp.functional import stack
-
     elem = batch[0]
     if isinstance(elem, Tensor):
         return stack(list(batch), 0)
@@ -229,8 +226,6 @@ class DataLoader:
         """One batch: the samples at ``indices``, collated."""
         dataset = self.dataset
         if type(dataset) is TensorDataset and self.collate_fn is default_collate:
-            from sitp._tensor.creation import tensor
-
             idx = tensor(indices)  # one gather per tensor instead of stacking rows
             return [t[idx] for t in dataset.tensors]
         getitems = getattr(dataset, "__getitems__", None)

@@ -9,6 +9,7 @@ import math
 import warnings
 
 from sitp._tensor.tensor import Tensor
+from sitp.random import randperm
 
 
 class Dataset:
@@ -108,8 +109,6 @@ def random_split(dataset, lengths, generator=None):
     The permutation comes from ``generator`` (the default generator if None), so it is
     reproducible, but it is not PyTorch's permutation for the same seed.
     """
-    from sitp.random import randperm
-
     lengths = list(lengths)
     total = sum(lengths)
     if math.isclose(total, 1) and total <= 1:

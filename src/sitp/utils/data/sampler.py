@@ -14,11 +14,13 @@ draws, but the numbers are not PyTorch's for the same seed (see :mod:`sitp.rando
 from __future__ import annotations
 
 from sitp import random as _random
+import numpy as np
+import warnings
+from sitp._tensor.creation import as_tensor
+from sitp.dtypes import float64
 
 
 def _is_int(n) -> bool:
-    import numpy as np
-
     return isinstance(n, (int, np.integer)) and not isinstance(n, bool)
 
 
@@ -45,8 +47,6 @@ class Sampler:
 
     def __init__(self, data_source=None) -> None:
         if data_source is not None:
-            import warnings
-
             warnings.warn("`data_source` argument is not used and will be removed in 2.2.0."
                           "You may still have custom implementation that utilizes it.",
                           stacklevel=2)
@@ -124,9 +124,6 @@ class WeightedRandomSampler(Sampler):
 
     def __init__(self, weights, num_samples: int, replacement: bool = True,
                  generator=None) -> None:
-        from sitp._tensor.creation import as_tensor
-        from sitp.dtypes import float64
-
         _check_positive_int("num_samples", num_samples)
         _check_bool("replacement", replacement)
         weights = as_tensor(weights, dtype=float64)
