@@ -81,8 +81,3 @@ if _USER_CACHE_ROOT:
     os.environ["_SITP_USER_NUMBA_CACHE_DIR"] = _USER_CACHE_ROOT
 if "numba" in sys.modules:
     sys.modules["numba"].config.CACHE_DIR = CACHE_DIR
-
-# Freed tensor memory stays in the process for the next tensor (see _malloc.py).
-from sitp.backends.cpu import memory as _malloc  # noqa: E402
-
-_malloc.tune()

@@ -7,7 +7,7 @@ checks its indices against the array bounds.
 import os
 
 import numpy as np
-from numba import cuda
+from numba import config, cuda
 
 
 def simulated() -> bool:
@@ -15,7 +15,6 @@ def simulated() -> bool:
 
     numba reads the variable once, when it is first imported.
     """
-    from numba import config
     return bool(config.ENABLE_CUDASIM)
 
 

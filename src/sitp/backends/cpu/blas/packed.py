@@ -67,7 +67,6 @@ def _prefetch(typingctx, ary, i, j):
     sig = types.void(ary, i, j)
 
     def codegen(context, builder, signature, args):
-        from numba.core import cgutils
         aryty = signature.args[0]
         arr = context.make_array(aryty)(context, builder, args[0])
         ptr = cgutils.get_item_pointer(context, builder, aryty, arr, [args[1], args[2]])
