@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import numbers
 
 import numpy as np
@@ -11,9 +10,12 @@ from sitp import cuda
 from sitp._tensor import dispatch
 from sitp._tensor.tensor import Tensor
 from sitp._tensor.tensor import device as _device
+from sitp.backends import layout
 from sitp.backends.cpu import ops as cpu
 from sitp.dtypes import bool_, float32, from_numpy_dtype, int64, promote, scalar_dtype, to_dtype
 from sitp.strides import contiguous_strides
+
+layout.tensor_class = Tensor  # for the backends' helpers that make a tensor from no operand
 
 
 def _on_cuda(device) -> bool:
@@ -120,12 +122,8 @@ def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False)
         dtype = bool_ if isinstance(fill_value, bool) else (
             int64 if isinstance(fill_value, numbers.Integral) else float32)
     dtype = to_dtype(dtype)
-    if _on_cuda(device):
-        t = dispatch.cuda().fill(size, fill_value, dtype)
-    else:
-        storage = np.empty(math.prod(size), dtype.np)
-        storage.fill(fill_value)  # a memset: numpy as a buffer
-        t = Tensor._make(storage, size, contiguous_strides(size), 0, dtype)
+    backend = dispatch.cuda() if _on_cuda(device) else cpu
+    t = Tensor._make(backend.fill(size, fill_value, dtype), size, contiguous_strides(size), 0, dtype)
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -142,10 +140,8 @@ def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
 def empty(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     size = _size(size)
     d = to_dtype(dtype) if dtype is not None else float32
-    if _on_cuda(device):
-        t = dispatch.cuda().empty(size, d)
-    else:
-        t = Tensor._make(np.empty(math.prod(size), d.np), size, contiguous_strides(size), 0, d)
+    backend = dispatch.cuda() if _on_cuda(device) else cpu
+    t = Tensor._make(backend.empty(size, d), size, contiguous_strides(size), 0, d)
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -178,10 +174,10 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
             f"upper bound and larger bound inconsistent with step sign (start={start}, end={end}, step={step})")
     if dtype is None:
         dtype = int64 if all(isinstance(v, numbers.Integral) for v in (start, end, step)) else float32
-    if _on_cuda(device):
-        t = dispatch.cuda().arange(start, end, step, to_dtype(dtype))
-    else:
-        t = cpu.arange(start, end, step, to_dtype(dtype))
+    dtype = to_dtype(dtype)
+    backend = dispatch.cuda() if _on_cuda(device) else cpu
+    storage = backend.arange(start, end, step, dtype)
+    t = Tensor._make(storage, (storage.size,), (1,), 0, dtype)
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -195,7 +191,7 @@ def linspace(start, end, steps: int, dtype=None, device=None) -> Tensor:
     if steps == 1:
         return full((1,), start, dtype=dtype, device=device)
     step = (end - start) / (steps - 1) if steps > 1 else 0.0
-    out = cpu.arange(0, steps, 1, to_dtype("float64")) * step + start
+    out = arange(0, steps, 1, dtype=to_dtype("float64")) * step + start
     return _place(out.to(dtype), device)
 
 

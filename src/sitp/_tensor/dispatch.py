@@ -3,7 +3,13 @@
 A tensor's storage says where it lives: a numpy array on the CPU, a Numba device array on
 the GPU. An op with any GPU operand runs on the GPU backend, which accepts 0-d CPU tensors
 (Python scalars) and rejects every other CPU tensor with an error naming both devices.
-Both backends implement ``sitp/backends/interface.py``.
+
+Both backends implement ``sitp/backends/interface.py``, module-level functions with the
+same names and parameters, so the module that :func:`of` returns is the backend: a call is
+``dispatch.of(x).unary("exp", x)``, with no object in between. A backend reads a tensor
+only through its storage and layout and makes results with the tensor's own ``_make``;
+the functions with no tensor operand (``fill``, ``empty``, ``arange``) return a bare
+storage that the caller wraps (``sitp/_tensor/creation.py``).
 """
 
 from __future__ import annotations

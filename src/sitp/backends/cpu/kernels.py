@@ -8,11 +8,13 @@ with steps, or a broadcast (stride 0) operand. The pattern is always:
    stride 0), and merge adjacent dimensions that are contiguous in all
    operands, so that the last dimension (a *row*) is as long as possible.
 2. :func:`row_starts` computes where each row begins in each operand's
-   storage (an "odometer" over the leading dimensions).
+   storage (an "odometer" over the leading dimensions; it lives in
+   ``sitp/backends/layout.py`` with the other layout helpers both backends share).
 3. The kernel walks the rows, and inside a row steps by the last stride.
 
 Which scalar function a kernel applies is an integer op code, dispatched by
-``if``/``elif`` in a small inlined function; one compiled kernel per dtype
+``if``/``elif`` in a small inlined function (written once, in ``sitp/backends/scalar.py``,
+for both backends); one compiled kernel per dtype
 signature serves every op, and all of them are cached on disk
 (``cache=True``) so a second Python session starts fast.
 """
@@ -24,195 +26,15 @@ import math
 import numpy as np
 from numba import njit
 
-# Op codes. The Tensor layer looks them up by name in these dicts.
-# --8<-- [start:opcodes]
-UNARY = {name: i for i, name in enumerate([
-    "neg", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "abs", "sin", "cos",
-    "pow", "clamp", "sign", "square", "rsqrt", "log1p", "expm1", "reciprocal",
-    "gelu", "gelu_tanh", "floor", "ceil", "round", "logical_not", "erf", "silu",
-    "gelu_grad", "gelu_tanh_grad", "log10", "log2", "exp2",
-])}
-BINARY = {name: i for i, name in enumerate([
-    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "floordiv", "remainder",
-    "atan2",
-])}
-COMPARE = {name: i for i, name in enumerate([
-    "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
-])}
-REDUCE = {name: i for i, name in enumerate(["sum", "prod", "max", "min", "any", "all"])}
-# --8<-- [end:opcodes]
+from sitp.backends import scalar
+from sitp.backends.layout import index_table, positions, row_starts  # noqa: F401 (used by the launchers)
+from sitp.backends.scalar import BINARY, COMPARE, REDUCE, UNARY  # noqa: F401 (the op codes)
 
-
-# --8<-- [start:row_starts]
-@njit(cache=True)
-def positions(shape, strides, offset):
-    """Storage position of every entry of a strided view, in row-major order.
-
-    An odometer: bump the last index; when it rolls over its size, reset it
-    and carry into the one before, adjusting the position by the strides.
-    """
-    ndim = shape.size
-    n = 1
-    for k in range(ndim):
-        n *= shape[k]
-    out = np.empty(n, np.int64)
-    if n == 0:
-        return out
-    idx = np.zeros(ndim, np.int64)
-    pos = offset
-    for r in range(n):
-        out[r] = pos
-        k = ndim - 1
-        while k >= 0:
-            idx[k] += 1
-            pos += strides[k]
-            if idx[k] < shape[k]:
-                break
-            pos -= strides[k] * shape[k]
-            idx[k] = 0
-            k -= 1
-    return out
-
-
-def row_starts(shape, strides, offset):
-    """Where each row (the last dimension) of a strided view begins."""
-    return positions(shape[:-1], strides[:-1], offset)
-# --8<-- [end:row_starts]
-
-
-# --8<-- [start:unary]
-@njit(cache=True, inline="always")
-def unary(op, x, p0, p1):
-    """The scalar function behind op code ``op``; ``p0``/``p1`` are parameters."""
-    if op == 0:
-        return -x
-    elif op == 1:
-        return math.exp(x)
-    elif op == 2:
-        return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
-    elif op == 3:
-        return math.sqrt(x) if x >= 0 else math.nan
-    elif op == 4:
-        return math.tanh(x)
-    elif op == 5:  # sigmoid, written so that exp never overflows
-        if x >= 0:
-            return 1.0 / (1.0 + math.exp(-x))
-        e = math.exp(x)
-        return e / (1.0 + e)
-    elif op == 6:
-        return x if x > 0 else x * 0
-    elif op == 7:
-        return abs(x)
-    elif op == 8:
-        return math.sin(x)
-    elif op == 9:
-        return math.cos(x)
-    elif op == 10:
-        return x ** p0
-    elif op == 11:  # clamp(min=p0, max=p1); NaN bounds mean "no bound"
-        y = x
-        if p0 == p0 and y < p0:
-            y = p0
-        if p1 == p1 and y > p1:
-            y = p1
-        return y
-    elif op == 12:
-        return (x > 0) - (x < 0)
-    elif op == 13:
-        return x * x
-    elif op == 14:
-        return 1.0 / math.sqrt(x) if x >= 0 else math.nan
-    elif op == 15:
-        return math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)
-    elif op == 16:
-        return math.expm1(x)
-    elif op == 17:
-        return 1.0 / x if x != 0 else math.copysign(math.inf, x)
-    elif op == 18:  # exact GELU: x * Phi(x)
-        return 0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0)))
-    elif op == 19:  # tanh approximation of GELU
-        return 0.5 * x * (1.0 + math.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
-    elif op == 20:
-        return math.floor(x)
-    elif op == 21:
-        return math.ceil(x)
-    elif op == 22:  # round half to even, as PyTorch and NumPy
-        r = math.floor(x + 0.5)
-        if r - x == 0.5 and r % 2 != 0:
-            r -= 1
-        return r
-    elif op == 23:
-        return x == 0
-    elif op == 24:
-        return math.erf(x)
-    elif op == 25:  # silu
-        if x >= 0:
-            return x / (1.0 + math.exp(-x))
-        e = math.exp(x)
-        return x * e / (1.0 + e)
-    elif op == 26:  # d gelu / dx = Phi(x) + x phi(x)
-        return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0))) + x * math.exp(-0.5 * x * x) * 0.3989422804014327
-    elif op == 27:  # d gelu_tanh / dx
-        u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-        t = math.tanh(u)
-        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 0.134145 * x * x)
-    elif op == 28:
-        return math.log10(x) if x > 0 else (-math.inf if x == 0 else math.nan)
-    elif op == 29:
-        return math.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan)
-    else:  # 30: exp2
-        return math.pow(2.0, x)
-# --8<-- [end:unary]
-
-
-# --8<-- [start:binary]
-@njit(cache=True, inline="always")
-def binary(op, x, y):
-    """The scalar function behind binary op code ``op``."""
-    if op == 0:
-        return x + y
-    elif op == 1:
-        return x - y
-    elif op == 2:
-        return x * y
-    elif op == 3:
-        return x / y if y != 0 else (math.copysign(math.inf, x) * math.copysign(1.0, y) if x != 0 and x == x else math.nan)
-    elif op == 4:
-        return x ** y
-    elif op == 5:  # maximum propagates NaN, like PyTorch
-        return x if (x > y or x != x) else y
-    elif op == 6:
-        return x if (x < y or x != x) else y
-    elif op == 7:
-        return x // y
-    elif op == 8:  # Python-style remainder: the sign of the divisor
-        return x - (x // y) * y
-    else:
-        return math.atan2(x, y)
-
-
-@njit(cache=True, inline="always")
-def compare(op, x, y):
-    """The boolean function behind comparison op code ``op``."""
-    if op == 0:
-        return x == y
-    elif op == 1:
-        return x != y
-    elif op == 2:
-        return x < y
-    elif op == 3:
-        return x <= y
-    elif op == 4:
-        return x > y
-    elif op == 5:
-        return x >= y
-    elif op == 6:
-        return (x != 0) and (y != 0)
-    elif op == 7:
-        return (x != 0) or (y != 0)
-    else:
-        return (x != 0) != (y != 0)
-# --8<-- [end:binary]
+# The scalar functions of sitp/backends/scalar.py, compiled for the CPU and inlined into
+# the kernels below (the CUDA backend compiles the same functions for the GPU).
+unary = njit(cache=True, inline="always")(scalar.unary)
+binary = njit(cache=True, inline="always")(scalar.binary)
+compare = njit(cache=True, inline="always")(scalar.compare)
 
 
 # --8<-- [start:map_kernel]
@@ -463,30 +285,6 @@ def softmax_backward_kernel(y, g, n_rows, n, log, out):
                 acc += g[o + j] * y[o + j]
             for j in range(n):
                 out[o + j] = y[o + j] * (g[o + j] - acc)
-
-
-# --8<-- [start:index_table]
-@njit(cache=True)
-def index_table(idx, sizes, strides, table):
-    """Storage offsets for advanced indexing with k broadcast index arrays.
-
-    ``idx`` is (k, m): the m index tuples; entry ``i`` along dim k adds
-    ``i * strides[k]`` (negative indices count from the end). Returns -1 when
-    all are in range, else the position of the first bad index tuple.
-    """
-    k_dims, m = idx.shape
-    for n in range(m):
-        t = 0
-        for k in range(k_dims):
-            i = idx[k, n]
-            if i < 0:
-                i += sizes[k]
-            if i < 0 or i >= sizes[k]:
-                return n
-            t += i * strides[k]
-        table[n] = t
-    return -1
-# --8<-- [end:index_table]
 
 
 # --8<-- [start:take_kernel]

@@ -1,9 +1,11 @@
-"""The CPU backend: from tensors to kernel launches.
+"""The CPU backend: from strided operands to kernel launches.
 
-Each function here takes tensors (no autograd: that is ``sitp/autograd/derivatives.py``'s
-job), views every operand with the output's shape, merges dimensions that
-are contiguous in all operands, computes row starts and calls one kernel of
-``sitp.backends.cpu.kernels``. Outputs are always new contiguous tensors.
+Each function here implements one function of ``sitp/backends/interface.py`` (no autograd:
+that is ``sitp/autograd/derivatives.py``'s job): it views every operand with the output's
+shape, merges dimensions that are contiguous in all operands, computes row starts and
+calls one kernel of ``sitp.backends.cpu.kernels``. An operand is read only through its
+``_storage, _shape, _strides, _offset, dtype``; a result is a new contiguous tensor made by
+an operand's own ``_make`` (or, with no operand, a bare storage).
 """
 
 from __future__ import annotations
@@ -12,8 +14,19 @@ import math
 
 import numpy as np
 
+from sitp.backends import layout
 from sitp.backends.cpu import blas
 from sitp.backends.cpu import kernels as K
+from sitp.backends.layout import (
+    collapse,
+    dense,
+    expanded,
+    inverse,
+    last,
+    permuted,
+    reshaped,
+    strides_of,
+)
 from sitp.dtypes import bool_, float32, float64, int64
 from sitp.strides import broadcast_shapes, broadcast_strides, contiguous_strides, numel
 
@@ -22,60 +35,25 @@ _NAN = math.nan
 _ZERO_START = np.zeros(1, _I64)  # the row start of a one-row operand at offset 0 (never written)
 
 
-_STRIDES: dict = {}  # shape -> contiguous strides, memoised: ops make the same shapes again and again
+def _new(shape, dtype, like=None):
+    """A new contiguous tensor of ``shape`` (uninitialised), of the class of operand ``like``.
 
-
-def _new(shape, dtype):
+    Without ``like`` it is of ``layout.tensor_class`` (for the fused kernels that call
+    ``_new(shape, dtype)``; the interface functions always pass an operand).
+    """
     shape = tuple(shape)
-    strides = _STRIDES.get(shape)
-    if strides is None:
-        if len(_STRIDES) > 4096:
-            _STRIDES.clear()
-        strides = _STRIDES[shape] = contiguous_strides(shape)
-    return _tensor()._make(np.empty(numel(shape), dtype.np), shape, strides, 0, dtype)
+    make = like._make if like is not None else layout.tensor_class._make
+    return make(np.empty(numel(shape), dtype.np), shape, strides_of(shape), 0, dtype)
 
 
 def _tensor():
-    """The Tensor class (imported late: sitp._tensor.tensor imports this module)."""
-    global _Tensor
-    if _Tensor is None:
-        from sitp._tensor.tensor import Tensor as _Tensor
-    return _Tensor
+    """The tensor class the tensor layer registered (``layout.tensor_class``)."""
+    return layout.tensor_class
 
 
-_Tensor = None
-
-
-# --8<-- [start:collapse]
-def collapse(shape, *strides_list):
-    """Merge adjacent dims that are contiguous with each other in every operand.
-
-    A (4, 5, 6) contiguous tensor plus a (6,) bias broadcast to it becomes a
-    (20, 6) problem: rows of 6, and 20 of them. Returns the new shape and the
-    new strides of each operand (always at least one dim).
-    """
-    shape = list(shape) or [1]
-    strides_list = [list(s) or [0] for s in strides_list]
-    out_shape = [shape[-1]]
-    out_strides = [[s[-1]] for s in strides_list]
-    for k in range(len(shape) - 2, -1, -1):
-        n = shape[k]
-        if n == 1:  # a size-1 dim never moves: drop it
-            continue
-        inner = out_shape[0]
-        merge = True
-        for s, o in zip(strides_list, out_strides):
-            if s[k] != o[0] * inner:
-                merge = False
-                break
-        if merge:
-            out_shape[0] = inner * n  # the merged dim keeps the inner step
-        else:
-            out_shape.insert(0, n)
-            for s, o in zip(strides_list, out_strides):
-                o.insert(0, s[k])
-    return out_shape, out_strides
-# --8<-- [end:collapse]
+def _dense(x):
+    """``x`` itself when it is contiguous, else a contiguous copy (as ``x.contiguous()``)."""
+    return x if dense(x) else copy(x)
 
 
 def _launch_args(shape, *tensors_and_strides):
@@ -102,7 +80,7 @@ def _bstrides(t, shape):
 # --8<-- [start:unary_launch]
 def unary(op: str, x, p0=_NAN, p1=_NAN, out_dtype=None):
     """A new tensor f(x) for the unary op named ``op``."""
-    out = _new(x._shape, out_dtype or x.dtype)
+    out = _new(x._shape, out_dtype or x.dtype, x)
     if out._storage.size:
         [(xs, starts, step)], n = _launch_args(x._shape, (x, x._strides))
         K.map_kernel(K.UNARY[op], float(p0), float(p1), xs, starts, step, n, out._storage)
@@ -114,7 +92,7 @@ def unary(op: str, x, p0=_NAN, p1=_NAN, out_dtype=None):
 def binary(op: str, a, b, out_dtype=None):
     """A new tensor f(a, b) with broadcasting; a and b share a dtype."""
     shape = a._shape if a._shape == b._shape else broadcast_shapes(a._shape, b._shape)
-    out = _new(shape, out_dtype or a.dtype)
+    out = _new(shape, out_dtype or a.dtype, a)
     if out._storage.size:
         [(as_, sa, pa), (bs, sb, pb)], n = _launch_args(
             shape, (a, _bstrides(a, shape)), (b, _bstrides(b, shape)))
@@ -128,7 +106,7 @@ def binary(op: str, a, b, out_dtype=None):
 def compare(op: str, a, b):
     """A new bool tensor a <op> b with broadcasting."""
     shape = broadcast_shapes(a._shape, b._shape)
-    out = _new(shape, bool_)
+    out = _new(shape, bool_, a)
     if out._storage.size:
         [(as_, sa, pa), (bs, sb, pb)], n = _launch_args(
             shape, (a, _bstrides(a, shape)), (b, _bstrides(b, shape)))
@@ -138,7 +116,7 @@ def compare(op: str, a, b):
 
 def where(c, a, b):
     shape = broadcast_shapes(c._shape, a._shape, b._shape)
-    out = _new(shape, a.dtype)
+    out = _new(shape, a.dtype, a)
     if out._storage.size:
         [(cs, sc, pc), (as_, sa, pa), (bs, sb, pb)], n = _launch_args(
             shape, (c, _bstrides(c, shape)), (a, _bstrides(a, shape)), (b, _bstrides(b, shape)))
@@ -164,7 +142,7 @@ def assign(dst, src) -> None:
 
 def copy(x, dtype=None):
     """A contiguous copy of ``x`` (optionally cast)."""
-    out = _new(x._shape, dtype or x.dtype)
+    out = _new(x._shape, dtype or x.dtype, x)
     assign(out, x)
     return out
 
@@ -176,7 +154,7 @@ def _rows_last(x, dims):
     The reduced dims become one row per output entry; when they are not
     contiguous with each other the input is copied first.
     """
-    keep = [d for d in range(x.ndim) if d not in dims]
+    keep = [d for d in range(len(x._shape)) if d not in dims]
     perm = keep + list(dims)
     shape = tuple(x._shape[d] for d in perm)
     strides = tuple(x._strides[d] for d in perm)
@@ -187,10 +165,7 @@ def _rows_last(x, dims):
         starts = K.positions(np.asarray(kept, _I64), np.asarray(strides[: len(keep)], _I64), x._offset)
         return kept, x._storage, starts, cstr[-1], n
     # Not one run: copy into a contiguous (kept..., reduced...) buffer.
-    from sitp._tensor.tensor import Tensor
-
-    view = Tensor._make(x._storage, shape, strides, x._offset, x.dtype)
-    c = copy(view)
+    c = copy(x._make(x._storage, shape, strides, x._offset, x.dtype))
     starts = np.arange(numel(kept), dtype=_I64) * n
     return kept, c._storage, starts, 1, n
 
@@ -203,7 +178,7 @@ def reduce(op: str, x, dims, keepdim=False, out_dtype=None):
     if n == 0 and op in ("max", "min"):
         raise IndexError(
             f"{op}(): cannot reduce over a dimension of size 0 (input shape {tuple(x._shape)})")
-    out = _new(kept, out_dtype)
+    out = _new(kept, out_dtype, x)
     zero = np.float64(0) if out_dtype.is_floating_point else (np.int64(0) if out_dtype is int64 else np.int64(0))
     if out_dtype is bool_:
         tmp = np.empty(out._storage.size, np.int64)
@@ -214,7 +189,7 @@ def reduce(op: str, x, dims, keepdim=False, out_dtype=None):
     else:
         K.reduce_kernel(K.REDUCE[op], xs, starts, step, n, zero, out._storage)
     if keepdim:
-        out = out.view(tuple(1 if d in dims else x._shape[d] for d in range(x.ndim)))
+        out = reshaped(out, tuple(1 if d in dims else x._shape[d] for d in range(len(x._shape))))
     return out
 # --8<-- [end:reduce_launch]
 
@@ -226,48 +201,46 @@ def argreduce(x, dim, is_max, keepdim=False):
         raise IndexError(
             f"cannot compute {'max' if is_max else 'min'} over dim {dim} of size 0 "
             f"(input shape {tuple(x._shape)})")
-    values = _new(kept, x.dtype)
-    indices = _new(kept, int64)
+    values = _new(kept, x.dtype, x)
+    indices = _new(kept, int64, x)
     K.argreduce_kernel(is_max, xs, starts, step, n, values._storage, indices._storage)
     if keepdim:
-        shape = tuple(1 if d == dim else x._shape[d] for d in range(x.ndim))
-        values, indices = values.view(shape), indices.view(shape)
+        shape = tuple(1 if d == dim else x._shape[d] for d in range(len(x._shape)))
+        values, indices = reshaped(values, shape), reshaped(indices, shape)
     return values, indices
 
 
 def _move_last(x, dim):
-    """x with ``dim`` moved last, as rows; returns (rows-tensor args, shape)."""
-    perm = [d for d in range(x.ndim) if d != dim] + [dim]
-    return x.permute(perm), perm
+    """A view of x with ``dim`` moved last (rows along it), and the permutation."""
+    perm = last(len(x._shape), dim)
+    return permuted(x, perm), perm
+
+
+def _put_back(out, perm):
+    """The result ``out``, made in the permuted order ``perm``, viewed in the input's order."""
+    return out if perm[-1] == len(perm) - 1 else permuted(out, inverse(perm))
 
 
 def softmax(x, dim, log=False):
     """Row-wise softmax (or log-softmax) along ``dim``; a new tensor."""
     xt, perm = _move_last(x, dim)
-    out = _new(xt._shape, x.dtype)
+    out = _new(xt._shape, x.dtype, x)
     if out._storage.size:
         starts = K.positions(np.asarray(xt._shape[:-1], _I64), np.asarray(xt._strides[:-1], _I64), xt._offset)
         K.softmax_kernel(xt._storage, starts, xt._strides[-1], xt._shape[-1], log, out._storage)
-    return out.permute(_inverse(perm))
+    return _put_back(out, perm)
 
 
 def softmax_backward(y, g, dim, log=False):
     """Gradient of (log-)softmax along ``dim`` given its output ``y``."""
     yt, perm = _move_last(y, dim)
     gt, _ = _move_last(g, dim)
-    yc, gc = yt.contiguous(), gt.contiguous()
-    out = _new(yc._shape, y.dtype)
-    n = yc._shape[-1] if yc.ndim else 1
+    yc, gc = _dense(yt), _dense(gt)
+    out = _new(yc._shape, y.dtype, y)
+    n = yc._shape[-1] if yc._shape else 1
     if out._storage.size:
         K.softmax_backward_kernel(yc._storage[yc._offset:], gc._storage[gc._offset:], out._storage.size // n, n, log, out._storage)
-    return out.permute(_inverse(perm))
-
-
-def _inverse(perm):
-    inv = [0] * len(perm)
-    for i, p in enumerate(perm):
-        inv[p] = i
-    return inv
+    return _put_back(out, perm)
 
 
 # --8<-- [start:matmul_launch]
@@ -279,28 +252,35 @@ def matmul(a, b):
         raise RuntimeError(
             f"mat1 and mat2 shapes cannot be multiplied ({_mm_shape(a)} and {_mm_shape(b)})")
     batch = broadcast_shapes(a._shape[:-2], b._shape[:-2])
-    if b.ndim == 2 and a.ndim > 2:
+    if len(b._shape) == 2 and len(a._shape) > 2:
         # (..., M, K) @ (K, N): one (prod(...) * M, K) @ (K, N) product, not a batch of
         # small ones with copies of b.
-        out = matmul(a.reshape(-1, K_), b)
-        return out.view(batch + (M, N))
-    if a.ndim == 2 and b.ndim == 2:  # operands are read where they are, transposed or not
-        return _wrap2(blas.matmul(as_numpy(a), as_numpy(b)), a.dtype)
-    a3 = a.expand(batch + (M, K_)).contiguous().view(-1, M, K_)
-    b3 = b.expand(batch + (K_, N)).contiguous().view(-1, K_, N)
-    A = a3._storage[a3._offset:a3._offset + a3.numel()].reshape(a3._shape)
-    B = b3._storage[b3._offset:b3._offset + b3.numel()].reshape(b3._shape)
-    C = blas.matmul(A[0], B[0]) if A.shape[0] == 1 else blas.bmm(A, B)
-    from sitp._tensor.tensor import Tensor
-
+        out = matmul(_rows_of(a), b)
+        return reshaped(out, batch + (M, N))
+    if len(a._shape) == 2 and len(b._shape) == 2:  # operands are read where they are, transposed or not
+        return _wrap2(blas.matmul(as_numpy(a), as_numpy(b)), a)
+    nb = numel(batch)
+    A = flat(_dense(expanded(a, batch + (M, K_)))).reshape(nb, M, K_)
+    B = flat(_dense(expanded(b, batch + (K_, N)))).reshape(nb, K_, N)
+    C = blas.matmul(A[0], B[0]) if nb == 1 else blas.bmm(A, B)
     shape = batch + (M, N)
-    return Tensor._make(C.reshape(-1), shape, contiguous_strides(shape), 0, a.dtype)
+    return a._make(C.reshape(-1), shape, strides_of(shape), 0, a.dtype)
 # --8<-- [end:matmul_launch]
+
+
+def _rows_of(a):
+    """(..., K) viewed as a matrix (prod(...), K), as ``a.reshape(-1, K)``: a view when the
+    leading dims merge into one, else a contiguous copy."""
+    lead, [st] = collapse(a._shape[:-1], a._strides[:-1])
+    K_ = a._shape[-1]
+    if len(lead) == 1:
+        return a._make(a._storage, (lead[0], K_), (st[0], a._strides[-1]), a._offset, a.dtype)
+    return reshaped(copy(a), (numel(lead), K_))
 
 
 def flat(t):
     """The entries of a contiguous CPU tensor as a 1-D view of its storage (no copy)."""
-    return t._storage[t._offset:t._offset + t.numel()]
+    return t._storage[t._offset:t._offset + numel(t._shape)]
 
 
 def as_numpy(t):
@@ -310,15 +290,15 @@ def as_numpy(t):
     return np.ndarray(t._shape, st.dtype, st, t._offset * isz, tuple(s * isz for s in t._strides))
 
 
-def _wrap2(C, dtype):
-    """A tensor over the new C-contiguous 2-D array ``C``."""
-    return _tensor()._make(C.reshape(-1), C.shape, (C.shape[1], 1), 0, dtype)
+def _wrap2(C, like):
+    """A tensor (of operand ``like``'s class and dtype) over the new C-contiguous 2-D array ``C``."""
+    return like._make(C.reshape(-1), C.shape, (C.shape[1], 1), 0, like.dtype)
 
 
 def linear(x, w, bias=None):
     """x @ w.T + bias for 2-D x (M, K) and w (N, K): one GEMM that starts from the bias."""
     return _wrap2(blas.matmul(as_numpy(x), as_numpy(w).T,
-                              None if bias is None else as_numpy(bias)), x.dtype)
+                              None if bias is None else as_numpy(bias)), x)
 
 
 def _mm_shape(t):
@@ -327,32 +307,9 @@ def _mm_shape(t):
 
 
 # --8<-- [start:index_launch]
-def _plan(x, a, idx):
-    """Positions for indexing dims a..a+k of x with a (k, m) array of index tuples.
-
-    Entry (p, n, q) of the result sits at pre[p] + table[n] + post[q] in x's
-    storage: ``pre`` walks the dims before the indexed ones, ``table`` holds
-    each index tuple's offset, ``post`` walks the dims after.
-    """
-    k = idx.shape[0]
-    shp, st = x._shape, x._strides
-    table = np.empty(idx.shape[1], _I64)
-    bad = K.index_table(idx, np.asarray(shp[a:a + k], _I64), np.asarray(st[a:a + k], _I64), table)
-    if bad >= 0:
-        for j in range(k):
-            i, size = int(idx[j, bad]), shp[a + j]
-            if not -size <= i < size:
-                raise IndexError(
-                    f"index {i} is out of bounds for dimension {a + j} with size {size} "
-                    f"(tensor of shape {tuple(shp)})")
-    pre = K.positions(np.asarray(shp[:a], _I64), np.asarray(st[:a], _I64), x._offset)
-    post = K.positions(np.asarray(shp[a + k:], _I64), np.asarray(st[a + k:], _I64), 0)
-    return pre, table, post
-
-
 def take(x, a, idx):
     """A flat array of x's entries picked by index tuples on dims a..a+k."""
-    pre, table, post = _plan(x, a, idx)
+    pre, table, post = layout.plan(x._shape, x._strides, x._offset, a, idx)
     out = np.empty(pre.size * table.size * post.size, x.dtype.np)
     K.take_kernel(x._storage, pre, table, post, out)
     return out
@@ -363,9 +320,8 @@ def put(x, a, idx, values, accumulate):
 
     ``values`` is a tensor with the taken shape (it is made contiguous).
     """
-    pre, table, post = _plan(x, a, idx)
-    v = values.contiguous()
-    K.put_kernel(x._storage, pre, table, post, v._storage[v._offset:v._offset + v.numel()], accumulate)
+    pre, table, post = layout.plan(x._shape, x._strides, x._offset, a, idx)
+    K.put_kernel(x._storage, pre, table, post, flat(_dense(values)), accumulate)
 # --8<-- [end:index_launch]
 
 
@@ -374,48 +330,46 @@ def gather(x, dim, index):
     istr = list(x._strides)
     istr[dim] = 0
     base = K.positions(np.asarray(index._shape, _I64), np.asarray(istr, _I64), x._offset)
-    idx = index.contiguous()
+    idx = _dense(index)
     pos = np.empty(base.size, _I64)
     bad = K.gather_positions(base, idx._storage[idx._offset:], x._strides[dim], x._shape[dim], pos)
     if bad >= 0:
         raise RuntimeError(  # torch's type for gather (IndexError is for x[i])
             f"gather(): index {int(idx._storage[idx._offset + bad])} is out of bounds for "
             f"dimension {dim} with size {x._shape[dim]}")
-    out = _new(index._shape, x.dtype)
+    out = _new(index._shape, x.dtype, x)
     K.gather_kernel(x._storage, pos, out._storage)
     return out
 
 
 def scatter_add(shape, dim, index, src, dtype):
     """zeros(shape).scatter_add_(dim, index, src): the backward of gather."""
-    out = _new(shape, dtype)
-    out._storage[:] = 0
+    out = _new(shape, dtype, src)
+    out._storage.fill(0)
     strides = list(contiguous_strides(shape))
     dstride = strides[dim]
     strides[dim] = 0
     base = K.positions(np.asarray(index._shape, _I64), np.asarray(strides, _I64), 0)
-    idx = index.contiguous()
+    idx = _dense(index)
     pos = np.empty(base.size, _I64)
     bad = K.gather_positions(base, idx._storage[idx._offset:], dstride, shape[dim], pos)
     if bad >= 0:
         raise RuntimeError(f"scatter_add(): index out of bounds for dimension {dim} with size {shape[dim]}")
-    s = src.contiguous()
-    K.scatter_add_kernel(out._storage, pos, s._storage[s._offset:s._offset + s.numel()])
+    K.scatter_add_kernel(out._storage, pos, flat(_dense(src)))
     return out
 
 
 def tri(x, diagonal, upper):
-    xc = x.contiguous()
-    out = _new(x._shape, x.dtype)
+    out = _new(x._shape, x.dtype, x)
     rows, cols = x._shape[-2:]
-    K.tri_kernel(xc._storage[xc._offset:xc._offset + xc.numel()], rows, cols, diagonal, upper, out._storage)
+    K.tri_kernel(flat(_dense(x)), rows, cols, diagonal, upper, out._storage)
     return out
 
 
 def nonzero(x):
     """(count, ordinals) of the nonzero entries of x, row-major."""
-    out = np.empty(max(x.numel(), 1), _I64)
-    if x.numel() == 0:
+    out = np.empty(max(numel(x._shape), 1), _I64)
+    if numel(x._shape) == 0:
         return out[:0]
     [(xs, starts, step)], n = _launch_args(x._shape, (x, x._strides))
     c = K.nonzero_kernel(xs, starts, step, n, out)
@@ -423,24 +377,52 @@ def nonzero(x):
 
 
 def arange(start, end, step, dtype):
+    """A new storage of the values start, start + step, ... below ``end`` (a numpy array)."""
     n = max(0, math.ceil((end - start) / step))
-    out = _new((n,), dtype)
-    K.arange_kernel(dtype.np.type(start) if dtype is not float32 else np.float64(start), step, out._storage)
+    out = np.empty(n, dtype.np)
+    K.arange_kernel(dtype.np.type(start) if dtype is not float32 else np.float64(start), step, out)
     return out
 
 
 def cumsum(x, dim):
     xt, perm = _move_last(x, dim)
-    out = _new(xt._shape, x.dtype)
+    out = _new(xt._shape, x.dtype, x)
     if out._storage.size:
         starts = K.positions(np.asarray(xt._shape[:-1], _I64), np.asarray(xt._strides[:-1], _I64), xt._offset)
         K.cumsum_kernel(xt._storage, starts, xt._strides[-1], xt._shape[-1], out._storage)
-    return out.permute(_inverse(perm))
+    return _put_back(out, perm)
 
 
 def multinomial(p, num_samples, replacement, uniforms):
-    pc = p.contiguous().to(float64)
-    n_rows = pc.numel() // pc._shape[-1]
+    pc = p if p.dtype is float64 and dense(p) else copy(p, float64)
+    n = pc._shape[-1]
+    n_rows = numel(pc._shape) // n
     out = np.empty(n_rows * num_samples, _I64)
-    K.multinomial_kernel(pc._storage[pc._offset:], n_rows, pc._shape[-1], uniforms, num_samples, replacement, out)
+    K.multinomial_kernel(pc._storage[pc._offset:], n_rows, n, uniforms, num_samples, replacement, out)
     return out
+
+
+def fill(shape, value, dtype):
+    """A new storage of ``numel(shape)`` entries, all ``value`` (a numpy array)."""
+    out = np.empty(numel(shape), dtype.np)
+    out.fill(value)  # a memset: numpy as a buffer
+    return out
+
+
+def empty(shape, dtype):
+    """A new uninitialised storage of ``numel(shape)`` entries (a numpy array)."""
+    return np.empty(numel(shape), dtype.np)
+
+
+def to_device(x):
+    """A contiguous copy of the host tensor ``x`` in this backend's memory: the host's."""
+    return copy(x)
+
+
+def to_host(x):
+    """A contiguous copy of ``x`` in host memory (this backend's memory is the host's)."""
+    return copy(x)
+
+
+def check_errors() -> None:
+    """Nothing to check: a CPU kernel that meets a bad index raises at once."""

@@ -1,4 +1,4 @@
-"""The CUDA backend: the same functions as ``sitp/backends/cpu/ops.py``, as Numba CUDA kernels (chapter 4.3).
+"""The CUDA backend: the functions of ``sitp/backends/interface.py``, as Numba CUDA kernels (chapter 4.3).
 
 A tensor on the GPU keeps its storage in a flat Numba device array; every op
 launches kernels on it and allocates its result on the device, so data stays
@@ -10,13 +10,20 @@ tuned GEMM and attention kernels that chapter 4.4 and 4.6 build.
 Where data does cross the bus, it is on purpose and said so:
 
 * ``.cpu()``, ``.numpy()``, ``.item()``, ``.tolist()`` copy to the host;
-* indexing with integer tensors reads the (small) index arrays on the host to
-  build and bounds-check the gather plan, as does ``nonzero`` and
-  ``multinomial`` (sampling);
+* indexing with integer tensors given on the host builds and bounds-checks the
+  gather plan there (index values already on the device are checked by a kernel);
+* ``nonzero`` reads back its count (the size of its result depends on the data),
+  and ``nonzero`` and ``multinomial`` return their (small) results on the host;
 * random tensors are drawn on the host and copied (initialisation only).
 
 Python scalars in an op (``x * 0.5``) become cached one-entry device constants,
 filled by a kernel, not copied.
+
+Like the CPU backend, this one reads an operand only through ``_storage, _shape, _strides,
+_offset, dtype`` and makes results with the operand's own ``_make``; it imports neither
+the CPU backend nor anything above the backends. The scalar functions of the elementwise
+ops (``sitp/backends/scalar.py``) and the layout arithmetic (``sitp/backends/layout.py``)
+are shared with the CPU backend.
 """
 
 from __future__ import annotations
@@ -26,17 +33,27 @@ import math
 import numpy as np
 from numba import cuda
 
-from sitp.backends.cpu import kernels as K
-from sitp.backends.cpu.ops import _inverse, collapse
+from sitp.backends import layout
+from sitp.backends import scalar as S
+from sitp.backends.layout import (
+    collapse,
+    dense,
+    expanded,
+    inverse,
+    last,
+    permuted,
+    reshaped,
+    strides_of,
+)
 from sitp.dtypes import bool_, float64, int64
 from sitp.strides import broadcast_shapes, broadcast_strides, contiguous_strides, numel
 
 TPB = 128  # threads per block for the one-thread-per-entry kernels
 
-# The scalar functions of the CPU kernels, compiled as device functions.
-_unary = cuda.jit(device=True)(K.unary.py_func)
-_binary = cuda.jit(device=True)(K.binary.py_func)
-_compare = cuda.jit(device=True)(K.compare.py_func)
+# The scalar functions that the CPU backend compiles with njit, compiled as device functions.
+_unary = cuda.jit(device=True)(S.unary)
+_binary = cuda.jit(device=True)(S.binary)
+_compare = cuda.jit(device=True)(S.compare)
 
 
 def _blocks(n: int) -> int:
@@ -306,12 +323,21 @@ def is_device_storage(s) -> bool:
     return hasattr(s, "copy_to_host")
 
 
-def _new(shape, dtype):
-    from sitp._tensor.tensor import Tensor
+def _new(shape, dtype, like=None):
+    """A new contiguous device tensor of ``shape`` (uninitialised), of operand ``like``'s class.
 
+    Without ``like`` it is of ``layout.tensor_class`` (for the fused kernels that call
+    ``_new(shape, dtype)``; the interface functions always pass an operand).
+    """
     shape = tuple(shape)
-    return Tensor._make(cuda.device_array(max(numel(shape), 0), dtype=dtype.np), shape,
-                        contiguous_strides(shape), 0, dtype)
+    make = like._make if like is not None else layout.tensor_class._make
+    return make(cuda.device_array(max(numel(shape), 0), dtype=dtype.np), shape, strides_of(shape),
+                0, dtype)
+
+
+def _dense(x):
+    """A device operand contiguous from offset 0: ``x`` itself, or a copy."""
+    return x if x._offset == 0 and dense(x) else copy(x)
 
 
 _CONSTANTS: dict = {}
@@ -321,17 +347,17 @@ def _operand(t):
     """A device tensor for an operand; a 0-d CPU tensor becomes a cached constant."""
     if is_device_storage(t._storage):
         return t
-    if t.ndim != 0:
+    if len(t._shape) != 0:
         raise RuntimeError(
             f"Expected all tensors to be on the same device, but found at least two devices, "
-            f"cuda and cpu (a cpu tensor of shape {tuple(t.shape)})")
+            f"cuda and cpu (a cpu tensor of shape {tuple(t._shape)})")
     value = t._storage[t._offset].item()
     key = (t.dtype.name, value if value == value else "nan")
     c = _CONSTANTS.get(key)
     if c is None:
         if len(_CONSTANTS) > 512:
             _CONSTANTS.clear()
-        c = _new((), t.dtype)
+        c = _new((), t.dtype, t)
         fill_k[1, 1](c._storage, value)
         _CONSTANTS[key] = c
     return c
@@ -347,32 +373,37 @@ def _b(t, shape):
     return t._strides if t._shape == shape else broadcast_strides(t._shape, t._strides, shape)
 
 
+def _host_array(x):
+    """The entries of host operand ``x`` as a contiguous numpy array (a copy only if strided)."""
+    st, n = x._storage, numel(x._shape)
+    if dense(x):
+        return st[x._offset:x._offset + n]
+    isz = st.itemsize
+    view = np.ndarray(x._shape, st.dtype, st, x._offset * isz, tuple(s * isz for s in x._strides))
+    return np.ascontiguousarray(view).reshape(-1)  # numpy as a buffer: a strided copy
+
+
 def to_device(x):
     """A copy of a CPU tensor on the GPU (contiguous)."""
-    from sitp._tensor.tensor import Tensor
-
-    xc = x.contiguous()
-    host = np.ascontiguousarray(xc._storage[xc._offset:xc._offset + xc.numel()])
-    return Tensor._make(cuda.to_device(host), tuple(x.shape), contiguous_strides(x.shape), 0, x.dtype)
+    shape = tuple(x._shape)
+    return x._make(cuda.to_device(_host_array(x)), shape, strides_of(shape), 0, x.dtype)
 
 
 def to_host(x):
     """A copy of a GPU tensor on the CPU (contiguous)."""
-    from sitp._tensor.tensor import Tensor
-
     check_errors()
-    xc = copy(x) if not x.is_contiguous() or x._offset else x
-    host = xc._storage.copy_to_host()[: x.numel()] if x.numel() else np.empty(0, x.dtype.np)
-    return Tensor._make(host, tuple(x.shape), contiguous_strides(x.shape), 0, x.dtype)
+    shape, n = tuple(x._shape), numel(x._shape)
+    host = _dense(x)._storage.copy_to_host()[:n] if n else np.empty(0, x.dtype.np)
+    return x._make(host, shape, strides_of(shape), 0, x.dtype)
 
 
 # ------------------------------------------------------------------ the backend API
 def unary(op, x, p0=math.nan, p1=math.nan, out_dtype=None):
-    out = _new(x._shape, out_dtype or x.dtype)
-    n = out.numel()
+    out = _new(x._shape, out_dtype or x.dtype, x)
+    n = numel(out._shape)
     if n:
         shape, [st] = _geom(x._shape, (x, x._strides))
-        map_k[_blocks(n), TPB](K.UNARY[op], float(p0), float(p1), x._storage, x._offset, st,
+        map_k[_blocks(n), TPB](S.UNARY[op], float(p0), float(p1), x._storage, x._offset, st,
                                shape, out._storage)
     return out
 
@@ -380,11 +411,11 @@ def unary(op, x, p0=math.nan, p1=math.nan, out_dtype=None):
 def binary(op, a, b, out_dtype=None):
     a, b = _operand(a), _operand(b)
     shape = broadcast_shapes(a._shape, b._shape)
-    out = _new(shape, out_dtype or a.dtype)
-    n = out.numel()
+    out = _new(shape, out_dtype or a.dtype, a)
+    n = numel(shape)
     if n:
         cshape, [sa, sb] = _geom(shape, (a, _b(a, shape)), (b, _b(b, shape)))
-        zip_k[_blocks(n), TPB](K.BINARY[op], a._storage, a._offset, sa, b._storage, b._offset,
+        zip_k[_blocks(n), TPB](S.BINARY[op], a._storage, a._offset, sa, b._storage, b._offset,
                                sb, cshape, out._storage)
     return out
 
@@ -392,11 +423,11 @@ def binary(op, a, b, out_dtype=None):
 def compare(op, a, b):
     a, b = _operand(a), _operand(b)
     shape = broadcast_shapes(a._shape, b._shape)
-    out = _new(shape, bool_)
-    n = out.numel()
+    out = _new(shape, bool_, a)
+    n = numel(shape)
     if n:
         cshape, [sa, sb] = _geom(shape, (a, _b(a, shape)), (b, _b(b, shape)))
-        compare_k[_blocks(n), TPB](K.COMPARE[op], a._storage, a._offset, sa, b._storage,
+        compare_k[_blocks(n), TPB](S.COMPARE[op], a._storage, a._offset, sa, b._storage,
                                    b._offset, sb, cshape, out._storage)
     return out
 
@@ -404,8 +435,8 @@ def compare(op, a, b):
 def where(c, a, b):
     c, a, b = _operand(c), _operand(a), _operand(b)
     shape = broadcast_shapes(c._shape, a._shape, b._shape)
-    out = _new(shape, a.dtype)
-    n = out.numel()
+    out = _new(shape, a.dtype, a)
+    n = numel(shape)
     if n:
         cshape, [sc, sa, sb] = _geom(shape, (c, _b(c, shape)), (a, _b(a, shape)), (b, _b(b, shape)))
         where_k[_blocks(n), TPB](c._storage, c._offset, sc, a._storage, a._offset, sa,
@@ -427,26 +458,31 @@ def assign(dst, src) -> None:
 
 def copy(x, dtype=None):
     x = _operand(x)
-    out = _new(x._shape, dtype or x.dtype)
-    n = out.numel()
+    out = _new(x._shape, dtype or x.dtype, x)
+    n = numel(x._shape)
     if n:
         cshape, [sd, ss] = _geom(x._shape, (out, out._strides), (x, x._strides))
         assign_k[_blocks(n), TPB](out._storage, 0, sd, x._storage, x._offset, ss, cshape, n)
     return out
 
 
+def empty(shape, dtype):
+    """A new uninitialised device storage of ``numel(shape)`` entries."""
+    return cuda.device_array(max(numel(shape), 0), dtype=dtype.np)
+
+
 def fill(shape, value, dtype):
-    out = _new(shape, dtype)
-    if out.numel():
-        fill_k[_blocks(out.numel()), TPB](out._storage, value)
+    """A new device storage of ``numel(shape)`` entries, all ``value`` (filled by a kernel)."""
+    out = empty(shape, dtype)
+    if out.size:
+        fill_k[_blocks(out.size), TPB](out, value)
     return out
 
 
 def _rows(x, dims):
     """x with ``dims`` moved last and made contiguous: (kept shape, storage, n)."""
-    keep = [d for d in range(x.ndim) if d not in dims]
-    xt = x.permute(keep + list(dims))
-    xc = xt if xt.is_contiguous() and xt._offset == 0 else copy(xt)
+    keep = [d for d in range(len(x._shape)) if d not in dims]
+    xc = _dense(permuted(x, keep + list(dims)))
     kept = tuple(x._shape[d] for d in keep)
     return kept, xc._storage, numel([x._shape[d] for d in dims])
 
@@ -461,13 +497,13 @@ def reduce(op, x, dims, keepdim=False, out_dtype=None):
             f"{op}(): cannot reduce over a dimension of size 0 (input shape {tuple(x._shape)})")
     acc_dtype = float64 if out_dtype.is_floating_point and op in ("sum", "prod") else (
         out_dtype if out_dtype is not bool_ else int64)
-    tmp = _new(kept, acc_dtype)
-    if tmp.numel():
+    tmp = _new(kept, acc_dtype, x)
+    if tmp._storage.size:
         zero = acc_dtype.np.type(0)
-        reduce_rows_k[_blocks(tmp.numel()), TPB](K.REDUCE[op], xs, n, zero, tmp._storage)
+        reduce_rows_k[_blocks(tmp._storage.size), TPB](S.REDUCE[op], xs, n, zero, tmp._storage)
     out = tmp if acc_dtype is out_dtype else copy(tmp, out_dtype)
     if keepdim:
-        out = out.view(tuple(1 if d in dims else x._shape[d] for d in range(x.ndim)))
+        out = reshaped(out, tuple(1 if d in dims else x._shape[d] for d in range(len(x._shape))))
     return out
 
 
@@ -477,41 +513,50 @@ def argreduce(x, dim, is_max, keepdim=False):
         raise IndexError(
             f"cannot compute {'max' if is_max else 'min'} over dim {dim} of size 0 "
             f"(input shape {tuple(x._shape)})")
-    values, indices = _new(kept, x.dtype), _new(kept, int64)
-    if values.numel():
-        argreduce_rows_k[_blocks(values.numel()), TPB](is_max, xs, n, values._storage,
-                                                       indices._storage)
+    values, indices = _new(kept, x.dtype, x), _new(kept, int64, x)
+    if values._storage.size:
+        argreduce_rows_k[_blocks(values._storage.size), TPB](is_max, xs, n, values._storage,
+                                                             indices._storage)
     if keepdim:
-        shape = tuple(1 if d == dim else x._shape[d] for d in range(x.ndim))
-        values, indices = values.view(shape), indices.view(shape)
+        shape = tuple(1 if d == dim else x._shape[d] for d in range(len(x._shape)))
+        values, indices = reshaped(values, shape), reshaped(indices, shape)
     return values, indices
 
 
 def _last(x, dim):
-    perm = [d for d in range(x.ndim) if d != dim] + [dim]
-    xt = x.permute(perm)
-    return (xt if xt.is_contiguous() and xt._offset == 0 else copy(xt)), perm
+    """x with ``dim`` moved last, contiguous from offset 0, and the permutation."""
+    perm = last(len(x._shape), dim)
+    return _dense(permuted(x, perm)), perm
+
+
+def _put_back(out, perm):
+    """The result ``out``, made in the permuted order ``perm``, viewed in the input's order."""
+    return out if perm[-1] == len(perm) - 1 else permuted(out, inverse(perm))
+
+
+def _row_count(x):
+    """(rows, n) of a contiguous operand seen as rows along its last dim."""
+    n = x._shape[-1] if x._shape else 1
+    return (numel(x._shape) // n if n else 0), n
 
 
 def softmax(x, dim, log=False):
     xc, perm = _last(x, dim)
-    out = _new(xc._shape, x.dtype)
-    n = xc._shape[-1] if xc.ndim else 1
-    rows = out.numel() // n if n else 0
+    out = _new(xc._shape, x.dtype, x)
+    rows, n = _row_count(xc)
     if rows:
         softmax_rows_k[_blocks(rows), TPB](xc._storage, n, log, out._storage)
-    return out.permute(_inverse(perm))
+    return _put_back(out, perm)
 
 
 def softmax_backward(y, g, dim, log=False):
     yc, perm = _last(y, dim)
     gc, _ = _last(g, dim)
-    out = _new(yc._shape, y.dtype)
-    n = yc._shape[-1] if yc.ndim else 1
-    rows = out.numel() // n if n else 0
+    out = _new(yc._shape, y.dtype, y)
+    rows, n = _row_count(yc)
     if rows:
         softmax_backward_rows_k[_blocks(rows), TPB](yc._storage, gc._storage, n, log, out._storage)
-    return out.permute(_inverse(perm))
+    return _put_back(out, perm)
 
 
 def matmul(a, b):
@@ -521,19 +566,19 @@ def matmul(a, b):
     if K_ != K2:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({M}x{K_} and {K2}x{N})")
     batch = broadcast_shapes(a._shape[:-2], b._shape[:-2])
-    a3 = copy(a.expand(batch + (M, K_)))
-    b3 = copy(b.expand(batch + (K_, N)))
+    a3 = copy(expanded(a, batch + (M, K_)))
+    b3 = copy(expanded(b, batch + (K_, N)))
     nb = numel(batch)
-    out = _new(batch + (M, N), a.dtype)
-    if out.numel() and K_:
+    out = _new(batch + (M, N), a.dtype, a)
+    if out._storage.size and K_:
         A = a3._storage.reshape(nb, M, K_)
         B = b3._storage.reshape(nb, K_, N)
         C = out._storage.reshape(nb, M, N)
         block = (1, 8, 16)
         grid = (nb, (M + 7) // 8, (N + 15) // 16)
         bmm_k[grid, block](A, B, C)
-    elif out.numel():
-        fill_k[_blocks(out.numel()), TPB](out._storage, 0)
+    elif out._storage.size:
+        fill_k[_blocks(out._storage.size), TPB](out._storage, 0)
     return out
 
 
@@ -583,35 +628,25 @@ _PLANS: dict = {}  # (shape, strides, offset, a, k) -> the device copies of pre 
 
 
 def _plan(x, a, idx):
-    """The gather plan of cpu._plan: pre/post walk the dims around the index arrays
+    """The gather plan of ``layout.plan``: pre/post walk the dims around the index arrays
     (metadata: copied once per geometry and cached), table holds each index tuple's offset."""
-    from sitp.backends.cpu import ops as cpu
-
     if not isinstance(idx, np.ndarray):  # index values on the GPU: table by a kernel
-        k = idx.shape[0]
+        k = idx._shape[0]
         key = (x._shape, x._strides, x._offset, a, k)
         prepost = _PLANS.get(key)
         if prepost is None:
-            empty = np.zeros((k, 0), np.int64)
-            pre, _, post = cpu._plan(_HostView(x), a, empty)
+            pre, post = layout.pre_post(x._shape, x._strides, x._offset, a, k)
             if len(_PLANS) > 1024:
                 _PLANS.clear()
             prepost = _PLANS[key] = (cuda.to_device(pre), cuda.to_device(post))
-        m = idx.shape[1]
+        m = idx._shape[1]
         table = cuda.device_array(max(m, 1), dtype=np.int64)[:m]
         if m:
             index_table_k[_blocks(m), TPB](idx._storage.reshape(k, m), tuple(x._shape[a:a + k]),
                                            tuple(x._strides[a:a + k]), table, _err())
         return prepost[0], table, prepost[1]
-    pre, table, post = cpu._plan(_HostView(x), a, idx)
+    pre, table, post = layout.plan(x._shape, x._strides, x._offset, a, idx)
     return cuda.to_device(pre), cuda.to_device(table), cuda.to_device(post)
-
-
-class _HostView:
-    """Shape/stride metadata of a device tensor for the host-side plan (no data)."""
-
-    def __init__(self, x):
-        self._shape, self._strides, self._offset = x._shape, x._strides, x._offset
 
 
 def take(x, a, idx):
@@ -625,79 +660,174 @@ def take(x, a, idx):
 
 def put(x, a, idx, values, accumulate):
     pre, table, post = _plan(x, a, idx)
-    v = copy(_operand(values), x.dtype) if not is_device_storage(values._storage) or not (
-        values.is_contiguous() and values._offset == 0) else values
-    if v.numel():
-        put_k[_blocks(v.numel()), TPB](x._storage, pre, table, post, v._storage, accumulate)
+    v = values if (is_device_storage(values._storage) and values.dtype is x.dtype
+                   and values._offset == 0 and dense(values)) else copy(_operand(values), x.dtype)
+    if v._storage.size:
+        put_k[_blocks(v._storage.size), TPB](x._storage, pre, table, post, v._storage, accumulate)
 
 
 def _index_device(index):
-    idx = index if is_device_storage(index._storage) else to_device(index)
-    return idx if idx.is_contiguous() and idx._offset == 0 else copy(idx)
+    return _dense(index) if is_device_storage(index._storage) else to_device(index)
 
 
 def _gather_positions(shape, strides, offset, dim, index, size):
     idx = _index_device(index)
-    pos = cuda.device_array(max(index.numel(), 1), dtype=np.int64)
-    if index.numel():
-        gather_pos_k[_blocks(index.numel()), TPB](idx._storage, tuple(index._shape), offset,
+    m = numel(index._shape)
+    pos = cuda.device_array(max(m, 1), dtype=np.int64)
+    if m:
+        gather_pos_k[_blocks(m), TPB](idx._storage, tuple(index._shape), offset,
                                                   tuple(strides), dim, size, pos, _err())
     return pos
 
 
 def gather(x, dim, index):
     pos = _gather_positions(x._shape, x._strides, x._offset, dim, index, x._shape[dim])
-    out = _new(index._shape, x.dtype)
-    if out.numel():
-        gather_k[_blocks(out.numel()), TPB](x._storage, pos, out._storage)
+    out = _new(index._shape, x.dtype, x)
+    if out._storage.size:
+        gather_k[_blocks(out._storage.size), TPB](x._storage, pos, out._storage)
     return out
 
 
 def scatter_add(shape, dim, index, src, dtype):
-    out = fill(shape, 0, dtype)
+    src = _operand(src)
+    shape = tuple(shape)
+    out = src._make(fill(shape, 0, dtype), shape, strides_of(shape), 0, dtype)
     pos = _gather_positions(shape, contiguous_strides(shape), 0, dim, index, shape[dim])
-    s = copy(_operand(src), dtype)
-    if index.numel():
-        scatter_add_k[_blocks(index.numel()), TPB](out._storage, pos, s._storage)
+    s = copy(src, dtype)
+    m = numel(index._shape)
+    if m:
+        scatter_add_k[_blocks(m), TPB](out._storage, pos, s._storage)
     return out
 
 
 def tri(x, diagonal, upper):
-    xc = copy(x)
-    out = _new(x._shape, x.dtype)
+    xc = _dense(x)
+    out = _new(x._shape, x.dtype, x)
     rows, cols = x._shape[-2:]
-    if out.numel():
-        tri_k[_blocks(out.numel()), TPB](xc._storage, rows, cols, diagonal, upper, out._storage)
+    if out._storage.size:
+        tri_k[_blocks(out._storage.size), TPB](xc._storage, rows, cols, diagonal, upper, out._storage)
     return out
 
 
-def nonzero(x):
-    """Ordinals of nonzero entries (computed on the host: the output size is data-dependent)."""
-    from sitp.backends.cpu import ops as cpu
+# --8<-- [start:nonzero]
+@cuda.jit
+def nonzero_count_k(x, x_off, x_str, shape, chunk, counts):
+    """counts[t] = how many entries of chunk t (entries t*chunk ... t*chunk + chunk - 1) are nonzero."""
+    t = cuda.grid(1)
+    if t < counts.size:
+        n = 1
+        for k in range(len(shape)):
+            n *= shape[k]
+        c = 0
+        for i in range(t * chunk, min(n, (t + 1) * chunk)):
+            if x[_pos(i, shape, x_str, x_off)] != 0:
+                c += 1
+        counts[t] = c
 
-    return cpu.nonzero(to_host(x))
+
+@cuda.jit
+def exclusive_scan_k(counts, starts):
+    """starts[t] = counts[0] + ... + counts[t - 1]; starts[-1] is the total (one thread)."""
+    if cuda.grid(1) == 0:
+        acc = 0
+        for t in range(counts.size):
+            starts[t] = acc
+            acc += counts[t]
+        starts[counts.size] = acc
+
+
+@cuda.jit
+def nonzero_write_k(x, x_off, x_str, shape, chunk, starts, out):
+    """Chunk t writes the ordinals of its nonzero entries from out[starts[t]] on, in order."""
+    t = cuda.grid(1)
+    if t < starts.size - 1:
+        n = 1
+        for k in range(len(shape)):
+            n *= shape[k]
+        c = starts[t]
+        for i in range(t * chunk, min(n, (t + 1) * chunk)):
+            if x[_pos(i, shape, x_str, x_off)] != 0:
+                out[c] = i
+                c += 1
+
+
+def nonzero(x):
+    """Ordinals of the nonzero entries, row-major, on the host (a numpy int64 array).
+
+    Three kernels: each thread counts the nonzeros of one chunk of entries, one thread
+    sums the counts into each chunk's first output slot, and each thread writes its
+    chunk's ordinals there. The total is read back: the result's size depends on the data.
+    """
+    n = numel(x._shape)
+    if n == 0:
+        return np.empty(0, np.int64)
+    threads = min(n, 4096)
+    chunk = (n + threads - 1) // threads
+    threads = (n + chunk - 1) // chunk
+    shape, [st] = _geom(x._shape, (x, x._strides))
+    counts = cuda.device_array(threads, dtype=np.int64)
+    starts = cuda.device_array(threads + 1, dtype=np.int64)
+    nonzero_count_k[_blocks(threads), TPB](x._storage, x._offset, st, shape, chunk, counts)
+    exclusive_scan_k[1, 1](counts, starts)
+    total = int(starts[threads:].copy_to_host()[0])
+    out = cuda.device_array(max(total, 1), dtype=np.int64)
+    nonzero_write_k[_blocks(threads), TPB](x._storage, x._offset, st, shape, chunk, starts, out)
+    return out.copy_to_host()[:total]
+# --8<-- [end:nonzero]
 
 
 def arange(start, end, step, dtype):
+    """A new device storage of the values start, start + step, ... below ``end``."""
     n = max(0, math.ceil((end - start) / step))
-    out = _new((n,), dtype)
+    out = cuda.device_array(n, dtype=dtype.np)
     if n:
-        arange_k[_blocks(n), TPB](start, step, out._storage)
+        arange_k[_blocks(n), TPB](start, step, out)
     return out
 
 
 def cumsum(x, dim):
     xc, perm = _last(x, dim)
-    out = _new(xc._shape, x.dtype)
-    n = xc._shape[-1] if xc.ndim else 1
-    rows = out.numel() // n if n else 0
+    out = _new(xc._shape, x.dtype, x)
+    rows, n = _row_count(xc)
     if rows:
         cumsum_rows_k[_blocks(rows), TPB](xc._storage, n, out._storage)
-    return out.permute(_inverse(perm))
+    return _put_back(out, perm)
+
+
+@cuda.jit
+def multinomial_k(w, n, u, num_samples, replacement, out):
+    """Draw ``num_samples`` categories from row r of the weights ``w`` (one thread per row;
+    the row is the thread's to change: without replacement a drawn weight becomes 0)."""
+    r = cuda.grid(1)
+    if r * n < w.size:
+        base = r * n
+        for s in range(num_samples):
+            total = 0.0
+            for j in range(n):
+                total += w[base + j]
+            target = u[r * num_samples + s] * total
+            acc = 0.0
+            pick = n - 1
+            while pick > 0 and w[base + pick] == 0:
+                pick -= 1
+            for j in range(n):
+                acc += w[base + j]
+                if target < acc and w[base + j] > 0:
+                    pick = j
+                    break
+            out[r * num_samples + s] = pick
+            if not replacement:
+                w[base + pick] = 0.0
 
 
 def multinomial(p, num_samples, replacement, uniforms):
-    """Sampling reads the probabilities on the host (generation, not training)."""
-    from sitp.backends.cpu import ops as cpu
-
-    return cpu.multinomial(to_host(p), num_samples, replacement, uniforms)
+    """Category indices drawn on the device from rows of weights ``p``; returned on the host
+    (a numpy int64 array), as the CPU backend's, from the host's ``uniforms``."""
+    w = copy(p, float64)  # the kernel's working copy of the weights
+    n = p._shape[-1]
+    rows = numel(p._shape) // n
+    out = cuda.device_array(max(rows * num_samples, 1), dtype=np.int64)
+    if rows * num_samples:
+        multinomial_k[_blocks(rows), TPB](w._storage, n, cuda.to_device(np.asarray(uniforms, np.float64)),
+                                          num_samples, replacement, out)
+    return out.copy_to_host()[:rows * num_samples]
