@@ -1,5 +1,9 @@
 """sitp.bench: measurements behind the numbers in the book.
 
+The timings of chapters 2.3 (the GEMM ladder, the micro-kernel, the roofline) and 4.3 to
+4.6 (the GPU kernels), collected on the page "The book's numbers". An application
+(layer 6 of docs/layout.md).
+
 Run ``python -m sitp.bench --help`` for the subcommands. This module holds the
 shared tools: a timer that reports medians, control of numba's and OpenBLAS's
 thread counts, and a description of the machine to print next to every table.

@@ -1,5 +1,8 @@
 """Data for the book's models: corpora of names, the character vocabulary, datasets.
 
+Chapter 1 counts the names and chapter 3 trains on them. An application (layer 6 of
+docs/layout.md).
+
 One concept per module, in the order a reader meets them:
 
 * :mod:`sitp.data.names` — load a corpus (``load_names``), offline by default.

@@ -1,5 +1,8 @@
 """``sitp.examples``: the programs and the recorded results that the book's pages use.
 
+Chapters 3 and 4 draw their figures with them. An application (layer 6 of
+docs/layout.md).
+
 They ship with the package, so that a page's code runs wherever it is pasted, not only
 in a checkout of the repository:
 

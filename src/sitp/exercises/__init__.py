@@ -1,5 +1,8 @@
 """Assignments in the style of minitorch: a stub file, the tests it must pass, a solution.
 
+The exercises of chapter 1 (``bigram``), 2.1 (``strides``), 3.2 (``adamw``) and 4.1
+(``engine``). An application (layer 6 of docs/layout.md).
+
 Each assignment is three files of this package:
 
 - ``sitp/exercises/<name>.py``: the file you edit. Its functions raise

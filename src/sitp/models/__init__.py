@@ -1,5 +1,8 @@
 """Complete models of the book, one module per model, in the order the chapters build them.
 
+An application (layer 6 of docs/layout.md): each model is written against torch's API
+(``sitp.nn``, ``sitp.nn.functional``), as a PyTorch user would write it.
+
 * :mod:`sitp.models.bigram` — the bigram language model by counting (chapter 1).
 * :mod:`sitp.models.neural_bigram` — the bigram as a learned table of logits (chapter 1).
 * :mod:`sitp.models.mlp` — the MLP of Bengio et al. 2003 (chapter 3.1).

@@ -1,5 +1,7 @@
 """Optimizers and learning-rate schedules, with PyTorch's names (chapter 3.2).
 
+Part of the PyTorch mirror (layer 5 of docs/layout.md), at ``torch.optim``'s paths.
+
 ``optimizer.py``  the base class: parameter groups, state, ``state_dict``
 ``sgd.py``        gradient descent with momentum, Nesterov and weight decay
 ``adam.py``       Adam and AdamW
