@@ -48,11 +48,11 @@ def medians_ms(fns, reps):
 def old_sdpa():
     """F.scaled_dot_product_attention as it was: the matmul / masked-softmax node."""
     from sitp.autograd.engine import Function
-    from sitp.nn import _fused
+    from sitp.nn._functions import attention
 
     class OldAttention(Function):
-        forward = staticmethod(_fused._attention_exact_forward)
-        backward = staticmethod(_fused._attention_exact_backward)
+        forward = staticmethod(attention._attention_exact_forward)
+        backward = staticmethod(attention._attention_exact_backward)
 
     class OldF:
         @staticmethod

@@ -20,7 +20,7 @@ import torch.nn.functional as TF
 
 import sitp
 import sitp.nn.functional as F
-from sitp.nn._activation import gelu_backward_kernel
+from sitp.backends.cpu.fused.gelu import gelu_backward_kernel
 
 
 def median_ms(fn, reps):

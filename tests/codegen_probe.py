@@ -65,9 +65,8 @@ def gemm_kernels():
 def training_step():
     """A tiny GPT-style step, so that the loop-vectorised kernels get compiled."""
     from sitp import nn
-    from sitp.nn import _activation, _fused
+    from sitp.backends.cpu.fused import adam, attention, cross_entropy, gelu, layer_norm
     from sitp.nn import functional as F
-    from sitp.optim import _fused as optim_fused
 
     sitp.manual_seed(0)
     B, T, C, V = 2, 8, 32, 17
@@ -88,13 +87,14 @@ def training_step():
     from sitp.backends.cpu import kernels as K
     return {
         "zip_fast_kernel": K.zip_fast_kernel, "map_kernel": K.map_kernel, "reduce_kernel": K.reduce_kernel,
-        "softmax_kernel": K.softmax_kernel, "gelu_kernel": _activation.gelu_kernel,
-        "gelu_backward_kernel": _activation.gelu_backward_kernel,
-        "layer_norm_kernel": _fused.layer_norm_kernel, "layer_norm_backward_kernel": _fused.layer_norm_backward_kernel,
-        "cross_entropy_kernel": _fused.cross_entropy_kernel,
-        "attention_forward_kernel": _fused.attention_forward_kernel,
-        "attention_backward_kernel": _fused.attention_backward_kernel,
-        "adam_kernel": optim_fused.adam_kernel,
+        "softmax_kernel": K.softmax_kernel, "gelu_kernel": gelu.gelu_kernel,
+        "gelu_backward_kernel": gelu.gelu_backward_kernel,
+        "layer_norm_kernel": layer_norm.layer_norm_kernel,
+        "layer_norm_backward_kernel": layer_norm.layer_norm_backward_kernel,
+        "cross_entropy_kernel": cross_entropy.cross_entropy_kernel,
+        "attention_forward_kernel": attention.attention_forward_kernel,
+        "attention_backward_kernel": attention.attention_backward_kernel,
+        "adam_kernel": adam.adam_kernel,
     }
 
 

@@ -1,4 +1,5 @@
-"""The fused CPU attention kernels (sitp.nn._fused.Attention) against PyTorch.
+"""The fused CPU attention kernels (sitp.nn._functions.attention.Attention,
+over sitp.backends.cpu.fused.attention) against PyTorch.
 
 ``F.scaled_dot_product_attention`` without dropout runs attention_forward_kernel
 on the inputs' strided storage and saves one logsumexp per query row; its
@@ -18,7 +19,7 @@ import sitp
 import sitp.nn.functional as F
 from helpers import np_of
 from sitp.autograd.gradcheck import gradcheck
-from sitp.nn import _fused
+from sitp.nn._functions import attention as _attention
 
 DTYPES = [np.float32, np.float64]
 TOL = {np.float32: dict(rtol=2e-4, atol=2e-5), np.float64: dict(rtol=1e-9, atol=1e-11)}
@@ -185,7 +186,7 @@ def test_gradients_are_laid_out_for_the_gpt():
     qs = [sitp.randn(B, H, T, D, dtype=sitp.float64).requires_grad_(True) for _ in range(3)]
     y = F.scaled_dot_product_attention(*qs, is_causal=True)
     ctx = y.grad_fn.ctx
-    grads = _fused.Attention.backward(ctx, sitp.randn(B, H, T, D, dtype=sitp.float64))
+    grads = _attention.Attention.backward(ctx, sitp.randn(B, H, T, D, dtype=sitp.float64))
     for gr in grads[:3]:
         assert gr.transpose(1, 2).is_contiguous()
 
@@ -204,7 +205,7 @@ def test_nan_propagates_like_the_exact_path():
     k[1, 2, 1] = np.nan
     s = [sitp.tensor(a) for a in (q, k, v)]
     fused = np_of(F.scaled_dot_product_attention(*s, is_causal=True))
-    exact = np_of(_fused._attention_exact_forward(_Ctx(), *s, None, 1 / 3 ** 0.5, True))
+    exact = np_of(_attention._attention_exact_forward(_Ctx(), *s, None, 1 / 3 ** 0.5, True))
     np.testing.assert_array_equal(np.isnan(fused), np.isnan(exact))
     np.testing.assert_allclose(fused[~np.isnan(fused)], exact[~np.isnan(exact)], rtol=1e-12)
 

@@ -1,6 +1,6 @@
 """The linear layer's own node and split's multi-output node, against PyTorch.
 
-``F.linear`` on CPU floats is one autograd node (``sitp.nn._linear.Linear``):
+``F.linear`` on CPU floats is one autograd node (``sitp.nn._functions.linear.Linear``):
 one GEMM starting from the bias forward, two GEMMs and a column sum backward,
 reading transposed operands in place. ``Tensor.split`` is one node with several
 outputs, whose backward receives a gradient per piece. Both must give PyTorch's
@@ -13,7 +13,8 @@ from hypothesis import given, settings, strategies as st
 
 import sitp
 import sitp.nn.functional as F
-from sitp.nn import _linear
+from sitp.backends.cpu.fused.linear import column_sum
+from sitp.nn._functions import linear as _linear
 
 from helpers import assert_close, np_of, pair
 
@@ -62,8 +63,8 @@ def test_linear_node_gradcheck():
     x = sitp.tensor(rng.standard_normal((3, 4, 5)), requires_grad=True)
     w = sitp.tensor(rng.standard_normal((6, 5)), requires_grad=True)
     b = sitp.tensor(rng.standard_normal(6), requires_grad=True)
-    assert sitp.autograd.engine.gradcheck(F.linear, (x, w, b))
-    assert sitp.autograd.engine.gradcheck(lambda x, w: F.linear(x, w), (x, w))
+    assert sitp.autograd.gradcheck(F.linear, (x, w, b))
+    assert sitp.autograd.gradcheck(lambda x, w: F.linear(x, w), (x, w))
 
 
 def test_linear_node_on_views_and_tied_weights():
@@ -95,7 +96,7 @@ def test_column_sum_matches_numpy_on_odd_sizes():
     for M, N in [(1, 1), (33, 17), (1025, 7)]:
         g = rng.standard_normal((M, N)).astype(np.float32)
         out = np.empty(N, np.float32)
-        _linear.column_sum(g, out)
+        column_sum(g, out)
         np.testing.assert_allclose(out, g.astype(np.float64).sum(0), rtol=1e-6, atol=1e-6)
 
 
@@ -177,13 +178,13 @@ def test_gru_cell_node_matches_torch(dtype, batch):
 
 
 def test_gru_gates_gradcheck_and_no_hidden_state():
-    from sitp.nn import _recurrent
+    from sitp.nn._functions import gru
 
     rng = np.random.default_rng(3)
     gi = sitp.tensor(rng.standard_normal((2, 9)), requires_grad=True)
     gh = sitp.tensor(rng.standard_normal((2, 9)), requires_grad=True)
     h = sitp.tensor(rng.standard_normal((2, 3)), requires_grad=True)
-    assert sitp.autograd.engine.gradcheck(_recurrent.GRUGates.apply, (gi, gh, h))
+    assert sitp.autograd.gradcheck(gru.GRUGates.apply, (gi, gh, h))
     sitp.manual_seed(0)
     cell = sitp.nn.GRUCell(4, 3)
     tcell = torch.nn.GRUCell(4, 3)

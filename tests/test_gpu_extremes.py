@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch")
 TF = torch.nn.functional
 
 from sitp.backends.cuda import fused as FG  # noqa: E402  (imports numba after the skip check)
+from sitp.nn._functions import cross_entropy as CE  # noqa: E402
 from test_numerics_extremes import close  # noqa: E402
 
 INF = math.inf
@@ -72,7 +73,7 @@ def test_fused_cross_entropy_on_the_device(small_blocks, rows, eps, reduction):
     target = np.array([0, 2])
     xs, xt = _both(x)
     ts = sitp.tensor(target, device="cuda")
-    assert FG.cross_entropy_fits(xs, ts, None)        # the fused kernel, not composed ops
+    assert CE.gpu_fits(xs, ts, None)        # the fused kernel, not composed ops
     ls = F.cross_entropy(xs, ts, label_smoothing=eps, reduction=reduction)
     lt = TF.cross_entropy(xt, torch.tensor(target), label_smoothing=eps, reduction=reduction)
     close(ls.detach().cpu().numpy(), lt.detach().numpy())

@@ -1,4 +1,5 @@
-"""The fused GPU kernels of layer norm and cross-entropy (``sitp.backends.cuda.fused``), forward and
+"""The fused GPU kernels of layer norm and cross-entropy (``sitp.backends.cuda.fused``, run by
+the nodes ``LayerNormGPU`` and ``CrossEntropyGPU`` of ``sitp.nn._functions``), forward and
 backward, against sitp's CPU kernels and torch.
 
 Under numba's CUDA simulator every GPU thread is a Python thread, so sizes are tiny, and
@@ -25,6 +26,8 @@ torch = pytest.importorskip("torch")
 TF = torch.nn.functional
 
 from sitp.backends.cuda import fused as FG  # noqa: E402  (imports numba after the skip check)
+from sitp.nn._functions.cross_entropy import CrossEntropyGPU  # noqa: E402
+from sitp.nn._functions.layer_norm import LayerNormGPU  # noqa: E402
 
 
 @pytest.fixture
@@ -70,7 +73,7 @@ def _layer_norm_three_ways(x, shape, w, b, g):
         bs = None if b is None else make(b, True)
         y = F.layer_norm(xs, shape, ws, bs)
         if make is _dev:
-            assert y.grad_fn.fn is FG.LayerNorm  # the fused GPU kernels, not the composition
+            assert y.grad_fn.fn is LayerNormGPU  # the fused GPU kernels, not the composition
         y.backward(make(g))
         out.append((y, xs.grad, None if ws is None else ws.grad, None if bs is None else bs.grad))
     xt = _t(x, True)
@@ -105,7 +108,7 @@ def test_layer_norm_weight_only_two_dims_and_a_strided_input(small_blocks):
     xs = xs.detach().requires_grad_()            # a non-contiguous device tensor
     ws = _dev(w, True)
     y = F.layer_norm(xs, shape, ws, None)
-    assert y.grad_fn.fn is FG.LayerNorm
+    assert y.grad_fn.fn is LayerNormGPU
     y.backward(_dev(g))
     xt, wt = _t(x, True), _t(w, True)
     yt = TF.layer_norm(xt, shape, wt, None)
@@ -120,7 +123,7 @@ def test_layer_norm_default_block_and_float64():
     x, w, b, g = _x(3, 37, dtype=np.float64), _x(37, seed=1), _x(37, seed=2), _x(3, 37, seed=3)
     xs, ws, bs = _dev(x, True), _dev(w, True), _dev(b, True)
     y = F.layer_norm(xs, 37, ws, bs)
-    assert y.dtype is sitp.float64 and y.grad_fn.fn is FG.LayerNorm
+    assert y.dtype is sitp.float64 and y.grad_fn.fn is LayerNormGPU
     y.backward(_dev(g, False).double())
     xt, wt, bt = _t(x, True), _t(w, True), _t(b, True)
     TF.layer_norm(xt, (37,), wt, bt).backward(_t(g))
@@ -151,7 +154,7 @@ def _cross_entropy_three_ways(z, target, weight, ignore_index, eps, reduction, g
             node = loss.grad_fn
             if reduction == "none":               # reshaped to the batch shape: a view
                 node = node.inputs[0].grad_fn
-            assert node.fn is FG.CrossEntropy
+            assert node.fn is CrossEntropyGPU
         loss.backward(None if g is None else make(g))
         out.append((loss, zs.grad))
     zt = _t(z, True)
@@ -216,7 +219,7 @@ def test_probability_targets_still_take_the_composition(small_blocks):
     z, p = _x(3, 5), np.random.default_rng(3).dirichlet(np.ones(5), 3).astype(np.float32)
     zs = _dev(z, True)
     loss = F.cross_entropy(zs, _dev(p), label_smoothing=0.1)
-    assert loss.grad_fn is not None and loss.grad_fn.fn is not FG.CrossEntropy
+    assert loss.grad_fn is not None and loss.grad_fn.fn is not CrossEntropyGPU
     loss.backward()
     zt = _t(z, True)
     lt = TF.cross_entropy(zt, _t(p), label_smoothing=0.1)
@@ -261,7 +264,7 @@ def test_layer_norm_and_cross_entropy_at_gpt_sizes_against_torch():
     x, w, b, g = _x(R, n) * 2 + 0.5, _x(n, seed=1), _x(n, seed=2), _x(R, n, seed=3)
     xs, ws, bs = _dev(x, True), _dev(w, True), _dev(b, True)
     y = F.layer_norm(xs, (n,), ws, bs)
-    assert y.grad_fn.fn is FG.LayerNorm
+    assert y.grad_fn.fn is LayerNormGPU
     y.backward(_dev(g))
     xt, wt, bt = _t(x, True), _t(w, True), _t(b, True)
     yt = TF.layer_norm(xt, (n,), wt, bt)
@@ -277,7 +280,7 @@ def test_layer_norm_and_cross_entropy_at_gpt_sizes_against_torch():
     cw = np.random.default_rng(6).uniform(0.5, 2.0, C).astype(np.float32)
     zs = _dev(z, True)
     loss = F.cross_entropy(zs, sitp.tensor(target, device="cuda"), _dev(cw), label_smoothing=0.1)
-    assert loss.grad_fn.fn is FG.CrossEntropy
+    assert loss.grad_fn.fn is CrossEntropyGPU
     loss.backward()
     zt = _t(z, True)
     lt = TF.cross_entropy(zt, torch.tensor(target), _t(cw), label_smoothing=0.1)

@@ -20,7 +20,7 @@ import sitp
 from sitp.backends.cpu.vecmath import FASTMATH, erf_f32, exp_f32
 from sitp.autograd.gradcheck import gradcheck
 from sitp.nn import functional as F
-from sitp.nn._activation import gelu_backward_kernel, gelu_kernel
+from sitp.backends.cpu.fused.gelu import gelu_backward_kernel, gelu_kernel
 
 EXP_ULPS = 1.5
 ERF_ULPS = 6.0
@@ -278,10 +278,10 @@ def test_gelu_and_layer_norm_on_two_threads_equal_one(approximate):
     row-wise work gives the same bits as on one thread."""
     import numba
 
-    from sitp.nn import _activation, _fused
+    from sitp.backends.cpu.fused import gelu, layer_norm
 
-    shape = (2, _activation.PARALLEL_MIN // 256 + 3, 256)
-    assert np.prod(shape) >= max(_activation.PARALLEL_MIN, _fused._PARALLEL_ROWS_MIN)
+    shape = (2, gelu.PARALLEL_MIN // 256 + 3, 256)
+    assert np.prod(shape) >= max(gelu.PARALLEL_MIN, layer_norm._PARALLEL_ROWS_MIN)
     x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
     results = []
     saved = numba.get_num_threads()

@@ -3,9 +3,11 @@
 ``import sitp.nn.functional as F`` gives the names model code expects
 (``F.cross_entropy``, ``F.layer_norm``, ``F.scaled_dot_product_attention``, ...).
 Most functions here are short compositions of tensor ops, so autograd derives
-their gradients; three are fused kernels with their own backward
-(``sitp/nn/_fused.py``): :func:`cross_entropy`, :func:`layer_norm` and the
-masked softmax inside :func:`scaled_dot_product_attention`.
+their gradients; the others are one autograd node each, over fused kernels with their
+own backward (``sitp/nn/_functions/``, which calls the kernels of
+``sitp/backends/cpu/fused/`` and ``sitp/backends/cuda/fused.py``): :func:`linear`,
+:func:`gelu`, :func:`cross_entropy`, :func:`layer_norm` and
+:func:`scaled_dot_product_attention`.
 
 Where sitp differs from PyTorch, the docstring says so.
 """
@@ -23,7 +25,9 @@ from sitp.functional import cat, one_hot  # noqa: F401  (re-exported as F.one_ho
 from sitp.random import rand
 from sitp.strides import broadcast_shapes
 from sitp._tensor.tensor import Tensor
-from sitp.nn import _fused, _linear
+from sitp.nn._functions import attention as _attention, binary_cross_entropy as _bce
+from sitp.nn._functions import cross_entropy as _ce, gelu as _gelu, layer_norm as _ln
+from sitp.nn._functions import linear as _linear, softmax as _softmax
 
 __all__ = [
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "conv1d", "cross_entropy",
@@ -52,8 +56,8 @@ def _reduce(loss, reduction):
 
 
 def _on_host(*tensors):
-    """Whether every tensor lives on the CPU. The fused kernels of ``_fused.py``,
-    ``_linear.py`` and ``_activation.py`` are numba CPU code. On a GPU,
+    """Whether every tensor lives on the CPU. The fused kernels of
+    ``sitp.backends.cpu.fused`` are numba CPU code. On a GPU,
     :func:`layer_norm` and :func:`cross_entropy` (class-index targets) run the fused
     CUDA kernels of ``sitp.backends.cuda.fused``; the other cases, and
     :func:`scaled_dot_product_attention`, fall back to compositions of ops, each of
@@ -81,14 +85,13 @@ def relu(input: Tensor, inplace: bool = False) -> Tensor:
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     """x * Phi(x) (``approximate='none'``) or its tanh approximation (``'tanh'``, GPT-2's).
 
-    Float tensors on the CPU take the fused kernels of ``nn/_activation.py`` (one
+    Float tensors on the CPU take the fused kernels of ``backends/cpu/fused/gelu.py`` (one
     vectorised pass each way); other tensors, the generic unary op.
     """
     if approximate not in ("none", "tanh"):
         raise RuntimeError(f"approximate argument must be either none or tanh, got {approximate!r}")
     if input.dtype.is_floating_point and _on_host(input):
-        from sitp.nn._activation import GELU
-        return GELU.apply(input, approximate)
+        return _gelu.GELU.apply(input, approximate)
     return input._unary("gelu" if approximate == "none" else "gelu_tanh")
 
 
@@ -157,7 +160,7 @@ def linear(input: Tensor, weight: Tensor, bias=None) -> Tensor:
             f"linear(): input of shape {tuple(input.shape)} and weight of shape "
             f"{tuple(weight.shape)}: the last dims ({input.shape[-1] if input.ndim else None} "
             f"and {weight.shape[-1]}) must match (weight is (out_features, in_features))")
-    if _linear.fits(input, weight, bias):   # one node, one GEMM (see _linear.py)
+    if _linear.fits(input, weight, bias):   # one node, one GEMM (see nn/_functions/linear.py)
         return _linear.Linear.apply(input, weight, bias)
     out = input @ weight.t() if weight.ndim == 2 else input @ weight
     return out if bias is None else out + bias
@@ -210,8 +213,8 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None, eps: flo
     """Normalize over the last ``len(normalized_shape)`` dims, then scale and shift.
 
     y = (x - mean) / sqrt(var + eps) * weight + bias, with the biased variance.
-    One fused kernel forward and one backward (``_fused.LayerNorm`` on the CPU,
-    ``sitp.backends.cuda.fused.LayerNorm`` on a GPU).
+    One fused kernel forward and one backward (``LayerNorm`` on the CPU,
+    ``LayerNormGPU`` on a GPU, both in ``sitp/nn/_functions/layer_norm.py``).
 
     >>> import sitp
     >>> import sitp.nn.functional as F
@@ -230,16 +233,15 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None, eps: flo
                                f"normalized_shape {shape}")
     x = input if input.dtype.is_floating_point else input.float()
     if not _on_host(x, weight, bias):
-        from sitp.backends.cuda import fused as _gpu_fused   # the fused GPU kernels, when they apply
-        if _gpu_fused.layer_norm_fits(x, weight, bias, math.prod(shape)):
-            return _gpu_fused.LayerNorm.apply(x, weight, bias, math.prod(shape), eps)
+        if _ln.gpu_fits(x, weight, bias, math.prod(shape)):   # the fused GPU kernels
+            return _ln.LayerNormGPU.apply(x, weight, bias, math.prod(shape), eps)
         return _layer_norm_composed(x, k, weight, bias, eps)
-    return _fused.LayerNorm.apply(x, weight, bias, math.prod(shape), eps)
+    return _ln.LayerNorm.apply(x, weight, bias, math.prod(shape), eps)
 # --8<-- [end:layer_norm]
 
 
 def _layer_norm_composed(x, k, weight, bias, eps):
-    """What ``_fused.LayerNorm`` computes, as a composition of ops (the device
+    """What ``_ln.LayerNorm`` computes, as a composition of ops (the device
     fallback where ``sitp.backends.cuda.fused`` does not apply)."""
     dims = tuple(range(x.ndim - k, x.ndim))
     xc = x - x.mean(dims, keepdim=True)
@@ -392,8 +394,8 @@ def cross_entropy(input: Tensor, target: Tensor, weight=None, size_average=None,
     shape is a distribution over classes instead.
 
     Class-index targets run one fused kernel forward and one backward
-    (``_fused.CrossEntropy`` on the CPU, ``sitp.backends.cuda.fused.CrossEntropy`` on a
-    GPU); the gradient of a row is
+    (``CrossEntropy`` on the CPU, ``CrossEntropyGPU`` on a GPU, both in
+    ``sitp/nn/_functions/cross_entropy.py``); the gradient of a row is
     ``softmax(input) - smoothed one_hot(target)``.
 
     >>> import sitp
@@ -431,13 +433,12 @@ def cross_entropy(input: Tensor, target: Tensor, weight=None, size_average=None,
         x = x.permute(0, *range(2, x.ndim), 1)
     x_RC, t_R = x.reshape(-1, C), target.reshape(-1)
     if _on_host(x, target, weight):
-        loss = _fused.CrossEntropy.apply(x_RC, t_R, weight, ignore_index, float(label_smoothing),
-                                         reduction)
+        loss = _ce.CrossEntropy.apply(x_RC, t_R, weight, ignore_index, float(label_smoothing),
+                                      reduction)
     else:
-        from sitp.backends.cuda import fused as _gpu_fused   # the fused GPU kernels, when they apply
-        if _gpu_fused.cross_entropy_fits(x_RC, t_R, weight):
-            loss = _gpu_fused.CrossEntropy.apply(x_RC, t_R, weight, ignore_index,
-                                                 float(label_smoothing), reduction)
+        if _ce.gpu_fits(x_RC, t_R, weight):   # the fused GPU kernels, when they apply
+            loss = _ce.CrossEntropyGPU.apply(x_RC, t_R, weight, ignore_index,
+                                             float(label_smoothing), reduction)
         else:
             loss = _cross_entropy_composed(x_RC, t_R, weight, ignore_index,
                                            float(label_smoothing), reduction)
@@ -446,7 +447,7 @@ def cross_entropy(input: Tensor, target: Tensor, weight=None, size_average=None,
 
 
 def _cross_entropy_composed(x_RC, t_R, weight, ignore_index, eps, reduction):
-    """What ``_fused.CrossEntropy`` computes, as a composition of ops (the device
+    """What ``_ce.CrossEntropy`` computes, as a composition of ops (the device
     fallback where ``sitp.backends.cuda.fused`` does not apply)."""
     C = x_RC.shape[1]
     logp = x_RC.log_softmax(1)
@@ -554,7 +555,7 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight=None, size_averag
             f"({tuple(input.shape)}) is deprecated. Please ensure they have the same size.")
     if input.numel() and not ((input >= 0) & (input <= 1)).all().item():
         raise RuntimeError("all elements of input should be between 0 and 1")
-    loss = _fused.BinaryCrossEntropy.apply(input, target.to(input.dtype))
+    loss = _bce.BinaryCrossEntropy.apply(input, target.to(input.dtype))
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)
@@ -573,7 +574,7 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight=None,
     if pos_weight is not None:
         broadcast_shapes(pos_weight.shape, input.shape)
         pos_weight = pos_weight.to(input.dtype)
-    loss = _fused.BinaryCrossEntropyWithLogits.apply(input, target.to(input.dtype), pos_weight)
+    loss = _bce.BinaryCrossEntropyWithLogits.apply(input, target.to(input.dtype), pos_weight)
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)
@@ -591,7 +592,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     keys j <= i. ``scale`` defaults to 1/sqrt(D). ``enable_gqa`` shares each
     key/value head among H_q/H_kv query heads (dim -3).
 
-    Without dropout this is one node, ``_fused.Attention``: scores, a fused masked
+    Without dropout this is one node, ``_attention.Attention``: scores, a fused masked
     softmax kernel, and the weighted sum; backward recomputes the probabilities.
     A query row with no key to attend to (fully masked) outputs zeros and passes
     no gradient -- what PyTorch's CPU kernels do; the naive composition would give NaN.
@@ -629,8 +630,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     if not _on_host(query, key, value, attn_mask):
         return _sdpa_composed(query, key, value, attn_mask, dropout_p, bool(is_causal), scale)
     if dropout_p == 0.0:
-        return _fused.Attention.apply(query, key, value, attn_mask, scale, bool(is_causal))
-    p_LS = _fused.MaskedSoftmax.apply(query @ key.mT, attn_mask, scale, bool(is_causal))
+        return _attention.Attention.apply(query, key, value, attn_mask, scale, bool(is_causal))
+    p_LS = _softmax.MaskedSoftmax.apply(query @ key.mT, attn_mask, scale, bool(is_causal))
     return dropout(p_LS, dropout_p) @ value
 # --8<-- [end:sdpa]
 

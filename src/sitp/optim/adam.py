@@ -16,12 +16,37 @@ from __future__ import annotations
 
 from typing import Iterable
 
+import numpy as np
+
 from sitp.autograd.grad_mode import no_grad
+from sitp.backends.cpu.fused.adam import adam_kernel
 from sitp._tensor.creation import tensor, zeros_like
 from sitp.dtypes import float32
 from sitp.functional import maximum
-from sitp.optim._fused import adam_kernel, bump, flat
 from sitp.optim.optimizer import Optimizer
+
+
+def _flat(t):
+    """The storage of a contiguous CPU tensor as a 1-D array, or None."""
+    s = t._storage
+    if not isinstance(s, np.ndarray) or not t.is_contiguous():
+        return None
+    return s[t._offset:t._offset + t.numel()]
+
+
+def _bump(step):
+    """``step += 1`` for an optimizer's 0-d step counter; returns the new count.
+
+    On the CPU the counter's one entry is bumped in its storage, which skips the
+    trip through the op layer (two kernel launches and ``.item()``) that would
+    otherwise be paid once per parameter per step.
+    """
+    s = step._storage
+    if isinstance(s, np.ndarray):
+        s[step._offset] += 1
+        return float(s[step._offset])
+    step += 1
+    return step.item()
 
 
 class Adam(Optimizer):
@@ -37,7 +62,7 @@ class Adam(Optimizer):
         maximize: ascend the objective instead of descending it.
         decoupled_weight_decay: decay the weights directly, as AdamW does.
         foreach, fused: accepted for compatibility with PyTorch and ignored: contiguous CPU
-            tensors always take the one-pass kernel of ``optim/_fused.py``.
+            tensors always take the one-pass kernel of ``backends/cpu/fused/adam.py``.
 
     >>> import sitp
     >>> w = sitp.tensor([3.0, -1.0], requires_grad=True)
@@ -102,10 +127,10 @@ class Adam(Optimizer):
                     g = p.grad if not group["maximize"] else -p.grad
                     state = self._init_state(p, amsgrad)
                     m, v = state["exp_avg"], state["exp_avg_sq"]
-                    t = bump(state["step"])                 # step += 1, as a float
-                    arrays = [flat(x) for x in (p, g, m, v)] if not amsgrad else [None]
+                    t = _bump(state["step"])                # step += 1, as a float
+                    arrays = [_flat(x) for x in (p, g, m, v)] if not amsgrad else [None]
                     if all(a is not None for a in arrays) and len({a.dtype for a in arrays}) == 1:
-                        # the same update in one pass (optim/_fused.py)
+                        # the same update in one pass (backends/cpu/fused/adam.py)
                         adam_kernel(*arrays, lr, beta1, beta2, eps, wd,
                                     group["decoupled_weight_decay"], 1 - beta1 ** t,
                                     (1 - beta2 ** t) ** 0.5)

@@ -1,7 +1,7 @@
 """Fused layer norm and cross-entropy on the GPU, forward and backward (sections 4.3, 4.5).
 
 On the CPU, ``F.layer_norm`` and ``F.cross_entropy`` run one fused numba kernel each way
-(``sitp/nn/_fused.py``). Composed from ops on the device, a layer norm is about ten
+(``sitp/backends/cpu/fused/``). Composed from ops on the device, a layer norm is about ten
 kernels (mean, subtract, square, mean, add, rsqrt, multiply, ...), each reading and
 writing a full tensor in global memory, and each recording an autograd node. The kernels
 here do a row in one launch, the way ``attention.fused_softmax_kernel`` does a row of
@@ -39,7 +39,11 @@ Nothing here reads data back to the host: kernel arguments are shapes, flags and
 scalars (eps, ignore_index), the reduced loss is a one-entry device array, and the
 backward pass of a reduced loss reads the upstream gradient and the weight total from
 device arrays. An out-of-range target sets the backend's device error flag
-(``cuda_backend.check_errors``), which raises at the next copy to the host.
+(``sitp.backends.cuda.ops.check_errors``), which raises at the next copy to the host.
+
+This module holds the kernels and their launches, on device arrays; the autograd nodes
+that call them are ``LayerNormGPU`` in ``sitp/nn/_functions/layer_norm.py`` and
+``CrossEntropyGPU`` in ``sitp/nn/_functions/cross_entropy.py``.
 
 Speed: these kernels have been run only in numba's CUDA simulator, which checks what
 they compute, not how fast. Nothing here has been timed on a GPU; whether they beat the
@@ -51,7 +55,7 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda, float32, float64
 
-from sitp.autograd.function import Function
+from sitp.backends.cuda import ops
 from sitp.backends.cuda.launch import ceil_div
 
 NT = 128   # threads per block for the row kernels (a power of two: the tree halves it)
@@ -443,7 +447,7 @@ def cross_entropy_backward_kernel(nt, dtype):
 # --8<-- [end:cross_entropy_backward]
 
 
-# ------------------------------------------------------------------ tensors and autograd
+# ------------------------------------------------------------------ launches
 def block_size(n: int, nt=None) -> int:
     """Threads per block for rows of n entries: nt if given, else the smallest power of two
     that covers the row, from one warp (32) up to NT. A short row (a layer norm of 64
@@ -454,158 +458,82 @@ def block_size(n: int, nt=None) -> int:
     return min(NT, max(32, 1 << (max(n, 1) - 1).bit_length()))
 
 
-def _is_device(t) -> bool:
-    return t is None or not isinstance(t._storage, np.ndarray)
+def supports(dtype) -> bool:
+    """Whether the kernels here take rows of numpy ``dtype`` (float32 or float64)."""
+    return np.dtype(dtype) in _NUMBA
 
 
-def _flat(t, dtype=None):
-    """The flat device storage of t's entries, contiguous from index 0 (a view if it can)."""
-    from sitp.backends.cuda import ops as CB
-
-    t = CB._operand(t)  # a 0-d host tensor (an upstream gradient) becomes a device constant
-    if dtype is not None and t.dtype is not dtype:
-        t = CB.copy(t, dtype)
-    if not t.is_contiguous():
-        t = CB.copy(t)
-    return t._storage[t._offset:t._offset + t.numel()]
-
-
-def _new(shape, dtype):
-    from sitp.backends.cuda import ops as CB
-
-    return CB._new(shape, dtype)
+def layer_norm_forward(xs, ws, bs, n, rows, eps, nt, y):
+    """Launch the layer norm forward over ``rows`` contiguous rows of n entries of the flat
+    device array ``xs`` into ``y``; ``ws``, ``bs``: flat weight and bias, or None. Returns
+    the device arrays (mean, rstd), one value per row in x's dtype, for the backward."""
+    dt = xs.dtype
+    T = dt.type
+    mean = cuda.device_array(rows, dtype=dt)
+    rstd = cuda.device_array(rows, dtype=dt)
+    layer_norm_forward_kernel(nt, dt)[rows, nt](
+        xs, n, T(1.0 / n), xs if ws is None else ws, xs if bs is None else bs,  # xs: not read
+        ws is not None, bs is not None, T(eps), y, mean, rstd)
+    return mean, rstd
 
 
-def layer_norm_fits(x, weight, bias, n) -> bool:
-    """Whether :class:`LayerNorm` takes these tensors: all on the device, float32 or float64,
-    a non-empty input (otherwise ``F.layer_norm`` composes ops)."""
-    return (all(_is_device(t) for t in (x, weight, bias)) and x.dtype.np in _NUMBA
-            and n > 0 and x.numel() > 0)
+def layer_norm_backward(xs, gs, ws, mean, rstd, n, rows, nt, dx):
+    """Launch the layer norm dx kernel (a block per row) from upstream ``gs`` into ``dx``."""
+    dt = xs.dtype
+    layer_norm_backward_kernel(nt, dt)[rows, nt](
+        xs, gs, n, dt.type(1.0 / n), xs if ws is None else ws, ws is not None, mean, rstd, dx)
 
 
-def cross_entropy_fits(z_RC, target_R, weight) -> bool:
-    """Whether :class:`CrossEntropy` takes these: device tensors, float32/float64 logits,
-    int64 class indices, at least one class and one row."""
-    return (all(_is_device(t) for t in (z_RC, target_R, weight)) and z_RC.dtype.np in _NUMBA
-            and target_R.dtype.name == "int64" and z_RC.ndim == 2 and z_RC.shape[1] > 0
-            and z_RC.shape[0] > 0)
+def layer_norm_dwdb(xs, gs, mean, rstd, n, rows, nt, dw, db):
+    """dw = sum over rows of g * xhat into ``dw`` and, unless ``db`` is None, db = sum over
+    rows of g: partial sums per chunk of rows, then one thread per column adds them."""
+    chunk = max(CHUNK, ceil_div(rows, MAX_CHUNKS))
+    n_chunks = ceil_div(rows, chunk)
+    pdw = cuda.device_array((n_chunks, n), dtype=np.float64)
+    pdb = cuda.device_array((n_chunks, n), dtype=np.float64)
+    layer_norm_dwdb_partial[(ceil_div(n, CW), n_chunks), (CW, CR)](
+        xs, gs, rows, n, chunk, mean, rstd, pdw, pdb)
+    layer_norm_dwdb_finish[ceil_div(n, nt), nt](pdw, pdb, dw, dw if db is None else db,
+                                                db is not None)
 
 
-# --8<-- [start:layer_norm_function]
-class LayerNorm(Function):
-    """Layer norm over the last ``n`` entries of each row of a device tensor.
-
-    Forward: one kernel (a block per row). Backward: one kernel for dx, and, when
-    weight or bias want gradients, the two-step column sums for dw and db. Saved for
-    backward: the input, and the mean and rstd of each row (in the input's dtype).
-    nt: threads per block (default ``block_size(n)``; the tests pass fewer so that the
-    simulator runs several strides per row).
-    """
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, n, eps, nt=None):
-        nt = block_size(n, nt)
-        dt = x.dtype
-        rows = x.numel() // n
-        xs = _flat(x)
-        ws = _flat(weight, dt) if weight is not None else xs   # any device array: not read
-        bs = _flat(bias, dt) if bias is not None else xs
-        y = _new(x.shape, dt)
-        mean = cuda.device_array(rows, dtype=dt.np)
-        rstd = cuda.device_array(rows, dtype=dt.np)
-        T = dt.np.type
-        layer_norm_forward_kernel(nt, dt.np)[rows, nt](
-            xs, n, T(1.0 / n), ws, bs, weight is not None, bias is not None, T(eps),
-            y._storage, mean, rstd)
-        ctx.xs, ctx.ws, ctx.mean, ctx.rstd = xs, ws, mean, rstd
-        ctx.n, ctx.rows, ctx.nt, ctx.dtype, ctx.shape = n, rows, nt, dt, tuple(x.shape)
-        ctx.has_w = weight is not None
-        ctx.wshape = None if weight is None else tuple(weight.shape)
-        ctx.bshape = None if bias is None else tuple(bias.shape)
-        return y
-
-    @staticmethod
-    def backward(ctx, g):
-        dt, n, rows, nt = ctx.dtype, ctx.n, ctx.rows, ctx.nt
-        gs = _flat(g, dt)
-        need = ctx.needs_input_grad
-        dx = gw = gb = None
-        if need[0]:
-            dx = _new(ctx.shape, dt)
-            layer_norm_backward_kernel(nt, dt.np)[rows, nt](
-                ctx.xs, gs, n, dt.np.type(1.0 / n), ctx.ws, ctx.has_w, ctx.mean, ctx.rstd,
-                dx._storage)
-        want_w = ctx.wshape is not None and need[1]
-        want_b = ctx.bshape is not None and need[2]
-        if want_w or want_b:
-            chunk = max(CHUNK, ceil_div(rows, MAX_CHUNKS))
-            n_chunks = ceil_div(rows, chunk)
-            pdw = cuda.device_array((n_chunks, n), dtype=np.float64)
-            pdb = cuda.device_array((n_chunks, n), dtype=np.float64)
-            layer_norm_dwdb_partial[(ceil_div(n, CW), n_chunks), (CW, CR)](
-                ctx.xs, gs, rows, n, chunk, ctx.mean, ctx.rstd, pdw, pdb)
-            dw = _new(ctx.wshape if want_w else (n,), dt)
-            db = _new(ctx.bshape, dt) if want_b else dw
-            layer_norm_dwdb_finish[ceil_div(n, nt), nt](pdw, pdb, dw._storage, db._storage,
-                                                        want_b)
-            gw = dw if want_w else None
-            gb = db if want_b else None
-        return dx, gw, gb, None, None, None
-# --8<-- [end:layer_norm_function]
+def cross_entropy_forward(zs, ts, ws, R, C, ignore_index, eps, nt, loss):
+    """Launch the cross-entropy forward over R rows of C logits (flat device array ``zs``)
+    against int64 classes ``ts``, with flat class weights ``ws`` or None, label smoothing
+    eps, into the per-row ``loss``. An out-of-range target sets the backend's error flag.
+    Returns (w_sum, wrow, lse, denom): the weights' total, each row's weight, each row's
+    (m, log s), and a one-entry array for the weight total of a reduced loss, all on the
+    device, for :func:`cross_entropy_reduce` and :func:`cross_entropy_backward`."""
+    dt = zs.dtype
+    T = dt.type
+    has_w = ws is not None
+    w = ws if has_w else zs   # not read without weights
+    w_sum = cuda.device_array(1, dtype=np.float64)
+    if has_w and eps:
+        _sum_kernel(nt)[1, nt](w, C, w_sum)
+    wrow = cuda.device_array(R, dtype=dt)
+    lse = cuda.device_array(2 * R, dtype=dt)   # row max m, then log sum exp(z - m)
+    cross_entropy_forward_kernel(nt, dt)[R, nt](
+        zs, C, ts, w, has_w, w_sum, ignore_index, T(1.0 - eps), T(eps / C), loss, wrow, lse,
+        ops._err())
+    denom = cuda.device_array(1, dtype=np.float64)
+    return w_sum, wrow, lse, denom
 
 
-# --8<-- [start:cross_entropy_function]
-class CrossEntropy(Function):
-    """Cross-entropy of (R, C) device logits against (R,) int64 class indices.
+def cross_entropy_reduce(loss, wrow, R, mean, nt, out, denom):
+    """out[0] = the sum (or, with ``mean``, the weighted mean) of the rows' losses; the
+    weight total goes to ``denom`` (one block of nt threads)."""
+    cross_entropy_reduce_kernel(nt)[1, nt](loss, wrow, R, mean, out, denom)
 
-    The same arguments and semantics as ``sitp.nn._fused.CrossEntropy`` (ignore_index,
-    label smoothing eps, class weights, reduction 'none' / 'mean' / 'sum'). Saved for
-    backward: the logits, targets, the logsumexp of each row and, for a reduced loss, the
-    weight total (a one-entry device array). nt: threads per block, as in :class:`LayerNorm`.
-    """
 
-    @staticmethod
-    def forward(ctx, z_RC, target_R, weight_C, ignore_index, eps, reduction, nt=None):
-        from sitp.backends.cuda import ops as CB
-
-        R, C = z_RC.shape
-        nt_rows = block_size(R, nt)   # the one block that sums over the rows
-        nt = block_size(C, nt)
-        dt = z_RC.dtype
-        T = dt.np.type
-        zs = _flat(z_RC)
-        ts = _flat(target_R)
-        has_w = weight_C is not None
-        ws = _flat(weight_C, dt) if has_w else zs   # not read without weights
-        w_sum = cuda.device_array(1, dtype=np.float64)
-        if has_w and eps:
-            _sum_kernel(nt)[1, nt](ws, C, w_sum)
-        loss = _new((R,), dt)
-        wrow = cuda.device_array(R, dtype=dt.np)
-        lse = cuda.device_array(2 * R, dtype=dt.np)   # row max m, then log sum exp(z - m)
-        keep, eps_c = T(1.0 - eps), T(eps / C)
-        cross_entropy_forward_kernel(nt, dt.np)[R, nt](
-            zs, C, ts, ws, has_w, w_sum, ignore_index, keep, eps_c, loss._storage, wrow, lse,
-            CB._err())
-        denom = cuda.device_array(1, dtype=np.float64)
-        ctx.zs, ctx.ts, ctx.ws, ctx.w_sum, ctx.lse, ctx.denom = zs, ts, ws, w_sum, lse, denom
-        ctx.R, ctx.C, ctx.dtype, ctx.nt, ctx.has_w = R, C, dt, nt, has_w
-        ctx.ignore_index, ctx.keep, ctx.eps_c, ctx.reduction = ignore_index, keep, eps_c, reduction
-        if reduction == "none":
-            return loss
-        out = _new((), dt)
-        cross_entropy_reduce_kernel(nt_rows)[1, nt_rows](
-            loss._storage, wrow, R, reduction == "mean", out._storage, denom)
-        return out
-
-    @staticmethod
-    def backward(ctx, g):
-        dt, R, C, nt = ctx.dtype, ctx.R, ctx.C, ctx.nt
-        gs = _flat(g, dt)
-        g_step = 1 if ctx.reduction == "none" else 0
-        dz = _new((R, C), dt)
-        cross_entropy_backward_kernel(nt, dt.np)[R, nt](
-            ctx.zs, C, ctx.ts, ctx.ws, ctx.has_w, ctx.w_sum, ctx.ignore_index, ctx.keep,
-            ctx.eps_c, ctx.lse, gs, g_step, ctx.denom, ctx.reduction == "mean", dz._storage)
-        return dz, None, None, None, None, None, None
-# --8<-- [end:cross_entropy_function]
+def cross_entropy_backward(zs, ts, ws, w_sum, lse, gs, g_step, denom, mean, R, C,
+                           ignore_index, eps, nt, dz):
+    """Launch the cross-entropy backward (a block per row) into ``dz``: the upstream
+    gradient is gs[r * g_step] (g_step 0 for a reduced loss, divided by denom[0] for the
+    mean); the other arguments as :func:`cross_entropy_forward` took and returned them."""
+    dt = zs.dtype
+    T = dt.type
+    has_w = ws is not None
+    cross_entropy_backward_kernel(nt, dt)[R, nt](
+        zs, C, ts, ws if has_w else zs, has_w, w_sum, ignore_index, T(1.0 - eps), T(eps / C),
+        lse, gs, g_step, denom, mean, dz)

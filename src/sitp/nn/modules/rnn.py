@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 from sitp._tensor.creation import empty, zeros
-from sitp.nn import _recurrent, functional as F, init
+from sitp.nn import functional as F, init
+from sitp.nn._functions import gru as _gru
 from sitp.nn.parameter import Parameter
 from sitp.nn.modules.module import Module
 
@@ -81,8 +82,8 @@ class GRUCell(_CellBase):
     def forward(self, x, h=None):
         h = self._check(x, h)
         gi, gh = self._affine(x, h)
-        if _recurrent.fits(gi, gh, h):   # on the CPU: the lines below as one kernel each way
-            return _recurrent.GRUGates.apply(gi, gh, h)
+        if _gru.fits(gi, gh, h):   # on the CPU: the lines below as one kernel each way
+            return _gru.GRUGates.apply(gi, gh, h)
         i_r, i_z, i_n = gi.chunk(3, -1)
         h_r, h_z, h_n = gh.chunk(3, -1)
         r = (i_r + h_r).sigmoid()

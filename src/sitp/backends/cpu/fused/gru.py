@@ -1,4 +1,4 @@
-"""The GRU's gates as one autograd node (chapter 3.4, section 4.2's "layers as single nodes").
+"""The GRU's gates as one kernel each way (chapter 3.4, section 4.2's "layers as single nodes").
 
 Written with tensor operations, one step of a GRU cell after its two linear maps is
 two chunks, two sigmoids, a tanh and seven elementwise products and sums: a dozen
@@ -13,18 +13,16 @@ are one kernel each way, with the derivatives written out once:
     dh = dh' z,   dn = dh' (1 - z),   dz = dh' (h - n)
     da_n = dn (1 - n²),  da_z = dz z (1 - z),  da_r = da_n h_n r (1 - r)
     d(gi) = (da_r, da_z, da_n),   d(gh) = (da_r, da_z, da_n r)
+
+The kernels work on flat, contiguous rows; the autograd node that calls them is
+``sitp.nn._functions.gru.GRUGates``.
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
 from numba import njit
-
-from sitp.backends.cpu import ops as cpu
-from sitp.backends.cpu.ops import flat as _flat
-from sitp.autograd.function import Function
 
 
 # --8<-- [start:gru_gates_kernel]
@@ -70,40 +68,3 @@ def gru_gates_backward_kernel(g, h, r, z, n, hn, H, dgi, dgh, dh):
             dgi[g3 + j], dgi[g3 + H + j], dgi[g3 + 2 * H + j] = da_r, da_z, da_n
             dgh[g3 + j], dgh[g3 + H + j], dgh[g3 + 2 * H + j] = da_r, da_z, da_n * rr
 # --8<-- [end:gru_gates_kernel]
-
-
-
-
-class GRUGates(Function):
-    """h' from the two affine maps gi = x W_ih^T + b_ih, gh = h W_hh^T + b_hh and h."""
-
-    @staticmethod
-    def forward(ctx, gi, gh, h):
-        gi, gh, h = gi.contiguous(), gh.contiguous(), h.contiguous()
-        H = h.shape[-1]
-        out, r, z, n, hn = (cpu._new(h.shape, h.dtype) for _ in range(5))
-        gru_gates_kernel(_flat(gi), _flat(gh), _flat(h), H, out._storage, r._storage,
-                         z._storage, n._storage, hn._storage)
-        ctx.save_for_backward(h, r, z, n, hn)
-        ctx.gate_shape = gi.shape
-        return out
-
-    @staticmethod
-    def backward(ctx, g):
-        h, r, z, n, hn = ctx.saved_tensors
-        g = g.to(h.dtype).contiguous()
-        dgi, dgh = cpu._new(ctx.gate_shape, h.dtype), cpu._new(ctx.gate_shape, h.dtype)
-        dh = cpu._new(h.shape, h.dtype)
-        gru_gates_backward_kernel(_flat(g), _flat(h), _flat(r), _flat(z), _flat(n), _flat(hn),
-                                  h.shape[-1], dgi._storage, dgh._storage, dh._storage)
-        need_gi, need_gh, need_h = ctx.needs_input_grad
-        return dgi if need_gi else None, dgh if need_gh else None, dh if need_h else None
-
-
-def fits(gi, gh, h) -> bool:
-    """Whether :class:`GRUGates` takes these: CPU floats of one dtype, gates of 3 * H."""
-    dt = h.dtype
-    return (dt.is_floating_point and gi.dtype is dt and gh.dtype is dt and h.ndim >= 1
-            and h.shape[-1] > 0 and h.numel() > 0
-            and tuple(gi.shape) == tuple(gh.shape) == tuple(h.shape[:-1]) + (3 * h.shape[-1],)
-            and all(isinstance(t._storage, np.ndarray) for t in (gi, gh, h)))

@@ -24,6 +24,9 @@ The formulas, with Phi the normal CDF and phi its density:
 Edge values are PyTorch's: gelu(NaN) = NaN, gelu(+inf) = +inf, and, as in
 PyTorch (whose formula gives -inf * 0), gelu(-inf) = NaN; the derivative at
 +-inf is NaN for the same reason.
+
+The autograd node that calls these kernels is ``sitp.nn._functions.gelu.GELU``
+(chapter 4.2).
 """
 
 from __future__ import annotations
@@ -35,10 +38,7 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from sitp.backends.cpu import ops as cpu
-from sitp.backends.cpu.ops import flat as _flat
 from sitp.backends.cpu.vecmath import FASTMATH, erf_f32, exp_f32
-from sitp.autograd.function import Function
 
 _F = np.float32
 HALF, ONE, TWO = _F(0.5), _F(1.0), _F(2.0)
@@ -179,8 +179,6 @@ def gelu_backward_kernel(x, g, dx, approximate):
 # --8<-- [end:gelu_backward_kernel]
 
 
-
-
 # Arrays at least this long (about 30 us of GELU on one core) are split among
 # numba's threads; below it, starting the threads would cost more than it saves.
 PARALLEL_MIN = 1 << 17
@@ -209,38 +207,19 @@ def _threads_for(n):
     return numba.get_num_threads() if n >= PARALLEL_MIN else 1
 
 
-# --8<-- [start:gelu_function]
-class GELU(Function):
-    """gelu(x) of a float32/float64 CPU tensor; backward from the saved input.
+def gelu_forward(x, out, approximate):
+    """out = gelu(x) over flat contiguous arrays, on numba's threads when x is long."""
+    threads = _threads_for(x.size)
+    if threads > 1:
+        gelu_parallel(x, out, approximate, threads)
+    else:
+        gelu_kernel(x, out, approximate)
 
-    Saving x (not y) is what both derivatives need; the backward kernel
-    recomputes erf or exp from it, which is cheaper than a second array.
-    """
 
-    @staticmethod
-    def forward(ctx, x, approximate):
-        xc = x.contiguous()
-        tanh = approximate == "tanh"
-        y = cpu._new(x.shape, x.dtype)
-        threads = _threads_for(xc.numel())
-        if threads > 1:
-            gelu_parallel(_flat(xc), y._storage, tanh, threads)
-        else:
-            gelu_kernel(_flat(xc), y._storage, tanh)
-        ctx.save_for_backward(xc)
-        ctx.tanh = tanh
-        ctx.op = "gelu_tanh" if tanh else "gelu"   # grad_fn prints as <GeluBackward>, as before
-        return y
-
-    @staticmethod
-    def backward(ctx, g):
-        (xc,) = ctx.saved_tensors
-        gc = g.to(xc.dtype).contiguous()
-        dx = cpu._new(xc.shape, xc.dtype)
-        threads = _threads_for(xc.numel())
-        if threads > 1:
-            gelu_backward_parallel(_flat(xc), _flat(gc), dx._storage, ctx.tanh, threads)
-        else:
-            gelu_backward_kernel(_flat(xc), _flat(gc), dx._storage, ctx.tanh)
-        return dx, None
-# --8<-- [end:gelu_function]
+def gelu_backward(x, g, dx, approximate):
+    """dx = g * gelu'(x) over flat contiguous arrays, on numba's threads when x is long."""
+    threads = _threads_for(x.size)
+    if threads > 1:
+        gelu_backward_parallel(x, g, dx, approximate, threads)
+    else:
+        gelu_backward_kernel(x, g, dx, approximate)

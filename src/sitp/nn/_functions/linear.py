@@ -13,34 +13,18 @@ every network, so it gets a node of its own, as PyTorch's ``addmm``:
 
   with ``dY^T`` again read in place. A leading batch shape (B, T, C) is folded
   into the rows: a (B*T, C) matrix.
+
+The GEMMs are ``sitp.backends.cpu.blas`` (through ``sitp.backends.cpu.ops``); the column
+sum is ``sitp.backends.cpu.fused.linear.column_sum``.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from sitp.backends.cpu import ops as cpu
 from sitp.autograd.function import Function
-
-
-# --8<-- [start:column_sum]
-@njit(cache=True)
-def column_sum(g, out):
-    """out[j] = sum_i g[i, j] for a C-contiguous (M, N) array, in float64.
-
-    Rows are added into a float64 accumulator one after another: every load is
-    a contiguous row (vectorised), where summing each column on its own would
-    stride through memory N entries at a time.
-    """
-    acc = np.zeros(g.shape[1], np.float64)
-    for i in range(g.shape[0]):
-        g_i = g[i]
-        for j in range(g.shape[1]):
-            acc[j] += g_i[j]
-    for j in range(g.shape[1]):
-        out[j] = acc[j]
-# --8<-- [end:column_sum]
+from sitp.backends.cpu import ops as cpu
+from sitp.backends.cpu.fused import linear as cpu_fused
 
 
 # --8<-- [start:linear_function]
@@ -66,7 +50,7 @@ class Linear(Function):
         db = None
         if need_b:
             db = cpu._new((w_NK.shape[0],), g.dtype)
-            column_sum(cpu.as_numpy(g_MN), db._storage)
+            cpu_fused.column_sum(cpu.as_numpy(g_MN), db._storage)
         return dx, dw, db
 # --8<-- [end:linear_function]
 
