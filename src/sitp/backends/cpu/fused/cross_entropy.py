@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from numba import njit
 
 
@@ -57,9 +59,9 @@ def cross_entropy_kernel(z, n_rows, C, target, w, ignore_index, eps, loss, p, st
             p[o + c] = e
             s += e
         wz = 0.0
-        if eps != 0.0:                    # sum of w * (z - m), for the smoothing term
-            for c in range(C):
-                wz += w[c] * (z[o + c] - m)
+        if eps != 0.0:                    # sum of w * (z - m), for the smoothing term, in
+            for c in range(C):            # float64: z - m of float32 rows overflows past 3.4e38
+                wz += w[c] * (np.float64(z[o + c]) - np.float64(m))
         inv = 1.0 / s                     # pass 3: normalize
         for c in range(C):
             p[o + c] *= inv
