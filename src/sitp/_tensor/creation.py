@@ -10,12 +10,9 @@ from sitp import cuda
 from sitp._tensor import dispatch
 from sitp._tensor.tensor import Tensor
 from sitp._tensor.tensor import device as _device
-from sitp.backends import layout
 from sitp.backends.cpu import ops as cpu
 from sitp.dtypes import bool_, float32, from_numpy_dtype, int64, promote, scalar_dtype, to_dtype
 from sitp.strides import contiguous_strides
-
-layout.tensor_class = Tensor  # for the backends' helpers that make a tensor from no operand
 
 
 def _on_cuda(device) -> bool:

@@ -201,11 +201,3 @@ def pre_post(shape, strides, offset, a, k):
     pre = positions(np.asarray(shape[:a], _I64), np.asarray(strides[:a], _I64), offset)
     post = positions(np.asarray(shape[a + k:], _I64), np.asarray(strides[a + k:], _I64), 0)
     return pre, post
-
-
-# The tensor class of the two helpers that make a tensor from no operand (``_new(shape,
-# dtype)`` and ``_tensor()`` in sitp/backends/cpu/ops.py, ``_new`` in
-# sitp/backends/cuda/ops.py), kept for the fused kernels that call them so; the tensor
-# layer sets it (sitp/_tensor/creation.py). The interface functions never read it: they
-# make results with an operand's ``_make``, or return storages.
-tensor_class = None

@@ -35,20 +35,11 @@ _NAN = math.nan
 _ZERO_START = np.zeros(1, _I64)  # the row start of a one-row operand at offset 0 (never written)
 
 
-def _new(shape, dtype, like=None):
-    """A new contiguous tensor of ``shape`` (uninitialised), of the class of operand ``like``.
-
-    Without ``like`` it is of ``layout.tensor_class`` (for the fused kernels that call
-    ``_new(shape, dtype)``; the interface functions always pass an operand).
-    """
+def _new(shape, dtype, like):
+    """A new contiguous tensor of ``shape`` (uninitialised), made by ``like._make``: ``like``
+    is an operand (the result is of its class) or, above the backends, the Tensor class."""
     shape = tuple(shape)
-    make = like._make if like is not None else layout.tensor_class._make
-    return make(np.empty(numel(shape), dtype.np), shape, strides_of(shape), 0, dtype)
-
-
-def _tensor():
-    """The tensor class the tensor layer registered (``layout.tensor_class``)."""
-    return layout.tensor_class
+    return like._make(np.empty(numel(shape), dtype.np), shape, strides_of(shape), 0, dtype)
 
 
 def _dense(x):

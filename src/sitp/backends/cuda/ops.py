@@ -323,16 +323,12 @@ def is_device_storage(s) -> bool:
     return hasattr(s, "copy_to_host")
 
 
-def _new(shape, dtype, like=None):
-    """A new contiguous device tensor of ``shape`` (uninitialised), of operand ``like``'s class.
-
-    Without ``like`` it is of ``layout.tensor_class`` (for the fused kernels that call
-    ``_new(shape, dtype)``; the interface functions always pass an operand).
-    """
+def _new(shape, dtype, like):
+    """A new contiguous device tensor of ``shape`` (uninitialised), made by ``like._make``:
+    ``like`` is an operand (the result is of its class) or, above the backends, the Tensor class."""
     shape = tuple(shape)
-    make = like._make if like is not None else layout.tensor_class._make
-    return make(cuda.device_array(max(numel(shape), 0), dtype=dtype.np), shape, strides_of(shape),
-                0, dtype)
+    return like._make(cuda.device_array(max(numel(shape), 0), dtype=dtype.np), shape,
+                      strides_of(shape), 0, dtype)
 
 
 def _dense(x):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from sitp._tensor.tensor import Tensor
+
 
 def backend():
     """(``sitp.backends.cuda.fused``, ``sitp.backends.cuda.ops``): the kernels and the backend."""
@@ -34,4 +36,4 @@ def flat(t, dtype=None):
 
 def new(shape, dtype):
     """A new contiguous device tensor."""
-    return backend()[1]._new(shape, dtype)
+    return backend()[1]._new(shape, dtype, Tensor)

@@ -38,7 +38,7 @@ def _head_major(bshape, n, d, dtype, zero):
         strides = (n * H * d, d, H * d, 1)
         storage = (np.zeros if zero else np.empty)(B * n * H * d, dtype.np)
         return Tensor._make(storage, shape, strides, 0, dtype)
-    t = cpu._new(shape, dtype)
+    t = cpu._new(shape, dtype, Tensor)
     if zero:
         t._storage[:] = 0
     return t

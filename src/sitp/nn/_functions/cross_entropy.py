@@ -27,7 +27,7 @@ class CrossEntropy(Function):
         z = z_RC.contiguous()
         t = target_R.contiguous()
         w = np.ones(C, z.dtype.np) if weight_C is None else cpu.flat(weight_C.to(z.dtype).contiguous())
-        loss = cpu._new((R,), z.dtype)
+        loss = cpu._new((R,), z.dtype, z)
         p = np.empty(R * C, z.dtype.np)
         stats = np.zeros(2, np.float64)
         bad = cpu_fused.cross_entropy_kernel(cpu.flat(z), R, C, cpu.flat(t), w, ignore_index, eps,
@@ -52,7 +52,7 @@ class CrossEntropy(Function):
         else:
             scale = g.item() / (ctx.denom if ctx.reduction == "mean" else 1.0)
             garr, step = np.array([scale], dt.np), 0
-        dz = cpu._new((R, C), dt)
+        dz = cpu._new((R, C), dt, g)
         cpu_fused.cross_entropy_backward_kernel(p, R, C, cpu.flat(ctx.t), ctx.w, ctx.ignore_index,
                                                 ctx.eps, garr, step, dz._storage)
         return dz, None, None, None, None, None

@@ -21,7 +21,7 @@ class GELU(Function):
     def forward(ctx, x, approximate):
         xc = x.contiguous()
         tanh = approximate == "tanh"
-        y = cpu._new(x.shape, x.dtype)
+        y = cpu._new(x.shape, x.dtype, x)
         cpu_fused.gelu_forward(cpu.flat(xc), y._storage, tanh)
         ctx.save_for_backward(xc)
         ctx.tanh = tanh
@@ -32,7 +32,7 @@ class GELU(Function):
     def backward(ctx, g):
         (xc,) = ctx.saved_tensors
         gc = g.to(xc.dtype).contiguous()
-        dx = cpu._new(xc.shape, xc.dtype)
+        dx = cpu._new(xc.shape, xc.dtype, xc)
         cpu_fused.gelu_backward(cpu.flat(xc), cpu.flat(gc), dx._storage, ctx.tanh)
         return dx, None
 # --8<-- [end:gelu_function]

@@ -22,7 +22,7 @@ class GRUGates(Function):
     def forward(ctx, gi, gh, h):
         gi, gh, h = gi.contiguous(), gh.contiguous(), h.contiguous()
         H = h.shape[-1]
-        out, r, z, n, hn = (cpu._new(h.shape, h.dtype) for _ in range(5))
+        out, r, z, n, hn = (cpu._new(h.shape, h.dtype, h) for _ in range(5))
         cpu_fused.gru_gates_kernel(cpu.flat(gi), cpu.flat(gh), cpu.flat(h), H, out._storage,
                                    r._storage, z._storage, n._storage, hn._storage)
         ctx.save_for_backward(h, r, z, n, hn)
@@ -33,8 +33,8 @@ class GRUGates(Function):
     def backward(ctx, g):
         h, r, z, n, hn = ctx.saved_tensors
         g = g.to(h.dtype).contiguous()
-        dgi, dgh = cpu._new(ctx.gate_shape, h.dtype), cpu._new(ctx.gate_shape, h.dtype)
-        dh = cpu._new(h.shape, h.dtype)
+        dgi, dgh = cpu._new(ctx.gate_shape, h.dtype, h), cpu._new(ctx.gate_shape, h.dtype, h)
+        dh = cpu._new(h.shape, h.dtype, h)
         cpu_fused.gru_gates_backward_kernel(cpu.flat(g), cpu.flat(h), cpu.flat(r), cpu.flat(z),
                                             cpu.flat(n), cpu.flat(hn), h.shape[-1], dgi._storage,
                                             dgh._storage, dh._storage)

@@ -26,7 +26,7 @@ class LayerNorm(Function):
         dt = x.dtype.np
         w = cpu.flat(weight.to(x.dtype).contiguous()) if weight is not None else np.ones(1, dt)
         b = cpu.flat(bias.to(x.dtype).contiguous()) if bias is not None else np.zeros(1, dt)
-        y = cpu._new(x.shape, x.dtype)
+        y = cpu._new(x.shape, x.dtype, x)
         mean = np.empty(rows, np.float64)
         rstd = np.empty(rows, np.float64)
         cpu_fused.layer_norm_forward(cpu.flat(xc), rows, n, w, b, weight is not None,
@@ -40,7 +40,7 @@ class LayerNorm(Function):
     def backward(ctx, g):
         xc, n = ctx.xc, ctx.n
         gc = g.contiguous().to(xc.dtype)
-        dx = cpu._new(xc.shape, xc.dtype)
+        dx = cpu._new(xc.shape, xc.dtype, xc)
         dw = np.zeros(n, np.float64)
         db = np.zeros(n, np.float64)
         cpu_fused.layer_norm_backward_kernel(cpu.flat(xc), cpu.flat(gc), ctx.mean.size, n, ctx.w,

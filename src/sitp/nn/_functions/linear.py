@@ -49,7 +49,7 @@ class Linear(Function):
         dw = cpu.matmul(g_MN.mT, x_MK) if need_w else None   # dY^T read in place
         db = None
         if need_b:
-            db = cpu._new((w_NK.shape[0],), g.dtype)
+            db = cpu._new((w_NK.shape[0],), g.dtype, g)
             cpu_fused.column_sum(cpu.as_numpy(g_MN), db._storage)
         return dx, dw, db
 # --8<-- [end:linear_function]

@@ -18,7 +18,7 @@ def masked_softmax(scores, mask, scale, causal):
     ``scores`` is a contiguous (..., L, S) tensor; ``mask`` is None, a bool tensor
     (True = attend) or a float tensor of the scores' dtype, broadcastable to it.
     """
-    p = cpu._new(scores.shape, scores.dtype)
+    p = cpu._new(scores.shape, scores.dtype, scores)
     if mask is None:
         kind, m, st, off = 0, None, None, 0
     else:
