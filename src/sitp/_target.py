@@ -162,7 +162,9 @@ def kernel_sources_hash() -> str:
             data = path.read_bytes()
         except OSError:
             continue
-        if any(m in data for m in _KERNEL_MARKERS):
+        # every file of the backend layer (kernels inline plain functions from files that
+        # compile nothing themselves, such as backends/scalar.py), and any file that compiles
+        if path.is_relative_to(root / "backends") or any(m in data for m in _KERNEL_MARKERS):
             h.update(str(path.relative_to(root)).encode() + b"\0" + data)
     return h.hexdigest()[:16]
 

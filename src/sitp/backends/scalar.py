@@ -8,10 +8,10 @@ with an ``if``/``elif`` chain, so that the CPU backend compiles them with
 targets. The dicts map an op's name to its code; the tensor layer names ops, the kernels
 see codes.
 
-This module imports no numba. numba's on-disk cache does not notice edits to a function
-that a cached kernel inlines from another file: after changing one here, delete
-``src/sitp/backends/cpu/__pycache__`` (or touch ``kernels.py``) so the CPU kernels are
-compiled again.
+This module imports no numba. numba's own cache would not notice an edit here (a cached
+kernel inlines these functions from another file), but sitp keys its numba cache on a
+hash of every file of ``sitp/backends`` (``sitp._target.kernel_sources_hash``), so an
+edit compiles the kernels again.
 """
 
 from __future__ import annotations
