@@ -47,7 +47,7 @@ def medians_ms(fns, reps):
 
 def old_sdpa():
     """F.scaled_dot_product_attention as it was: the matmul / masked-softmax node."""
-    from sitp.autograd.engine import Function
+    from sitp.autograd import Function
     from sitp.nn._functions import attention
 
     class OldAttention(Function):

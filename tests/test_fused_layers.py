@@ -133,7 +133,7 @@ def test_autograd_grad_of_two_pieces_of_one_split():
     x, tx = pair(np.linspace(-1, 1, 10).reshape(2, 5), requires_grad=True)
     a, b = x.split([2, 3], dim=1)
     ta, tb = tx.split([2, 3], dim=1)
-    ga, gb = sitp.autograd.engine.grad((a.sum(1) * b.sum(1)).sum(), [a, b])
+    ga, gb = sitp.autograd.grad((a.sum(1) * b.sum(1)).sum(), [a, b])
     tga, tgb = torch.autograd.grad((ta.sum(1) * tb.sum(1)).sum(), [ta, tb])
     assert_close(ga, tga)
     assert_close(gb, tgb)

@@ -26,14 +26,14 @@ import subprocess
 import time
 
 import numpy as np
-
-PAUSE_S = 0.3  # between phases: lets OpenBLAS / OpenMP worker threads fall asleep
-
-
 import numba
 from sitp.backends.cpu.blas import saxpy
 from sitp import _target
 from sitp.backends.cpu.blas import packed
+
+PAUSE_S = 0.3  # between phases: lets OpenBLAS / OpenMP worker threads fall asleep
+
+
 CLOCK = "wall"  # or "cpu"; set by the subcommands' --clock option
 
 

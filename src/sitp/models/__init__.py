@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from sitp.models.port import load_module
 
 
 @dataclass(frozen=True)
-from sitp.models.port import load_module
 class ModelSpec:
     """One rung of the ladder: how to build a model and feed it.
 
