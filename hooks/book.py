@@ -134,26 +134,100 @@ def on_serve(server, config, builder):
 
 # Math in the search index: LaTeX commands as the characters they stand for.
 _TEX_SYMBOLS = {
-    "times": "×", "cdot": "·", "cdots": "⋯", "ldots": "…", "dots": "…", "approx": "≈",
-    "le": "≤", "leq": "≤", "ge": "≥", "geq": "≥", "ne": "≠", "neq": "≠", "ll": "≪",
-    "gg": "≫", "in": "∈", "to": "→", "rightarrow": "→", "leftarrow": "←", "mapsto": "↦",
-    "infty": "∞", "partial": "∂", "nabla": "∇", "sum": "Σ", "prod": "Π", "pm": "±",
-    "odot": "⊙", "oplus": "⊕", "otimes": "⊗", "ast": "∗", "mid": "|", "top": "ᵀ",
-    "sqrt": "√", "propto": "∝", "equiv": "≡", "sim": "~", "circ": "∘", "ell": "ℓ",
-    "alpha": "α", "beta": "β", "gamma": "γ", "delta": "δ", "epsilon": "ε",
-    "varepsilon": "ε", "zeta": "ζ", "eta": "η", "theta": "θ", "kappa": "κ", "lambda": "λ",
-    "mu": "μ", "nu": "ν", "xi": "ξ", "pi": "π", "rho": "ρ", "sigma": "σ", "tau": "τ",
-    "phi": "φ", "varphi": "φ", "chi": "χ", "psi": "ψ", "omega": "ω", "Gamma": "Γ",
-    "Delta": "Δ", "Theta": "Θ", "Lambda": "Λ", "Sigma": "Σ", "Phi": "Φ", "Omega": "Ω",
-    "lVert": "‖", "rVert": "‖", "Vert": "‖", "lvert": "|", "rvert": "|", "lceil": "⌈",
-    "rceil": "⌉", "lfloor": "⌊", "rfloor": "⌋", "langle": "⟨", "rangle": "⟩",
-    "quad": " ", "qquad": "  ", "bmod": " mod ", "colon": ":", "{": "{", "}": "}",
+    "times": "×",
+    "cdot": "·",
+    "cdots": "⋯",
+    "ldots": "…",
+    "dots": "…",
+    "approx": "≈",
+    "le": "≤",
+    "leq": "≤",
+    "ge": "≥",
+    "geq": "≥",
+    "ne": "≠",
+    "neq": "≠",
+    "ll": "≪",
+    "gg": "≫",
+    "in": "∈",
+    "to": "→",
+    "rightarrow": "→",
+    "leftarrow": "←",
+    "mapsto": "↦",
+    "infty": "∞",
+    "partial": "∂",
+    "nabla": "∇",
+    "sum": "Σ",
+    "prod": "Π",
+    "pm": "±",
+    "odot": "⊙",
+    "oplus": "⊕",
+    "otimes": "⊗",
+    "ast": "∗",
+    "mid": "|",
+    "top": "ᵀ",
+    "sqrt": "√",
+    "propto": "∝",
+    "equiv": "≡",
+    "sim": "~",
+    "circ": "∘",
+    "ell": "ℓ",
+    "alpha": "α",
+    "beta": "β",
+    "gamma": "γ",
+    "delta": "δ",
+    "epsilon": "ε",
+    "varepsilon": "ε",
+    "zeta": "ζ",
+    "eta": "η",
+    "theta": "θ",
+    "kappa": "κ",
+    "lambda": "λ",
+    "mu": "μ",
+    "nu": "ν",
+    "xi": "ξ",
+    "pi": "π",
+    "rho": "ρ",
+    "sigma": "σ",
+    "tau": "τ",
+    "phi": "φ",
+    "varphi": "φ",
+    "chi": "χ",
+    "psi": "ψ",
+    "omega": "ω",
+    "Gamma": "Γ",
+    "Delta": "Δ",
+    "Theta": "Θ",
+    "Lambda": "Λ",
+    "Sigma": "Σ",
+    "Phi": "Φ",
+    "Omega": "Ω",
+    "lVert": "‖",
+    "rVert": "‖",
+    "Vert": "‖",
+    "lvert": "|",
+    "rvert": "|",
+    "lceil": "⌈",
+    "rceil": "⌉",
+    "lfloor": "⌊",
+    "rfloor": "⌋",
+    "langle": "⟨",
+    "rangle": "⟩",
+    "quad": " ",
+    "qquad": "  ",
+    "bmod": " mod ",
+    "colon": ":",
+    "{": "{",
+    "}": "}",
 }
 # Fonts and accents: their argument is the text.
-_TEX_SYMBOLS.update(dict.fromkeys(
-    "text textrm texttt textit textbf mathrm mathit mathbf mathcal mathbb mathsf mathtt "
-    "operatorname boldsymbol bm hat bar tilde dot ddot vec widehat widetilde overline "
-    "underline begin end".split(), ""))
+_TEX_SYMBOLS.update(
+    dict.fromkeys(
+        "text textrm texttt textit textbf mathrm mathit mathbf mathcal mathbb mathsf mathtt "
+        "operatorname boldsymbol bm hat bar tilde dot ddot vec widehat widetilde overline "
+        "underline begin end".split(),
+        "",
+    )
+)
 # Sizes, spacing and styles that have no text of their own.
 _TEX_SILENT = re.compile(
     r"\\(?:[Bb]igg?[lr]?|left|right|displaystyle|textstyle|limits|nolimits|[,;:!> ])"
@@ -229,8 +303,10 @@ def _add_downloads(files, config) -> None:
         if cached is None or cached[0] != text:
             made = {}
             if pagecode.blocks(text):
-                made = {"py": pagecode.page_script(f.src_uri, text)[0],
-                        "ipynb": pagecode.page_notebook(f.src_uri, text)}
+                made = {
+                    "py": pagecode.page_script(f.src_uri, text)[0],
+                    "ipynb": pagecode.page_notebook(f.src_uri, text),
+                }
             _DOWNLOADS[f.src_uri] = cached = (text, made)
         for ext, content in cached[1].items():
             files.append(File.generated(config, download_uri(f.src_uri, ext), content=content))
@@ -251,8 +327,10 @@ def downloads_line(page: str) -> str:
     links = []
     for ext, what in (("ipynb", "notebook"), ("py", "script")):
         uri = download_uri(page, ext)
-        links.append(f"[{what} (.{ext})]({os.path.relpath(uri, here or '.')})"
-                     f'{{download="{os.path.basename(uri)}"}}')
+        links.append(
+            f"[{what} (.{ext})]({os.path.relpath(uri, here or '.')})"
+            f'{{download="{os.path.basename(uri)}"}}'
+        )
     return f"{DOWNLOADS_INTRO} {' · '.join(links)}\n{{.sitp-downloads}}"
 
 
@@ -297,7 +375,8 @@ def insert_output_marks(markdown: str, page: str) -> tuple[str, dict[int, tuple[
         log.warning(
             "%s: no output recorded for the current code of the block(s) at line(s) %s; "
             "run `make outputs` (the copy-run test records what every block prints).",
-            page, ", ".join(map(str, stale)),
+            page,
+            ", ".join(map(str, stale)),
         )
     for block in reversed(blocks):
         fence = closing.get(block.line)
@@ -336,7 +415,9 @@ def on_page_content(html_text, page, config, files):
 
 
 # An opening fence in superfences' brace form: ```{.python continuation}, maybe indented.
-_BRACE_FENCE = re.compile(r"^(?P<lead>[ \t]*(?:`{3,}|~{3,}))\{(?P<attrs>[^}\n]*)\}[ \t]*$", re.MULTILINE)
+_BRACE_FENCE = re.compile(
+    r"^(?P<lead>[ \t]*(?:`{3,}|~{3,}))\{(?P<attrs>[^}\n]*)\}[ \t]*$", re.MULTILINE
+)
 CONTINUATION_TITLE = "Continues the code above"
 
 

@@ -89,8 +89,17 @@ def blocks(text: str) -> list[Block]:
         continuation = "continuation" in f.options
         chain = chain + [f.content] if continuation and chain else [f.content]
         above = [title for line, _, title in heads if line < f.line]
-        out.append(Block(len(out), f.line, f.content, continuation and len(chain) > 1,
-                         VOLATILE in f.options, chain_hash(chain), above[-1] if above else None))
+        out.append(
+            Block(
+                len(out),
+                f.line,
+                f.content,
+                continuation and len(chain) > 1,
+                VOLATILE in f.options,
+                chain_hash(chain),
+                above[-1] if above else None,
+            )
+        )
     return out
 
 
@@ -132,8 +141,13 @@ def outputs_record(page: str, page_blocks: list[Block], stdouts: list[str]) -> d
         "page": page,
         "note": "Recorded by `make outputs` (tests/test_copy_run.py); never edit by hand.",
         "blocks": [
-            {"index": b.index, "line": b.line, "hash": b.hash, "volatile": b.volatile,
-             "stdout": out}
+            {
+                "index": b.index,
+                "line": b.line,
+                "hash": b.hash,
+                "volatile": b.volatile,
+                "stdout": out,
+            }
             for b, out in zip(page_blocks, stdouts, strict=True)
         ],
     }
@@ -164,7 +178,8 @@ _ISA = re.compile(
     r"\b(?:AVX-512|AVX2|AVX|SSE2|NEON|[xyz]mm|x86-64|generic|znver\d|bdver\d|btver\d"
     r"|[a-z]+lake(?:-[a-z0-9]+)?|skylake-avx512|cascadelake|cooperlake|sapphirerapids|emeraldrapids"
     r"|graniterapids(?:-d)?|diamondrapids|sandybridge|ivybridge|haswell|broadwell|knl|knm"
-    r"|apple-[a-z0-9]+|neoverse-[a-z0-9]+|cortex-[a-z0-9]+)\b")
+    r"|apple-[a-z0-9]+|neoverse-[a-z0-9]+|cortex-[a-z0-9]+)\b"
+)
 _PLAIN_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -180,8 +195,10 @@ def _numbers_close(a: str, b: str) -> bool:
     if not any(c in a + b for c in ".eE"):
         return False
     x, y = float(a), float(b)
-    decimals = max(len(t.split(".")[1].split("e")[0].split("E")[0]) if "." in t else 0 for t in (a, b))
-    return abs(x - y) <= max(2 * 10.0 ** -decimals, 1e-3 * max(abs(x), abs(y)))
+    decimals = max(
+        len(t.split(".")[1].split("e")[0].split("E")[0]) if "." in t else 0 for t in (a, b)
+    )
+    return abs(x - y) <= max(2 * 10.0**-decimals, 1e-3 * max(abs(x), abs(y)))
 
 
 def _close(recorded: str, fresh: str) -> bool:
@@ -189,8 +206,10 @@ def _close(recorded: str, fresh: str) -> bool:
     ra, fa = _PLAIN_NUMBER.split(recorded), _PLAIN_NUMBER.split(fresh)
     if ra != fa:
         return False
-    return all(_numbers_close(a, b) for a, b in
-               zip(_PLAIN_NUMBER.findall(recorded), _PLAIN_NUMBER.findall(fresh), strict=True))
+    return all(
+        _numbers_close(a, b)
+        for a, b in zip(_PLAIN_NUMBER.findall(recorded), _PLAIN_NUMBER.findall(fresh), strict=True)
+    )
 
 
 def same_output(block: Block, recorded: str, fresh: str) -> bool:
@@ -235,7 +254,7 @@ def page_script(page: str, text: str) -> tuple[str, list[dict]]:
         "",
         f"Generated from docs/{page} of the SITP book when the site was built; each",
         "`# %%` cell is one code block of the page, in the page's order. Run it with",
-        f"`python {download_name(page)}.py` after `pip install \"sitp[book]\"`, from any",
+        f'`python {download_name(page)}.py` after `pip install "sitp[book]"`, from any',
         "directory; without a GPU, sitp runs its CUDA kernels in numba's simulator.",
         '"""',
     ]
@@ -257,11 +276,14 @@ def page_notebook(page: str, text: str) -> str:
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
     title = page_title(text)
-    cells = [new_markdown_cell(
-        f"# {title}\n\nThe code of this page of the SITP book (`docs/{page}`), block by "
-        "block, generated when the site was built. Run the cells in order, after "
-        '`pip install "sitp[book]"`; without a GPU, sitp runs its CUDA kernels in '
-        "numba's simulator.")]
+    cells = [
+        new_markdown_cell(
+            f"# {title}\n\nThe code of this page of the SITP book (`docs/{page}`), block by "
+            "block, generated when the site was built. Run the cells in order, after "
+            '`pip install "sitp[book]"`; without a GPU, sitp runs its CUDA kernels in '
+            "numba's simulator."
+        )
+    ]
     heading = title
     for b in blocks(text):
         if b.heading and b.heading != heading:
@@ -270,9 +292,12 @@ def page_notebook(page: str, text: str) -> str:
         cells.append(new_code_cell(b.code.rstrip("\n")))
     for n, cell in enumerate(cells):  # stable ids: the same page gives the same file
         cell["id"] = f"cell-{n}"
-    nb = new_notebook(cells=cells, metadata={
-        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-        "language_info": {"name": "python"},
-    })
+    nb = new_notebook(
+        cells=cells,
+        metadata={
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+            "language_info": {"name": "python"},
+        },
+    )
     nbformat.validate(nb)
     return nbformat.writes(nb) + "\n"

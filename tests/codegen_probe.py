@@ -9,6 +9,7 @@ packed vector arithmetic by width, gathers and scatters, and stack spills.
 ``--all`` also runs a tiny GPT-style training step (linear, GELU, layer norm,
 attention, cross-entropy, reductions, AdamW), which compiles the other hot kernels.
 """
+
 import json
 import re
 import sys
@@ -24,8 +25,12 @@ WIDTH = {"x": 128, "y": 256, "z": 512}
 
 def describe(asm):
     fma = {WIDTH[w]: len(re.findall(rf"\bvfmadd\w*\s+[^\n]*%{w}mm", asm)) for w in "xyz"}
-    packed_ops = {WIDTH[w]: len(re.findall(rf"\bv?(?:add|sub|mul|div|max|min|fmadd\w*)p[sd]\s+[^\n]*%{w}mm", asm))
-                  for w in "xyz"}
+    packed_ops = {
+        WIDTH[w]: len(
+            re.findall(rf"\bv?(?:add|sub|mul|div|max|min|fmadd\w*)p[sd]\s+[^\n]*%{w}mm", asm)
+        )
+        for w in "xyz"
+    }
     sse = len(re.findall(r"^\s*(?:add|sub|mul|div|max|min)p[sd]\s", asm, re.M))  # non-VEX SSE2
     return {
         "fma": fma,
@@ -72,8 +77,13 @@ def training_step():
     B, T, C, V = 2, 8, 32, 17
     emb, lin1, lin2 = nn.Embedding(V, C), nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
     ln, head = nn.LayerNorm(C), nn.Linear(C, V)
-    params = [*emb.parameters(), *lin1.parameters(), *lin2.parameters(), *ln.parameters(),
-              *head.parameters()]
+    params = [
+        *emb.parameters(),
+        *lin1.parameters(),
+        *lin2.parameters(),
+        *ln.parameters(),
+        *head.parameters(),
+    ]
     opt = sitp.optim.AdamW(params, lr=1e-3)
     idx = sitp.randint(0, V, (B, T))
     x = ln(emb(idx))
@@ -85,9 +95,13 @@ def training_step():
     loss.backward()
     opt.step()
     from sitp.backends.cpu import kernels as K
+
     return {
-        "zip_fast_kernel": K.zip_fast_kernel, "map_kernel": K.map_kernel, "reduce_kernel": K.reduce_kernel,
-        "softmax_kernel": K.softmax_kernel, "gelu_kernel": gelu.gelu_kernel,
+        "zip_fast_kernel": K.zip_fast_kernel,
+        "map_kernel": K.map_kernel,
+        "reduce_kernel": K.reduce_kernel,
+        "softmax_kernel": K.softmax_kernel,
+        "gelu_kernel": gelu.gelu_kernel,
         "gelu_backward_kernel": gelu.gelu_backward_kernel,
         "layer_norm_kernel": layer_norm.layer_norm_kernel,
         "layer_norm_backward_kernel": layer_norm.layer_norm_backward_kernel,
@@ -100,8 +114,12 @@ def training_step():
 
 def main():
     cfg = sitp.show_config(mode="dicts")
-    report = {"cpu": cfg["cpu"]["llvm_cpu_name"], "vector_bits": cfg["cpu"]["vector_bits"],
-              "tile": [packed.MR, packed.NR], "cache": cfg["cache"]["dir"]}
+    report = {
+        "cpu": cfg["cpu"]["llvm_cpu_name"],
+        "vector_bits": cfg["cpu"]["vector_bits"],
+        "tile": [packed.MR, packed.NR],
+        "cache": cfg["cache"]["dir"],
+    }
     dispatchers = gemm_kernels()
     if "--all" in sys.argv:
         dispatchers.update(training_step())

@@ -52,8 +52,7 @@ def built_site(tmp_path_factory):
     with FileLock(str(shared / "sitp-site.lock")):
         if not (site / "index.html").is_file():
             build = subprocess.run(
-                [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
-                 "-d", str(site)],
+                [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-d", str(site)],
                 cwd=root,
                 capture_output=True,
                 text=True,

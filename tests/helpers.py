@@ -62,9 +62,13 @@ def host_device_copies(monkeypatch, device_array_type):
 
     copies = []
     real_to_device = cuda.to_device
-    monkeypatch.setattr(cuda, "to_device",
-                        lambda *a, **k: copies.append("h2d") or real_to_device(*a, **k))
+    monkeypatch.setattr(
+        cuda, "to_device", lambda *a, **k: copies.append("h2d") or real_to_device(*a, **k)
+    )
     real_to_host = device_array_type.copy_to_host
-    monkeypatch.setattr(device_array_type, "copy_to_host",
-                        lambda self, *a, **k: copies.append("d2h") or real_to_host(self, *a, **k))
+    monkeypatch.setattr(
+        device_array_type,
+        "copy_to_host",
+        lambda self, *a, **k: copies.append("d2h") or real_to_host(self, *a, **k),
+    )
     return copies

@@ -7,13 +7,15 @@ backward rebuilds P with attention_backward_kernel. Every case below checks the
 output and the gradients of q, k and v (and of a float mask, which takes the
 exact path when it requires grad) against torch, in float32 and float64.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as TF
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sitp
 import sitp.nn.functional as F
@@ -65,8 +67,11 @@ def compare(q, k, v, mask=None, dt=np.float64, grad_mask=False, **kw):
 def qkv(batch, L, S, D, Dv=None, seed=0, kbatch=None):
     r = rng(seed)
     kbatch = batch if kbatch is None else kbatch
-    return (r.standard_normal(batch + (L, D)), r.standard_normal(kbatch + (S, D)),
-            r.standard_normal(kbatch + (S, Dv or D)))
+    return (
+        r.standard_normal(batch + (L, D)),
+        r.standard_normal(kbatch + (S, D)),
+        r.standard_normal(kbatch + (S, Dv or D)),
+    )
 
 
 # ------------------------------------------------------------------ causal
@@ -85,9 +90,13 @@ def test_no_mask_and_scale(dt):
 
 
 # ------------------------------------------------------------------ masks
-MASK_SHAPES = [lambda B, H, L, S: (L, S), lambda B, H, L, S: (1, 1, L, S),
-               lambda B, H, L, S: (B, 1, 1, S), lambda B, H, L, S: (B, H, L, S),
-               lambda B, H, L, S: (H, 1, S)]
+MASK_SHAPES = [
+    lambda B, H, L, S: (L, S),
+    lambda B, H, L, S: (1, 1, L, S),
+    lambda B, H, L, S: (B, 1, 1, S),
+    lambda B, H, L, S: (B, H, L, S),
+    lambda B, H, L, S: (H, 1, S),
+]
 
 
 @pytest.mark.parametrize("dt", DTYPES)
@@ -110,7 +119,7 @@ def test_masks_broadcast(dt, shape, kind):
 def test_fully_masked_rows_give_zeros_and_no_gradient(dt, kind):
     B, H, L, S = 2, 2, 6, 5
     allowed = rng(7).random((B, 1, L, S)) > 0.4
-    allowed[:, :, 2] = False                    # query 2 may attend to no key
+    allowed[:, :, 2] = False  # query 2 may attend to no key
     allowed[1, :, 4] = False
     mask = allowed if kind == "bool" else np.where(allowed, 0.5, -np.inf)
     ys, (q, k, v) = compare(*qkv((B, H), L, S, 4, 3, seed=8), mask, dt=dt)
@@ -134,13 +143,23 @@ def test_broadcast_batch_dims(dt, causal):
     compare(*qkv((2, 3), 9, 7, 5, kbatch=(1, 3), seed=11), dt=dt, is_causal=causal)
     compare(*qkv((2, 3), 9, 7, 5, kbatch=(3,), seed=12), dt=dt, is_causal=causal)
     r = rng(13)
-    q = r.standard_normal((1, 3, 9, 5))        # q broadcast over k's batch instead
+    q = r.standard_normal((1, 3, 9, 5))  # q broadcast over k's batch instead
     k, v = r.standard_normal((2, 3, 7, 5)), r.standard_normal((2, 3, 7, 4))
     compare(q, k, v, dt=dt, is_causal=causal)
-    compare(r.standard_normal((3, 9, 5)), r.standard_normal((7, 5)), r.standard_normal((7, 2)),
-            dt=dt, is_causal=causal)                     # 3-D q, 2-D k and v
-    compare(r.standard_normal((9, 5)), r.standard_normal((7, 5)), r.standard_normal((7, 6)),
-            dt=dt, is_causal=causal)                     # all 2-D
+    compare(
+        r.standard_normal((3, 9, 5)),
+        r.standard_normal((7, 5)),
+        r.standard_normal((7, 2)),
+        dt=dt,
+        is_causal=causal,
+    )  # 3-D q, 2-D k and v
+    compare(
+        r.standard_normal((9, 5)),
+        r.standard_normal((7, 5)),
+        r.standard_normal((7, 6)),
+        dt=dt,
+        is_causal=causal,
+    )  # all 2-D
 
 
 @pytest.mark.parametrize("dt", DTYPES)
@@ -169,7 +188,7 @@ def test_gpt_layout(dt, B, T, H, D):
     yt = TF.scaled_dot_product_attention(*gpt_inputs(torch, xt, B, T, H, D), is_causal=True)
     merged = ys.transpose(1, 2)
     assert merged.is_contiguous()
-    assert merged.contiguous() is merged                 # no copy
+    assert merged.contiguous() is merged  # no copy
     ms = merged.contiguous().view(B, T, H * D)
     assert ms._storage is ys._storage
     mt = yt.transpose(1, 2).contiguous().view(B, T, H * D)
@@ -205,7 +224,7 @@ def test_nan_propagates_like_the_exact_path():
     k[1, 2, 1] = np.nan
     s = [sitp.tensor(a) for a in (q, k, v)]
     fused = np_of(F.scaled_dot_product_attention(*s, is_causal=True))
-    exact = np_of(_attention._attention_exact_forward(_Ctx(), *s, None, 1 / 3 ** 0.5, True))
+    exact = np_of(_attention._attention_exact_forward(_Ctx(), *s, None, 1 / 3**0.5, True))
     np.testing.assert_array_equal(np.isnan(fused), np.isnan(exact))
     np.testing.assert_allclose(fused[~np.isnan(fused)], exact[~np.isnan(exact)], rtol=1e-12)
 
@@ -254,16 +273,26 @@ def test_gradcheck(case):
     elif case == "float":
         mask = sitp.tensor(r.standard_normal((1, L, S)))
     ins = tuple(sitp.tensor(a, requires_grad=True) for a in (q, k, v))
-    assert gradcheck(lambda q, k, v: F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, is_causal=case == "causal"), ins)
+    assert gradcheck(
+        lambda q, k, v: F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=case == "causal"
+        ),
+        ins,
+    )
 
 
 # ------------------------------------------------------------------ random shapes
 @settings(max_examples=25, deadline=None)
-@given(L=st.integers(1, 12), S=st.integers(1, 12), D=st.integers(1, 7), Dv=st.integers(1, 7),
-       batch=st.sampled_from([(), (1,), (3,), (2, 3)]), kind=st.sampled_from(
-           ["none", "causal", "bool", "float"]), dt=st.sampled_from(DTYPES),
-       seed=st.integers(0, 2 ** 16))
+@given(
+    L=st.integers(1, 12),
+    S=st.integers(1, 12),
+    D=st.integers(1, 7),
+    Dv=st.integers(1, 7),
+    batch=st.sampled_from([(), (1,), (3,), (2, 3)]),
+    kind=st.sampled_from(["none", "causal", "bool", "float"]),
+    dt=st.sampled_from(DTYPES),
+    seed=st.integers(0, 2**16),
+)
 def test_random_shapes(L, S, D, Dv, batch, kind, dt, seed):
     r = rng(seed)
     q, k, v = qkv(batch, L, S, D, Dv, seed=seed)

@@ -100,7 +100,7 @@ def test_deep_graph_does_not_hit_recursion_limit():
     for _ in range(3000):
         y = y * 1.0001
     y.sum().backward()
-    assert abs(x.grad.item() - 1.0001 ** 3000) < 1e-3
+    assert abs(x.grad.item() - 1.0001**3000) < 1e-3
 
 
 def test_autograd_grad_returns_without_accumulating():

@@ -206,13 +206,27 @@ def inplace_on_leaf_requiring_grad(lib):
 
 
 SCENARIOS = [
-    mul_then_modify_input, no_grad_modify_leaf_not_read, no_grad_modify_leaf_read,
-    add_then_modify, modify_base_of_saved_view, modify_view_of_saved, modify_transposed_view,
-    setitem_saved, fill_copy_saved, detach_shares_counter, data_does_not_share_counter,
-    modify_saved_output_exp, modify_output_of_relu_input, matmul_weight_changed,
-    matmul_input_changed, optimizer_step_after_backward, adam_step_after_backward,
-    optimizer_step_before_backward, adam_step_before_backward,
-    retain_graph_second_backward_after_write, inplace_on_leaf_requiring_grad,
+    mul_then_modify_input,
+    no_grad_modify_leaf_not_read,
+    no_grad_modify_leaf_read,
+    add_then_modify,
+    modify_base_of_saved_view,
+    modify_view_of_saved,
+    modify_transposed_view,
+    setitem_saved,
+    fill_copy_saved,
+    detach_shares_counter,
+    data_does_not_share_counter,
+    modify_saved_output_exp,
+    modify_output_of_relu_input,
+    matmul_weight_changed,
+    matmul_input_changed,
+    optimizer_step_after_backward,
+    adam_step_after_backward,
+    optimizer_step_before_backward,
+    adam_step_before_backward,
+    retain_graph_second_backward_after_write,
+    inplace_on_leaf_requiring_grad,
 ]
 
 
@@ -232,8 +246,11 @@ def test_same_outcome_as_torch(fn):
         np.testing.assert_allclose(np.asarray(val_s.detach()), val_t.detach().numpy(), rtol=1e-6)
 
 
-@pytest.mark.parametrize("fn", [f for f in SCENARIOS if "version" in str(_outcome(f, torch)[1])],
-                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "fn",
+    [f for f in SCENARIOS if "version" in str(_outcome(f, torch)[1])],
+    ids=lambda f: f.__name__,
+)
 def test_message_names_op_tensor_and_versions(fn):
     kind, msg = _outcome(fn, sitp)
     assert kind is RuntimeError
@@ -246,10 +263,14 @@ def test_version_counts_like_torch():
         x = lib.zeros(4)
         v = x[1:3]
         seq = [x._version]
-        x.add_(1); seq.append(x._version)
-        v.mul_(2); seq.append(x._version)
-        x[0] = 3.0; seq.append(v._version)
-        x.zero_(); seq.append(x._version)
+        x.add_(1)
+        seq.append(x._version)
+        v.mul_(2)
+        seq.append(x._version)
+        x[0] = 3.0
+        seq.append(v._version)
+        x.zero_()
+        seq.append(x._version)
         seq.append(x.clone()._version)
         seq.append(x.detach()._version)
         if lib is torch:

@@ -35,13 +35,18 @@ OTHER = {"cpu": "sitp.backends.cuda", "cuda": "sitp.backends.cpu"}
 
 
 def _params(f):
-    return [(p.name, p.kind, p.default is inspect.Parameter.empty)
-            for p in inspect.signature(f).parameters.values()]
+    return [
+        (p.name, p.kind, p.default is inspect.Parameter.empty)
+        for p in inspect.signature(f).parameters.values()
+    ]
 
 
 def test_interface_lists_its_functions():
-    defined = {n for n, f in vars(interface).items()
-               if inspect.isfunction(f) and f.__module__ == interface.__name__}
+    defined = {
+        n
+        for n, f in vars(interface).items()
+        if inspect.isfunction(f) and f.__module__ == interface.__name__
+    }
     assert defined == set(interface.FUNCTIONS)
     for name in interface.FUNCTIONS:
         assert getattr(interface, name).__doc__, f"interface.{name} has no docstring"
@@ -55,7 +60,8 @@ def test_backend_defines_the_function(backend, name):
     assert callable(f), f"{module.__name__} has no {name}"
     assert _params(f) == _params(getattr(interface, name)), (
         f"{module.__name__}.{name}{inspect.signature(f)} differs from "
-        f"interface.{name}{inspect.signature(getattr(interface, name))}")
+        f"interface.{name}{inspect.signature(getattr(interface, name))}"
+    )
 
 
 def _imports(path: Path):
@@ -85,14 +91,17 @@ def test_backend_imports_only_below_it(backend):
             continue  # numpy, numba, math ...
         assert mod.startswith(ALLOWED), f"{path.name} of the {backend} backend imports {mod}"
         assert not mod.startswith(OTHER[backend]), (
-            f"the {backend} backend imports the other backend ({mod})")
+            f"the {backend} backend imports the other backend ({mod})"
+        )
 
 
 def test_shared_modules_have_no_cuda():
     for name in ("layout.py", "scalar.py", "interface.py"):
         mods = list(_imports(SRC / "sitp" / "backends" / name))
         assert not any(m.startswith("numba.cuda") for m in mods), name
-        assert not any(m.startswith(("sitp.backends.cpu", "sitp.backends.cuda")) for m in mods), name
+        assert not any(m.startswith(("sitp.backends.cpu", "sitp.backends.cuda")) for m in mods), (
+            name
+        )
 
 
 # ------------------------------------------------------------------ bare operands
@@ -105,7 +114,12 @@ class Bare:
     def _make(cls, storage, shape, strides, offset, dtype):
         t = object.__new__(cls)
         t._storage, t._shape, t._strides, t._offset, t.dtype = (
-            storage, tuple(shape), tuple(strides), offset, dtype)
+            storage,
+            tuple(shape),
+            tuple(strides),
+            offset,
+            dtype,
+        )
         return t
 
 
@@ -124,8 +138,9 @@ def _host(arr, strides=None, offset=0, storage=None):
 def _np(t):
     """The entries of a bare host operand as a numpy array."""
     isz = t._storage.itemsize
-    return np.ndarray(t._shape, t._storage.dtype, t._storage, t._offset * isz,
-                      tuple(s * isz for s in t._strides)).copy()
+    return np.ndarray(
+        t._shape, t._storage.dtype, t._storage, t._offset * isz, tuple(s * isz for s in t._strides)
+    ).copy()
 
 
 @pytest.fixture(params=sorted(BACKENDS))
@@ -139,7 +154,7 @@ def test_bare_operands(be):
     rng = np.random.default_rng(0)
     a = rng.standard_normal((3, 4))
     storage = a.reshape(-1).copy()
-    aT = _host((4, 3), (1, 4), 0, storage)   # a transpose: strides (1, 4)
+    aT = _host((4, 3), (1, 4), 0, storage)  # a transpose: strides (1, 4)
     x, xT = on(_host(a)), on(aT)
     assert type(x) is Bare and type(xT) is Bare
 
@@ -154,11 +169,13 @@ def test_bare_operands(be):
     check(B.binary("add", x, bias), a + np.arange(4.0))
     check(B.binary("mul", on(_host(np.array(2.0))), x), 2 * a)
     check(B.compare("gt", x, bias), a > np.arange(4.0))
-    check(B.where(B.compare("gt", x, bias), x, bias), np.where(a > np.arange(4.0), a, np.arange(4.0)))
+    check(
+        B.where(B.compare("gt", x, bias), x, bias), np.where(a > np.arange(4.0), a, np.arange(4.0))
+    )
     check(B.copy(xT, float32), a.T.astype(np.float32))
 
     dst = on(_host(np.zeros((3, 4))))
-    col = Bare._make(dst._storage, (3,), (4,), 1, float64)   # column 1 of dst
+    col = Bare._make(dst._storage, (3,), (4,), 1, float64)  # column 1 of dst
     assert B.assign(col, on(_host(np.array(7.0)))) is None
     want = np.zeros((3, 4))
     want[:, 1] = 7
@@ -187,7 +204,9 @@ def test_bare_operands(be):
     check(B.matmul(x, xT), a @ a.T)
     b3 = rng.standard_normal((2, 3, 4))
     check(B.matmul(on(_host(b3)), xT), b3 @ a.T)
-    check(B.matmul(on(_host(b3)), on(_host(b3.transpose(0, 2, 1).copy()))), b3 @ b3.transpose(0, 2, 1))
+    check(
+        B.matmul(on(_host(b3)), on(_host(b3.transpose(0, 2, 1).copy()))), b3 @ b3.transpose(0, 2, 1)
+    )
 
     idx = np.array([[2, 0, -1]], np.int64)
     taken = B.take(x, 0, idx)
@@ -218,7 +237,9 @@ def test_bare_operands(be):
     def storage(s):
         return s if isinstance(s, np.ndarray) else s.copy_to_host()
 
-    np.testing.assert_array_equal(storage(B.fill((2, 3), 1.5, float32)), np.full(6, 1.5, np.float32))
+    np.testing.assert_array_equal(
+        storage(B.fill((2, 3), 1.5, float32)), np.full(6, 1.5, np.float32)
+    )
     assert storage(B.empty((2, 3), int64)).shape == (6,)
     np.testing.assert_array_equal(storage(B.arange(1, 7, 2, int64)), [1, 3, 5])
     np.testing.assert_allclose(storage(B.arange(0, 1, 0.25, float32)), [0, 0.25, 0.5, 0.75])
@@ -228,6 +249,7 @@ def test_bare_operands(be):
 def _np_of_backend(B):
     def back(t):
         return _np(B.to_host(t))
+
     return back
 
 

@@ -4,6 +4,7 @@ Tile sizes depend on the target (sitp/_target.py): MR x NR = 6 x 16 with KC = 51
 MC = 60 on AVX2; 14 x 32 with KC = 384, MC = 112 on AVX-512. The shapes below cover
 partial register tiles, partial panels and more than one KC slab on both.
 """
+
 import numba
 import numpy as np
 import pytest
@@ -11,8 +12,16 @@ import pytest
 from sitp.backends.cpu import blas
 
 # (M, K, N): not multiples of any tile; one-element; one tile exactly; K = 0
-SHAPES = [(33, 17, 29), (1, 1, 1), (7, 129, 65), (6, 16, 16), (14, 32, 32), (5, 0, 3), (13, 600, 37),
-          (127, 389, 67)]
+SHAPES = [
+    (33, 17, 29),
+    (1, 1, 1),
+    (7, 129, 65),
+    (6, 16, 16),
+    (14, 32, 32),
+    (5, 0, 3),
+    (13, 600, 37),
+    (127, 389, 67),
+]
 SMALL_SHAPES = SHAPES[:5]  # the naive kernel only gets these
 FLOATS = [np.float32, np.float64]
 
@@ -27,8 +36,14 @@ def tol(dtype, k):
     return dict(rtol=10 * eps * np.sqrt(max(k, 1)), atol=10 * eps * np.sqrt(max(k, 1)))
 
 
-LADDER = [blas.gemm_naive, blas.gemm_ikj, blas.gemm_blocked, blas.gemm_packed, blas.gemm_parallel,
-          blas.gemm_small]
+LADDER = [
+    blas.gemm_naive,
+    blas.gemm_ikj,
+    blas.gemm_blocked,
+    blas.gemm_packed,
+    blas.gemm_parallel,
+    blas.gemm_small,
+]
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -88,11 +103,11 @@ def test_micro_kernel_full_and_edge_tiles(dtype):
     kc, nr = 9, blas.packed.NR if dtype == np.float32 else blas.packed.NR // 2
     Ap, Bp = rand((kc, blas.MR), dtype, rng), rand((kc, nr), dtype, rng)
     C = np.zeros((blas.MR + 4, nr + 3), dtype)
-    blas.micro_kernel(Ap, Bp, C, 0, 0)        # a full tile at the corner
-    blas.micro_kernel(Ap, Bp, C, blas.MR, nr - 2)   # only a 4 x 5 corner of this one is inside C
+    blas.micro_kernel(Ap, Bp, C, 0, 0)  # a full tile at the corner
+    blas.micro_kernel(Ap, Bp, C, blas.MR, nr - 2)  # only a 4 x 5 corner of this one is inside C
     expected = np.zeros_like(C)
-    expected[:blas.MR, :nr] += Ap.T @ Bp
-    expected[blas.MR:, nr - 2:] += (Ap.T @ Bp)[:4, :5]
+    expected[: blas.MR, :nr] += Ap.T @ Bp
+    expected[blas.MR :, nr - 2 :] += (Ap.T @ Bp)[:4, :5]
     np.testing.assert_allclose(C, expected, **tol(dtype, kc))
 
 
@@ -113,8 +128,10 @@ def test_saxpy_sgemv_triad(dtype):
 
 
 @pytest.mark.parametrize("dtype", FLOATS + [np.int64])
-@pytest.mark.parametrize("shape", SHAPES + [(0, 4, 3), (4, 3, 0), (64, 70, 1), (150, 140, 130),
-                                   (13, 20, 250), (201, 190, 205)])
+@pytest.mark.parametrize(
+    "shape",
+    SHAPES + [(0, 4, 3), (4, 3, 0), (64, 70, 1), (150, 140, 130), (13, 20, 250), (201, 190, 205)],
+)
 def test_matmul(shape, dtype):
     M, K, N = shape
     rng = np.random.default_rng(6)
@@ -137,8 +154,19 @@ def test_matmul_non_contiguous_input():
 
 
 @pytest.mark.parametrize("dtype", FLOATS + [np.int64])
-@pytest.mark.parametrize("shape", [(128, 32, 16, 32), (256, 32, 32, 32), (3, 7, 5, 9), (1, 1, 1, 1), (2, 0, 3, 4),
-                                   (4, 3, 0, 5), (5, 60, 50, 70), (1, 130, 100, 120)])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (128, 32, 16, 32),
+        (256, 32, 32, 32),
+        (3, 7, 5, 9),
+        (1, 1, 1, 1),
+        (2, 0, 3, 4),
+        (4, 3, 0, 5),
+        (5, 60, 50, 70),
+        (1, 130, 100, 120),
+    ],
+)
 def test_bmm(shape, dtype):
     nb, M, K, N = shape
     rng = np.random.default_rng(8)
@@ -151,14 +179,17 @@ def test_bmm(shape, dtype):
     np.testing.assert_allclose(C, A @ B, **tol(dtype, K) if dtype is not np.int64 else {})
 
 
-@pytest.mark.parametrize("fn,a_shape,b_shape", [
-    (blas.matmul, (3, 4), (5, 6)),
-    (blas.matmul, (3, 4), (4,)),
-    (blas.matmul, (2, 3, 4), (2, 4, 5)),
-    (blas.bmm, (2, 3, 4), (2, 5, 6)),
-    (blas.bmm, (2, 3, 4), (3, 4, 5)),
-    (blas.bmm, (3, 4), (4, 5)),
-])
+@pytest.mark.parametrize(
+    "fn,a_shape,b_shape",
+    [
+        (blas.matmul, (3, 4), (5, 6)),
+        (blas.matmul, (3, 4), (4,)),
+        (blas.matmul, (2, 3, 4), (2, 4, 5)),
+        (blas.bmm, (2, 3, 4), (2, 5, 6)),
+        (blas.bmm, (2, 3, 4), (3, 4, 5)),
+        (blas.bmm, (3, 4), (4, 5)),
+    ],
+)
 def test_shape_errors_name_both_shapes(fn, a_shape, b_shape):
     a, b = np.zeros(a_shape, np.float32), np.zeros(b_shape, np.float32)
     with pytest.raises(ValueError) as err:
@@ -195,16 +226,19 @@ def test_matmul_reads_transposed_operands_in_place(dtype, ta, tb):
         A = rand((K, M), dtype, rng).T if ta else rand((M, K), dtype, rng)
         B = rand((N, K), dtype, rng).T if tb else rand((K, N), dtype, rng)
         assert A.flags.f_contiguous == ta or M == 1 or K <= 1
-        np.testing.assert_allclose(blas.matmul(A, B), A @ B, **tol(dtype, K),
-                                   err_msg=f"{M}x{K}x{N} ta={ta} tb={tb}")
+        np.testing.assert_allclose(
+            blas.matmul(A, B), A @ B, **tol(dtype, K), err_msg=f"{M}x{K}x{N} ta={ta} tb={tb}"
+        )
 
 
 def test_matmul_strided_operands_are_copied_correctly():
     rng = np.random.default_rng(4)
-    A = rand((70, 90), np.float32, rng)[::2, 1::3]   # neither C- nor F-contiguous
+    A = rand((70, 90), np.float32, rng)[::2, 1::3]  # neither C- nor F-contiguous
     B = rand((90, 300), np.float32, rng)[::3, ::2]
     np.testing.assert_allclose(blas.matmul(A, B), A @ B, **tol(np.float32, 30))
-    np.testing.assert_allclose(blas.matmul(np.ascontiguousarray(A), B), A @ B, **tol(np.float32, 30))
+    np.testing.assert_allclose(
+        blas.matmul(np.ascontiguousarray(A), B), A @ B, **tol(np.float32, 30)
+    )
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

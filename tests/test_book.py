@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from hooks import pagecode
 from hooks.fences import PYTHON_LANGS, make_parser, parsed_fences, scan_fences
 
@@ -121,7 +120,7 @@ def test_fences_in_admonitions_and_tabs_are_collected(tmp_path):
         "```python\na = 1\n```\n\n"
         '!!! note "n"\n    text\n\n    ```python\n    b = 2\n    ```\n\n'
         '=== "A"\n\n    ```{.python continuation}\n    c = 3\n    ```\n\n'
-        '???+ tip\n    !!! warning\n        ```py\n        d = 4\n        ```\n\n'
+        "???+ tip\n    !!! warning\n        ```py\n        d = 4\n        ```\n\n"
         "- item\n\n    ```python\n    e = 5\n    ```\n\n"
         "````markdown\n```python\nnot_a_fence\n```\n````\n",
         encoding="utf-8",
@@ -143,7 +142,7 @@ def test_a_failing_fence_in_a_tab_fails(pytester_markdown):
     """End to end: pytest-markdown-docs really runs a fence inside a content tab."""
     result = pytester_markdown(
         '=== "Tab"\n\n    ```python\n    raise RuntimeError("ran")\n    ```\n\n'
-        '!!! note\n    ```python\n    assert 1 + 1 == 2\n    ```\n'
+        "!!! note\n    ```python\n    assert 1 + 1 == 2\n    ```\n"
     )
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*RuntimeError*ran*"])
@@ -158,8 +157,13 @@ def pytester_markdown(pytester):
         shutil.copytree(ROOT / "hooks", pytester.path / "hooks")
         pytester.makefile(".md", page=markdown)
         return pytester.runpytest_subprocess(
-            "--markdown-docs", "--markdown-docs-syntax=superfences", "-p", "no:xdist",
-            "-p", "no:cacheprovider", "page.md",
+            "--markdown-docs",
+            "--markdown-docs-syntax=superfences",
+            "-p",
+            "no:xdist",
+            "-p",
+            "no:cacheprovider",
+            "page.md",
         )
 
     return run
@@ -206,22 +210,42 @@ def test_nav_files_exist_and_every_page_is_in_nav():
     files = nav_files(mkdocs_config()["nav"])
     missing = [f for f in files if not (DOCS / f).is_file()]
     assert not missing, f"in nav but not in docs/: {missing}"
-    pages = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*") if p.suffix in (".md", ".ipynb")}
+    pages = {
+        p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*") if p.suffix in (".md", ".ipynb")
+    }
     assert not pages - set(files), f"pages missing from nav: {sorted(pages - set(files))}"
-    for part in ("ch01/index.md", "ch02/strides.md", "ch02/kernels.md", "ch02/blas.md",
-                 "ch03/gpt.md", "ch04/attention.md", "part3/index.md", "projects.md"):
+    for part in (
+        "ch01/index.md",
+        "ch02/strides.md",
+        "ch02/kernels.md",
+        "ch02/blas.md",
+        "ch03/gpt.md",
+        "ch04/attention.md",
+        "part3/index.md",
+        "projects.md",
+    ):
         assert part in files
 
 
 def test_mkdocs_config_is_strict_and_offline():
     config = mkdocs_config()
     assert config["strict"] is True
-    assert set(config["validation"]) >= {"omitted_files", "unrecognized_links", "anchors",
-                                         "absolute_links"}
+    assert set(config["validation"]) >= {
+        "omitted_files",
+        "unrecognized_links",
+        "anchors",
+        "absolute_links",
+    }
     assert config["theme"]["name"] == "material"
     exts = {next(iter(e)) if isinstance(e, dict) else e for e in config["markdown_extensions"]}
-    assert {"pymdownx.superfences", "pymdownx.snippets", "pymdownx.arithmatex",
-            "pymdownx.tabbed", "admonition", "pymdownx.details"} <= exts
+    assert {
+        "pymdownx.superfences",
+        "pymdownx.snippets",
+        "pymdownx.arithmatex",
+        "pymdownx.tabbed",
+        "admonition",
+        "pymdownx.details",
+    } <= exts
     scripts = config["extra_javascript"] + config.get("extra_css", [])
     assert not [s for s in scripts if "//" in str(s)], "no CDN: the book must work offline"
 
@@ -272,8 +296,9 @@ def test_ci_workflow_runs_make_test_and_uploads_the_site():
     job = data["jobs"]["test"]
     runs = " ".join(s.get("run", "") for s in steps(job))
     assert "make test" in runs
-    assert any("upload-artifact" in s.get("uses", "") and s["with"]["path"] == "site"
-               for s in steps(job))
+    assert any(
+        "upload-artifact" in s.get("uses", "") and s["with"]["path"] == "site" for s in steps(job)
+    )
 
 
 def test_gpu_workflow_never_runs_pull_requests_from_forks():
@@ -323,8 +348,17 @@ def test_api_reference_turns_sphinx_roles_into_markdown():
 
 def test_api_reference_is_in_the_nav():
     nav = nav_files(mkdocs_config()["nav"])
-    for page in ("tensor", "creation", "autograd", "nn", "functional", "optim", "data",
-                 "models", "cuda"):
+    for page in (
+        "tensor",
+        "creation",
+        "autograd",
+        "nn",
+        "functional",
+        "optim",
+        "data",
+        "models",
+        "cuda",
+    ):
         assert f"api/{page}.md" in nav, (page, nav)
         assert (DOCS / "api" / f"{page}.md").read_text().count(":::") >= 1, page
 
@@ -366,9 +400,8 @@ def test_serve_ignores_generated_files(tmp_path):
     import time
     from types import SimpleNamespace
 
-    from mkdocs.livereload import LiveReloadServer
-
     from hooks import book
+    from mkdocs.livereload import LiveReloadServer
 
     docs, src, cfg = tmp_path / "docs", tmp_path / "src", tmp_path / "mkdocs.yml"
     docs.mkdir()
@@ -409,7 +442,7 @@ def test_continuation_fences_get_a_visible_mark():
         "```python\nx = 1\n```\n\n"
         "```{.python continuation}\ny = x\n```\n\n"
         '=== "Tab"\n\n    ```{.python continuation title="mine"}\n    z = y\n    ```\n\n'
-        "```{.python notest}\n--8<-- \"src/sitp/_tensor/tensor.py:views\"\n```\n"
+        '```{.python notest}\n--8<-- "src/sitp/_tensor/tensor.py:views"\n```\n'
     )
     marked = mark_continuations(page)
     assert f'```{{.python .continuation title="{CONTINUATION_TITLE}"}}\ny = x' in marked
@@ -422,17 +455,21 @@ def test_continuation_fences_get_a_visible_mark():
         extensions=["pymdownx.superfences", "pymdownx.highlight"],
         extension_configs={"pymdownx.highlight": {"pygments_lang_class": True}},
     )
-    assert html.count(
-        f'class="language-python continuation highlight"><span class="filename">'
-        f"{CONTINUATION_TITLE}</span>"
-    ) == 1
+    assert (
+        html.count(
+            f'class="language-python continuation highlight"><span class="filename">'
+            f"{CONTINUATION_TITLE}</span>"
+        )
+        == 1
+    )
 
 
 # --- what the blocks print, and the page's code to take away ------------------------------
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if pagecode.blocks(p.read_text("utf-8"))],
-                         ids=page_id)
+@pytest.mark.parametrize(
+    "page", [p for p in PAGES if pagecode.blocks(p.read_text("utf-8"))], ids=page_id
+)
 def test_every_block_has_its_current_output_recorded(page: Path):
     """docs/_outputs/<page>.json holds an output for the current code of every block.
 
@@ -443,10 +480,14 @@ def test_every_block_has_its_current_output_recorded(page: Path):
     rel = page_id(page)
     blocks = pagecode.blocks(page.read_text(encoding="utf-8"))
     recorded = pagecode.load_outputs(rel)
-    stale = [f"docs/{rel}:{b.line}" for b in blocks
-             if pagecode.recorded_output(b, blocks, recorded) is None]
+    stale = [
+        f"docs/{rel}:{b.line}"
+        for b in blocks
+        if pagecode.recorded_output(b, blocks, recorded) is None
+    ]
     assert not stale, (
-        "no output recorded for the current code of " + ", ".join(stale)
+        "no output recorded for the current code of "
+        + ", ".join(stale)
         + f"; run `make outputs PAGE={rel}` and commit docs/_outputs/"
     )
     assert [r["hash"] for r in recorded] == [b.hash for b in blocks], (
@@ -458,8 +499,11 @@ def test_every_block_has_its_current_output_recorded(page: Path):
 
 def test_no_outputs_recorded_for_pages_that_are_gone():
     pages = {page_id(p) for p in PAGES}
-    orphans = [p.relative_to(ROOT).as_posix() for p in pagecode.OUTPUTS.rglob("*.json")
-               if p.relative_to(pagecode.OUTPUTS).with_suffix(".md").as_posix() not in pages]
+    orphans = [
+        p.relative_to(ROOT).as_posix()
+        for p in pagecode.OUTPUTS.rglob("*.json")
+        if p.relative_to(pagecode.OUTPUTS).with_suffix(".md").as_posix() not in pages
+    ]
     assert not orphans, orphans
 
 
@@ -477,7 +521,11 @@ SAMPLE = (
 def test_blocks_hash_their_chain_and_mark_volatile_ones():
     blocks = pagecode.blocks(SAMPLE)
     assert [(b.line, b.continuation, b.volatile) for b in blocks] == [
-        (5, False, False), (13, True, False), (17, False, True), (21, False, False)]
+        (5, False, False),
+        (13, True, False),
+        (17, False, True),
+        (21, False, False),
+    ]
     assert [b.heading for b in blocks] == ["9.9 A page", "Going on", "Going on", "Going on"]
     # a continuation's hash covers the block it continues: editing that one makes it stale
     edited = pagecode.blocks(SAMPLE.replace("x = 1", "x = 10"))
@@ -493,7 +541,6 @@ def test_the_page_shows_recorded_outputs_beneath_their_blocks(tmp_path, monkeypa
     """hooks/book.py: an output under its block (also in an admonition), escaped, with
     its label; none for a block that prints nothing or whose record is stale."""
     import markdown
-
     from hooks import book
 
     blocks = pagecode.blocks(SAMPLE)
@@ -516,7 +563,10 @@ def test_the_page_shows_recorded_outputs_beneath_their_blocks(tmp_path, monkeypa
     assert "sitp-output" not in html.split("</code></pre>")[0]  # after the code, not in it
     assert html.count('<div class="sitp-output') == 2
     assert html.index('<pre class="sitp-output__text">1</pre>') > html.index("print</span>")
-    assert f'{book.VOLATILE_LABEL}</span><pre class="sitp-output__text">took 1 ms &lt;b&gt;</pre>' in html
+    assert (
+        f'{book.VOLATILE_LABEL}</span><pre class="sitp-output__text">took 1 ms &lt;b&gt;</pre>'
+        in html
+    )
     assert "volatile-output" not in book.mark_continuations(marked)
     assert "<!--" not in html
 
@@ -525,7 +575,6 @@ def test_downloads_script_and_notebook_hold_the_blocks(tmp_path):
     """The page's script runs the blocks in order and compiles as one file; the notebook
     is valid and has the same code cells; the page links both under its title."""
     import nbformat
-
     from hooks import book
 
     script, cells = pagecode.page_script("ch09/page.md", SAMPLE)
@@ -536,8 +585,9 @@ def test_downloads_script_and_notebook_hold_the_blocks(tmp_path):
     for cell, block in zip(cells, blocks):
         assert "\n".join(lines[cell["start"] - 1 : cell["end"]]) + "\n" == block.code
         assert lines[cell["start"] - 2 - block.continuation].startswith("# %% Block")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         cwd=tmp_path, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, check=True
+    ).stdout
     assert out == "1\n2\ntook 12.5 ms on 2 threads <b>\n"
     nb = nbformat.reads(pagecode.page_notebook("ch09/page.md", SAMPLE), as_version=4)
     nbformat.validate(nb)
@@ -546,7 +596,11 @@ def test_downloads_script_and_notebook_hold_the_blocks(tmp_path):
     assert pagecode.download_name("ch09/page.md") == "sitp-ch09-page"
     assert pagecode.download_name("ch09/index.md") == "sitp-ch09"
     page = book.add_downloads_line(SAMPLE, "ch09/page.md")
-    assert page.split("\n")[:3] == ["# 9.9 A page", "", book.downloads_line("ch09/page.md").split("\n")[0]]
+    assert page.split("\n")[:3] == [
+        "# 9.9 A page",
+        "",
+        book.downloads_line("ch09/page.md").split("\n")[0],
+    ]
     assert '(../downloads/sitp-ch09-page.ipynb){download="sitp-ch09-page.ipynb"}' in page
 
 
@@ -560,7 +614,8 @@ def test_search_previews_skip_the_downloads_line(tmp_path):
     line = book.downloads_line("ch09/page.md").split("\n")[0]
     text = f" <p>{line.split(': ')[0]}: notebook (.ipynb) · script (.py)</p> <p>A \\(T \\times T\\) grid.</p>"
     (tmp_path / "search" / "search_index.json").write_text(
-        json.dumps({"docs": [{"location": "ch09/page/", "title": "Page", "text": text}]}))
+        json.dumps({"docs": [{"location": "ch09/page/", "title": "Page", "text": text}]})
+    )
     book.on_post_build(SimpleNamespace(site_dir=str(tmp_path)))
     doc = json.loads((tmp_path / "search" / "search_index.json").read_text())["docs"][0]
     assert doc["text"] == " <p>A T × T grid.</p>"
@@ -580,12 +635,17 @@ def test_built_pages_show_their_outputs_and_downloads(built_site: Path):
         if not blocks:
             continue
         recorded = pagecode.load_outputs(rel)
-        want = [r["stdout"].rstrip("\n") for b in blocks
-                if (r := pagecode.recorded_output(b, blocks, recorded)) and r["stdout"]]
+        want = [
+            r["stdout"].rstrip("\n")
+            for b in blocks
+            if (r := pagecode.recorded_output(b, blocks, recorded)) and r["stdout"]
+        ]
         stem = rel[: -len("index.md")] if rel.endswith("index.md") else rel[:-3] + "/"
         text = (built_site / stem / "index.html").read_text(encoding="utf-8")
-        got = [html_lib.unescape(m) for m in
-               re.findall(r'<pre class="sitp-output__text">(.*?)</pre>', text, re.DOTALL)]
+        got = [
+            html_lib.unescape(m)
+            for m in re.findall(r'<pre class="sitp-output__text">(.*?)</pre>', text, re.DOTALL)
+        ]
         if got != want:
             problems.append(f"{rel}: {len(got)} outputs shown, {len(want)} recorded")
         if "sitp-output " in text.replace('"sitp-output no-copy', ""):

@@ -41,9 +41,13 @@ def numbers_in(text: str) -> list[str]:
 
 # --- one page quoting another -------------------------------------------------------
 
+
 def roofline_triad_two_threads() -> str:
-    m = re.search(r"^\| triad bandwidth, DRAM, GB/s \| ([\d.]+) \| ([\d.]+) \|$",
-                  page("ch02/blas.md"), re.MULTILINE)
+    m = re.search(
+        r"^\| triad bandwidth, DRAM, GB/s \| ([\d.]+) \| ([\d.]+) \|$",
+        page("ch02/blas.md"),
+        re.MULTILINE,
+    )
     assert m, "2.3's roofline table has no triad DRAM row"
     return m.group(2)
 
@@ -52,24 +56,34 @@ def roofline_triad_two_threads() -> str:
 QUOTES = [
     ("ch04/gpu.md", r"\((\d+\.\d+) GB/s with two threads\)", roofline_triad_two_threads),
     ("ch04/gpu.md", r"cpu_Bps = (\d+\.\d+)e9", roofline_triad_two_threads),
-    ("ch04/gpu.md", r"launch_s, pcie_Bps, gpu_Bps, cpu_Bps = .*, (\d+\.\d+)e9",
-     roofline_triad_two_threads),
+    (
+        "ch04/gpu.md",
+        r"launch_s, pcie_Bps, gpu_Bps, cpu_Bps = .*, (\d+\.\d+)e9",
+        roofline_triad_two_threads,
+    ),
     ("ch02/blas.md", r"peak, bandwidth = [\d.]+, (\d+\.\d+)", roofline_triad_two_threads),
-    ("ch02/blas.md", r"^\s*bandwidth = (\d+\.\d+)  # GB/s, triad, 2 threads",
-     roofline_triad_two_threads),
+    (
+        "ch02/blas.md",
+        r"^\s*bandwidth = (\d+\.\d+)  # GB/s, triad, 2 threads",
+        roofline_triad_two_threads,
+    ),
 ]
 
 
-@pytest.mark.parametrize("name, pattern, source", QUOTES,
-                         ids=[f"{q[0]}:{q[1][:24]}" for q in QUOTES])
+@pytest.mark.parametrize(
+    "name, pattern, source", QUOTES, ids=[f"{q[0]}:{q[1][:24]}" for q in QUOTES]
+)
 def test_a_quoted_number_matches_its_source(name, pattern, source):
     text = page(name)
-    hits = [(text.count("\n", 0, m.start()) + 1, m.group(1))
-            for m in re.finditer(pattern, text, re.MULTILINE)]
+    hits = [
+        (text.count("\n", 0, m.start()) + 1, m.group(1))
+        for m in re.finditer(pattern, text, re.MULTILINE)
+    ]
     assert hits, f"docs/{name}: no line matches {pattern!r}"
     want = source()
-    wrong = [f"docs/{name}:{line}: {got}, the source says {want}"
-             for line, got in hits if got != want]
+    wrong = [
+        f"docs/{name}:{line}: {got}, the source says {want}" for line, got in hits if got != want
+    ]
     assert not wrong, "\n".join(wrong)
 
 
@@ -79,20 +93,23 @@ def test_a_line_that_cites_a_measuring_section_quotes_it():
     problems = []
     for path in sorted(DOCS.rglob("*.md")):
         for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            for m in re.finditer(r"measured in section (\d+\.\d+)|section (\d+\.\d+) measured",
-                                 line):
+            for m in re.finditer(
+                r"measured in section (\d+\.\d+)|section (\d+\.\d+) measured", line
+            ):
                 target = sections.get(m.group(1) or m.group(2))
                 name = f"{path.relative_to(ROOT).as_posix()}:{lineno}"
                 if target is None:
                     problems.append(f"{name}: no page is section {m.group(1) or m.group(2)}")
                     continue
                 source = page(target)
-                problems += [f"{name}: {n} is not on {target}"
-                             for n in numbers_in(line) if n not in source]
+                problems += [
+                    f"{name}: {n} is not on {target}" for n in numbers_in(line) if n not in source
+                ]
     assert not problems, "\n".join(problems)
 
 
 # --- figures' data ------------------------------------------------------------------
+
 
 def test_figure_data_in_the_docs_is_the_packaged_data():
     """docs/assets keeps copies of the recorded runs that sitp.examples ships: the same."""
@@ -114,8 +131,10 @@ def figure_quotes():
     yield ["ch03/ffn.md", "numbers.md"], f"{ffn[1]:.3f}", "ffn-loss.json train"
     yield ["ch03/ffn.md", "numbers.md"], f"{ffn[2]:.3f}", "ffn-loss.json val"
     runs = load("cnn-runs.json")
-    for model, pages_ in [("mlp", ["ch03/ffn.md", "ch03/index.md"]),
-                          ("wavenet", ["ch03/cnn.md", "ch03/index.md"])]:
+    for model, pages_ in [
+        ("mlp", ["ch03/ffn.md", "ch03/index.md"]),
+        ("wavenet", ["ch03/cnn.md", "ch03/index.md"]),
+    ]:
         final = runs[model]["final"]
         for split in ("val", "test"):
             yield pages_, f"{final[split]:.4f}", f"cnn-runs.json {model} {split}"
@@ -129,20 +148,27 @@ def figure_quotes():
     yield ["ch03/optimization.md", "numbers.md"], span, "mlp-optimizers.json constant rates"
     gru, gpt = load("names-innovation-gru.json"), load("names-innovation-gpt.json")
     for r, g in zip(gru["rows"], gpt["rows"]):
-        cells = [r["innovation"], r["new_but_real"], g["innovation"], g["new_but_real"],
-                 g["distinct"]]
+        cells = [
+            r["innovation"],
+            r["new_but_real"],
+            g["innovation"],
+            g["new_but_real"],
+            g["distinct"],
+        ]
         row = " | ".join(f"{100 * c:.1f}%" for c in cells)
         yield ["projects.md"], f"| {r['temperature']} | {row} |", "names-innovation rows"
 
 
-@pytest.mark.parametrize("pages_, text, origin", list(figure_quotes()),
-                         ids=lambda v: v if isinstance(v, str) else None)
+@pytest.mark.parametrize(
+    "pages_, text, origin", list(figure_quotes()), ids=lambda v: v if isinstance(v, str) else None
+)
 def test_prose_quotes_the_figure_data(pages_, text, origin):
     missing = [name for name in pages_ if text not in page(name)]
     assert not missing, f"{text!r} ({origin}) is not on {', '.join(missing)}"
 
 
 # --- claims about GPU timings -------------------------------------------------------
+
 
 def gpu_timed() -> bool:
     """Whether the numbers page reports GPU timings of the book's kernels."""
@@ -166,19 +192,21 @@ def test_no_page_claims_gpu_timings_the_numbers_page_does_not_have():
     for path in sorted(DOCS.rglob("*.md")):
         text = path.read_text(encoding="utf-8")
         for m in claim.finditer(text):
-            before = text[max(0, m.start() - 40):m.start()].lower()
+            before = text[max(0, m.start() - 40) : m.start()].lower()
             if re.search(r"\bnot( yet)?\s*$|\bnever\s*$", before):
                 continue  # "not yet measured on a GPU"
             line = text.count("\n", 0, m.start()) + 1
             problems.append(f"{path.relative_to(ROOT).as_posix()}:{line}: {m.group()!r}")
-    assert not problems, ("the numbers page says no GPU timing exists:\n"
-                          + "\n".join(problems))
+    assert not problems, "the numbers page says no GPU timing exists:\n" + "\n".join(problems)
 
 
 def test_the_gpu_scoreboard_agrees_with_the_numbers_page():
     """4.4's sitp column is 'not yet measured' exactly while the numbers page says so."""
-    rows = [line for line in page("ch04/gemm-gpu.md").splitlines()
-            if re.match(r"\| \d+s? \| `\w+`", line)]
+    rows = [
+        line
+        for line in page("ch04/gemm-gpu.md").splitlines()
+        if re.match(r"\| \d+s? \| `\w+`", line)
+    ]
     assert len(rows) >= 8
     cells = [row.split("|")[5].strip() for row in rows]
     if gpu_timed():

@@ -37,8 +37,9 @@ DIARY_PHRASES = [
     r"\bour (own )?runs?\b",
     r"\bhas no GPU\b",
 ]
-DIARY = re.compile("|".join("(?:" + p.replace(" ", r"\s+") + ")" for p in DIARY_PHRASES),
-                   re.IGNORECASE)
+DIARY = re.compile(
+    "|".join("(?:" + p.replace(" ", r"\s+") + ")" for p in DIARY_PHRASES), re.IGNORECASE
+)
 
 
 # Sections being rewritten by their owners when this test was added (the GEMM
@@ -49,13 +50,16 @@ PENDING: set[tuple[str, str]] = set()
 
 def diary_lines(text: str) -> list[tuple[int, str]]:
     """(line number, matched phrase) for every diary phrase in ``text``."""
-    return [(text.count("\n", 0, m.start()) + 1, " ".join(m.group().split()))
-            for m in DIARY.finditer(text)]
+    return [
+        (text.count("\n", 0, m.start()) + 1, " ".join(m.group().split()))
+        for m in DIARY.finditer(text)
+    ]
 
 
 def pages() -> list[Path]:
-    return sorted(p for p in DOCS.rglob("*.md")
-                  if p.relative_to(DOCS).as_posix() not in DIARY_ALLOWED)
+    return sorted(
+        p for p in DOCS.rglob("*.md") if p.relative_to(DOCS).as_posix() not in DIARY_ALLOWED
+    )
 
 
 @pytest.mark.parametrize(
@@ -106,14 +110,18 @@ def test_no_development_diary_outside_the_numbers_page():
                 pending_seen.add((name, phrase))
             else:
                 problems.append(f"{name}:{lineno}: {phrase!r}")
-    problems += [f"{name}: {phrase!r} is fixed; remove it from PENDING"
-                 for name, phrase in sorted(PENDING - pending_seen)]
+    problems += [
+        f"{name}: {phrase!r} is fixed; remove it from PENDING"
+        for name, phrase in sorted(PENDING - pending_seen)
+    ]
     assert not problems, (
         "state what is true and how to measure it; dated runs go on docs/numbers.md:\n"
-        + "\n".join(problems))
+        + "\n".join(problems)
+    )
 
 
 # --- fences that demonstrate an error ----------------------------------------------
+
 
 def silent_excepts(code: str) -> list[int]:
     """Lines of ``try`` statements whose handlers only print: a missing error passes.
@@ -143,7 +151,8 @@ def test_the_try_scan_flags_a_print_only_handler():
     assert not silent_excepts("try:\n    f()\nexcept ValueError:\n    x = None\n")
     assert not silent_excepts("try:\n    import torch\nexcept ImportError:\n    pass\n")
     assert not silent_excepts(
-        "try:\n    f()\nexcept ValueError as e:\n    print(e)\nelse:\n    raise AssertionError\n")
+        "try:\n    f()\nexcept ValueError as e:\n    print(e)\nelse:\n    raise AssertionError\n"
+    )
 
 
 def test_error_demonstrations_fail_when_the_error_is_missing():
@@ -160,8 +169,11 @@ def test_error_demonstrations_fail_when_the_error_is_missing():
                 found = silent_excepts(fence.content)
             except SyntaxError:
                 continue
-            problems += [f"{page.relative_to(ROOT).as_posix()}:{fence.line + n}: try/except "
-                         "that only prints; use pytest.raises" for n in found]
+            problems += [
+                f"{page.relative_to(ROOT).as_posix()}:{fence.line + n}: try/except "
+                "that only prints; use pytest.raises"
+                for n in found
+            ]
     assert not problems, "\n".join(problems)
 
 
@@ -198,8 +210,11 @@ def test_every_exercise_has_a_difficulty_tag_and_its_number():
                 tagged += 1
             elif name not in TAGS_PENDING:
                 problems.append(f"{where}: no difficulty tag (★, ★★ or ★★★)")
-    for admonition in re.finditer(r'^\?\?\? \w+ "Exercise(.*)', (DOCS / "projects.md").read_text(
-            encoding="utf-8"), re.MULTILINE):
+    for admonition in re.finditer(
+        r'^\?\?\? \w+ "Exercise(.*)',
+        (DOCS / "projects.md").read_text(encoding="utf-8"),
+        re.MULTILINE,
+    ):
         if not re.match(r" ★{1,3}:", admonition.group(1)):
             problems.append(f"docs/projects.md: exercise without a tag: {admonition.group()}")
     assert tagged >= 50 and not problems, "\n".join(problems)

@@ -27,9 +27,12 @@ def python_nll(words, smoothing):
         rows[a] += k
     V = len(vocab)
     total = sum(pairs.values())
-    return -sum(
-        k * math.log((k + smoothing) / (rows[a] + smoothing * V)) for (a, _), k in pairs.items()
-    ) / total
+    return (
+        -sum(
+            k * math.log((k + smoothing) / (rows[a] + smoothing * V)) for (a, _), k in pairs.items()
+        )
+        / total
+    )
 
 
 def test_pairs_cover_every_character_and_the_end():

@@ -44,15 +44,23 @@ def test_views_have_pytorch_metadata(name, shape):
     assert ys.storage_offset() == yt.storage_offset()
     assert ys.is_contiguous() == yt.is_contiguous()
     # strides of size-1 dims are irrelevant and may differ
-    assert [s for s, n in zip(ys.stride(), ys.shape) if n != 1] == \
-           [s for s, n in zip(yt.stride(), yt.shape) if n != 1]
+    assert [s for s, n in zip(ys.stride(), ys.shape) if n != 1] == [
+        s for s, n in zip(yt.stride(), yt.shape) if n != 1
+    ]
     assert ys.tolist() == yt.tolist()
 
 
-@pytest.mark.parametrize("make, shape", [
-    (lambda x: x.T, (12,)), (lambda x: x.T, (2, 2, 3)), (lambda x: x[:, :2], (6,)),
-    (lambda x: x[1:], (8,)), (lambda x: x[:, 1:3], (3, 2, 1)), (lambda x: x[:, :2], (3, 1, 2)),
-])
+@pytest.mark.parametrize(
+    "make, shape",
+    [
+        (lambda x: x.T, (12,)),
+        (lambda x: x.T, (2, 2, 3)),
+        (lambda x: x[:, :2], (6,)),
+        (lambda x: x[1:], (8,)),
+        (lambda x: x[:, 1:3], (3, 2, 1)),
+        (lambda x: x[:, :2], (3, 1, 2)),
+    ],
+)
 def test_view_succeeds_exactly_when_pytorch_view_does(make, shape):
     xs, xt = _pair((3, 4))
     ys, yt = make(xs), make(xt)
@@ -66,9 +74,24 @@ def test_view_succeeds_exactly_when_pytorch_view_does(make, shape):
 
 def test_promotion_matches_pytorch():
     cases = [
-        (sitp.tensor([1, 2]), sitp.tensor([0.5, 1.5]), torch.tensor([1, 2]), torch.tensor([0.5, 1.5])),
-        (sitp.ones(2), sitp.ones(2, dtype=sitp.float64), torch.ones(2), torch.ones(2, dtype=torch.float64)),
-        (sitp.ones(2), sitp.tensor(1.0, dtype=sitp.float64), torch.ones(2), torch.tensor(1.0, dtype=torch.float64)),
+        (
+            sitp.tensor([1, 2]),
+            sitp.tensor([0.5, 1.5]),
+            torch.tensor([1, 2]),
+            torch.tensor([0.5, 1.5]),
+        ),
+        (
+            sitp.ones(2),
+            sitp.ones(2, dtype=sitp.float64),
+            torch.ones(2),
+            torch.ones(2, dtype=torch.float64),
+        ),
+        (
+            sitp.ones(2),
+            sitp.tensor(1.0, dtype=sitp.float64),
+            torch.ones(2),
+            torch.tensor(1.0, dtype=torch.float64),
+        ),
     ]
     for a, b, ta, tb in cases:
         assert (a + b).dtype.name == str((ta + tb).dtype).removeprefix("torch.")

@@ -4,6 +4,7 @@ Resuming is exact (a run stopped at step 4 and resumed to 8 has the weights of a
 that went to 8 at once), a crash while writing a checkpoint leaves the previous one
 loadable, and every bad request is a one-line error with exit status 2.
 """
+
 import json
 import os
 import subprocess
@@ -28,8 +29,24 @@ TINY = {
 
 
 def train(out, model="gpt", steps=8, *extra):
-    argv = ["train", "--model", model, "--steps", str(steps), "--out", str(out), "--quiet",
-            "--eval-every", "4", "--save-every", "4", "--batch-size", "8", *TINY[model], *extra]
+    argv = [
+        "train",
+        "--model",
+        model,
+        "--steps",
+        str(steps),
+        "--out",
+        str(out),
+        "--quiet",
+        "--eval-every",
+        "4",
+        "--save-every",
+        "4",
+        "--batch-size",
+        "8",
+        *TINY[model],
+        *extra,
+    ]
     return main(argv)
 
 
@@ -68,8 +85,8 @@ def test_weights_load_in_pytorch(gpt_run):
     torch = pytest.importorskip("torch")
     from safetensors.torch import load_file as torch_load_file
 
-    from sitp.train.checkpoint import load_checkpoint
     from sitp.models import MODELS
+    from sitp.train.checkpoint import load_checkpoint
 
     record = json.loads((gpt_run / "record.json").read_text())
     spec = MODELS["gpt"]
@@ -78,9 +95,12 @@ def test_weights_load_in_pytorch(gpt_run):
     smodel = spec.build(record["model_config"])
     load_checkpoint(gpt_run).load_model(smodel)
     X = sitp.randint(0, len(record["vocab"]), (2, 6))
-    np.testing.assert_allclose(smodel(X)[0].detach().numpy(),
-                               tmodel(torch.tensor(X.numpy()))[0].detach().numpy(),
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        smodel(X)[0].detach().numpy(),
+        tmodel(torch.tensor(X.numpy()))[0].detach().numpy(),
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
 
 @pytest.mark.parametrize("model", ["gpt", "wavenet"])
@@ -101,8 +121,10 @@ def test_resume_is_exact(model, tmp_path, monkeypatch):
     assert main(["train", "--resume", "--out", str(parts), "--quiet"]) == 0
 
     assert_same_arrays(weights(whole), weights(parts))  # bit for bit, BatchNorm buffers too
-    assert_same_arrays(load_file(str(whole / "optimizer.safetensors")),
-                       load_file(str(parts / "optimizer.safetensors")))
+    assert_same_arrays(
+        load_file(str(whole / "optimizer.safetensors")),
+        load_file(str(parts / "optimizer.safetensors")),
+    )
     a, b = (json.loads((d / "record.json").read_text()) for d in (whole, parts))
     assert a["history"] == b["history"] and a["rng"] == b["rng"] and a["final"] == b["final"]
 
@@ -134,22 +156,68 @@ def test_crash_while_writing_keeps_the_last_checkpoint(gpt_run, tmp_path, monkey
         main(["train", "--resume", "--out", str(out), "--steps", "12", "--quiet"])
     monkeypatch.undo()
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in gpt_run.iterdir())
-    assert_same_arrays(before, weights(out))      # no temporary file left, old weights intact
+    assert_same_arrays(before, weights(out))  # no temporary file left, old weights intact
     point = sitp.train.checkpoint.load_checkpoint(out)  # and the checkpoint still loads
     assert point.record["step"] == 8
     assert main(["train", "--resume", "--out", str(out), "--steps", "9", "--quiet"]) == 0
 
 
 def test_sample_prints_names_and_innovation(gpt_run, capsys):
-    assert main(["sample", str(gpt_run), "--num", "5", "--temperature", "0.8",
-                 "--top-k", "10", "--seed", "3"]) == 0
+    assert (
+        main(
+            [
+                "sample",
+                str(gpt_run),
+                "--num",
+                "5",
+                "--temperature",
+                "0.8",
+                "--top-k",
+                "10",
+                "--seed",
+                "3",
+            ]
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 6 and lines[-1].startswith("innovation rate: ")
-    assert main(["sample", str(gpt_run), "--num", "5", "--temperature", "0.8",
-                 "--top-k", "10", "--seed", "3"]) == 0
+    assert (
+        main(
+            [
+                "sample",
+                str(gpt_run),
+                "--num",
+                "5",
+                "--temperature",
+                "0.8",
+                "--top-k",
+                "10",
+                "--seed",
+                "3",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.splitlines() == lines  # a seed repeats the draw
-    assert main(["sample", "--out", str(gpt_run), "--num", "5", "--temperature", "0.8",
-                 "--top-k", "10", "--seed", "3"]) == 0
+    assert (
+        main(
+            [
+                "sample",
+                "--out",
+                str(gpt_run),
+                "--num",
+                "5",
+                "--temperature",
+                "0.8",
+                "--top-k",
+                "10",
+                "--seed",
+                "3",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.splitlines() == lines  # --out DIR is the same as DIR
 
 
@@ -163,21 +231,35 @@ def one_line_error(capsys, argv, match):
 
 
 def test_bad_requests_are_one_line_errors(gpt_run, tmp_path, capsys):
-    one_line_error(capsys, ["train", "--model", "lstm", "--out", str(tmp_path / "x")],
-                   "invalid choice: 'lstm'")
+    one_line_error(
+        capsys, ["train", "--model", "lstm", "--out", str(tmp_path / "x")], "invalid choice: 'lstm'"
+    )
     one_line_error(capsys, ["sample", str(tmp_path / "nowhere")], "no checkpoint")
     one_line_error(capsys, ["train", "--resume", "--out", str(tmp_path)], "no checkpoint")
-    one_line_error(capsys, ["train", "--model", "mlp", "--resume", "--out", str(gpt_run)],
-                   "is a 'gpt' model, not 'mlp'")
-    one_line_error(capsys, ["train", "--model", "gpt", "--out", str(gpt_run)],
-                   "already holds a checkpoint")
-    one_line_error(capsys, ["train", "--resume", "--out", str(gpt_run), "--lr", "0.5"],
-                   "cannot change --lr when resuming")
-    one_line_error(capsys, ["train", "--model", "gpt", "--out", str(tmp_path / "y"),
-                            "--device", "cuda"], "sitp.cuda.is_available() is False")
+    one_line_error(
+        capsys,
+        ["train", "--model", "mlp", "--resume", "--out", str(gpt_run)],
+        "is a 'gpt' model, not 'mlp'",
+    )
+    one_line_error(
+        capsys, ["train", "--model", "gpt", "--out", str(gpt_run)], "already holds a checkpoint"
+    )
+    one_line_error(
+        capsys,
+        ["train", "--resume", "--out", str(gpt_run), "--lr", "0.5"],
+        "cannot change --lr when resuming",
+    )
+    one_line_error(
+        capsys,
+        ["train", "--model", "gpt", "--out", str(tmp_path / "y"), "--device", "cuda"],
+        "sitp.cuda.is_available() is False",
+    )
     one_line_error(capsys, ["sample", str(gpt_run), "--temperature", "0"], "temperature")
-    one_line_error(capsys, ["train", "--model", "gpt", "--out", str(tmp_path / "z"),
-                            "--set", "n_layers=2"], "n_layers")
+    one_line_error(
+        capsys,
+        ["train", "--model", "gpt", "--out", str(tmp_path / "z"), "--set", "n_layers=2"],
+        "n_layers",
+    )
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage-json", "swap-weights"])
@@ -198,8 +280,9 @@ def test_corrupt_checkpoint_is_a_one_line_error(gpt_run, tmp_path, capsys, damag
         assert train(mlp, "mlp", 1) == 0
         (out / "model.safetensors").write_bytes((mlp / "model.safetensors").read_bytes())
         record = json.loads((out / "record.json").read_text())
-        record["files"]["model.safetensors"] = json.loads(
-            (mlp / "record.json").read_text())["files"]["model.safetensors"]
+        record["files"]["model.safetensors"] = json.loads((mlp / "record.json").read_text())[
+            "files"
+        ]["model.safetensors"]
         (out / "record.json").write_text(json.dumps(record))
         match = "do not fit the model"
     capsys.readouterr()
@@ -210,19 +293,31 @@ def test_corrupt_checkpoint_is_a_one_line_error(gpt_run, tmp_path, capsys, damag
 def test_console_entry_point_exit_status():
     """A real process: `python -m sitp` with a bad model exits 2 with one line on stderr."""
     env = dict(os.environ, PYTHONPATH=str(Path(sitp.__file__).parents[1]))
-    proc = subprocess.run([sys.executable, "-m", "sitp", "train", "--model", "nope", "--out",
-                           "unused"], capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sitp", "train", "--model", "nope", "--out", "unused"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "invalid choice" in proc.stderr
 
 
 BAD_NUMBERS = [  # (option, value, what the one-line error says)
-    ("--temperature", "nan", "finite"), ("--temperature", "inf", "finite"),
-    ("--temperature", "-inf", "finite"), ("--temperature", "0", "greater than 0"),
-    ("--temperature", "-1", "greater than 0"), ("--temperature", "hot", "expected a number"),
-    ("--top-k", "0", "positive"), ("--top-k", "2.5", "expected an integer"),
-    ("--top-k", "-3", "positive"), ("--num", "0", "positive"), ("--max-len", "0", "positive"),
-    ("--seed", "-1", "at least 0"), ("--seed", "1e3", "expected an integer"),
+    ("--temperature", "nan", "finite"),
+    ("--temperature", "inf", "finite"),
+    ("--temperature", "-inf", "finite"),
+    ("--temperature", "0", "greater than 0"),
+    ("--temperature", "-1", "greater than 0"),
+    ("--temperature", "hot", "expected a number"),
+    ("--top-k", "0", "positive"),
+    ("--top-k", "2.5", "expected an integer"),
+    ("--top-k", "-3", "positive"),
+    ("--num", "0", "positive"),
+    ("--max-len", "0", "positive"),
+    ("--seed", "-1", "at least 0"),
+    ("--seed", "1e3", "expected an integer"),
 ]
 
 
@@ -234,9 +329,18 @@ def test_sample_numeric_options_are_checked(tmp_path, capsys, option, value, mat
 
 
 TRAIN_BAD_NUMBERS = [
-    ("--steps", "0"), ("--steps", "nan"), ("--batch-size", "-2"), ("--lr", "nan"),
-    ("--lr", "0"), ("--lr", "inf"), ("--weight-decay", "-0.1"), ("--weight-decay", "nan"),
-    ("--warmup", "-1"), ("--eval-every", "-1"), ("--save-every", "x"), ("--threads", "0"),
+    ("--steps", "0"),
+    ("--steps", "nan"),
+    ("--batch-size", "-2"),
+    ("--lr", "nan"),
+    ("--lr", "0"),
+    ("--lr", "inf"),
+    ("--weight-decay", "-0.1"),
+    ("--weight-decay", "nan"),
+    ("--warmup", "-1"),
+    ("--eval-every", "-1"),
+    ("--save-every", "x"),
+    ("--threads", "0"),
     ("--seed", "-5"),
 ]
 
@@ -244,17 +348,22 @@ TRAIN_BAD_NUMBERS = [
 @pytest.mark.parametrize("option,value", TRAIN_BAD_NUMBERS)
 def test_train_numeric_options_are_checked(tmp_path, capsys, option, value):
     out = tmp_path / "run"
-    one_line_error(capsys, ["train", "--model", "mlp", "--out", str(out), f"{option}={value}"],
-                   f"argument {option}")
+    one_line_error(
+        capsys,
+        ["train", "--model", "mlp", "--out", str(out), f"{option}={value}"],
+        f"argument {option}",
+    )
     assert not out.exists()  # nothing was started
 
 
 def test_good_edge_values_pass_the_parser():
     from sitp.train.cli import build_parser
 
-    args = build_parser().parse_args(["sample", "d", "--temperature", "1e-3", "--top-k", "1",
-                                      "--seed", "0", "--num", "1"])
+    args = build_parser().parse_args(
+        ["sample", "d", "--temperature", "1e-3", "--top-k", "1", "--seed", "0", "--num", "1"]
+    )
     assert (args.temperature, args.top_k, args.seed, args.num) == (1e-3, 1, 0, 1)
-    args = build_parser().parse_args(["train", "--out", "d", "--weight-decay", "0",
-                                      "--warmup", "0", "--lr", "3e-4"])
+    args = build_parser().parse_args(
+        ["train", "--out", "d", "--weight-decay", "0", "--warmup", "0", "--lr", "3e-4"]
+    )
     assert (args.weight_decay, args.warmup, args.lr) == (0.0, 0, 3e-4)

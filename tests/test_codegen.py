@@ -15,6 +15,7 @@ checks the AVX-512 code and the other way round. Asserted:
   AVX-512 CPUs, whose 512-bit units lower the clock, and 512 on AMD's), no stack
   spills, and no gathers except where a kernel reads through run-time strides.
 """
+
 import json
 import os
 import platform
@@ -30,7 +31,9 @@ from sitp._target import host_features_without_avx512
 PROBE = Path(__file__).with_name("codegen_probe.py")
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 
-pytestmark = pytest.mark.skipif(not X86, reason="x86 code generation (other hosts cannot target x86 here)")
+pytestmark = pytest.mark.skipif(
+    not X86, reason="x86 code generation (other hosts cannot target x86 here)"
+)
 
 
 # name: (NUMBA_CPU_NAME, NUMBA_CPU_FEATURES or a callable, expected vector bits, whole step)
@@ -50,10 +53,21 @@ TARGETS = {
 # Kernels whose reads may be gathers: they load through strides known only at run
 # time (attention reads q, k, v in any layout; gemm_small with a B whose layout numba
 # cannot see handles its edge strips with strided loads).
-STRIDED = ("attention_forward_kernel", "attention_backward_kernel", "gemm_small[array(float32, 2d, C),array(float32, 2d, A)")
-VECTORISED = ("zip_fast_kernel", "gelu_kernel", "gelu_backward_kernel", "layer_norm_kernel",
-              "layer_norm_backward_kernel", "cross_entropy_kernel", "attention_forward_kernel",
-              "attention_backward_kernel")
+STRIDED = (
+    "attention_forward_kernel",
+    "attention_backward_kernel",
+    "gemm_small[array(float32, 2d, C),array(float32, 2d, A)",
+)
+VECTORISED = (
+    "zip_fast_kernel",
+    "gelu_kernel",
+    "gelu_backward_kernel",
+    "layer_norm_kernel",
+    "layer_norm_backward_kernel",
+    "cross_entropy_kernel",
+    "attention_forward_kernel",
+    "attention_backward_kernel",
+)
 
 
 @pytest.fixture(scope="module", params=list(TARGETS))
@@ -65,14 +79,23 @@ def _probe(request, tmp_path_factory):
     cpu, features, bits, whole_step = TARGETS[request.param]
     if callable(features):
         features = features()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_CPU_", "_SITP_", "SITP_USER"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("NUMBA_CPU_", "_SITP_", "SITP_USER"))
+    }
     env["NUMBA_CACHE_DIR"] = str(tmp_path_factory.mktemp(f"numba-{request.param}"))
     env["NUMBA_CPU_FEATURES"] = features
     if cpu:
         env["NUMBA_CPU_NAME"] = cpu
     env.setdefault("NUMBA_ENABLE_CUDASIM", "1")
-    proc = subprocess.run([sys.executable, str(PROBE)] + ["--all"] * whole_step, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(PROBE)] + ["--all"] * whole_step,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(proc.stdout.strip().splitlines()[-1])
     data["expected_bits"] = bits
@@ -94,7 +117,7 @@ def test_target_seen_by_sitp(report):
     assert report["vector_bits"] == bits
     mr, nr = report["tile"]
     assert nr == 2 * bits // 32 and mr == (14 if bits == 512 else 6)
-    cache = Path(report["cache"])           # the user's cache directory, keyed below it
+    cache = Path(report["cache"])  # the user's cache directory, keyed below it
     assert cache.parent == Path(report["cache_root"]) and cache.name.startswith("sitp-"), cache
 
 
@@ -103,7 +126,7 @@ def test_micro_kernel_is_a_register_tile(report):
     for sig, code in _pick(report, "micro_kernel").items():
         assert code["gather_scatter"] == 0, sig
         assert code["spills"] == 0, sig
-        if bits == 128:             # SSE2: no FMA; 2 * MR mulps/mulpd and as many adds
+        if bits == 128:  # SSE2: no FMA; 2 * MR mulps/mulpd and as many adds
             assert sum(code["fma"].values()) == 0 and code["sse_packed"] >= 4 * mr, (sig, code)
         else:
             assert code["fma"][str(bits)] >= 2 * mr, (sig, code)
@@ -141,9 +164,13 @@ def test_training_kernels_vectorised(report, name):
 
 # The numeric tests whose results could depend on the code generated: exp/erf/GELU
 # special values and error bounds, and GEMM tiles at every edge.
-NUMERIC_TESTS = ["tests/test_vecmath.py", "tests/test_blas.py", "-k",
-                 "exp_f32_edges or erf_f32_edges or dense_grid or special_values or float32_close "
-                 "or micro_kernel or test_matmul or test_bmm"]
+NUMERIC_TESTS = [
+    "tests/test_vecmath.py",
+    "tests/test_blas.py",
+    "-k",
+    "exp_f32_edges or erf_f32_edges or dense_grid or special_values or float32_close "
+    "or micro_kernel or test_matmul or test_bmm",
+]
 
 
 def test_numerics_with_the_other_targets_code(tmp_path):
@@ -154,14 +181,37 @@ def test_numerics_with_the_other_targets_code(tmp_path):
     torch's semantics whatever the vector width.
     """
     if llvm.get_host_cpu_features().get("avx512f"):
-        env_target = {"NUMBA_CPU_NAME": llvm.get_host_cpu_name(), "NUMBA_CPU_FEATURES": host_features_without_avx512()}
+        env_target = {
+            "NUMBA_CPU_NAME": llvm.get_host_cpu_name(),
+            "NUMBA_CPU_FEATURES": host_features_without_avx512(),
+        }
     else:
         env_target = {"NUMBA_CPU_NAME": "x86-64", "NUMBA_CPU_FEATURES": "+cx16"}
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_CPU_", "_SITP_", "SITP_USER"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("NUMBA_CPU_", "_SITP_", "SITP_USER"))
+    }
     env.update(env_target, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
     env.setdefault("NUMBA_ENABLE_CUDASIM", "1")
     root = Path(__file__).resolve().parent.parent
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           *NUMERIC_TESTS], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            *NUMERIC_TESTS,
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and " failed" not in proc.stdout

@@ -46,7 +46,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from hooks import pagecode
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,7 +67,7 @@ PAGES = [p for p in sorted(DOCS.rglob("*.md")) if page_blocks(p)]
 # Runs in the reader's interpreter: the page's script, compiled whole, then executed
 # cell by cell in one namespace, each block's output recorded (and printed, as the
 # reader sees it). Tracebacks show the script's lines (compiled with its file name).
-RUNNER = r'''
+RUNNER = r"""
 import builtins, contextlib, io, json, sys, time, traceback
 script, cells, page, report_path = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[3], sys.argv[4]
 source = open(script, encoding="utf-8").read()
@@ -106,7 +105,7 @@ for cell in cells:
         report.append({"line": cell["line"], "seconds": time.perf_counter() - start,
                        "stdout": tee.buf.getvalue()})
         json.dump(report, open(report_path, "w", encoding="utf-8"))
-'''
+"""
 
 
 def _source_hash() -> str:
@@ -115,7 +114,11 @@ def _source_hash() -> str:
         path = ROOT / name
         files = sorted(path.rglob("*")) if path.is_dir() else [path]
         for f in files:
-            if f.is_file() and "__pycache__" not in f.parts and f.suffix not in {".pyc", ".nbi", ".nbc"}:
+            if (
+                f.is_file()
+                and "__pycache__" not in f.parts
+                and f.suffix not in {".pyc", ".nbi", ".nbc"}
+            ):
                 if ".egg-info" in str(f):
                     continue
                 digest.update(f.relative_to(ROOT).as_posix().encode())
@@ -131,14 +134,32 @@ def _install(target: Path) -> None:
         for name in SOURCES:
             src = ROOT / name
             if src.is_dir():
-                shutil.copytree(src, tree / name, ignore=shutil.ignore_patterns(
-                    "__pycache__", "*.egg-info", "*.nbi", "*.nbc", "*.pyc"))
+                shutil.copytree(
+                    src,
+                    tree / name,
+                    ignore=shutil.ignore_patterns(
+                        "__pycache__", "*.egg-info", "*.nbi", "*.nbc", "*.pyc"
+                    ),
+                )
             elif src.exists():
                 shutil.copy2(src, tree / name)
         subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-index",
-             "--no-build-isolation", "--wheel-dir", str(wheels), str(tree)],
-            check=True, capture_output=True, text=True,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--quiet",
+                "--no-deps",
+                "--no-index",
+                "--no-build-isolation",
+                "--wheel-dir",
+                str(wheels),
+                str(tree),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
         )
         (wheel,) = wheels.glob("sitp-*.whl")
         staging = target.with_name(target.name + ".tmp")
@@ -148,9 +169,14 @@ def _install(target: Path) -> None:
         base = getattr(sys, "_base_executable", sys.executable)
         subprocess.run([base, "-m", "venv", "--without-pip", str(staging)], check=True)
         python = staging / "bin" / "python"
-        site = Path(subprocess.run(
-            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            check=True, capture_output=True, text=True).stdout.strip())
+        site = Path(
+            subprocess.run(
+                [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+        )
         with zipfile.ZipFile(wheel) as zf:
             for info in zf.infolist():
                 zf.extract(info, site)
@@ -187,8 +213,11 @@ def reader_python() -> Path:
 
 def reader_env() -> dict[str, str]:
     """The environment of a reader's shell: nothing of the repository or the test set-up."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST", "PYTHON", "VIRTUAL_ENV", "COV_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTEST", "PYTHON", "VIRTUAL_ENV", "COV_"))
+    }
     for name in ("NUMBA_ENABLE_CUDASIM", "MPLBACKEND", "SITP_SITE_DIR"):
         env.pop(name, None)
     # One thread for numba's and OpenMP's pools (torch, BLAS): the blocks print the same
@@ -215,9 +244,20 @@ def run_page(python: Path, page: Path, tmp_path: Path) -> tuple[subprocess.Compl
     code = f"exec(open({str(tmp_path / 'runner.py')!r}).read())"
     report_path = tmp_path / "report.json"
     proc = subprocess.run(
-        [str(python), "-c", code, str(path), str(tmp_path / "cells.json"),
-         page.relative_to(ROOT).as_posix(), str(report_path)],
-        cwd=cwd, env=reader_env(), capture_output=True, text=True, timeout=PAGE_TIMEOUT,
+        [
+            str(python),
+            "-c",
+            code,
+            str(path),
+            str(tmp_path / "cells.json"),
+            page.relative_to(ROOT).as_posix(),
+            str(report_path),
+        ],
+        cwd=cwd,
+        env=reader_env(),
+        capture_output=True,
+        text=True,
+        timeout=PAGE_TIMEOUT,
     )
     report = json.loads(report_path.read_text()) if report_path.exists() else []
     return proc, report
@@ -225,10 +265,17 @@ def run_page(python: Path, page: Path, tmp_path: Path) -> tuple[subprocess.Compl
 
 def test_the_install_is_the_wheel_not_the_checkout(reader_python, tmp_path):
     proc = subprocess.run(
-        [str(reader_python), "-c",
-         "import sitp, sitp.cuda, sys, torch, matplotlib, numba.cuda; "
-         "print(sitp.__file__); print(sitp.cuda.is_simulated() or sitp.cuda.is_available())"],
-        cwd=tmp_path, env=reader_env(), capture_output=True, text=True, timeout=300,
+        [
+            str(reader_python),
+            "-c",
+            "import sitp, sitp.cuda, sys, torch, matplotlib, numba.cuda; "
+            "print(sitp.__file__); print(sitp.cuda.is_simulated() or sitp.cuda.is_available())",
+        ],
+        cwd=tmp_path,
+        env=reader_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     where, cuda_ok = proc.stdout.split()
@@ -240,8 +287,11 @@ def test_the_install_is_the_wheel_not_the_checkout(reader_python, tmp_path):
 def _diff(recorded: str, fresh: str) -> str:
     import difflib
 
-    return "".join(difflib.unified_diff(
-        recorded.splitlines(True), fresh.splitlines(True), "recorded", "this run", n=1))
+    return "".join(
+        difflib.unified_diff(
+            recorded.splitlines(True), fresh.splitlines(True), "recorded", "this run", n=1
+        )
+    )
 
 
 @pytest.mark.slow
@@ -252,8 +302,10 @@ def test_page_runs_as_a_reader_pastes_it(reader_python, page, tmp_path):
     it prints is recorded for the page to show)."""
     proc, report = run_page(reader_python, page, tmp_path)
     if proc.returncode != 0:
-        pytest.fail(f"{page.relative_to(ROOT)} fails outside the repository:\n"
-                    f"{proc.stderr[-6000:]}", pytrace=False)
+        pytest.fail(
+            f"{page.relative_to(ROOT)} fails outside the repository:\n{proc.stderr[-6000:]}",
+            pytrace=False,
+        )
     blocks = page_blocks(page)
     assert [r["line"] for r in report] == [b.line for b in blocks]
     rel = page.relative_to(DOCS).as_posix()
@@ -279,7 +331,8 @@ def test_page_runs_as_a_reader_pastes_it(reader_python, page, tmp_path):
             problems.append(f"{where}: no output recorded for this code (run `make outputs`)")
         elif not pagecode.same_output(block, entry["stdout"], fresh):
             kind = " (numbers masked: volatile-output)" if block.volatile else ""
-            problems.append(f"{where}: prints something else than the page shows{kind}; "
-                            f"if the change is right, run `make outputs`\n"
-                            + _diff(entry["stdout"], fresh))
+            problems.append(
+                f"{where}: prints something else than the page shows{kind}; "
+                f"if the change is right, run `make outputs`\n" + _diff(entry["stdout"], fresh)
+            )
     assert not problems, "\n".join(problems)

@@ -10,12 +10,12 @@ import pytest
 import sitp
 import sitp.nn as nn
 import sitp.nn.functional as F
-
 from helpers import host_device_copies
 
 pytestmark = pytest.mark.skipif(
     not (sitp.cuda.is_available() or sitp.cuda.is_simulated()),
-    reason="needs a GPU or NUMBA_ENABLE_CUDASIM=1")
+    reason="needs a GPU or NUMBA_ENABLE_CUDASIM=1",
+)
 
 
 def both(arr, requires_grad=False):
@@ -26,8 +26,12 @@ def both(arr, requires_grad=False):
 
 def same(g, c, rtol=1e-5, atol=1e-6):
     assert g.device == "cuda" or g.numel() == 0
-    np.testing.assert_allclose(g.cpu().numpy() if not g.requires_grad else g.detach().cpu().numpy(),
-                               c.detach().numpy(), rtol=rtol, atol=atol)
+    np.testing.assert_allclose(
+        g.cpu().numpy() if not g.requires_grad else g.detach().cpu().numpy(),
+        c.detach().numpy(),
+        rtol=rtol,
+        atol=atol,
+    )
 
 
 def _x(*shape, seed=0):
@@ -56,7 +60,10 @@ def test_elementwise_broadcast_views_and_scalars():
     same((ga / (gb.abs() + 1)).exp().tanh(), (ca / (cb.abs() + 1)).exp().tanh())
     same((ga > 0).float(), (ca > 0).float())
     same(sitp.where(ga > 0, ga, gb), sitp.where(ca > 0, ca, cb))
-    same(ga.masked_fill(ga < 0, float("-inf")).softmax(-1), ca.masked_fill(ca < 0, float("-inf")).softmax(-1))
+    same(
+        ga.masked_fill(ga < 0, float("-inf")).softmax(-1),
+        ca.masked_fill(ca < 0, float("-inf")).softmax(-1),
+    )
     same(ga[1:, ::2], ca[1:, ::2])
     same(ga[sitp.tensor([2, 0, 2])], ca[sitp.tensor([2, 0, 2])])
 
@@ -103,7 +110,10 @@ def test_module_and_optimizer_on_device():
     opt_g = sitp.optim.AdamW(m_gpu.parameters(), lr=0.1)
     x = _x(5, 3)
     for _ in range(2):
-        for model, opt, xx in ((m, opt_c, sitp.tensor(x)), (m_gpu, opt_g, sitp.tensor(x, device="cuda"))):
+        for model, opt, xx in (
+            (m, opt_c, sitp.tensor(x)),
+            (m_gpu, opt_g, sitp.tensor(x, device="cuda")),
+        ):
             loss = (model(xx) ** 2).mean()
             opt.zero_grad()
             loss.backward()
@@ -142,7 +152,7 @@ def test_bad_gpu_index_surfaces_at_the_next_sync():
     g = sitp.zeros(3, 2, device="cuda")
     out = g[sitp.tensor([0, 5], device="cuda")]  # no host round trip here...
     with pytest.raises(IndexError, match="out of range"):
-        out.cpu()                                  # ...the error comes with the data
+        out.cpu()  # ...the error comes with the data
     assert g[sitp.tensor([2], device="cuda")].cpu().shape == (1, 2)  # the flag was reset
     with pytest.raises(IndexError, match="out of range"):
         g.gather(1, sitp.tensor([[3, 0]], device="cuda")).sum().item()
@@ -189,7 +199,10 @@ def test_gpt_trains_on_a_real_gpu_like_on_the_cpu():
     X = sitp.randint(0, 27, (32, 32))
     Y = sitp.randint(0, 27, (32, 32))
     losses = {}
-    for name, model, (x, y) in (("cpu", cpu_model, (X, Y)), ("gpu", gpu_model, (X.cuda(), Y.cuda()))):
+    for name, model, (x, y) in (
+        ("cpu", cpu_model, (X, Y)),
+        ("gpu", gpu_model, (X.cuda(), Y.cuda())),
+    ):
         opt = sitp.optim.AdamW(model.parameters(), lr=1e-3)
         losses[name] = []
         for _ in range(5):

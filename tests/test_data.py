@@ -3,6 +3,7 @@
 No test touches the internet: the downloader is tested against a local
 http.server on 127.0.0.1, and the offline corpus with the network blocked.
 """
+
 import doctest
 import hashlib
 import http.server
@@ -30,12 +31,12 @@ from sitp.data import (
     build_token_stream,
     cache_dir,
     census_first_names,
+    download,
     download_makemore_names,
     get_batch,
     load_names,
     split_words,
 )
-from sitp.data import download
 from sitp.data.download import MAKEMORE_FACTS, FileFacts, check_facts, write_atomically
 
 
@@ -118,7 +119,11 @@ def test_split_sizes_and_contents():
     words = load_names()
     train, val, test = split_words(words, seed=42)
     n = len(words)
-    assert (len(train), len(val), len(test)) == (int(0.8 * n), int(0.9 * n) - int(0.8 * n), n - int(0.9 * n))
+    assert (len(train), len(val), len(test)) == (
+        int(0.8 * n),
+        int(0.9 * n) - int(0.8 * n),
+        n - int(0.9 * n),
+    )
     assert (len(train), len(val), len(test)) == (4130, 516, 517)
     assert sorted(train + val + test) == sorted(words)
     assert words == load_names()  # the input is not shuffled in place
@@ -213,7 +218,9 @@ def test_token_stream_and_batches():
     for x, y in zip(as_list(X), as_list(Y)):
         assert x[1:] == y[:-1]
         assert vocab.decode(x + y[-1:]) in text
-    X2, Y2 = get_batch(stream, batch_size=16, block_size=4, generator=sitp.Generator().manual_seed(0))
+    X2, Y2 = get_batch(
+        stream, batch_size=16, block_size=4, generator=sitp.Generator().manual_seed(0)
+    )
     assert as_list(X2) == as_list(X) and as_list(Y2) == as_list(Y)
     # without a generator, the default one: sitp.manual_seed makes it repeatable
     sitp.manual_seed(1)
@@ -385,14 +392,14 @@ def test_makemore_placed_by_hand_loads_offline(cache, no_network):
 
 
 def test_a_copy_with_the_facts_but_not_the_digest_is_rejected(cache, no_network):
-    data = fake_makemore_bytes()   # right size, lines and letters; wrong names
+    data = fake_makemore_bytes()  # right size, lines and letters; wrong names
     assert len(data) == 228_145
     path = cache / "makemore" / "names.txt"
     path.parent.mkdir(parents=True)
     path.write_bytes(data)
     with pytest.raises(ChecksumError, match="SHA-256"):
         check_facts(data, MAKEMORE_FACTS)
-    with pytest.raises(AssertionError, match="network"):   # damaged cache: download again
+    with pytest.raises(AssertionError, match="network"):  # damaged cache: download again
         load_names("makemore")
 
 
@@ -401,7 +408,7 @@ def test_sitp_data_dir_is_read_in_place_and_checked(cache, no_network, monkeypat
     monkeypatch.setenv("SITP_DATA_DIR", str(SHARED.parent))
     assert download_makemore_names() == SHARED
     assert len(load_names("names")) == 32_033
-    assert not (cache / "makemore").exists()                # nothing copied to the cache
+    assert not (cache / "makemore").exists()  # nothing copied to the cache
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "names.txt").write_bytes(fake_makemore_bytes())
@@ -448,8 +455,10 @@ def test_write_atomically_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- docstrings
 
 
-@pytest.mark.parametrize("module", ["sitp.data", "sitp.data.names", "sitp.data.download",
-                                    "sitp.data.vocab", "sitp.data.datasets"])
+@pytest.mark.parametrize(
+    "module",
+    ["sitp.data", "sitp.data.names", "sitp.data.download", "sitp.data.vocab", "sitp.data.datasets"],
+)
 def test_docstring_examples_run(module, monkeypatch, no_network):
     monkeypatch.delenv("SITP_CACHE", raising=False)
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)

@@ -38,9 +38,26 @@ def pytest_in_a_fresh_folder(tmp_path, target):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["SITP_EXERCISE_TARGET"] = target
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-         "--rootdir", str(tmp_path), "--pyargs", "sitp.exercises.tests"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "--rootdir",
+            str(tmp_path),
+            "--pyargs",
+            "sitp.exercises.tests",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_readers_command(tmp_path):

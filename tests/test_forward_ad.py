@@ -31,12 +31,12 @@ def f_seed(x1, x2):
 def test_dual_arithmetic_rules():
     x = Dual(3.0, 1.0)
     assert (x + 2).tangent == 1.0 and (2 - x).tangent == -1.0
-    assert (x * x).tangent == 6.0                    # 2x
+    assert (x * x).tangent == 6.0  # 2x
     assert (1 / x).tangent == pytest.approx(-1 / 9)  # -1/x²
     assert (x / 2).tangent == 0.5
-    assert (x ** 3).tangent == pytest.approx(27.0)   # 3x²
-    assert (2 ** x).tangent == pytest.approx(8 * math.log(2))
-    assert (x ** x).tangent == pytest.approx(27 * (math.log(3) + 1))
+    assert (x**3).tangent == pytest.approx(27.0)  # 3x²
+    assert (2**x).tangent == pytest.approx(8 * math.log(2))
+    assert (x**x).tangent == pytest.approx(27 * (math.log(3) + 1))
     assert (-x).value == -3.0 and x.pow(2).value == 9.0
 
 
@@ -76,10 +76,10 @@ def test_seed_example_matches_symbolic_derivative(x1, x2):
 def test_seed_example_jvp_with_e_i_equals_reverse_mode_grad_i(x1, x2):
     a = sitp.tensor(x1, dtype=F64, requires_grad=True)
     b = sitp.tensor(x2, dtype=F64, requires_grad=True)
-    f_seed(a, b).backward()                     # one reverse pass: both partials
+    f_seed(a, b).backward()  # one reverse pass: both partials
     for i, g in enumerate([a.grad.item(), b.grad.item()]):
         e = tuple(1.0 if j == i else 0.0 for j in range(2))
-        _, d = jvp(f_seed, (x1, x2), e)           # one forward pass per partial
+        _, d = jvp(f_seed, (x1, x2), e)  # one forward pass per partial
         assert d == pytest.approx(g, abs=1e-12)
 
 
@@ -105,7 +105,7 @@ def mlp_loss(x, W, b):
 @given(n=st.integers(1, 5), seed=st.integers(0, 100))
 def test_jvp_with_basis_vectors_rebuilds_the_gradient(n, seed):
     x = rand((n,), seed)
-    f = lambda t: (t.sin() * t.exp() / (2 + t.cos())).sum() + (t ** 2).mean()  # noqa: E731
+    f = lambda t: (t.sin() * t.exp() / (2 + t.cos())).sum() + (t**2).mean()  # noqa: E731
     (g,) = grad_of(f, x)
     rebuilt = []
     for i in range(n):
@@ -134,20 +134,30 @@ def test_jvp_of_a_vector_function_is_the_jacobian_column():
     x = rand((3,), 4, 0.5, 1.5)
     A = rand((2, 3), 5)
     f = lambda t: t.log() @ A.T  # noqa: E731  (works on a Dual and on a tensor)
-    J_fwd = np.stack([jvp(f, x, sitp.eye(3, dtype=F64)[j].contiguous())[1].numpy()
-                      for j in range(3)], axis=1)
+    J_fwd = np.stack(
+        [jvp(f, x, sitp.eye(3, dtype=F64)[j].contiguous())[1].numpy() for j in range(3)], axis=1
+    )
     xr = x.clone().requires_grad_()
     y = xr.log() @ A.T
-    J_rev = np.stack([sitp.autograd.grad(y, xr, sitp.eye(2, dtype=F64)[i].contiguous(),
-                                         retain_graph=True).numpy() for i in range(2)])
+    J_rev = np.stack(
+        [
+            sitp.autograd.grad(
+                y, xr, sitp.eye(2, dtype=F64)[i].contiguous(), retain_graph=True
+            ).numpy()
+            for i in range(2)
+        ]
+    )
     np.testing.assert_allclose(J_fwd, J_rev, rtol=1e-12)
     np.testing.assert_allclose(J_fwd, A.numpy() / x.numpy(), rtol=1e-12)
 
 
 def test_broadcasting_needs_no_unbroadcast_in_forward_mode():
     x, b = rand((2, 3), 0), rand((3,), 1)
-    out, d = jvp(lambda u, c: (u * c + c).exp().sum(1), (x, b),
-                 (sitp.zeros(2, 3, dtype=F64), sitp.ones(3, dtype=F64)))
+    out, d = jvp(
+        lambda u, c: (u * c + c).exp().sum(1),
+        (x, b),
+        (sitp.zeros(2, 3, dtype=F64), sitp.ones(3, dtype=F64)),
+    )
     expected = ((x * b + b).exp() * (x + 1)).sum(1)
     np.testing.assert_allclose(d.numpy(), expected.numpy(), rtol=1e-12)
     assert tuple(out.shape) == (2,)
@@ -167,4 +177,3 @@ def test_jvp_checks_its_arguments():
         jvp(lambda a, b: a * b, (1.0, 2.0), (1.0,))
     with pytest.raises(ValueError, match="shape"):
         jvp(lambda t: t.exp(), x, sitp.ones(2, dtype=F64))
-

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as TF
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sitp
-from sitp.nn import functional as F
 from helpers import np_of
+from sitp.nn import functional as F
 
 SETTINGS = settings(max_examples=20, deadline=None)
 DTYPES = [np.float32, np.float64]
@@ -34,7 +35,10 @@ def close(s, t, dt=np.float64, scale=1.0):
 def leaves(*arrays, grad=True, frozen=()):
     """The same arrays as sitp and torch leaves (None stays None); float arrays
     require grad unless their position is in ``frozen``."""
-    req = [grad and a is not None and a.dtype.kind == "f" and i not in frozen for i, a in enumerate(arrays)]
+    req = [
+        grad and a is not None and a.dtype.kind == "f" and i not in frozen
+        for i, a in enumerate(arrays)
+    ]
     s = [None if a is None else sitp.tensor(a, requires_grad=r) for a, r in zip(arrays, req)]
     t = [None if a is None else torch.tensor(a, requires_grad=r) for a, r in zip(arrays, req)]
     return s, t
@@ -64,7 +68,10 @@ def check(fs, ft, arrays, dt, seed=1, scale=1.0, grad=True, frozen=()):
 ACTS = {
     "relu": (F.relu, TF.relu),
     "gelu": (F.gelu, TF.gelu),
-    "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), lambda x: TF.gelu(x, approximate="tanh")),
+    "gelu_tanh": (
+        lambda x: F.gelu(x, approximate="tanh"),
+        lambda x: TF.gelu(x, approximate="tanh"),
+    ),
     "silu": (F.silu, TF.silu),
     "tanh": (F.tanh, torch.tanh),
     "sigmoid": (F.sigmoid, torch.sigmoid),
@@ -81,8 +88,8 @@ ACTS = {
 @pytest.mark.parametrize("dt", DTYPES)
 def test_activations(name, dt):
     x = rng().standard_normal((33, 27)).astype(dt) * 4
-    x[np.abs(x) < 1e-2] = 0.5           # off the kinks (relu, leaky_relu, elu at 0)
-    x[0, :3] = [30.0, -30.0, 0.5]       # far tails: no overflow
+    x[np.abs(x) < 1e-2] = 0.5  # off the kinks (relu, leaky_relu, elu at 0)
+    x[0, :3] = [30.0, -30.0, 0.5]  # far tails: no overflow
     check(*ACTS[name], [x], dt)
 
 
@@ -120,12 +127,25 @@ def test_linear_shape_error_names_shapes():
 # ---------------------------------------------------------------- cross-entropy
 def _ce(reduction, smoothing, weight, ignore_index=-100):
     def fs(x, t, w):
-        return F.cross_entropy(x, t, weight=w if weight else None, ignore_index=ignore_index,
-                               reduction=reduction, label_smoothing=smoothing)
+        return F.cross_entropy(
+            x,
+            t,
+            weight=w if weight else None,
+            ignore_index=ignore_index,
+            reduction=reduction,
+            label_smoothing=smoothing,
+        )
 
     def ft(x, t, w):
-        return TF.cross_entropy(x, t, weight=w if weight else None, ignore_index=ignore_index,
-                                reduction=reduction, label_smoothing=smoothing)
+        return TF.cross_entropy(
+            x,
+            t,
+            weight=w if weight else None,
+            ignore_index=ignore_index,
+            reduction=reduction,
+            label_smoothing=smoothing,
+        )
+
     return fs, ft
 
 
@@ -138,7 +158,7 @@ def test_cross_entropy(dt, reduction, smoothing, weight, shape):
     r = rng(len(shape))
     x = (r.standard_normal(shape) * 3).astype(dt)
     t = r.integers(0, shape[1], (shape[0],) + shape[2:])
-    t.flat[[0, 4, 7]] = -100                        # ignored rows
+    t.flat[[0, 4, 7]] = -100  # ignored rows
     w = r.random(shape[1]).astype(dt) + 0.1
     check(*_ce(reduction, smoothing, weight), [x, t, w], dt, frozen=(2,))
 
@@ -162,7 +182,9 @@ def test_cross_entropy_all_ignored_mean_is_nan_like_torch():
     x = np.zeros((3, 4))
     t = np.full(3, -100)
     s = F.cross_entropy(sitp.tensor(x), sitp.tensor(t))
-    assert math.isnan(s.item()) and math.isnan(TF.cross_entropy(torch.tensor(x), torch.tensor(t)).item())
+    assert math.isnan(s.item()) and math.isnan(
+        TF.cross_entropy(torch.tensor(x), torch.tensor(t)).item()
+    )
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.3])
@@ -184,8 +206,12 @@ def test_cross_entropy_probability_targets(dt, reduction, weight):
     check(*_ce(reduction, 0.1, weight), [x, p, r.random(7).astype(dt)], dt, frozen=(2,))
 
 
-@given(n=st.integers(1, 40), c=st.integers(1, 70), smoothing=st.sampled_from([0.0, 0.05]),
-       seed=st.integers(0, 2**16))
+@given(
+    n=st.integers(1, 40),
+    c=st.integers(1, 70),
+    smoothing=st.sampled_from([0.0, 0.05]),
+    seed=st.integers(0, 2**16),
+)
 @SETTINGS
 def test_cross_entropy_shapes_hypothesis(n, c, smoothing, seed):
     r = rng(seed)
@@ -240,9 +266,13 @@ def test_nll_loss(dt, reduction, shape):
         t.flat[1] = -100
     w = r.random(27).astype(dt)
     for weight in (None, w):
-        check(lambda x, t, w: F.nll_loss(x, t, w, reduction=reduction),
-              lambda x, t, w: TF.nll_loss(x, t, w, reduction=reduction),
-              [x, t, weight], dt, frozen=(2,))
+        check(
+            lambda x, t, w: F.nll_loss(x, t, w, reduction=reduction),
+            lambda x, t, w: TF.nll_loss(x, t, w, reduction=reduction),
+            [x, t, weight],
+            dt,
+            frozen=(2,),
+        )
 
 
 def test_nll_loss_errors():
@@ -258,8 +288,10 @@ def test_legacy_reduce_flags():
     for kw in (dict(reduce=False), dict(size_average=False), dict(size_average=True)):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            close(F.cross_entropy(sitp.tensor(x), sitp.tensor(t), **kw),
-                  TF.cross_entropy(torch.tensor(x), torch.tensor(t), **kw))
+            close(
+                F.cross_entropy(sitp.tensor(x), sitp.tensor(t), **kw),
+                TF.cross_entropy(torch.tensor(x), torch.tensor(t), **kw),
+            )
 
 
 # ------------------------------------------------------------- regression losses
@@ -268,8 +300,12 @@ def test_legacy_reduce_flags():
 def test_mse_loss(dt, reduction):
     r = rng(7)
     x, y = r.standard_normal((33, 5)).astype(dt), r.standard_normal((33, 5)).astype(dt)
-    check(lambda a, b: F.mse_loss(a, b, reduction=reduction),
-          lambda a, b: TF.mse_loss(a, b, reduction=reduction), [x, y], dt)
+    check(
+        lambda a, b: F.mse_loss(a, b, reduction=reduction),
+        lambda a, b: TF.mse_loss(a, b, reduction=reduction),
+        [x, y],
+        dt,
+    )
 
 
 def test_mse_loss_broadcast_warns():
@@ -285,17 +321,26 @@ def test_binary_cross_entropy(dt, reduction, weighted):
     x = r.random((33, 6)).astype(dt) * 0.98 + 0.01
     y = r.random((33, 6)).astype(dt)
     w = r.random((33, 6)).astype(dt) if weighted else None
-    check(lambda a, b, w: F.binary_cross_entropy(a, b, w, reduction=reduction),
-          lambda a, b, w: TF.binary_cross_entropy(a, b, w, reduction=reduction), [x, y, w], dt,
-          frozen=(2,))
+    check(
+        lambda a, b, w: F.binary_cross_entropy(a, b, w, reduction=reduction),
+        lambda a, b, w: TF.binary_cross_entropy(a, b, w, reduction=reduction),
+        [x, y, w],
+        dt,
+        frozen=(2,),
+    )
 
 
 def test_binary_cross_entropy_is_finite_at_0_and_1():
     x = np.array([0.0, 1.0, 0.0, 1.0, 0.5])
     y = np.array([0.0, 1.0, 1.0, 0.0, 1.0])
-    s, t = check(lambda a, b: F.binary_cross_entropy(a, b, reduction="none"),
-                 lambda a, b: TF.binary_cross_entropy(a, b, reduction="none"), [x, y], np.float64,
-                 frozen=(1,), scale=10)   # input gradients of +-1e12 at the wrong confident ends
+    s, t = check(
+        lambda a, b: F.binary_cross_entropy(a, b, reduction="none"),
+        lambda a, b: TF.binary_cross_entropy(a, b, reduction="none"),
+        [x, y],
+        np.float64,
+        frozen=(1,),
+        scale=10,
+    )  # input gradients of +-1e12 at the wrong confident ends
     assert np.all(np.isfinite(np_of(s)))
     assert np_of(s)[2] == 100.0
     # The target's gradient is that of the clamped loss, log(1-x) - log(x) with both logs
@@ -318,13 +363,21 @@ def test_binary_cross_entropy_errors():
 def test_binary_cross_entropy_with_logits(dt, reduction, pos_weight):
     r = rng(9)
     x = (r.standard_normal((33, 6)) * 5).astype(dt)
-    x[0, :4] = [100.0, -100.0, 0.0, 40.0]           # no overflow in either tail
+    x[0, :4] = [100.0, -100.0, 0.0, 40.0]  # no overflow in either tail
     y = r.random((33, 6)).astype(dt)
     w = r.random((33, 6)).astype(dt)
     pw = r.random(6).astype(dt) * 3 if pos_weight else None
-    check(lambda a, b, w, p: F.binary_cross_entropy_with_logits(a, b, w, reduction=reduction, pos_weight=p),
-          lambda a, b, w, p: TF.binary_cross_entropy_with_logits(a, b, w, reduction=reduction, pos_weight=p),
-          [x, y, w, pw], dt, frozen=(2, 3))
+    check(
+        lambda a, b, w, p: F.binary_cross_entropy_with_logits(
+            a, b, w, reduction=reduction, pos_weight=p
+        ),
+        lambda a, b, w, p: TF.binary_cross_entropy_with_logits(
+            a, b, w, reduction=reduction, pos_weight=p
+        ),
+        [x, y, w, pw],
+        dt,
+        frozen=(2, 3),
+    )
 
 
 # ------------------------------------------------------------------- layer_norm
@@ -337,8 +390,13 @@ def test_layer_norm(dt, affine, shape, norm):
     ns = (norm,) if isinstance(norm, int) else norm
     w = r.standard_normal(ns).astype(dt) if affine != "none" else None
     b = r.standard_normal(ns).astype(dt) if affine == "both" else None
-    check(lambda x, w, b: F.layer_norm(x, norm, w, b, eps=1e-5),
-          lambda x, w, b: TF.layer_norm(x, ns, w, b, eps=1e-5), [x, w, b], dt, scale=5)
+    check(
+        lambda x, w, b: F.layer_norm(x, norm, w, b, eps=1e-5),
+        lambda x, w, b: TF.layer_norm(x, ns, w, b, eps=1e-5),
+        [x, w, b],
+        dt,
+        scale=5,
+    )
 
 
 @given(rows=st.integers(1, 9), n=st.integers(1, 70), seed=st.integers(0, 2**16))
@@ -346,14 +404,20 @@ def test_layer_norm(dt, affine, shape, norm):
 def test_layer_norm_shapes_hypothesis(rows, n, seed):
     r = rng(seed)
     x, w, b = r.standard_normal((rows, n)), r.standard_normal(n), r.standard_normal(n)
-    check(lambda x, w, b: F.layer_norm(x, (n,), w, b), lambda x, w, b: TF.layer_norm(x, (n,), w, b),
-          [x, w, b], np.float64, seed, scale=1e3)
+    check(
+        lambda x, w, b: F.layer_norm(x, (n,), w, b),
+        lambda x, w, b: TF.layer_norm(x, (n,), w, b),
+        [x, w, b],
+        np.float64,
+        seed,
+        scale=1e3,
+    )
 
 
 def test_layer_norm_non_contiguous_input():
     r = rng(11)
     x = r.standard_normal((6, 8))
-    xs = sitp.tensor(x.T.copy()).t().requires_grad_(True)    # a transposed view
+    xs = sitp.tensor(x.T.copy()).t().requires_grad_(True)  # a transposed view
     xt = torch.tensor(x, requires_grad=True)
     F.layer_norm(xs, (8,)).pow(3).sum().backward()
     TF.layer_norm(xt, (8,)).pow(3).sum().backward()
@@ -371,8 +435,12 @@ def test_layer_norm_errors():
 def test_rms_norm(weight):
     r = rng(12)
     x, w = r.standard_normal((5, 8)), r.standard_normal(8)
-    check(lambda x, w: F.rms_norm(x, (8,), w if weight else None, eps=1e-6),
-          lambda x, w: TF.rms_norm(x, (8,), w if weight else None, eps=1e-6), [x, w], np.float64)
+    check(
+        lambda x, w: F.rms_norm(x, (8,), w if weight else None, eps=1e-6),
+        lambda x, w: TF.rms_norm(x, (8,), w if weight else None, eps=1e-6),
+        [x, w],
+        np.float64,
+    )
 
 
 # ---------------------------------------------------------------------- dropout
@@ -384,7 +452,7 @@ def test_dropout_scales_and_masks():
     assert set(np.unique(v)) <= {0.0, np.float32(1 / 0.7)}
     assert abs((v == 0).mean() - 0.3) < 0.02
     y.sum().backward()
-    np.testing.assert_array_equal(np_of(x.grad), v)          # d(x * m/(1-p))/dx = m/(1-p)
+    np.testing.assert_array_equal(np_of(x.grad), v)  # d(x * m/(1-p))/dx = m/(1-p)
 
 
 def test_dropout_eval_identity_edge_probabilities_and_seed():
@@ -408,9 +476,13 @@ def test_embedding(dt, padding_idx):
     r = rng(13)
     w = r.standard_normal((27, 10)).astype(dt)
     idx = r.integers(0, 27, (5, 7))
-    idx[0, :3] = [2, 2, 26]                                   # repeats and the padding rows
-    check(lambda i, w: F.embedding(i, w, padding_idx), lambda i, w: TF.embedding(i, w, padding_idx),
-          [idx, w], dt)
+    idx[0, :3] = [2, 2, 26]  # repeats and the padding rows
+    check(
+        lambda i, w: F.embedding(i, w, padding_idx),
+        lambda i, w: TF.embedding(i, w, padding_idx),
+        [idx, w],
+        dt,
+    )
 
 
 def test_embedding_index_error():
@@ -420,16 +492,22 @@ def test_embedding_index_error():
 
 def test_one_hot_is_reexported():
     t = np.array([0, 3, 1])
-    np.testing.assert_array_equal(np_of(F.one_hot(sitp.tensor(t), 5)),
-                                  TF.one_hot(torch.tensor(t), 5).numpy())
-    np.testing.assert_array_equal(np_of(F.one_hot(sitp.tensor(t))), TF.one_hot(torch.tensor(t)).numpy())
+    np.testing.assert_array_equal(
+        np_of(F.one_hot(sitp.tensor(t), 5)), TF.one_hot(torch.tensor(t), 5).numpy()
+    )
+    np.testing.assert_array_equal(
+        np_of(F.one_hot(sitp.tensor(t))), TF.one_hot(torch.tensor(t)).numpy()
+    )
 
 
 # -------------------------------------------------------------------- attention
 def _sdpa_arrays(dt, batch=(2, 3), L=6, S=7, D=4, Dv=5, seed=14):
     r = rng(seed)
-    return [r.standard_normal(batch + (L, D)).astype(dt), r.standard_normal(batch + (S, D)).astype(dt),
-            r.standard_normal(batch + (S, Dv)).astype(dt)]
+    return [
+        r.standard_normal(batch + (L, D)).astype(dt),
+        r.standard_normal(batch + (S, D)).astype(dt),
+        r.standard_normal(batch + (S, Dv)).astype(dt),
+    ]
 
 
 @pytest.mark.parametrize("dt", DTYPES)
@@ -447,15 +525,19 @@ def test_sdpa(dt, kind):
         kw = dict(scale=0.3)
     if kind == "bool":
         m = r.random((6, 7)) > 0.4
-        m[:, 0] = True                                        # every row attends somewhere
+        m[:, 0] = True  # every row attends somewhere
         arrays.append(m)
     elif kind == "float":
-        arrays.append(r.standard_normal((3, 6, 7)).astype(dt))   # broadcast over the batch dim
+        arrays.append(r.standard_normal((3, 6, 7)).astype(dt))  # broadcast over the batch dim
     else:
         arrays.append(None)
-    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, **kw),
-          lambda q, k, v, m: TF.scaled_dot_product_attention(q, k, v, attn_mask=m, **kw),
-          arrays, dt, scale=3)
+    check(
+        lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, **kw),
+        lambda q, k, v, m: TF.scaled_dot_product_attention(q, k, v, attn_mask=m, **kw),
+        arrays,
+        dt,
+        scale=3,
+    )
 
 
 def test_sdpa_fully_masked_row_gives_zeros_like_torch():
@@ -463,31 +545,45 @@ def test_sdpa_fully_masked_row_gives_zeros_like_torch():
     (not the NaN of softmax over -inf), and so does sitp; gradients agree too."""
     q, k, v = _sdpa_arrays(np.float64, batch=(2,), L=3, S=4)
     m = np.array([[True, True, False, False], [False] * 4, [True] * 4])
-    s, t = check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=sitp.tensor(m)),
-                 lambda q, k, v: TF.scaled_dot_product_attention(q, k, v, attn_mask=torch.tensor(m)),
-                 [q, k, v], np.float64)
+    s, t = check(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=sitp.tensor(m)),
+        lambda q, k, v: TF.scaled_dot_product_attention(q, k, v, attn_mask=torch.tensor(m)),
+        [q, k, v],
+        np.float64,
+    )
     assert np.all(np_of(s)[:, 1] == 0)
 
 
 def test_sdpa_broadcast_batch_and_gqa():
     r = rng(16)
     q = r.standard_normal((2, 4, 5, 3))
-    k = r.standard_normal((4, 6, 3))           # no batch dim: broadcast
+    k = r.standard_normal((4, 6, 3))  # no batch dim: broadcast
     v = r.standard_normal((4, 6, 2))
-    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
-          lambda q, k, v: TF.scaled_dot_product_attention(q, k, v), [q, k, v], np.float64)
+    check(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+        lambda q, k, v: TF.scaled_dot_product_attention(q, k, v),
+        [q, k, v],
+        np.float64,
+    )
     k2, v2 = r.standard_normal((2, 2, 6, 3)), r.standard_normal((2, 2, 6, 2))
-    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
-          lambda q, k, v: TF.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
-          [q, k2, v2], np.float64)
+    check(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+        lambda q, k, v: TF.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+        [q, k2, v2],
+        np.float64,
+    )
 
 
 def test_sdpa_with_dropout_path():
     """dropout_p > 0 takes the unfused path (MaskedSoftmax, dropout, matmul); with a
     vanishing p the mask keeps everything, so it must agree with torch without dropout."""
     q, k, v = _sdpa_arrays(np.float64)
-    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=1e-12, is_causal=True),
-          lambda q, k, v: TF.scaled_dot_product_attention(q, k, v, is_causal=True), [q, k, v], np.float64)
+    check(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=1e-12, is_causal=True),
+        lambda q, k, v: TF.scaled_dot_product_attention(q, k, v, is_causal=True),
+        [q, k, v],
+        np.float64,
+    )
     sitp.manual_seed(0)
     out = F.scaled_dot_product_attention(*[sitp.tensor(a) for a in (q, k, v)], dropout_p=0.5)
     assert tuple(out.shape) == (2, 3, 6, 5) and np.all(np.isfinite(np_of(out)))
@@ -496,7 +592,9 @@ def test_sdpa_with_dropout_path():
 def test_sdpa_errors():
     q = sitp.randn(2, 5, 4)
     with pytest.raises(RuntimeError, match="is_causal"):
-        F.scaled_dot_product_attention(q, q, q, attn_mask=sitp.ones(5, 5, dtype=sitp.bool), is_causal=True)
+        F.scaled_dot_product_attention(
+            q, q, q, attn_mask=sitp.ones(5, 5, dtype=sitp.bool), is_causal=True
+        )
     with pytest.raises(RuntimeError, match=r"\(2, 5, 4\).*\(2, 5, 3\)"):
         F.scaled_dot_product_attention(q, sitp.randn(2, 5, 3), q)
     with pytest.raises(RuntimeError, match=r"attn_mask of shape \(4, 4\)"):
@@ -505,38 +603,68 @@ def test_sdpa_errors():
 
 # ----------------------------------------------------------------- conv1d, pad
 @pytest.mark.parametrize("dt", DTYPES)
-@pytest.mark.parametrize("stride, padding, dilation, groups", [
-    (1, 0, 1, 1), (1, 2, 1, 1), (1, 4, 2, 1), (2, 1, 3, 1), (1, "same", 2, 1), (1, "valid", 1, 1),
-    (1, 1, 1, 3),
-])
+@pytest.mark.parametrize(
+    "stride, padding, dilation, groups",
+    [
+        (1, 0, 1, 1),
+        (1, 2, 1, 1),
+        (1, 4, 2, 1),
+        (2, 1, 3, 1),
+        (1, "same", 2, 1),
+        (1, "valid", 1, 1),
+        (1, 1, 1, 3),
+    ],
+)
 @pytest.mark.parametrize("bias", [True, False])
 def test_conv1d(dt, stride, padding, dilation, groups, bias):
     r = rng(17)
     x = r.standard_normal((4, 6, 13)).astype(dt)
     w = r.standard_normal((9, 6 // groups, 3)).astype(dt)
     b = r.standard_normal(9).astype(dt) if bias else None
-    check(lambda x, w, b: F.conv1d(x, w, b, stride, padding, dilation, groups),
-          lambda x, w, b: TF.conv1d(x, w, b, stride, padding, dilation, groups), [x, w, b], dt, scale=3)
+    check(
+        lambda x, w, b: F.conv1d(x, w, b, stride, padding, dilation, groups),
+        lambda x, w, b: TF.conv1d(x, w, b, stride, padding, dilation, groups),
+        [x, w, b],
+        dt,
+        scale=3,
+    )
 
 
 def test_conv1d_unbatched_and_errors():
     r = rng(18)
     x, w = r.standard_normal((6, 10)), r.standard_normal((2, 6, 4))
-    check(lambda x, w: F.conv1d(x, w, padding=1), lambda x, w: TF.conv1d(x, w, padding=1), [x, w], np.float64)
+    check(
+        lambda x, w: F.conv1d(x, w, padding=1),
+        lambda x, w: TF.conv1d(x, w, padding=1),
+        [x, w],
+        np.float64,
+    )
     with pytest.raises(RuntimeError, match=r"to have 6 channels, but got 5"):
         F.conv1d(sitp.randn(1, 5, 10), sitp.randn(2, 6, 3))
     with pytest.raises(RuntimeError, match=r"Kernel size"):
         F.conv1d(sitp.randn(1, 6, 2), sitp.randn(2, 6, 3))
 
 
-@pytest.mark.parametrize("mode, pads", [
-    ("constant", (2, 1)), ("constant", (1, 2, 0, 3)), ("constant", (-1, 2)),
-    ("reflect", (2, 3)), ("replicate", (3, 1)), ("circular", (2, 2)),
-])
+@pytest.mark.parametrize(
+    "mode, pads",
+    [
+        ("constant", (2, 1)),
+        ("constant", (1, 2, 0, 3)),
+        ("constant", (-1, 2)),
+        ("reflect", (2, 3)),
+        ("replicate", (3, 1)),
+        ("circular", (2, 2)),
+    ],
+)
 def test_pad(mode, pads):
     x = rng(19).standard_normal((2, 3, 5))
     value = 1.5 if mode == "constant" else None
-    check(lambda x: F.pad(x, pads, mode, value), lambda x: TF.pad(x, pads, mode, value), [x], np.float64)
+    check(
+        lambda x: F.pad(x, pads, mode, value),
+        lambda x: TF.pad(x, pads, mode, value),
+        [x],
+        np.float64,
+    )
 
 
 # ------------------------------------------- the composed (GPU) paths, run on the CPU
@@ -548,25 +676,39 @@ def test_cross_entropy_composed_path(smoothing, weight, reduction):
     r = rng(20)
     x, t, w = r.standard_normal((33, 27)), r.integers(0, 27, 33), r.random(27)
     t[[2, 5]] = -100
-    check(lambda x, t, w: F._cross_entropy_composed(x, t, w if weight else None, -100, smoothing, reduction),
-          lambda x, t, w: TF.cross_entropy(x, t, w if weight else None, reduction=reduction,
-                                           label_smoothing=smoothing), [x, t, w], np.float64, frozen=(2,))
+    check(
+        lambda x, t, w: F._cross_entropy_composed(
+            x, t, w if weight else None, -100, smoothing, reduction
+        ),
+        lambda x, t, w: TF.cross_entropy(
+            x, t, w if weight else None, reduction=reduction, label_smoothing=smoothing
+        ),
+        [x, t, w],
+        np.float64,
+        frozen=(2,),
+    )
 
 
 def test_layer_norm_composed_path():
     r = rng(21)
     x, w, b = r.standard_normal((4, 5, 6)), r.standard_normal((5, 6)), r.standard_normal((5, 6))
-    check(lambda x, w, b: F._layer_norm_composed(x, 2, w, b, 1e-5),
-          lambda x, w, b: TF.layer_norm(x, (5, 6), w, b), [x, w, b], np.float64)
+    check(
+        lambda x, w, b: F._layer_norm_composed(x, 2, w, b, 1e-5),
+        lambda x, w, b: TF.layer_norm(x, (5, 6), w, b),
+        [x, w, b],
+        np.float64,
+    )
 
 
 @pytest.mark.parametrize("kind", ["none", "causal", "bool", "float"])
 def test_sdpa_composed_path(kind):
     q, k, v = _sdpa_arrays(np.float64, batch=(2,), L=3, S=4)
-    m = {"bool": np.array([[True, True, False, False], [False] * 4, [True] * 4]),
-         "float": np.where(rng(22).random((3, 4)) > 0.3, rng(23).standard_normal((3, 4)), -np.inf)}.get(kind)
+    m = {
+        "bool": np.array([[True, True, False, False], [False] * 4, [True] * 4]),
+        "float": np.where(rng(22).random((3, 4)) > 0.3, rng(23).standard_normal((3, 4)), -np.inf),
+    }.get(kind)
     if kind == "float":
-        m[1] = -np.inf                                            # a fully masked row
+        m[1] = -np.inf  # a fully masked row
     causal = kind == "causal"
     s, t = leaves(q, k, v)
     ms, mt = (sitp.tensor(m), torch.tensor(m)) if m is not None else (None, None)
@@ -588,10 +730,20 @@ def test_functional_on_a_device_if_there_is_one():
         pytest.skip(f"no device tensors: {e}")
     t = sitp.tensor([0, 4, -100, 2]).to("cuda")
     ce = F.cross_entropy(x, t, label_smoothing=0.1)
-    close(ce.cpu(), TF.cross_entropy(torch.tensor(np_of(x.cpu())), torch.tensor([0, 4, -100, 2]),
-                                     label_smoothing=0.1), np.float32)
-    close(F.layer_norm(x, (5,)).cpu(), TF.layer_norm(torch.tensor(np_of(x.cpu())), (5,)), np.float32)
+    close(
+        ce.cpu(),
+        TF.cross_entropy(
+            torch.tensor(np_of(x.cpu())), torch.tensor([0, 4, -100, 2]), label_smoothing=0.1
+        ),
+        np.float32,
+    )
+    close(
+        F.layer_norm(x, (5,)).cpu(), TF.layer_norm(torch.tensor(np_of(x.cpu())), (5,)), np.float32
+    )
     q = x.reshape(1, 4, 5)
     qt = torch.tensor(np_of(q.cpu()))
-    close(F.scaled_dot_product_attention(q, q, q, is_causal=True).cpu(),
-          TF.scaled_dot_product_attention(qt, qt, qt, is_causal=True), np.float32)
+    close(
+        F.scaled_dot_product_attention(q, q, q, is_causal=True).cpu(),
+        TF.scaled_dot_product_attention(qt, qt, qt, is_causal=True),
+        np.float32,
+    )

@@ -6,17 +6,18 @@ reading transposed operands in place. ``Tensor.split`` is one node with several
 outputs, whose backward receives a gradient per piece. Both must give PyTorch's
 numbers; the engine must route each piece's gradient to its own slot.
 """
+
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sitp
 import sitp.nn.functional as F
+from helpers import assert_close, np_of, pair
 from sitp.backends.cpu.fused.linear import column_sum
 from sitp.nn._functions import linear as _linear
-
-from helpers import assert_close, np_of, pair
 
 TOL = {sitp.float32: dict(rtol=2e-5, atol=2e-5), sitp.float64: dict(rtol=1e-11, atol=1e-11)}
 
@@ -41,9 +42,14 @@ def _linear_case(lead, K, N, bias, dtype, seed, tol=None):
 
 
 @settings(max_examples=25, deadline=None)
-@given(lead=st.sampled_from([(), (1,), (7,), (2, 5), (3, 1, 4)]),
-       K=st.integers(1, 40), N=st.integers(1, 40), bias=st.booleans(),
-       dtype=st.sampled_from([sitp.float32, sitp.float64]), seed=st.integers(0, 1000))
+@given(
+    lead=st.sampled_from([(), (1,), (7,), (2, 5), (3, 1, 4)]),
+    K=st.integers(1, 40),
+    N=st.integers(1, 40),
+    bias=st.booleans(),
+    dtype=st.sampled_from([sitp.float32, sitp.float64]),
+    seed=st.integers(0, 1000),
+)
 def test_linear_node_matches_torch(lead, K, N, bias, dtype, seed):
     _linear_case(lead, K, N, bias, dtype, seed)
 
@@ -84,7 +90,7 @@ def test_linear_node_on_views_and_tied_weights():
 
 def test_linear_falls_back_for_what_the_node_does_not_take():
     x, w = sitp.ones(2, 3, dtype=sitp.float64), sitp.ones(4, 3)
-    assert not _linear.fits(x, w, None)          # mixed dtypes: the general path
+    assert not _linear.fits(x, w, None)  # mixed dtypes: the general path
     assert not _linear.fits(sitp.ones(2, 0), sitp.ones(4, 0), None)
     assert np_of(F.linear(sitp.ones(2, 0), sitp.ones(4, 0), sitp.ones(4))).tolist() == [[1] * 4] * 2
     with pytest.raises(RuntimeError, match=r"input of shape \(2, 3\) and weight of shape \(4, 5\)"):
@@ -109,10 +115,13 @@ def test_split_gradients_go_to_their_pieces(sizes):
     assert len(pieces) == len(tpieces)
     weights = [rng.standard_normal(tuple(p.shape)) for p in tpieces]
     # every other piece takes part: the others send no gradient at all
-    sum(((p * sitp.tensor(wt)).sum() for p, wt in zip(pieces[::2], weights[::2])),
-        sitp.tensor(0.0)).backward()
-    sum(((p * torch.tensor(wt)).sum() for p, wt in zip(tpieces[::2], weights[::2])),
-        torch.tensor(0.0)).backward()
+    sum(
+        ((p * sitp.tensor(wt)).sum() for p, wt in zip(pieces[::2], weights[::2])), sitp.tensor(0.0)
+    ).backward()
+    sum(
+        ((p * torch.tensor(wt)).sum() for p, wt in zip(tpieces[::2], weights[::2])),
+        torch.tensor(0.0),
+    ).backward()
     assert_close(x.grad, tx.grad, rtol=1e-12, atol=1e-12)
 
 
@@ -159,7 +168,9 @@ def test_gru_cell_node_matches_torch(dtype, batch):
     tdt = torch.float32 if dtype is sitp.float32 else torch.float64
     sitp.manual_seed(1)
     cell, tcell = sitp.nn.GRUCell(5, 7, dtype=dtype), torch.nn.GRUCell(5, 7, dtype=tdt)
-    tcell.load_state_dict({k: torch.tensor(v.detach().numpy()) for k, v in cell.state_dict().items()})
+    tcell.load_state_dict(
+        {k: torch.tensor(v.detach().numpy()) for k, v in cell.state_dict().items()}
+    )
     rng = np.random.default_rng(2)
     npd = np.float32 if dtype is sitp.float32 else np.float64
     x, tx = pair(rng.standard_normal(batch + (5,)).astype(npd), requires_grad=True)
@@ -188,9 +199,11 @@ def test_gru_gates_gradcheck_and_no_hidden_state():
     sitp.manual_seed(0)
     cell = sitp.nn.GRUCell(4, 3)
     tcell = torch.nn.GRUCell(4, 3)
-    tcell.load_state_dict({k: torch.tensor(v.detach().numpy()) for k, v in cell.state_dict().items()})
+    tcell.load_state_dict(
+        {k: torch.tensor(v.detach().numpy()) for k, v in cell.state_dict().items()}
+    )
     x = np.ones((2, 4), np.float32)
-    assert_close(cell(sitp.tensor(x)), tcell(torch.tensor(x)))      # h = None: zeros
+    assert_close(cell(sitp.tensor(x)), tcell(torch.tensor(x)))  # h = None: zeros
 
 
 def test_unbind_is_one_split_node():

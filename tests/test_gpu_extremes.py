@@ -14,7 +14,8 @@ import sitp.nn.functional as F
 
 pytestmark = pytest.mark.skipif(
     not (sitp.cuda.is_available() or sitp.cuda.is_simulated()),
-    reason="needs a GPU or NUMBA_ENABLE_CUDASIM=1")
+    reason="needs a GPU or NUMBA_ENABLE_CUDASIM=1",
+)
 
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
@@ -40,8 +41,7 @@ def small_blocks(monkeypatch):
 
 
 def _both(x):
-    return (sitp.tensor(x, device="cuda").requires_grad_(True),
-            torch.tensor(x, requires_grad=True))
+    return (sitp.tensor(x, device="cuda").requires_grad_(True), torch.tensor(x, requires_grad=True))
 
 
 @pytest.mark.parametrize("rows", ROWS, ids=range(len(ROWS)))
@@ -61,8 +61,10 @@ def test_softmax_rows_on_the_device(rows, name):
 @pytest.mark.parametrize("rows", ROWS, ids=range(len(ROWS)))
 def test_logsumexp_on_the_device(rows):
     x = np.array(rows, np.float32)
-    close(sitp.tensor(x, device="cuda").logsumexp(1).cpu().numpy(),
-          torch.tensor(x).logsumexp(1).numpy())
+    close(
+        sitp.tensor(x, device="cuda").logsumexp(1).cpu().numpy(),
+        torch.tensor(x).logsumexp(1).numpy(),
+    )
 
 
 @pytest.mark.parametrize("rows", ROWS, ids=range(len(ROWS)))
@@ -73,7 +75,7 @@ def test_fused_cross_entropy_on_the_device(small_blocks, rows, eps, reduction):
     target = np.array([0, 2])
     xs, xt = _both(x)
     ts = sitp.tensor(target, device="cuda")
-    assert CE.gpu_fits(xs, ts, None)        # the fused kernel, not composed ops
+    assert CE.gpu_fits(xs, ts, None)  # the fused kernel, not composed ops
     ls = F.cross_entropy(xs, ts, label_smoothing=eps, reduction=reduction)
     lt = TF.cross_entropy(xt, torch.tensor(target), label_smoothing=eps, reduction=reduction)
     close(ls.detach().cpu().numpy(), lt.detach().numpy())

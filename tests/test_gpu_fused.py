@@ -15,12 +15,12 @@ import pytest
 
 import sitp
 import sitp.nn.functional as F
-
 from helpers import host_device_copies
 
 pytestmark = pytest.mark.skipif(
     not (sitp.cuda.is_available() or sitp.cuda.is_simulated()),
-    reason="needs a GPU or NUMBA_ENABLE_CUDASIM=1")
+    reason="needs a GPU or NUMBA_ENABLE_CUDASIM=1",
+)
 
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
@@ -87,7 +87,7 @@ def _layer_norm_three_ways(x, shape, w, b, g):
 
 @pytest.mark.parametrize("affine", [True, False])
 def test_layer_norm_matches_cpu_and_torch(small_blocks, affine):
-    R, n = 5, 37                                  # 37 = 2 * 16 + 5: a ragged last stride
+    R, n = 5, 37  # 37 = 2 * 16 + 5: a ragged last stride
     x = _x(R, n) * 3 + 1
     w, b = (_x(n, seed=1), _x(n, seed=2)) if affine else (None, None)
     dev, cpu, ref = _layer_norm_three_ways(x, (n,), w, b, _x(R, n, seed=3))
@@ -100,12 +100,12 @@ def test_layer_norm_matches_cpu_and_torch(small_blocks, affine):
 
 
 def test_layer_norm_weight_only_two_dims_and_a_strided_input(small_blocks):
-    x = _x(7, 2, 3).transpose(1, 0, 2)           # (2, 7, 3)
-    shape = (7, 3)                               # n = 21 over the last two dims
+    x = _x(7, 2, 3).transpose(1, 0, 2)  # (2, 7, 3)
+    shape = (7, 3)  # n = 21 over the last two dims
     w = _x(7, 3, seed=4)
     g = _x(2, 7, 3, seed=5)
     xs = sitp.tensor(np.ascontiguousarray(x.transpose(1, 0, 2)), device="cuda").permute(1, 0, 2)
-    xs = xs.detach().requires_grad_()            # a non-contiguous device tensor
+    xs = xs.detach().requires_grad_()  # a non-contiguous device tensor
     ws = _dev(w, True)
     y = F.layer_norm(xs, shape, ws, None)
     assert y.grad_fn.fn is LayerNormGPU
@@ -129,12 +129,12 @@ def test_layer_norm_default_block_and_float64():
     TF.layer_norm(xt, (37,), wt, bt).backward(_t(g))
     close(y, TF.layer_norm(xt, (37,), wt, bt), rtol=1e-10, atol=1e-10)
     close(xs.grad, xt.grad, rtol=1e-10, atol=1e-10)
-    close(ws.grad, wt.grad, rtol=1e-5, atol=1e-5)    # the weight's gradient is float32
+    close(ws.grad, wt.grad, rtol=1e-5, atol=1e-5)  # the weight's gradient is float32
     close(bs.grad, bt.grad, rtol=1e-5, atol=1e-5)
 
 
 # ------------------------------------------------------------------ cross-entropy
-CONFIGS = {                       # (label smoothing, class weights?)
+CONFIGS = {  # (label smoothing, class weights?)
     "plain": (0.0, False),
     "smoothing": (0.1, False),
     "weights": (0.0, True),
@@ -148,18 +148,25 @@ def _cross_entropy_three_ways(z, target, weight, ignore_index, eps, reduction, g
         zs = make(z, True)
         ts = sitp.tensor(target, device="cuda") if make is _dev else sitp.tensor(target)
         ws = None if weight is None else make(weight)
-        loss = F.cross_entropy(zs, ts, ws, ignore_index=ignore_index, reduction=reduction,
-                               label_smoothing=eps)
+        loss = F.cross_entropy(
+            zs, ts, ws, ignore_index=ignore_index, reduction=reduction, label_smoothing=eps
+        )
         if make is _dev:
             node = loss.grad_fn
-            if reduction == "none":               # reshaped to the batch shape: a view
+            if reduction == "none":  # reshaped to the batch shape: a view
                 node = node.inputs[0].grad_fn
             assert node.fn is CrossEntropyGPU
         loss.backward(None if g is None else make(g))
         out.append((loss, zs.grad))
     zt = _t(z, True)
-    loss = TF.cross_entropy(zt, torch.tensor(target), None if weight is None else _t(weight),
-                            ignore_index=ignore_index, reduction=reduction, label_smoothing=eps)
+    loss = TF.cross_entropy(
+        zt,
+        torch.tensor(target),
+        None if weight is None else _t(weight),
+        ignore_index=ignore_index,
+        reduction=reduction,
+        label_smoothing=eps,
+    )
     loss.backward(None if g is None else _t(g))
     out.append((loss, zt.grad))
     return out
@@ -168,20 +175,21 @@ def _cross_entropy_three_ways(z, target, weight, ignore_index, eps, reduction, g
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_cross_entropy_matches_cpu_and_torch(small_blocks, config, reduction):
-    R, C = 4, 11                                  # 11 classes: a block of 16 with 5 idle
+    R, C = 4, 11  # 11 classes: a block of 16 with 5 idle
     eps, weighted = CONFIGS[config]
     z = _x(R, C) * 2
-    target = np.array([3, -100, 10, 0])           # row 1 is ignored
+    target = np.array([3, -100, 10, 0])  # row 1 is ignored
     weight = np.random.default_rng(1).uniform(0.5, 2.0, C).astype(np.float32) if weighted else None
     g = _x(R, seed=2) if reduction == "none" else None
-    (dl, dz), (cl, cz), (tl, tz) = _cross_entropy_three_ways(z, target, weight, -100, eps,
-                                                             reduction, g)
+    (dl, dz), (cl, cz), (tl, tz) = _cross_entropy_three_ways(
+        z, target, weight, -100, eps, reduction, g
+    )
     assert dl.shape == cl.shape
     close(dl, cl)
     close(dl, tl)
     close(dz, cz, atol=1e-6)
     close(dz, tz, atol=1e-6)
-    assert not dz.cpu().numpy()[1].any()          # the ignored row gets no gradient
+    assert not dz.cpu().numpy()[1].any()  # the ignored row gets no gradient
 
 
 def test_cross_entropy_long_rows_spatial_input_and_custom_ignore_index(small_blocks):
@@ -201,7 +209,7 @@ def test_cross_entropy_every_row_ignored(small_blocks):
     zs = _dev(z, True)
     loss = F.cross_entropy(zs, sitp.tensor([-100, -100, -100], device="cuda"))
     loss.backward()
-    assert math.isnan(loss.item())               # 0 / 0, as on the CPU and in torch
+    assert math.isnan(loss.item())  # 0 / 0, as on the CPU and in torch
     assert not zs.grad.cpu().numpy().any()
     total = F.cross_entropy(_dev(z), sitp.tensor([-100] * 3, device="cuda"), reduction="sum")
     assert total.item() == 0.0

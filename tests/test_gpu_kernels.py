@@ -5,6 +5,7 @@ tilings and odd sizes (33 x 17 x 29, T = 9): every rung still runs several block
 ragged edge tiles and several steps of its K loop. Tests marked ``gpu`` use realistic
 sizes and default tilings; they are skipped under the simulator.
 """
+
 import itertools
 import math
 
@@ -54,6 +55,7 @@ def test_gemm_smaller_than_one_tile_and_k_of_one(kernel):
 
 def test_gemm_device_variant_keeps_results_on_the_device():
     from numba import cuda
+
     A, B = rand(9, 6, seed=5), rand(6, 7, seed=6)
     dA, dB = cuda.to_device(A), cuda.to_device(B)
     dC = cuda.device_array((9, 7), dtype=np.float32)
@@ -85,6 +87,7 @@ def test_warptile_rejects_a_tiling_that_does_not_cover_a_warp():
 
 
 # ---- attention -------------------------------------------------------------------------
+
 
 def attention_reference(Q, K, V, causal):
     """Plain numpy: softmax(Q K^T / sqrt(D) + mask) V and the row logsumexp."""
@@ -119,8 +122,9 @@ def test_attention_forward_matches_numpy(qkv, method, causal):
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_saves_the_logsumexp_and_nothing_quadratic(qkv, causal):
     Q, K, V = qkv
-    O, Lse = attn.attention_device(*(attn.to_device(x) for x in qkv), causal=causal,
-                                   method="flash", BR=4, BC=4)
+    O, Lse = attn.attention_device(
+        *(attn.to_device(x) for x in qkv), causal=causal, method="flash", BR=4, BC=4
+    )
     assert Lse.shape == QKV_SHAPE[:3]  # (B, H, T): O(T) extra memory
     _, expected = attention_reference(Q, K, V, causal)
     np.testing.assert_allclose(Lse.copy_to_host(), expected, rtol=1e-5, atol=1e-5)
@@ -155,6 +159,7 @@ def test_attention_rejects_mismatched_shapes():
 
 # ---- layouts (pure Python) -------------------------------------------------------------
 
+
 def test_row_major_layout_is_numpys_strides_in_elements():
     x = np.zeros((3, 5, 7), np.float32)
     lay = L.row_major(3, 5, 7)
@@ -163,12 +168,15 @@ def test_row_major_layout_is_numpys_strides_in_elements():
         assert lay(i, j, k) == np.ravel_multi_index((i, j, k), x.shape)
 
 
-@pytest.mark.parametrize("A,B", [
-    (L.row_major(4, 8), L.col_major(8, 4)),
-    (L.row_major(6, 8), L.Layout((2, 3), (1, 2))),
-    (L.col_major(4, 6), L.Layout((2, 12), (12, 1))),
-    (L.Layout((2, 4, 3), (12, 1, 4)), L.Layout(6, 4)),
-])
+@pytest.mark.parametrize(
+    "A,B",
+    [
+        (L.row_major(4, 8), L.col_major(8, 4)),
+        (L.row_major(6, 8), L.Layout((2, 3), (1, 2))),
+        (L.col_major(4, 6), L.Layout((2, 12), (12, 1))),
+        (L.Layout((2, 4, 3), (12, 1, 4)), L.Layout(6, 4)),
+    ],
+)
 def test_compose_is_function_composition(A, B):
     C = L.compose(A, B)
     assert [C(i) for i in range(B.size)] == [A(B(i)) for i in range(B.size)]
@@ -182,7 +190,7 @@ def test_compose_refuses_what_is_not_a_layout():
 def test_tiled_layout_matches_the_kernels_row0_plus_r():
     M, N, BM, BN = 8, 12, 4, 3
     T = L.tiled(L.row_major(M, N), (BM, BN))
-    for (r, tr, c, tc) in itertools.product(range(BM), range(M // BM), range(BN), range(N // BN)):
+    for r, tr, c, tc in itertools.product(range(BM), range(M // BM), range(BN), range(N // BN)):
         assert T((r, tr), (c, tc)) == (tr * BM + r) * N + tc * BN + c
 
 
@@ -220,12 +228,14 @@ def test_swizzled_kernel_uses_the_swizzle_of_layouts():
 
 # ---- launch helpers ---------------------------------------------------------------------
 
+
 def test_no_gpu_under_the_simulator():
     if simulated():
         assert not has_gpu()
 
 
 # ---- real hardware only -----------------------------------------------------------------
+
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel", G.KERNELS)
@@ -253,7 +263,8 @@ def test_flash_backward_on_the_gpu_at_t_512(causal):
     grads = attn.attention_backward(Q, K, V, dO, causal=causal)
     tq, tk, tv = (torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in (Q, K, V))
     torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal).backward(
-        torch.tensor(dO, dtype=torch.float64))
+        torch.tensor(dO, dtype=torch.float64)
+    )
     for mine, ref in zip(grads, (tq, tk, tv)):
         np.testing.assert_allclose(mine, ref.grad.numpy(), rtol=1e-3, atol=1e-4)
 
@@ -265,8 +276,9 @@ def test_attention_buffers_are_reused_between_calls(qkv):
     assert set(kept) == {"O", "P", "S"} and O1 is kept["O"]
     O2 = attn.attention_device(*d_qkv, method="naive", buffers=kept, BS=4, NT=4)
     assert O2 is O1
-    np.testing.assert_allclose(O2.copy_to_host(), attention_reference(*qkv, False)[0],
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        O2.copy_to_host(), attention_reference(*qkv, False)[0], rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.skipif(has_gpu(), reason="on a GPU the benchmarks run instead")
@@ -275,9 +287,15 @@ def test_gpu_benchmarks_refuse_in_one_line_without_a_gpu(command):
     import os
     import subprocess
     import sys
+
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    out = subprocess.run([sys.executable, "-m", "sitp.bench", command],
-                         capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "sitp.bench", command],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert out.returncode == 1
     assert out.stdout == ""
     lines = out.stderr.strip().splitlines()

@@ -1,6 +1,7 @@
 """``inference_mode`` and ``set_grad_enabled`` in each form a script uses them, run
 side by side with torch: the same outputs record (or not) the graph, and the mode
 after each block is the same."""
+
 import pytest
 import torch
 

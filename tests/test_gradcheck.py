@@ -97,8 +97,9 @@ def test_gradcheck_names_the_wrong_input_and_its_entry():
 
 
 def test_gradcheck_can_return_false_instead():
-    assert gradcheck(WrongSquare.apply, (leaf((4,), low=1, high=2),),
-                     raise_exception=False) is False
+    assert (
+        gradcheck(WrongSquare.apply, (leaf((4,), low=1, high=2),), raise_exception=False) is False
+    )
 
 
 def test_gradcheck_is_exported_from_sitp_autograd():
@@ -155,9 +156,9 @@ UNARY = {
     "cos": (lambda t: t.cos(), -3, 3),
     "sqrt": (lambda t: t.sqrt(), 0.5, 2),
     "rsqrt": (lambda t: t.rsqrt(), 0.5, 2),
-    "pow_2.5": (lambda t: t ** 2.5, 0.5, 2),
+    "pow_2.5": (lambda t: t**2.5, 0.5, 2),
     "reciprocal": (lambda t: 1 / t, 0.5, 2),
-    "relu": (lambda t: t.relu(), 0.1, 1),          # away from the kink
+    "relu": (lambda t: t.relu(), 0.1, 1),  # away from the kink
     "abs": (lambda t: t.abs(), 0.1, 1),
     "square": (lambda t: t.square(), -1, 1),
     "log1p": (lambda t: t.log1p(), -0.5, 1),
@@ -184,7 +185,7 @@ BINARY = {
     "sub": (lambda a, b: a - b, -1, 1),
     "mul": (lambda a, b: a * b, -1, 1),
     "div": (lambda a, b: a / b, 0.5, 2),
-    "pow": (lambda a, b: a ** b, 0.5, 2),
+    "pow": (lambda a, b: a**b, 0.5, 2),
     "maximum": (lambda a, b: sitp.maximum(a, b), -1, 1),
     "atan2": (lambda a, b: a.atan2(b), 0.5, 2),
 }
@@ -210,10 +211,17 @@ def test_a_value_used_twice_accumulates():
 
 
 # ------------------------------------------------------------------ matmul, softmax
-@pytest.mark.parametrize("sa,sb", [
-    ((2, 3), (3, 4)), ((3,), (3, 2)), ((2, 3), (3,)), ((3,), (3,)),
-    ((2, 2, 3), (3, 2)), ((2, 1, 2, 3), (3, 3, 2)),
-])
+@pytest.mark.parametrize(
+    "sa,sb",
+    [
+        ((2, 3), (3, 4)),
+        ((3,), (3, 2)),
+        ((2, 3), (3,)),
+        ((3,), (3,)),
+        ((2, 2, 3), (3, 2)),
+        ((2, 1, 2, 3), (3, 3, 2)),
+    ],
+)
 def test_matmul(sa, sb):
     assert gradcheck(lambda a, b: a @ b, (leaf(sa, 1), leaf(sb, 2)))
 
@@ -236,8 +244,10 @@ def test_logsumexp():
 @FEW
 @given(shape=small_shapes, keepdim=st.booleans(), data=st.data())
 def test_sum_mean(op, shape, keepdim, data):
-    dims = data.draw(st.none() | st.lists(
-        st.integers(0, len(shape) - 1), min_size=1, max_size=len(shape), unique=True))
+    dims = data.draw(
+        st.none()
+        | st.lists(st.integers(0, len(shape) - 1), min_size=1, max_size=len(shape), unique=True)
+    )
     fn = lambda t: getattr(t, op)(None if dims is None else tuple(dims), keepdim)  # noqa: E731
     if dims is None:
         fn = lambda t: getattr(t, op)()  # noqa: E731
@@ -245,8 +255,9 @@ def test_sum_mean(op, shape, keepdim, data):
 
 
 @pytest.mark.parametrize("op", ["var", "std"])
-@pytest.mark.parametrize("dim,keepdim,correction", [
-    (None, False, 1), (0, False, 1), (1, True, 0), ((0, 1), False, 1)])
+@pytest.mark.parametrize(
+    "dim,keepdim,correction", [(None, False, 1), (0, False, 1), (1, True, 0), ((0, 1), False, 1)]
+)
 def test_var_std(op, dim, keepdim, correction):
     fn = lambda t: getattr(t, op)(dim, keepdim, correction=correction)  # noqa: E731
     assert gradcheck(fn, (leaf((3, 4), seed=7),))
@@ -282,7 +293,9 @@ def test_max_along_a_dim_with_ties_sends_the_gradient_to_one_index():
 def test_transpose_permute_expand_views():
     x = leaf((2, 3, 4))
     assert gradcheck(lambda t: t.transpose(0, 2).exp(), (x,))
-    assert gradcheck(lambda t: t.permute(2, 0, 1) * sitp.arange(2, dtype=F64).reshape(1, 2, 1), (x,))
+    assert gradcheck(
+        lambda t: t.permute(2, 0, 1) * sitp.arange(2, dtype=F64).reshape(1, 2, 1), (x,)
+    )
     assert gradcheck(lambda t: t.mT @ t, (leaf((3, 2)),))
     y = leaf((3, 1))
     assert gradcheck(lambda t: t.expand(2, 3, 4) * leaf((2, 3, 4), 9).detach(), (y,))
@@ -317,8 +330,11 @@ def test_embedding_lookup_repeats():
 @pytest.mark.parametrize("dim", [0, 1])
 def test_gather(dim):
     x = leaf((3, 4))
-    index = sitp.tensor([[0, 1, 0, 2], [2, 2, 1, 0]]) if dim == 0 else sitp.tensor(
-        [[0, 0, 3], [1, 2, 1], [3, 3, 3]])
+    index = (
+        sitp.tensor([[0, 1, 0, 2], [2, 2, 1, 0]])
+        if dim == 0
+        else sitp.tensor([[0, 0, 3], [1, 2, 1], [3, 3, 3]])
+    )
     assert gradcheck(lambda t: t.gather(dim, index), (x,))
 
 
@@ -332,7 +348,7 @@ def test_cat_stack_split():
     assert gradcheck(lambda u, v: sitp.cat([u, v, u], dim=0), (a, b))
     assert gradcheck(lambda u, v: sitp.cat([u.T, v.T], dim=1), (a, b))
     assert gradcheck(lambda u: sitp.stack([u, 2 * u], dim=1), (a,))
-    assert gradcheck(lambda u: u.split([1, 2], dim=1), (a,))        # a tuple of outputs
+    assert gradcheck(lambda u: u.split([1, 2], dim=1), (a,))  # a tuple of outputs
     assert gradcheck(lambda u: u.chunk(3, dim=1)[2].exp(), (a,))
     assert gradcheck(lambda u: u.unbind(0)[1] * 3, (a,))
 

@@ -5,19 +5,19 @@ tensors computed from ``a`` before the write, matches torch's forward and gradie
 Where sitp cannot record the write (an indexed write, a tensor that another live tensor
 views), it raises instead of dropping or misrouting a gradient.
 """
+
 import numpy as np
 import pytest
 import torch
 
 import sitp
 
-
 _KEPT = []  # a non-leaf tensor whose retained .grad is compared too
 
 
 def _earlier_use(L, w, b):
     a = w * 2
-    u = a * 1          # uses a's first version
+    u = a * 1  # uses a's first version
     a.mul_(3)
     return u + a
 
@@ -94,10 +94,14 @@ def test_the_version_check_still_guards_saved_outputs():
             a.sum().backward()
 
 
-@pytest.mark.parametrize("write", [
-    lambda a: a[0:2].mul_(3),              # a view of a graph tensor
-    lambda a: a.view(3).mul_(3),
-], ids=["slice", "view"])
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda a: a[0:2].mul_(3),  # a view of a graph tensor
+        lambda a: a.view(3).mul_(3),
+    ],
+    ids=["slice", "view"],
+)
 def test_a_view_of_a_graph_tensor_is_refused(write):
     w = sitp.ones(3, requires_grad=True)
     a = w * 2

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from sitp.backends.cpu import ops as cpu
 from sitp.backends.cpu import kernels as K
+from sitp.backends.cpu import ops as cpu
 from sitp.strides import contiguous_strides
 
 I64 = np.int64
@@ -18,7 +18,12 @@ def _view(arr):
     flat = base.reshape(-1)
     item = arr.itemsize
     offset = (arr.__array_interface__["data"][0] - flat.__array_interface__["data"][0]) // item
-    return flat, np.asarray(arr.shape, I64), np.asarray([s // item for s in arr.strides], I64), offset
+    return (
+        flat,
+        np.asarray(arr.shape, I64),
+        np.asarray([s // item for s in arr.strides], I64),
+        offset,
+    )
 
 
 @pytest.mark.parametrize("shape", [(33, 17), (1,), (7, 1, 13), (3, 5, 2, 9)])
@@ -31,8 +36,17 @@ def test_positions_is_the_stride_formula(shape):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("op, ref", [("exp", np.exp), ("tanh", np.tanh), ("neg", np.negative),
-                                     ("abs", np.abs), ("sin", np.sin), ("square", np.square)])
+@pytest.mark.parametrize(
+    "op, ref",
+    [
+        ("exp", np.exp),
+        ("tanh", np.tanh),
+        ("neg", np.negative),
+        ("abs", np.abs),
+        ("sin", np.sin),
+        ("square", np.square),
+    ],
+)
 def test_map_kernel_on_strided_rows(dtype, op, ref):
     x = np.random.default_rng(0).standard_normal((33, 29)).astype(dtype)
     xt = x.T  # rows of x.T are strided by 29
@@ -43,8 +57,16 @@ def test_map_kernel_on_strided_rows(dtype, op, ref):
     np.testing.assert_allclose(out.reshape(xt.shape), ref(xt), rtol=1e-6)
 
 
-@pytest.mark.parametrize("op, ref", [("add", np.add), ("mul", np.multiply), ("sub", np.subtract),
-                                     ("maximum", np.maximum), ("div", np.divide)])
+@pytest.mark.parametrize(
+    "op, ref",
+    [
+        ("add", np.add),
+        ("mul", np.multiply),
+        ("sub", np.subtract),
+        ("maximum", np.maximum),
+        ("div", np.divide),
+    ],
+)
 def test_zip_kernel_with_broadcast_step_zero(op, ref):
     a = np.random.default_rng(1).standard_normal((17, 33))
     b = np.random.default_rng(2).standard_normal(33) + 3.0
@@ -56,12 +78,15 @@ def test_zip_kernel_with_broadcast_step_zero(op, ref):
     np.testing.assert_allclose(out.reshape(17, 33), ref(a, b))
 
 
-@pytest.mark.parametrize("op, ref", [("sum", np.sum), ("prod", np.prod), ("max", np.max), ("min", np.min)])
+@pytest.mark.parametrize(
+    "op, ref", [("sum", np.sum), ("prod", np.prod), ("max", np.max), ("min", np.min)]
+)
 def test_reduce_kernel_rows(op, ref):
     x = np.random.default_rng(3).uniform(0.5, 1.5, (13, 29))
     out = np.empty(13)
-    K.reduce_kernel(K.REDUCE[op], x.reshape(-1), np.arange(13, dtype=I64) * 29, 1, 29,
-                    np.float64(0), out)
+    K.reduce_kernel(
+        K.REDUCE[op], x.reshape(-1), np.arange(13, dtype=I64) * 29, 1, 29, np.float64(0), out
+    )
     np.testing.assert_allclose(out, ref(x, axis=1))
 
 
@@ -80,7 +105,7 @@ def test_argreduce_and_softmax_kernels():
 
 def test_take_and_put_kernels_gather_and_scatter_add():
     x = np.arange(7 * 5, dtype=np.float64)
-    table = np.array([0, 3, 3, 6], I64) * 5   # rows 0, 3, 3, 6
+    table = np.array([0, 3, 3, 6], I64) * 5  # rows 0, 3, 3, 6
     pre = np.zeros(1, I64)
     post = np.arange(5, dtype=I64)
     out = np.empty(4 * 5)
@@ -109,8 +134,16 @@ def test_collapse_merges_contiguous_dims():
     assert cpu.collapse((), ()) == ([1], [[0]])
 
 
-@pytest.mark.parametrize("op, ref", [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
-                                     ("div", np.divide), ("maximum", np.maximum)])
+@pytest.mark.parametrize(
+    "op, ref",
+    [
+        ("add", np.add),
+        ("sub", np.subtract),
+        ("mul", np.multiply),
+        ("div", np.divide),
+        ("maximum", np.maximum),
+    ],
+)
 @pytest.mark.parametrize("b_step", [1, 0])
 def test_zip_fast_kernel_every_layout(op, ref, b_step):
     rng = np.random.default_rng(5)

@@ -1,6 +1,7 @@
 """A layer built with ``device=`` puts its parameters and buffers there, as in torch
 (``device="cuda"`` runs in numba's CUDA simulator when no GPU answers), and computes
 the same outputs as the layer built on the CPU from the same seed."""
+
 import numpy as np
 import pytest
 import torch
@@ -20,7 +21,11 @@ LAYERS = {
 
 def _input(lib, shape, kind, device=None):
     rng = np.random.default_rng(0)
-    arr = rng.integers(0, 5, shape) if kind == "index" else rng.standard_normal(shape).astype(np.float32)
+    arr = (
+        rng.integers(0, 5, shape)
+        if kind == "index"
+        else rng.standard_normal(shape).astype(np.float32)
+    )
     return lib.tensor(arr, device=device)
 
 
@@ -46,8 +51,9 @@ def test_device_cuda_puts_the_state_there(name):
     out_cpu = cpu(_input(sitp, shape, kind))
     out_gpu = gpu(_input(sitp, shape, kind, device="cuda"))
     assert out_gpu.device.type == "cuda"
-    np.testing.assert_allclose(out_gpu.detach().cpu().numpy(), out_cpu.detach().numpy(),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        out_gpu.detach().cpu().numpy(), out_cpu.detach().numpy(), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_unknown_device_is_refused():

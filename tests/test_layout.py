@@ -27,8 +27,15 @@ PACKAGE = SRC / "sitp"
 
 #: What may be imported inside a function: optional dependencies, and slow ones that
 #: only some calls need. ``sitp.backends.cuda`` (the device backend) imports numba.cuda.
-LATE_ALLOWED = ("numba.cuda", "sitp.backends.cuda", "matplotlib", "torch", "safetensors",
-                "plotext", "cupy")
+LATE_ALLOWED = (
+    "numba.cuda",
+    "sitp.backends.cuda",
+    "matplotlib",
+    "torch",
+    "safetensors",
+    "plotext",
+    "cupy",
+)
 #: (module, import): late imports allowed in one module only. sitp.cuda reads numba's
 #: config after it has chosen the simulator (NUMBA_ENABLE_CUDASIM), which numba reads
 #: when it is first imported.
@@ -51,8 +58,9 @@ def sources() -> dict[str, tuple[Path, ast.Module]]:
     return out
 
 
-def imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool,
-             modules) -> list[str]:
+def imported(
+    node: ast.Import | ast.ImportFrom, module: str, is_package: bool, modules
+) -> list[str]:
     """The modules an import statement names: ``import a.b`` is ``a.b``; ``from a import
     b`` is ``a.b`` where that is a module, else ``a``. Relative imports are resolved."""
     if isinstance(node, ast.Import):
@@ -61,7 +69,7 @@ def imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool,
     if node.level:
         parent = module.split(".")
         drop = node.level - 1 if is_package else node.level
-        parent = parent[:len(parent) - drop] if drop else parent
+        parent = parent[: len(parent) - drop] if drop else parent
         base = ".".join(parent + ([base] if base else []))
     names = [f"{base}.{alias.name}" for alias in node.names]
     sub = [n for n in names if n in modules]
@@ -109,8 +117,10 @@ def test_late_imports_are_only_the_optional_heavy_ones():
         ok = any(is_allowed(module, n) for n in names)
         reason = text.partition("# late:")[2].strip()
         if not ok:
-            bad.append(f"{module}:{line}: {text}  (not an optional heavy dependency: "
-                       f"import it at the top of the module)")
+            bad.append(
+                f"{module}:{line}: {text}  (not an optional heavy dependency: "
+                f"import it at the top of the module)"
+            )
         elif not reason:
             bad.append(f"{module}:{line}: {text}  (say why on the line: `# late: <reason>`)")
     assert not bad, "late imports that should not be:\n" + "\n".join(bad)
@@ -179,19 +189,27 @@ def test_no_import_cycle_longer_than_three_modules():
     for c in cycles[1:]:
         print(f"  also: {c}")
     assert len(components[0]) <= MAX_CYCLE, (
-        f"{len(components[0])} modules import each other in a circle: {components[0]}")
+        f"{len(components[0])} modules import each other in a circle: {components[0]}"
+    )
 
 
 def test_the_layers_do_not_import_the_root_package():
     """Below the applications, no module imports ``sitp`` itself (the root imports them:
     that would be a circle through everything). Applications may, as a script does."""
-    applications = ("sitp.models", "sitp.data", "sitp.train", "sitp.bench", "sitp.examples",
-                    "sitp.exercises", "sitp._config", "sitp.__main__")
+    applications = (
+        "sitp.models",
+        "sitp.data",
+        "sitp.train",
+        "sitp.bench",
+        "sitp.examples",
+        "sitp.exercises",
+        "sitp._config",
+        "sitp.__main__",
+    )
     graph = import_graph()
     users = sorted(m for m, deps in graph.items() if "sitp" in deps)
     print("\nmodules that import the root package:", users)
-    low = [m for m in users
-           if not any(m == a or m.startswith(a + ".") for a in applications)]
+    low = [m for m in users if not any(m == a or m.startswith(a + ".") for a in applications)]
     assert not low, f"import the submodule you need, not `sitp`: {low}"
     assert not any(m in graph["sitp"] for m in users), "the root imports a module that imports it"
 

@@ -1,14 +1,15 @@
 """sitp.linalg against torch.linalg: values, gradients, and gradients against central
 differences (sitp.autograd.gradcheck, float64); numpy is only an oracle for the LU kernels."""
+
 import math
 
 import numpy as np
 import pytest
 import torch
+from tests.helpers import assert_close, pair
 
 import sitp
 from sitp.autograd import gradcheck
-from tests.helpers import assert_close, pair
 
 INF = math.inf
 
@@ -35,7 +36,7 @@ def _compare(fs, ft, arrays, rtol=1e-5, atol=1e-6, seed=0):
 
 def _well_conditioned(rng, shape, dtype=np.float64):
     n = shape[-1]
-    return (rng.standard_normal(shape) + 2 * n ** 0.5 * np.eye(n)).astype(dtype)
+    return (rng.standard_normal(shape) + 2 * n**0.5 * np.eye(n)).astype(dtype)
 
 
 # ------------------------------------------------------------------- vector_norm
@@ -43,8 +44,13 @@ def _well_conditioned(rng, shape, dtype=np.float64):
 @pytest.mark.parametrize("dim,keepdim", [(None, False), (1, False), ((0, 2), True), (-1, True)])
 def test_vector_norm_like_torch(ord, dim, keepdim):
     x = np.random.default_rng(1).standard_normal((3, 4, 5)).astype(np.float32)
-    _compare(lambda a: sitp.linalg.vector_norm(a, ord, dim, keepdim),
-             lambda a: torch.linalg.vector_norm(a, ord, dim, keepdim), [x], rtol=1e-4, atol=1e-5)
+    _compare(
+        lambda a: sitp.linalg.vector_norm(a, ord, dim, keepdim),
+        lambda a: torch.linalg.vector_norm(a, ord, dim, keepdim),
+        [x],
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
 
 @pytest.mark.parametrize("ord", [2, 1, 3, INF])
@@ -52,8 +58,11 @@ def test_vector_norm_gradient_at_zero_is_torchs(ord):
     """sqrt(sum x^2) differentiated naively is NaN at 0; torch's (and sitp's) gradient is 0."""
     x = np.zeros((2, 3), np.float32)
     x[1] = [1.0, -2.0, 2.0]
-    _compare(lambda a: sitp.linalg.vector_norm(a, ord, dim=1),
-             lambda a: torch.linalg.vector_norm(a, ord, dim=1), [x])
+    _compare(
+        lambda a: sitp.linalg.vector_norm(a, ord, dim=1),
+        lambda a: torch.linalg.vector_norm(a, ord, dim=1),
+        [x],
+    )
 
 
 @pytest.mark.parametrize("ord", [2, 1, 3, INF])
@@ -68,15 +77,21 @@ def test_vector_norm_dtype_and_scalar_like_torch():
     t = torch.linalg.vector_norm(torch.tensor(v), dtype=torch.float64)
     assert s.dtype is sitp.float64 and t.dtype is torch.float64
     assert_close(s, t)
-    assert_close(sitp.linalg.vector_norm(sitp.tensor(-2.5)), torch.linalg.vector_norm(torch.tensor(-2.5)))
+    assert_close(
+        sitp.linalg.vector_norm(sitp.tensor(-2.5)), torch.linalg.vector_norm(torch.tensor(-2.5))
+    )
 
 
-@pytest.mark.parametrize("call", [
-    lambda L: L.linalg.vector_norm(L.tensor([1, 2])),                 # integer input
-    lambda L: L.linalg.vector_norm(L.zeros(0), INF),                  # no identity
-    lambda L: L.linalg.norm(L.zeros(2, 2, 2), ord=1),                 # ord without dim, 3-D
-    lambda L: L.linalg.inv(L.zeros(2, 3)),                            # not square
-], ids=["int", "empty_inf", "norm_3d", "inv_rect"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda L: L.linalg.vector_norm(L.tensor([1, 2])),  # integer input
+        lambda L: L.linalg.vector_norm(L.zeros(0), INF),  # no identity
+        lambda L: L.linalg.norm(L.zeros(2, 2, 2), ord=1),  # ord without dim, 3-D
+        lambda L: L.linalg.inv(L.zeros(2, 3)),  # not square
+    ],
+    ids=["int", "empty_inf", "norm_3d", "inv_rect"],
+)
 def test_errors_like_torch(call):
     with pytest.raises(RuntimeError) as t:
         call(torch)
@@ -90,8 +105,13 @@ def test_errors_like_torch(call):
 @pytest.mark.parametrize("dim,keepdim", [((-2, -1), False), ((0, 2), True), ((2, 1), False)])
 def test_matrix_norm_like_torch(ord, dim, keepdim):
     x = np.random.default_rng(3).standard_normal((3, 4, 5)).astype(np.float32)
-    _compare(lambda a: sitp.linalg.matrix_norm(a, ord, dim, keepdim),
-             lambda a: torch.linalg.matrix_norm(a, ord, dim, keepdim), [x], rtol=1e-4, atol=1e-5)
+    _compare(
+        lambda a: sitp.linalg.matrix_norm(a, ord, dim, keepdim),
+        lambda a: torch.linalg.matrix_norm(a, ord, dim, keepdim),
+        [x],
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
 
 @pytest.mark.parametrize("ord", ["nuc", 2, -2])
@@ -101,19 +121,40 @@ def test_matrix_norm_of_singular_values_is_refused_clearly(ord):
         sitp.linalg.matrix_norm(sitp.eye(3), ord)
 
 
-@pytest.mark.parametrize("ord,dim", [(None, None), (None, 1), (None, (0, 1)), (3, 0), (INF, None),
-                                     ("fro", None), (1, (1, 0)), (-INF, (0, 1))])
+@pytest.mark.parametrize(
+    "ord,dim",
+    [
+        (None, None),
+        (None, 1),
+        (None, (0, 1)),
+        (3, 0),
+        (INF, None),
+        ("fro", None),
+        (1, (1, 0)),
+        (-INF, (0, 1)),
+    ],
+)
 def test_norm_like_torch(ord, dim):
     x = np.random.default_rng(4).standard_normal((4, 3)).astype(np.float32)
-    _compare(lambda a: sitp.linalg.norm(a, ord, dim), lambda a: torch.linalg.norm(a, ord, dim),
-             [x], rtol=1e-4, atol=1e-5)
+    _compare(
+        lambda a: sitp.linalg.norm(a, ord, dim),
+        lambda a: torch.linalg.norm(a, ord, dim),
+        [x],
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
 
 def test_norm_of_a_vector_with_ord_like_torch():
     x = np.random.default_rng(5).standard_normal(6).astype(np.float32)
     for ord in (1, 2, INF, 0.5):
-        _compare(lambda a: sitp.linalg.norm(a, ord), lambda a: torch.linalg.norm(a, ord), [x],
-                 rtol=1e-4, atol=1e-5)
+        _compare(
+            lambda a: sitp.linalg.norm(a, ord),
+            lambda a: torch.linalg.norm(a, ord),
+            [x],
+            rtol=1e-4,
+            atol=1e-5,
+        )
 
 
 def test_norm_gradcheck():
@@ -134,7 +175,9 @@ def test_inv_like_torch(shape, dtype):
 def test_lu_kernel_pivots_against_numpy():
     """A matrix whose (0, 0) entry is 0 needs a row swap; numpy.linalg is the oracle."""
     A = np.array([[0.0, 2.0, 1.0], [1.0, 1.0, 0.0], [3.0, 0.0, 1.0]])
-    np.testing.assert_allclose(sitp.linalg.inv(sitp.tensor(A)).numpy(), np.linalg.inv(A), rtol=1e-12)
+    np.testing.assert_allclose(
+        sitp.linalg.inv(sitp.tensor(A)).numpy(), np.linalg.inv(A), rtol=1e-12
+    )
     np.testing.assert_allclose(sitp.linalg.det(sitp.tensor(A)).item(), np.linalg.det(A), rtol=1e-12)
 
 
@@ -161,10 +204,18 @@ def test_det_of_singular_matrices_like_torch():
         sitp.linalg.det(s).sum().backward()
 
 
-@pytest.mark.parametrize("a_shape,b_shape", [
-    ((3, 3), (3, 2)), ((3, 3), (3,)), ((2, 4, 4), (2, 4)), ((2, 4, 4), (2, 4, 1)),
-    ((2, 3, 3), (3, 5)), ((3, 3), (2, 3, 2)), ((2, 1, 3, 3), (4, 3, 1)),
-])
+@pytest.mark.parametrize(
+    "a_shape,b_shape",
+    [
+        ((3, 3), (3, 2)),
+        ((3, 3), (3,)),
+        ((2, 4, 4), (2, 4)),
+        ((2, 4, 4), (2, 4, 1)),
+        ((2, 3, 3), (3, 5)),
+        ((3, 3), (2, 3, 2)),
+        ((2, 1, 3, 3), (4, 3, 1)),
+    ],
+)
 def test_solve_like_torch(a_shape, b_shape):
     rng = np.random.default_rng(9)
     A, B = _well_conditioned(rng, a_shape), rng.standard_normal(b_shape)
@@ -174,8 +225,13 @@ def test_solve_like_torch(a_shape, b_shape):
 def test_solve_right_like_torch():
     rng = np.random.default_rng(10)
     A, B = _well_conditioned(rng, (2, 3, 3)), rng.standard_normal((2, 4, 3))
-    _compare(lambda a, b: sitp.linalg.solve(a, b, left=False),
-             lambda a, b: torch.linalg.solve(a, b, left=False), [A, B], rtol=1e-9, atol=1e-11)
+    _compare(
+        lambda a, b: sitp.linalg.solve(a, b, left=False),
+        lambda a, b: torch.linalg.solve(a, b, left=False),
+        [A, B],
+        rtol=1e-9,
+        atol=1e-11,
+    )
 
 
 @pytest.mark.parametrize("name", ["inv", "det", "solve"])

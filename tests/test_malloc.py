@@ -3,13 +3,15 @@
 Without it, each large output array is a fresh mmap of zeroed pages and every 4 KiB
 of it page-faults when first written (about 4,900 faults per GPT training step).
 """
+
 import subprocess
 import sys
 
 import pytest
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                reason="mallopt is glibc's (Linux)")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="mallopt is glibc's (Linux)"
+)
 
 # Allocate, write and free arrays of a training step's sizes twice; count the page
 # faults of the second pass, when freed memory could be reused.
@@ -35,8 +37,9 @@ print(m.applied, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 def _run(env_value):
     env = {"SITP_MALLOC_TUNING": env_value, "PATH": "/usr/bin:/bin", "NUMBA_ENABLE_CUDASIM": "1"}
-    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
-                         env=env, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     applied, faults = out.stdout.split()
     return applied == "True", int(faults)

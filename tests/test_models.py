@@ -6,6 +6,7 @@ inputs the two must agree on logits, loss and gradients. A nanoGPT-style file
 written for PyTorch alone (tests/torch_style_gpt.py) must also run unchanged with
 sitp standing in for torch.
 """
+
 import importlib.util
 import math
 import sys
@@ -17,7 +18,6 @@ import pytest
 import sitp
 import sitp.nn
 import sitp.nn.functional
-
 from sitp.data import Vocab, build_context_dataset, build_sequence_dataset, load_names
 from sitp.models import MODELS, build_model
 from sitp.models.port import load_module, torch_source
@@ -50,11 +50,13 @@ def copy_weights(src, dst):
     """Loads src's state_dict into dst (either library into either)."""
     src_sd = src.state_dict()
     if isinstance(dst, torch.nn.Module):
-        dst.load_state_dict({k: torch.tensor(np.asarray(v.detach().numpy()).copy())
-                             for k, v in src_sd.items()})
+        dst.load_state_dict(
+            {k: torch.tensor(np.asarray(v.detach().numpy()).copy()) for k, v in src_sd.items()}
+        )
     else:
-        dst.load_state_dict({k: sitp.tensor(v.detach().cpu().numpy().copy())
-                             for k, v in src_sd.items()})
+        dst.load_state_dict(
+            {k: sitp.tensor(v.detach().cpu().numpy().copy()) for k, v in src_sd.items()}
+        )
 
 
 def np_(t):
@@ -65,8 +67,13 @@ def np_(t):
 def test_registry_lists_the_ladder():
     assert list(MODELS) == ["bigram", "mlp", "wavenet", "rnn", "gru", "gpt"]
     assert {k: v.data for k, v in MODELS.items()} == {
-        "bigram": "context", "mlp": "context", "wavenet": "context",
-        "rnn": "sequence", "gru": "sequence", "gpt": "sequence"}
+        "bigram": "context",
+        "mlp": "context",
+        "wavenet": "context",
+        "rnn": "sequence",
+        "gru": "sequence",
+        "gpt": "sequence",
+    }
     assert isinstance(build_model("gru", vocab_size=V).cell, sitp.nn.GRUCell)
     assert isinstance(build_model("rnn", vocab_size=V).cell, sitp.nn.RNNCell)
     with pytest.raises(KeyError, match="unknown model"):
@@ -76,16 +83,18 @@ def test_registry_lists_the_ladder():
 def test_parameter_counts_match_makemore():
     count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     assert count(build_model("bigram", vocab_size=V)) == V * V
-    assert count(build_model("mlp", vocab_size=V)) == 11_897      # makemore part 2
+    assert count(build_model("mlp", vocab_size=V)) == 11_897  # makemore part 2
     assert count(build_model("wavenet", vocab_size=V)) == 76_579  # makemore part 5
     gpt = build_model("gpt", vocab_size=V)
-    assert gpt.lm_head.weight is gpt.transformer.wte.weight       # tied, counted once
+    assert gpt.lm_head.weight is gpt.transformer.wte.weight  # tied, counted once
 
 
 def test_torch_source_rewrites_only_import_lines():
     src = "import sitp as torch\nimport sitp.nn as nn\nfrom sitp.nn import functional as F\ns = 'sitp'\n"
-    assert torch_source(src) == ("import torch as torch\nimport torch.nn as nn\n"
-                                 "from torch.nn import functional as F\ns = 'sitp'\n")
+    assert torch_source(src) == (
+        "import torch as torch\nimport torch.nn as nn\n"
+        "from torch.nn import functional as F\ns = 'sitp'\n"
+    )
     for name in ("neural_bigram", "mlp", "wavenet", "rnn", "gpt", "sampling"):
         text = Path(load_module(name).__file__).read_text()
         body = [ln for ln in text.splitlines() if ln.startswith(("import", "from"))]
@@ -115,8 +124,11 @@ def test_forward_shapes_and_loss_at_init(name, words):
 @pytest.mark.parametrize("name", list(MODELS))
 def test_a_few_steps_reduce_the_loss(name, words):
     sitp.manual_seed(1)
-    small = {"gpt": {"n_layer": 2, "n_embd": 32}, "rnn": {"n_embd2": 32},
-             "gru": {"n_embd2": 32}}.get(name, {})
+    small = {
+        "gpt": {"n_layer": 2, "n_embd": 32},
+        "rnn": {"n_embd2": 32},
+        "gru": {"n_embd2": 32},
+    }.get(name, {})
     model = build_model(name, vocab_size=V, **small)
     X, Y = batch_for(name, words)
     opt = sitp.optim.AdamW(model.parameters(), lr=MODELS[name].lr)
@@ -150,8 +162,9 @@ def test_same_file_same_numbers_in_torch(name, words):
     names = [n for n, _ in model.named_parameters()]
     assert names == list(tparams)
     for n, p in model.named_parameters():
-        np.testing.assert_allclose(np_(p.grad), np_(tparams[n].grad), rtol=RTOL, atol=ATOL,
-                                   err_msg=n)
+        np.testing.assert_allclose(
+            np_(p.grad), np_(tparams[n].grad), rtol=RTOL, atol=ATOL, err_msg=n
+        )
     if name == "wavenet":  # BatchNorm's running statistics follow torch's too
         for (n, b), (_, tb) in zip(model.named_buffers(), tmodel.named_buffers()):
             np.testing.assert_allclose(np_(b), np_(tb), rtol=RTOL, atol=ATOL, err_msg=n)
@@ -209,8 +222,13 @@ def test_pytorch_file_runs_unchanged_with_sitp(gpt_pair, words):
         np.testing.assert_allclose(loss.item(), tloss.item(), rtol=RTOL)
         tparams = dict(tmodel.named_parameters())
         for n, p in smodel.named_parameters():
-            np.testing.assert_allclose(np_(p.grad), np_(tparams[n].grad), rtol=RTOL, atol=ATOL,
-                                       err_msg=f"{n} (flash={flash})")
+            np.testing.assert_allclose(
+                np_(p.grad),
+                np_(tparams[n].grad),
+                rtol=RTOL,
+                atol=ATOL,
+                err_msg=f"{n} (flash={flash})",
+            )
     assert smodel.transformer.h[0].attn.flash is False
     # inference: nanoGPT keeps the time dim of the last position with x[:, [-1], :]
     logits, loss = smodel(X)
@@ -238,15 +256,16 @@ def test_sampling_with_temperature_and_top_k(name):
     fixed = MODELS[name].data == "context"
     itos = Vocab(load_names("offline")).itos
     g = sitp.Generator().manual_seed(5)
-    names = sample_names(model, itos, 6, max_len=8, temperature=0.7, top_k=4, generator=g,
-                         fixed_context=fixed)
+    names = sample_names(
+        model, itos, 6, max_len=8, temperature=0.7, top_k=4, generator=g, fixed_context=fixed
+    )
     assert len(names) == 6 and all(len(n) <= 8 and "." not in n for n in names)
     g2 = sitp.Generator().manual_seed(5)
-    assert names == sample_names(model, itos, 6, max_len=8, temperature=0.7, top_k=4,
-                                 generator=g2, fixed_context=fixed)
+    assert names == sample_names(
+        model, itos, 6, max_len=8, temperature=0.7, top_k=4, generator=g2, fixed_context=fixed
+    )
     # top-k 1 is the argmax: every row the same
-    idx = generate(model, sitp.zeros((4, 1), dtype=sitp.long), 5, top_k=1,
-                   fixed_context=fixed)
+    idx = generate(model, sitp.zeros((4, 1), dtype=sitp.long), 5, top_k=1, fixed_context=fixed)
     assert len({tuple(r) for r in idx.tolist()}) == 1
     with pytest.raises(ValueError, match="temperature"):
         generate(model, sitp.zeros((1, 1), dtype=sitp.long), 1, temperature=0.0)
@@ -258,6 +277,7 @@ def test_sampling_file_runs_with_torch():
     spec = MODELS["gpt"]
     tmodel = spec.build(spec.make_config("torch", vocab_size=V), "torch").eval()
     g = torch.Generator().manual_seed(0)
-    names = t_sampling.sample_names(tmodel, Vocab(load_names("offline")).itos, 3, max_len=6,
-                                    top_k=3, generator=g)
+    names = t_sampling.sample_names(
+        tmodel, Vocab(load_names("offline")).itos, 3, max_len=6, top_k=3, generator=g
+    )
     assert len(names) == 3 and all(len(n) <= 6 for n in names)

@@ -37,15 +37,20 @@ def _x(*shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
-@pytest.mark.parametrize("make", [
-    lambda lib: lib.nn.Linear(7, 5),
-    lambda lib: lib.nn.Linear(7, 5, bias=False),
-    lambda lib: lib.nn.Sequential(lib.nn.Linear(7, 9), lib.nn.Tanh(), lib.nn.Linear(9, 3)),
-    lambda lib: lib.nn.Sequential(lib.nn.Linear(7, 9), lib.nn.ReLU(), lib.nn.Sigmoid()),
-    lambda lib: lib.nn.Sequential(lib.nn.Linear(7, 8), lib.nn.GELU(), lib.nn.GELU(approximate="tanh")),
-    lambda lib: lib.nn.LayerNorm(7),
-    lambda lib: lib.nn.Sequential(lib.nn.Linear(7, 4), lib.nn.Softmax(dim=-1)),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda lib: lib.nn.Linear(7, 5),
+        lambda lib: lib.nn.Linear(7, 5, bias=False),
+        lambda lib: lib.nn.Sequential(lib.nn.Linear(7, 9), lib.nn.Tanh(), lib.nn.Linear(9, 3)),
+        lambda lib: lib.nn.Sequential(lib.nn.Linear(7, 9), lib.nn.ReLU(), lib.nn.Sigmoid()),
+        lambda lib: lib.nn.Sequential(
+            lib.nn.Linear(7, 8), lib.nn.GELU(), lib.nn.GELU(approximate="tanh")
+        ),
+        lambda lib: lib.nn.LayerNorm(7),
+        lambda lib: lib.nn.Sequential(lib.nn.Linear(7, 4), lib.nn.Softmax(dim=-1)),
+    ],
+)
 def test_layers_match_torch(make):
     run_both(make(sitp), make(torch), _x(6, 3, 7))
 
@@ -109,9 +114,9 @@ def test_dropout_train_eval():
 def test_default_init_statistics_like_torch():
     sitp.manual_seed(0)
     lin = nn.Linear(400, 300)
-    bound = 1 / 400 ** 0.5
+    bound = 1 / 400**0.5
     w = lin.weight.detach().numpy()
-    assert w.min() >= -bound and w.max() <= bound and abs(w.std() - bound / 3 ** 0.5) < 1e-3
+    assert w.min() >= -bound and w.max() <= bound and abs(w.std() - bound / 3**0.5) < 1e-3
     e = nn.Embedding(1000, 64).weight.detach().numpy()
     assert abs(e.std() - 1) < 0.02
 
@@ -135,7 +140,13 @@ class Tied(nn.Module):
 def test_module_bookkeeping_and_tied_weights():
     m = Tied()
     names = [n for n, _ in m.named_parameters()]
-    assert names == ["emb.weight", "blocks.0.weight", "blocks.0.bias", "blocks.1.weight", "blocks.1.bias"]
+    assert names == [
+        "emb.weight",
+        "blocks.0.weight",
+        "blocks.0.bias",
+        "blocks.1.weight",
+        "blocks.1.bias",
+    ]
     assert sum(p.numel() for p in m.parameters()) == 40 + 2 * 20
     sd = m.state_dict()
     assert "head.weight" in sd and "mask" in sd
@@ -160,7 +171,7 @@ def test_state_dict_round_trip_and_strict_errors():
     del sd["blocks.0.bias"]
     with pytest.raises(RuntimeError, match=r'Missing key\(s\) in state_dict: "blocks.0.bias"') as e:
         b.load_state_dict(sd)
-    assert "Unexpected key(s) in state_dict: \"extra\"" in str(e.value)
+    assert 'Unexpected key(s) in state_dict: "extra"' in str(e.value)
     res = b.load_state_dict(sd, strict=False)
     assert res.missing_keys == ["blocks.0.bias"] and res.unexpected_keys == ["extra"]
     sd = a.state_dict()

@@ -4,6 +4,7 @@ Every public callable of the package's torch-facing namespaces is inspected: one
 takes ``**kwargs`` must be on the list below, with the reason, and the forwarding ones
 are called with a misspelt keyword to show that it still is a ``TypeError``.
 """
+
 import inspect
 
 import pytest
@@ -15,9 +16,18 @@ import sitp.nn.init
 import sitp.optim.lr_scheduler
 import sitp.utils.data
 
-NAMESPACES = [sitp, sitp.nn, sitp.nn.functional, sitp.nn.init, sitp.optim,
-              sitp.optim.lr_scheduler, sitp.utils.data, sitp.utils.data.dataloader,
-              sitp.utils.data.sampler, sitp.utils.data.dataset]
+NAMESPACES = [
+    sitp,
+    sitp.nn,
+    sitp.nn.functional,
+    sitp.nn.init,
+    sitp.optim,
+    sitp.optim.lr_scheduler,
+    sitp.utils.data,
+    sitp.utils.data.dataloader,
+    sitp.utils.data.sampler,
+    sitp.utils.data.dataset,
+]
 
 FORWARDING = {  # name -> why it takes **kwargs
     "Identity.__init__": "torch.nn.Identity takes and ignores any arguments too",
@@ -47,8 +57,9 @@ def public_callables():
             yield name, obj
             if inspect.isclass(obj):
                 for attr, member in vars(obj).items():
-                    if callable(member) and (not attr.startswith("_") or attr in
-                                             ("__init__", "__call__")):
+                    if callable(member) and (
+                        not attr.startswith("_") or attr in ("__init__", "__call__")
+                    ):
                         yield f"{obj.__name__}.{attr}", member
     for attr, member in vars(sitp.Tensor).items():
         if callable(member) and not attr.startswith("_") or attr == "__init__":

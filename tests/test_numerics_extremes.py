@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import sitp
@@ -21,16 +22,34 @@ INF = math.inf
 # --8<-- [start:extreme_floats]
 # Values that break naive formulas: huge (x - (m + log s) loses the log s term when
 # |m| >~ 1e8), tiny and subnormal, signed zeros, the float32 limits, infinities, NaN.
-EXTREMES = [3e38, -3e38, 3.4028235e38, -3.4028235e38, 1e20, -1e20, 1e8, -1e8, 1e-45, -1e-45,
-            1.2e-38, 0.0, -0.0, INF, -INF, math.nan]
+EXTREMES = [
+    3e38,
+    -3e38,
+    3.4028235e38,
+    -3.4028235e38,
+    1e20,
+    -1e20,
+    1e8,
+    -1e8,
+    1e-45,
+    -1e-45,
+    1.2e-38,
+    0.0,
+    -0.0,
+    INF,
+    -INF,
+    math.nan,
+]
 
 
 def extreme_floats(allow_nan=True, allow_infinity=True):
     """float32 values, mixing ordinary numbers with the EXTREMES."""
     pool = [v for v in EXTREMES if (allow_nan or v == v) and (allow_infinity or abs(v) != INF)]
-    return st.one_of(st.sampled_from(pool),
-                     st.floats(-50, 50, width=32),
-                     st.floats(width=32, allow_nan=allow_nan, allow_infinity=allow_infinity))
+    return st.one_of(
+        st.sampled_from(pool),
+        st.floats(-50, 50, width=32),
+        st.floats(width=32, allow_nan=allow_nan, allow_infinity=allow_infinity),
+    )
 
 
 def extreme_arrays(shape, **kw):
@@ -43,6 +62,8 @@ def shifted_rows(draw, R, C):
     base = draw(hnp.arrays(np.float32, (R, C), elements=st.floats(-20, 20, width=32)))
     shift = draw(st.sampled_from([0.0, 1e8, -1e8, 1e20, -1e20, 3e38, -3e38]))
     return (base + np.float32(shift)).astype(np.float32)
+
+
 # --8<-- [end:extreme_floats]
 
 
@@ -80,8 +101,9 @@ def test_softmax_extremes(data, rc, log, dim):
     x = data.draw(extreme_arrays(rc))
     g = data.draw(hnp.arrays(np.float32, rc, elements=st.floats(-2, 2, width=32)))
     name = "log_softmax" if log else "softmax"
-    gs, gt = _forward_backward(x, lambda t: getattr(t, name)(dim),
-                               lambda t: getattr(t, name)(dim), g)
+    gs, gt = _forward_backward(
+        x, lambda t: getattr(t, name)(dim), lambda t: getattr(t, name)(dim), g
+    )
     close(gs, gt, atol=1e-5)
 
 
@@ -91,8 +113,7 @@ def test_softmax_of_shifted_rows(data, rc, log):
     x = shifted_rows(data.draw, *rc)
     name = "log_softmax" if log else "softmax"
     g = data.draw(hnp.arrays(np.float32, rc, elements=st.floats(-2, 2, width=32)))
-    gs, gt = _forward_backward(x, lambda t: getattr(t, name)(1),
-                               lambda t: getattr(t, name)(1), g)
+    gs, gt = _forward_backward(x, lambda t: getattr(t, name)(1), lambda t: getattr(t, name)(1), g)
     close(gs, gt, atol=1e-5)
 
 
@@ -115,8 +136,12 @@ def test_logsumexp_extremes(data, rc, keepdim):
 
 
 @SETTINGS
-@given(data=st.data(), rc=rows, smoothing=st.sampled_from([0.0, 0.1]),
-       reduction=st.sampled_from(["mean", "sum", "none"]))
+@given(
+    data=st.data(),
+    rc=rows,
+    smoothing=st.sampled_from([0.0, 0.1]),
+    reduction=st.sampled_from(["mean", "sum", "none"]),
+)
 def test_cross_entropy_extremes(data, rc, smoothing, reduction):
     R, C = rc
     x = data.draw(st.one_of(extreme_arrays(rc, allow_nan=False), st.just(None)))
@@ -139,16 +164,30 @@ def test_cross_entropy_extremes(data, rc, smoothing, reduction):
     close(xs.grad.numpy(), xt.grad.numpy(), atol=1e-5)
 
 
-@pytest.mark.parametrize("row", [[1e20, 1e20, 1e20], [3e38, 3e38, 3e38], [-3e38, -3e38],
-                                 [3e38, -3e38, 0.0], [-INF, -INF, -INF], [-INF, 0.0, 1.0],
-                                 [-INF, 3e38], [INF, 0.0], [0.0, -0.0, 1e-45]])
+@pytest.mark.parametrize(
+    "row",
+    [
+        [1e20, 1e20, 1e20],
+        [3e38, 3e38, 3e38],
+        [-3e38, -3e38],
+        [3e38, -3e38, 0.0],
+        [-INF, -INF, -INF],
+        [-INF, 0.0, 1.0],
+        [-INF, 3e38],
+        [INF, 0.0],
+        [0.0, -0.0, 1e-45],
+    ],
+)
 def test_rows_named_in_the_issue(row):
     x = np.array([row], np.float32)
     for name in ("log_softmax", "softmax"):
         gs, gt = _forward_backward(x, lambda t: getattr(t, name)(1), lambda t: getattr(t, name)(1))
         close(gs, gt, atol=1e-5)
-    gs, gt = _forward_backward(x, lambda t: F.cross_entropy(t, sitp.tensor([0])),
-                               lambda t: TF.cross_entropy(t, torch.tensor([0])))
+    gs, gt = _forward_backward(
+        x,
+        lambda t: F.cross_entropy(t, sitp.tensor([0])),
+        lambda t: TF.cross_entropy(t, torch.tensor([0])),
+    )
     close(gs, gt, atol=1e-5)
     close(sitp.tensor(x).logsumexp(1).numpy(), torch.tensor(x).logsumexp(1).numpy())
 
@@ -157,27 +196,41 @@ def _attention_case(data, L, S, D, mask_kind):
     # The softmax's input is scores + mask. A huge offset common to a row of the
     # float mask (plus -inf keys) is what breaks a logsumexp saved as m + log(sum);
     # huge q or k instead would make the *gradient* ill-conditioned for any method.
-    q, k, v = (data.draw(hnp.arrays(np.float32, shape, elements=st.floats(-1, 1, width=32)))
-               for shape in ((L, D), (S, D), (S, D)))
+    q, k, v = (
+        data.draw(hnp.arrays(np.float32, shape, elements=st.floats(-1, 1, width=32)))
+        for shape in ((L, D), (S, D), (S, D))
+    )
     mask = None
     if mask_kind == "bool":
         mask = data.draw(hnp.arrays(np.bool_, (L, S)))
     elif mask_kind == "float":
-        offset = data.draw(hnp.arrays(np.float32, (L, 1), elements=st.sampled_from(
-            [0.0, 1e8, -1e8, 1e20, -1e20, 3e38, -3e38])))
-        mask = data.draw(hnp.arrays(np.float32, (L, S), elements=st.sampled_from(
-            [0.0, 0.5, -1.0, -INF])))
+        offset = data.draw(
+            hnp.arrays(
+                np.float32,
+                (L, 1),
+                elements=st.sampled_from([0.0, 1e8, -1e8, 1e20, -1e20, 3e38, -3e38]),
+            )
+        )
+        mask = data.draw(
+            hnp.arrays(np.float32, (L, S), elements=st.sampled_from([0.0, 0.5, -1.0, -INF]))
+        )
         mask = (mask + offset).astype(np.float32)
     return q, k, v, mask
 
 
 @SETTINGS
-@given(data=st.data(), L=st.integers(1, 4), S=st.integers(1, 5), D=st.integers(1, 3),
-       mask_kind=st.sampled_from([None, "bool", "float"]), causal=st.booleans())
+@given(
+    data=st.data(),
+    L=st.integers(1, 4),
+    S=st.integers(1, 5),
+    D=st.integers(1, 3),
+    mask_kind=st.sampled_from([None, "bool", "float"]),
+    causal=st.booleans(),
+)
 def test_attention_extremes(data, L, S, D, mask_kind, causal):
     q, k, v, mask = _attention_case(data, L, S, D, mask_kind)
     if causal and mask is not None:
-        causal = False                      # torch refuses both at once
+        causal = False  # torch refuses both at once
     outs = []
     for lib, f in ((sitp, F), (torch, TF)):
         qq, kk, vv = (lib.tensor(a[None], requires_grad=True) for a in (q, k, v))

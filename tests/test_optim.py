@@ -35,7 +35,7 @@ def make_params(lib, dtype):
 def loss_fn(lib, w, b, dtype, sign=1.0):
     np_dtype = np.float32 if dtype == "float32" else np.float64
     X, y = lib.tensor(X_ND.astype(np_dtype)), lib.tensor(Y_N.astype(np_dtype))
-    pred = (X * w).sum(1) + b   # (N,): elementwise and a reduction, no matmul
+    pred = (X * w).sum(1) + b  # (N,): elementwise and a reduction, no matmul
     return ((pred - y) ** 2).mean() * sign
 
 
@@ -87,12 +87,22 @@ def test_trajectory_matches_torch(name, kwargs, dtype, tol):
 
 
 @settings(max_examples=8, deadline=None)
-@given(lr=st.floats(1e-4, 0.1), momentum=st.floats(0.0, 0.99), wd=st.floats(0.0, 0.5),
-       nesterov=st.booleans(), dampening=st.sampled_from([0.0, 0.5]))
+@given(
+    lr=st.floats(1e-4, 0.1),
+    momentum=st.floats(0.0, 0.99),
+    wd=st.floats(0.0, 0.5),
+    nesterov=st.booleans(),
+    dampening=st.sampled_from([0.0, 0.5]),
+)
 def test_sgd_random_hyperparameters(lr, momentum, wd, nesterov, dampening):
     nesterov = nesterov and momentum > 0
-    kwargs = dict(lr=lr, momentum=momentum, weight_decay=wd, nesterov=nesterov,
-                  dampening=0.0 if nesterov else dampening)
+    kwargs = dict(
+        lr=lr,
+        momentum=momentum,
+        weight_decay=wd,
+        nesterov=nesterov,
+        dampening=0.0 if nesterov else dampening,
+    )
     opts = ({}, {"lr": lr / 2, "weight_decay": 0.0})
     ours, _ = run(sitp, "SGD", kwargs, opts, 10, "float64")
     theirs, _ = run(torch, "SGD", kwargs, opts, 10, "float64")
@@ -100,9 +110,15 @@ def test_sgd_random_hyperparameters(lr, momentum, wd, nesterov, dampening):
 
 
 @settings(max_examples=8, deadline=None)
-@given(name=st.sampled_from(["Adam", "AdamW"]), lr=st.floats(1e-4, 0.1),
-       beta1=st.floats(0.0, 0.99), beta2=st.floats(0.5, 0.9999), eps=st.floats(1e-10, 1e-3),
-       wd=st.floats(0.0, 0.5), amsgrad=st.booleans())
+@given(
+    name=st.sampled_from(["Adam", "AdamW"]),
+    lr=st.floats(1e-4, 0.1),
+    beta1=st.floats(0.0, 0.99),
+    beta2=st.floats(0.5, 0.9999),
+    eps=st.floats(1e-10, 1e-3),
+    wd=st.floats(0.0, 0.5),
+    amsgrad=st.booleans(),
+)
 def test_adam_random_hyperparameters(name, lr, beta1, beta2, eps, wd, amsgrad):
     kwargs = dict(lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=wd, amsgrad=amsgrad)
     opts = ({}, {"lr": lr * 3, "weight_decay": 0.0})
@@ -112,19 +128,22 @@ def test_adam_random_hyperparameters(name, lr, beta1, beta2, eps, wd, amsgrad):
 
 
 # ------------------------------------------------------------------ invalid hyperparameters
-@pytest.mark.parametrize("name,kwargs,match", [
-    ("SGD", {"lr": -0.1}, "learning rate"),
-    ("SGD", {"lr": 0.1, "momentum": -0.5}, "momentum"),
-    ("SGD", {"lr": 0.1, "weight_decay": -1e-4}, "weight_decay"),
-    ("SGD", {"lr": 0.1, "nesterov": True}, "Nesterov"),
-    ("SGD", {"lr": 0.1, "momentum": 0.9, "dampening": 0.1, "nesterov": True}, "Nesterov"),
-    ("Adam", {"lr": -1e-3}, "learning rate"),
-    ("Adam", {"betas": (1.0, 0.999)}, "beta parameter at index 0"),
-    ("Adam", {"betas": (0.9, -0.1)}, "beta parameter at index 1"),
-    ("AdamW", {"betas": (0.9, 1.5)}, "beta parameter at index 1"),
-    ("Adam", {"eps": -1e-8}, "epsilon"),
-    ("AdamW", {"weight_decay": -0.01}, "weight_decay"),
-])
+@pytest.mark.parametrize(
+    "name,kwargs,match",
+    [
+        ("SGD", {"lr": -0.1}, "learning rate"),
+        ("SGD", {"lr": 0.1, "momentum": -0.5}, "momentum"),
+        ("SGD", {"lr": 0.1, "weight_decay": -1e-4}, "weight_decay"),
+        ("SGD", {"lr": 0.1, "nesterov": True}, "Nesterov"),
+        ("SGD", {"lr": 0.1, "momentum": 0.9, "dampening": 0.1, "nesterov": True}, "Nesterov"),
+        ("Adam", {"lr": -1e-3}, "learning rate"),
+        ("Adam", {"betas": (1.0, 0.999)}, "beta parameter at index 0"),
+        ("Adam", {"betas": (0.9, -0.1)}, "beta parameter at index 1"),
+        ("AdamW", {"betas": (0.9, 1.5)}, "beta parameter at index 1"),
+        ("Adam", {"eps": -1e-8}, "epsilon"),
+        ("AdamW", {"weight_decay": -0.01}, "weight_decay"),
+    ],
+)
 def test_invalid_hyperparameters(name, kwargs, match):
     w = sitp.zeros(3, requires_grad=True)
     with pytest.raises(ValueError, match=match):
@@ -204,11 +223,14 @@ def _train(opt, w, b, steps):
         opt.step()
 
 
-@pytest.mark.parametrize("name,kwargs", [
-    ("SGD", {"lr": 0.01, "momentum": 0.9, "nesterov": True}),
-    ("Adam", {"lr": 0.01, "weight_decay": 0.01, "amsgrad": True}),
-    ("AdamW", {"lr": 0.01}),
-])
+@pytest.mark.parametrize(
+    "name,kwargs",
+    [
+        ("SGD", {"lr": 0.01, "momentum": 0.9, "nesterov": True}),
+        ("Adam", {"lr": 0.01, "weight_decay": 0.01, "amsgrad": True}),
+        ("AdamW", {"lr": 0.01}),
+    ],
+)
 def test_state_dict_round_trip_equals_uninterrupted_run(name, kwargs):
     w, b = make_params(sitp, "float32")
     opt = getattr(sitp.optim, name)(groups(w, b, TWO_GROUPS), **kwargs)
@@ -231,10 +253,13 @@ def test_state_dict_round_trip_equals_uninterrupted_run(name, kwargs):
     np.testing.assert_array_equal(b3.detach().numpy(), b.detach().numpy())
 
 
-@pytest.mark.parametrize("name,kwargs", [
-    ("SGD", {"lr": 0.01, "momentum": 0.9}),
-    ("AdamW", {"lr": 0.01, "amsgrad": True}),
-])
+@pytest.mark.parametrize(
+    "name,kwargs",
+    [
+        ("SGD", {"lr": 0.01, "momentum": 0.9}),
+        ("AdamW", {"lr": 0.01, "amsgrad": True}),
+    ],
+)
 def test_state_dict_has_torch_format_and_loads_torch_checkpoints(name, kwargs):
     ours, opt_s = run(sitp, name, kwargs, TWO_GROUPS, 10, "float64")
     theirs, opt_t = run(torch, name, kwargs, TWO_GROUPS, 10, "float64")
@@ -250,8 +275,10 @@ def test_state_dict_has_torch_format_and_loads_torch_checkpoints(name, kwargs):
         assert {"lr", "weight_decay"} <= gs.keys()
 
     # a torch checkpoint, loaded into sitp, continues exactly as torch continues
-    w, b = (sitp.tensor(theirs[-1][:4], requires_grad=True),
-            sitp.tensor(theirs[-1][4:], requires_grad=True))
+    w, b = (
+        sitp.tensor(theirs[-1][:4], requires_grad=True),
+        sitp.tensor(theirs[-1][4:], requires_grad=True),
+    )
     opt = getattr(sitp.optim, name)(groups(w, b, ({}, {})), lr=1.0)
     opt.load_state_dict(sd_t)
     wt, bt = opt_t.param_groups[0]["params"][0], opt_t.param_groups[1]["params"][0]
@@ -276,8 +303,9 @@ def test_load_state_dict_checks_shapes():
 # ---------------------------------------------------------------------------- schedulers
 def _lrs(lib, make_sched, steps=100, base=(0.1, 0.03)):
     params = [lib.zeros(2, requires_grad=True), lib.zeros(1, requires_grad=True)]
-    opt = lib.optim.SGD([{"params": [params[0]], "lr": base[0]},
-                         {"params": [params[1]], "lr": base[1]}])
+    opt = lib.optim.SGD(
+        [{"params": [params[0]], "lr": base[0]}, {"params": [params[1]], "lr": base[1]}]
+    )
     sched = make_sched(lib, opt)
     out = [list(sched.get_last_lr())]
     for _ in range(steps):
@@ -298,12 +326,15 @@ def _warmup_cosine_reference(step, warmup=10, total=80, min_ratio=0.0):
 
 SCHEDULES = {
     "LambdaLR": lambda lib, opt: lib.optim.lr_scheduler.LambdaLR(
-        opt, [lambda s: 0.97 ** s, lambda s: 1 / (1 + s)]),
+        opt, [lambda s: 0.97**s, lambda s: 1 / (1 + s)]
+    ),
     "StepLR": lambda lib, opt: lib.optim.lr_scheduler.StepLR(opt, step_size=7, gamma=0.5),
     "CosineAnnealingLR": lambda lib, opt: lib.optim.lr_scheduler.CosineAnnealingLR(
-        opt, T_max=40, eta_min=1e-3),
+        opt, T_max=40, eta_min=1e-3
+    ),
     "CosineAnnealingLR-100": lambda lib, opt: lib.optim.lr_scheduler.CosineAnnealingLR(
-        opt, T_max=100),
+        opt, T_max=100
+    ),
 }
 
 
@@ -318,21 +349,24 @@ def test_scheduler_matches_torch(name):
 def test_warmup_cosine(min_ratio):
     def ours(lib, opt):
         return sitp.optim.lr_scheduler.get_cosine_schedule_with_warmup(
-            opt, 10, 80, min_lr_ratio=min_ratio)
+            opt, 10, 80, min_lr_ratio=min_ratio
+        )
 
     def theirs(lib, opt):  # the same schedule built from torch's LambdaLR
         return torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: _warmup_cosine_reference(s, min_ratio=min_ratio))
+            opt, lambda s: _warmup_cosine_reference(s, min_ratio=min_ratio)
+        )
 
     a, b = _lrs(sitp, ours), _lrs(torch, theirs)
     np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
-    np.testing.assert_allclose(a[0], [0.0, 0.0])                 # warmup starts at 0
-    np.testing.assert_allclose(a[10], [0.1, 0.03])               # peak after warmup
+    np.testing.assert_allclose(a[0], [0.0, 0.0])  # warmup starts at 0
+    np.testing.assert_allclose(a[10], [0.1, 0.03])  # peak after warmup
     np.testing.assert_allclose(a[80:], np.tile([0.1, 0.03], (21, 1)) * min_ratio, atol=1e-15)
     assert np.all(np.diff(a[:11, 0]) > 0) and np.all(np.diff(a[10:81, 0]) < 0)
     with pytest.raises(ValueError):
         sitp.optim.lr_scheduler.get_cosine_schedule_with_warmup(
-            sitp.optim.SGD([sitp.zeros(1, requires_grad=True)], lr=0.1), 20, 10)
+            sitp.optim.SGD([sitp.zeros(1, requires_grad=True)], lr=0.1), 20, 10
+        )
 
 
 def test_scheduler_state_dict_and_resume():
@@ -348,8 +382,9 @@ def test_scheduler_state_dict_and_resume():
         sched.step()
     state = sched.state_dict()
     assert "optimizer" not in state and state["last_epoch"] == 12
-    opt2 = sitp.optim.SGD([{"params": [sitp.zeros(1)], "lr": 0.1},
-                           {"params": [sitp.zeros(1)], "lr": 0.03}])
+    opt2 = sitp.optim.SGD(
+        [{"params": [sitp.zeros(1)], "lr": 0.1}, {"params": [sitp.zeros(1)], "lr": 0.03}]
+    )
     sched2 = make(sitp, opt2)
     sched2.load_state_dict(state)
     for _ in range(18):
@@ -377,14 +412,19 @@ def test_named_parameters_as_in_torch():
     opt_s = sitp.optim.AdamW([("weight", ws[0]), ("bias", ws[1])], lr=0.1)
     opt_t = torch.optim.AdamW([("weight", wt[0]), ("bias", wt[1])], lr=0.1)
     assert opt_s.param_groups[0]["params"][1] is ws[1]
-    assert (opt_s.state_dict()["param_groups"][0]["param_names"]
-            == opt_t.state_dict()["param_groups"][0]["param_names"] == ["weight", "bias"])
+    assert (
+        opt_s.state_dict()["param_groups"][0]["param_names"]
+        == opt_t.state_dict()["param_groups"][0]["param_names"]
+        == ["weight", "bias"]
+    )
     with pytest.raises(ValueError, match="names"):
         sitp.optim.SGD([("weight", ws[0]), ws[1]], lr=0.1)
 
 
-@pytest.mark.parametrize("cls, kw", [(sitp.optim.Adam, dict(weight_decay=0.1)),
-                                     (sitp.optim.AdamW, dict(weight_decay=0.1))])
+@pytest.mark.parametrize(
+    "cls, kw",
+    [(sitp.optim.Adam, dict(weight_decay=0.1)), (sitp.optim.AdamW, dict(weight_decay=0.1))],
+)
 def test_fused_adam_kernel_equals_the_composed_step(cls, kw):
     """A contiguous parameter takes the one-pass kernel; a transposed (non-contiguous)
     one takes the composed ops the book shows. Both give the same trajectory."""
@@ -400,4 +440,6 @@ def test_fused_adam_kernel_equals_the_composed_step(cls, kw):
             opt.zero_grad()
             ((w * w).sum() + w.sin().sum()).backward()
             opt.step()
-    np.testing.assert_allclose(fused.detach().numpy(), composed.detach().numpy(), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(
+        fused.detach().numpy(), composed.detach().numpy(), rtol=1e-12, atol=1e-14
+    )

@@ -18,16 +18,20 @@ F64 = sitp.float64
 # dropped the gradient: sitp does not record in-place ops, and ``z`` came out with
 # requires_grad=False, so ``backward`` through it gave zeros (PyTorch records them).
 # gradcheck showed it as "numerical 2 vs analytical 0". They now raise instead.
-@pytest.mark.parametrize("write", [
-    lambda z, x: z.__setitem__(slice(1, None), x * 2),
-    lambda z, x: z[1:].__iadd__(x),
-    lambda z, x: z[1:].add_(x, alpha=2),
-    lambda z, x: z[1:].mul_(x),
-    lambda z, x: z[1:].copy_(x),
-    lambda z, x: z[1:].lerp_(x, 0.5),
-    lambda z, x: z.index_put_((sitp.tensor([0, 1, 2]),), x),
-    lambda z, x: z[1:].masked_fill_(sitp.tensor([True, False, True]), x[0]),
-], ids=["setitem", "iadd", "add_", "mul_", "copy_", "lerp_", "index_put_", "masked_fill_"])
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda z, x: z.__setitem__(slice(1, None), x * 2),
+        lambda z, x: z[1:].__iadd__(x),
+        lambda z, x: z[1:].add_(x, alpha=2),
+        lambda z, x: z[1:].mul_(x),
+        lambda z, x: z[1:].copy_(x),
+        lambda z, x: z[1:].lerp_(x, 0.5),
+        lambda z, x: z.index_put_((sitp.tensor([0, 1, 2]),), x),
+        lambda z, x: z[1:].masked_fill_(sitp.tensor([True, False, True]), x[0]),
+    ],
+    ids=["setitem", "iadd", "add_", "mul_", "copy_", "lerp_", "index_put_", "masked_fill_"],
+)
 def test_inplace_write_of_a_grad_tensor_raises_instead_of_dropping_the_gradient(write):
     x = sitp.tensor([1.0, 2.0, 3.0], dtype=F64, requires_grad=True)
     z = sitp.zeros(4, dtype=F64)
@@ -38,8 +42,8 @@ def test_inplace_write_of_a_grad_tensor_raises_instead_of_dropping_the_gradient(
 def test_inplace_writes_without_a_gradient_still_work():
     x = sitp.tensor([1.0, 2.0, 3.0], dtype=F64, requires_grad=True)
     z = sitp.zeros(4, dtype=F64)
-    z[1:] = x.detach() * 2                 # detached: nothing to lose
-    with sitp.no_grad():                   # not recording: nothing to lose
+    z[1:] = x.detach() * 2  # detached: nothing to lose
+    with sitp.no_grad():  # not recording: nothing to lose
         z[0] = x[0]
         z += x.sum()
     assert z.tolist() == [7.0, 8.0, 10.0, 12.0]

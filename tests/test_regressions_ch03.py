@@ -15,7 +15,7 @@ def test_retain_grad_keeps_the_gradient_of_an_interior_tensor():
     a.retain_grad()
     b = a * 3
     b.retain_grad()
-    (b * b + a).sum().backward()                   # a is used twice: both uses count
+    (b * b + a).sum().backward()  # a is used twice: both uses count
 
     wt = torch.tensor(x, requires_grad=True)
     at = (wt * 2).tanh()

@@ -1,4 +1,5 @@
 """Regressions found while writing chapters 3.4 (RNN) and 3.5 (GPT)."""
+
 import numpy as np
 import pytest
 
@@ -32,10 +33,10 @@ def test_autograd_grad_keeps_existing_grads_and_retain_grad():
     h.retain_grad()
     (gw,) = sitp.autograd.grad(h.sum(), [w], retain_graph=True)
     np.testing.assert_allclose(gw.numpy(), [2.0, 4.0])
-    np.testing.assert_allclose(w.grad.numpy(), [10.0, 10.0])   # untouched
-    np.testing.assert_allclose(h.grad.numpy(), [1.0, 1.0])    # as torch: retained, filled
+    np.testing.assert_allclose(w.grad.numpy(), [10.0, 10.0])  # untouched
+    np.testing.assert_allclose(h.grad.numpy(), [1.0, 1.0])  # as torch: retained, filled
     h.grad = None
-    h.sum().backward()                                          # retain_grad still works
+    h.sum().backward()  # retain_grad still works
     np.testing.assert_allclose(h.grad.numpy(), [1.0, 1.0])
     np.testing.assert_allclose(w.grad.numpy(), [12.0, 14.0])
 

@@ -4,20 +4,30 @@ against PyTorch, and the backward against central differences (``sitp.autograd.g
 The elementwise three also have rows in the ``UNARY`` tables of ``test_ops.py`` and
 ``test_gradcheck.py``; this file covers the function forms and ``roll``'s argument forms.
 """
+
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import sitp
-from sitp.autograd.gradcheck import gradcheck
 from helpers import assert_close, non_contiguous
+from sitp.autograd.gradcheck import gradcheck
 
 ROLLS = [  # (shape, shifts, dims)
-    ((5,), 2, 0), ((5,), -7, 0), ((3, 4), 1, None), ((3, 4), -5, None),
-    ((3, 4), 1, 1), ((3, 4), (1, -2), (0, 1)), ((2, 3, 4), (3, 1), (-1, 0)),
-    ((2, 3, 4), 0, 1), ((2, 3, 4), (1, 1), (2, 2)), ((4, 1), 3, 1), ((3,), 1, None),
+    ((5,), 2, 0),
+    ((5,), -7, 0),
+    ((3, 4), 1, None),
+    ((3, 4), -5, None),
+    ((3, 4), 1, 1),
+    ((3, 4), (1, -2), (0, 1)),
+    ((2, 3, 4), (3, 1), (-1, 0)),
+    ((2, 3, 4), 0, 1),
+    ((2, 3, 4), (1, 1), (2, 2)),
+    ((4, 1), 3, 1),
+    ((3,), 1, None),
 ]
 
 
@@ -47,8 +57,9 @@ def test_roll_returns_a_new_tensor_even_when_nothing_moves():
 
 @pytest.mark.parametrize("shape,shifts,dims", ROLLS[:8])
 def test_roll_gradcheck(shape, shifts, dims):
-    x = sitp.tensor(np.random.default_rng(0).standard_normal(shape), dtype=sitp.float64,
-                    requires_grad=True)
+    x = sitp.tensor(
+        np.random.default_rng(0).standard_normal(shape), dtype=sitp.float64, requires_grad=True
+    )
     assert gradcheck(lambda t: t.roll(shifts, dims), (x,))
 
 
@@ -66,9 +77,12 @@ FUNCS = {"log10": "pos", "log2": "pos", "exp2": None}
 
 @pytest.mark.parametrize("name", sorted(FUNCS))
 @settings(max_examples=10, deadline=None)
-@given(arr=hnp.arrays(np.float64, hnp.array_shapes(min_dims=0, max_dims=3, max_side=4),
-                      elements=st.floats(-3, 3)),
-       dtype=st.sampled_from([np.float32, np.float64]))
+@given(
+    arr=hnp.arrays(
+        np.float64, hnp.array_shapes(min_dims=0, max_dims=3, max_side=4), elements=st.floats(-3, 3)
+    ),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
 def test_pointwise_function_forms_like_torch(name, arr, dtype):
     if FUNCS[name] == "pos":
         arr = np.abs(arr) + 0.1
@@ -87,15 +101,20 @@ def test_pointwise_function_forms_like_torch(name, arr, dtype):
 @pytest.mark.parametrize("name", sorted(FUNCS))
 def test_pointwise_edges_like_torch(name):
     arr = np.array([0.0, -0.0, -1.0, np.inf, -np.inf, np.nan, 1e-300, 1000.0, -1000.0])
-    assert_close(getattr(sitp, name)(sitp.tensor(arr)), getattr(torch, name)(torch.tensor(arr)),
-                 rtol=1e-12, atol=0)
+    assert_close(
+        getattr(sitp, name)(sitp.tensor(arr)),
+        getattr(torch, name)(torch.tensor(arr)),
+        rtol=1e-12,
+        atol=0,
+    )
 
 
 @pytest.mark.parametrize("name", sorted(FUNCS))
 def test_pointwise_gradcheck(name):
     lo = 0.5 if FUNCS[name] == "pos" else -1.0
-    x = sitp.tensor(np.random.default_rng(1).uniform(lo, 2.0, (2, 3)), dtype=sitp.float64,
-                    requires_grad=True)
+    x = sitp.tensor(
+        np.random.default_rng(1).uniform(lo, 2.0, (2, 3)), dtype=sitp.float64, requires_grad=True
+    )
     assert gradcheck(lambda t: getattr(sitp, name)(t), (x,))
 
 

@@ -1,5 +1,6 @@
 """``sitp.save`` / ``sitp.load`` against ``torch.save`` / ``torch.load``: files go both ways,
 loading is weights-only by default, writes are atomic, damage is a clear error."""
+
 import collections
 import io
 import pickle
@@ -41,10 +42,19 @@ def sitp_objects():
 
 def test_sitp_file_loads_in_torch_weights_only(tmp_path):
     model, opt = sitp_objects()
-    obj = {"model": model.state_dict(), "optim": opt.state_dict(), "step": 3, "lr": 0.5,
-           "name": "run", "flags": [True, None, (1, 2**40)], "raw": b"\x00\xff",
-           "ints": sitp.arange(4), "mask": sitp.tensor([True, False]),
-           "f64": sitp.tensor([1.5], dtype=sitp.float64), "view": sitp.arange(6.0).reshape(2, 3).t()}
+    obj = {
+        "model": model.state_dict(),
+        "optim": opt.state_dict(),
+        "step": 3,
+        "lr": 0.5,
+        "name": "run",
+        "flags": [True, None, (1, 2**40)],
+        "raw": b"\x00\xff",
+        "ints": sitp.arange(4),
+        "mask": sitp.tensor([True, False]),
+        "f64": sitp.tensor([1.5], dtype=sitp.float64),
+        "view": sitp.arange(6.0).reshape(2, 3).t(),
+    }
     sitp.save(obj, tmp_path / "a.pt")
     back = torch.load(tmp_path / "a.pt")  # weights_only=True: torch's default
     assert isinstance(back["model"], collections.OrderedDict)
@@ -67,12 +77,19 @@ def test_torch_file_loads_in_sitp_and_training_continues_identically(tmp_path):
     x = torch.randn(4, 3)
     tmodel(x).square().sum().backward()
     topt.step()
-    torch.save({"model": tmodel.state_dict(), "optim": topt.state_dict(),
-                "half": torch.tensor([1.5, -2.0], dtype=torch.float16),
-                "bf16": torch.tensor([1.5, -2.0], dtype=torch.bfloat16),
-                "i32": torch.tensor([7, -3], dtype=torch.int32), "u8": torch.tensor([250], dtype=torch.uint8),
-                "view": torch.arange(12.0).reshape(3, 4)[:, 1::2], "scalar": torch.tensor(2.5)},
-               tmp_path / "t.pt")
+    torch.save(
+        {
+            "model": tmodel.state_dict(),
+            "optim": topt.state_dict(),
+            "half": torch.tensor([1.5, -2.0], dtype=torch.float16),
+            "bf16": torch.tensor([1.5, -2.0], dtype=torch.bfloat16),
+            "i32": torch.tensor([7, -3], dtype=torch.int32),
+            "u8": torch.tensor([250], dtype=torch.uint8),
+            "view": torch.arange(12.0).reshape(3, 4)[:, 1::2],
+            "scalar": torch.tensor(2.5),
+        },
+        tmp_path / "t.pt",
+    )
     back = sitp.load(tmp_path / "t.pt")
     for k in ("half", "bf16", "i32", "u8", "view", "scalar"):
         t = torch.load(tmp_path / "t.pt")[k]
@@ -90,14 +107,20 @@ def test_torch_file_loads_in_sitp_and_training_continues_identically(tmp_path):
         opt.zero_grad()
         model(sitp.tensor(x.numpy())).square().sum().backward()
         opt.step()
-    np.testing.assert_allclose(model.weight.detach().numpy(), tmodel.weight.detach().numpy(),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        model.weight.detach().numpy(), tmodel.weight.detach().numpy(), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_round_trip_keeps_containers_and_tied_tensors(tmp_path):
     w = sitp.randn(3, 2, requires_grad=True)
-    obj = {"a": [w, (w, 1.0)], "od": collections.OrderedDict(b=sitp.zeros(0, 2)), "e": {},
-           "size": sitp.zeros(2, 3).shape, "neg": -(2**70)}
+    obj = {
+        "a": [w, (w, 1.0)],
+        "od": collections.OrderedDict(b=sitp.zeros(0, 2)),
+        "e": {},
+        "size": sitp.zeros(2, 3).shape,
+        "neg": -(2**70),
+    }
     sitp.save(obj, tmp_path / "r.pt")
     back = sitp.load(tmp_path / "r.pt")
     assert back["a"][0] is back["a"][1][0]  # one tensor, stored once
@@ -138,7 +161,9 @@ def torch_archive_with(obj) -> bytes:
 def test_load_is_weights_only_by_default(tmp_path, capsys):
     path = tmp_path / "evil.pt"
     path.write_bytes(torch_archive_with({"x": Boom()}))
-    with pytest.raises(pickle.UnpicklingError, match=r"evil.pt needs the global (__builtin__|builtins).print"):
+    with pytest.raises(
+        pickle.UnpicklingError, match=r"evil.pt needs the global (__builtin__|builtins).print"
+    ):
         sitp.load(path)
     with pytest.raises(pickle.UnpicklingError):
         torch.load(path)  # torch refuses it too
@@ -199,8 +224,13 @@ def test_save_is_atomic(tmp_path, monkeypatch):
 def test_load_arguments():
     buf = io.BytesIO()
     sitp.save({"w": sitp.ones(2)}, buf)
-    for kwargs in [dict(map_location="cpu"), dict(map_location=sitp.device("cpu")),
-                   dict(map_location={"cuda:0": "cpu"}), dict(mmap=False), dict(pickle_module=pickle)]:
+    for kwargs in [
+        dict(map_location="cpu"),
+        dict(map_location=sitp.device("cpu")),
+        dict(map_location={"cuda:0": "cpu"}),
+        dict(mmap=False),
+        dict(pickle_module=pickle),
+    ]:
         buf.seek(0)
         assert sitp.load(buf, **kwargs)["w"].tolist() == [1.0, 1.0]
     with pytest.raises(TypeError):

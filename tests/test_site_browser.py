@@ -294,7 +294,11 @@ def test_search_previews_show_no_raw_latex(server: str, browser, query: str):
     try:
         page = _search(visit, query)
         previews = page.locator(".md-search-result__item").all_inner_texts()
-        raw = [t[:200] for t in previews if re.search(r"\\[()\[\]]|\\(?:frac|times|sum|text|sqrt|mathbb)\b", t)]
+        raw = [
+            t[:200]
+            for t in previews
+            if re.search(r"\\[()\[\]]|\\(?:frac|times|sum|text|sqrt|mathbb)\b", t)
+        ]
         assert previews and not raw, raw
     finally:
         visit.close()
@@ -303,7 +307,10 @@ def test_search_previews_show_no_raw_latex(server: str, browser, query: str):
 def test_notebook_page_has_the_chapters_width_and_a_toc(server: str, browser):
     visit = Visit(browser, server)
     measure = """() => {
-      const w = s => { const e = document.querySelector(s); return e ? Math.round(e.getBoundingClientRect().width) : null; };
+      const w = s => {
+        const e = document.querySelector(s);
+        return e ? Math.round(e.getBoundingClientRect().width) : null;
+      };
       return {text: w('.md-content__inner'), cell: w('.jp-Cell') || w('.md-content__inner > p'),
               toc: document.querySelectorAll('.md-sidebar--secondary .md-nav__link').length};
     }"""

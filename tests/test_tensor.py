@@ -3,11 +3,12 @@
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import sitp
-from helpers import assert_close, np_of, pair
+from helpers import assert_close, pair
 
 SETTINGS = settings(max_examples=40, deadline=None)
 
@@ -68,12 +69,15 @@ def test_multinomial_frequencies_and_errors():
         sitp.multinomial(sitp.tensor([0.5, -0.1]), 1)
 
 
-@pytest.mark.parametrize("bad, err", [
-    ("abc", TypeError),
-    ([[1, 2], [3]], ValueError),
-    ([object()], TypeError),
-    ({"a": 1}, TypeError),
-])
+@pytest.mark.parametrize(
+    "bad, err",
+    [
+        ("abc", TypeError),
+        ([[1, 2], [3]], ValueError),
+        ([object()], TypeError),
+        ({"a": 1}, TypeError),
+    ],
+)
 def test_tensor_rejects_bad_data(bad, err):
     with pytest.raises(err):
         sitp.tensor(bad)
@@ -156,10 +160,21 @@ def test_expand_unsqueeze_squeeze_flatten():
 
 # ------------------------------------------------------------------ indexing
 INDEX_CASES = [
-    (1,), (-1,), (slice(None, None, 2),), (slice(1, None), 2), (Ellipsis, 1),
-    (None, 0), (slice(None), None, slice(1, 3)), ([0, 2, 2],), ([[0, 1], [2, 0]],),
-    (slice(None), [1, 0, 1]), ([0, 1], [2, 3]), ([0, 2], slice(None), [1, 1]),
-    (1, [0, 2]), (Ellipsis, [3, 0]), (slice(None, None, -1 + 3),),
+    (1,),
+    (-1,),
+    (slice(None, None, 2),),
+    (slice(1, None), 2),
+    (Ellipsis, 1),
+    (None, 0),
+    (slice(None), None, slice(1, 3)),
+    ([0, 2, 2],),
+    ([[0, 1], [2, 0]],),
+    (slice(None), [1, 0, 1]),
+    ([0, 1], [2, 3]),
+    ([0, 2], slice(None), [1, 1]),
+    (1, [0, 2]),
+    (Ellipsis, [3, 0]),
+    (slice(None, None, -1 + 3),),
 ]
 
 
@@ -203,13 +218,16 @@ def test_index_put_accumulate_counts_repeats():
     assert n.tolist() == [[0, 3, 0], [0, 0, 1], [0, 0, 0]]
 
 
-@pytest.mark.parametrize("key, err, msg", [
-    ((5,), IndexError, "out of bounds for dimension 0 with size 3"),
-    ((0, 0, 0),  IndexError, "too many indices"),
-    (([0, 7],), IndexError, "index 7 is out of bounds"),
-    ((1.5,), TypeError, "valid indices"),
-    ((slice(None, None, -1),), ValueError, "step must be greater than zero"),
-])
+@pytest.mark.parametrize(
+    "key, err, msg",
+    [
+        ((5,), IndexError, "out of bounds for dimension 0 with size 3"),
+        ((0, 0, 0), IndexError, "too many indices"),
+        (([0, 7],), IndexError, "index 7 is out of bounds"),
+        ((1.5,), TypeError, "valid indices"),
+        ((slice(None, None, -1),), ValueError, "step must be greater than zero"),
+    ],
+)
 def test_bad_indices_have_clear_errors(key, err, msg):
     x = sitp.zeros(3, 4)
     k = tuple(sitp.tensor(v) if isinstance(v, list) else v for v in key)
@@ -268,15 +286,22 @@ def test_inplace_ops_match_torch():
     arr = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
     s, t = pair(arr)
     o_s, o_t = pair(np.full((4,), 0.5, np.float32))
-    s.add_(o_s, alpha=2); t.add_(o_t, alpha=2)
-    s.mul_(3); t.mul_(3)
-    s.addcmul_(s, s, value=0.1); t.addcmul_(t, t, value=0.1)
-    s.addcdiv_(o_s, s.abs() + 1, value=-0.5); t.addcdiv_(o_t, t.abs() + 1, value=-0.5)
-    s.clamp_(-1, 2); t.clamp_(-1, 2)
+    s.add_(o_s, alpha=2)
+    t.add_(o_t, alpha=2)
+    s.mul_(3)
+    t.mul_(3)
+    s.addcmul_(s, s, value=0.1)
+    t.addcmul_(t, t, value=0.1)
+    s.addcdiv_(o_s, s.abs() + 1, value=-0.5)
+    t.addcdiv_(o_t, t.abs() + 1, value=-0.5)
+    s.clamp_(-1, 2)
+    t.clamp_(-1, 2)
     assert_close(s, t)
     s.T.zero_()
     assert s.abs().sum().item() == 0
-    s.fill_(2); s.sub_(1); s.div_(4)
+    s.fill_(2)
+    s.sub_(1)
+    s.div_(4)
     assert s.tolist() == [[0.25] * 4] * 3
 
 

@@ -11,6 +11,7 @@ Both libraries start from the same weights (drawn by numpy inside the scripts) a
 the scripts' default order (``RandomSampler``/``SubsetRandomSampler``), sitp's draws are
 its own, so that run is checked for what does not depend on the draws.
 """
+
 import json
 import os
 import subprocess
@@ -30,8 +31,25 @@ STEPS = {"makemore_mlp": 15, "char_shift_rnn": 8}
 def words_file(tmp_path):
     """A few hundred made-up names: syllables drawn by a seeded numpy generator."""
     rng = np.random.default_rng(0)
-    syllables = ["an", "na", "el", "li", "mar", "jo", "ra", "be", "th", "is", "ka", "ve",
-                 "ro", "sa", "mi", "q", "zy"]
+    syllables = [
+        "an",
+        "na",
+        "el",
+        "li",
+        "mar",
+        "jo",
+        "ra",
+        "be",
+        "th",
+        "is",
+        "ka",
+        "ve",
+        "ro",
+        "sa",
+        "mi",
+        "q",
+        "zy",
+    ]
     words = sorted({"".join(rng.choice(syllables, rng.integers(1, 4))) for _ in range(300)})
     path = tmp_path / "words.txt"
     path.write_text("\n".join(words) + "\n")
@@ -40,17 +58,31 @@ def words_file(tmp_path):
 
 def run_all(words_file, out):
     """Every (library, script, order) run, started together and collected as JSON."""
-    env = dict(os.environ, PYTHONPATH=str(Path(sitp.__file__).parents[1]),
-               PYTHONWARNINGS="ignore")
-    jobs = [(lib, script, order) for script in STEPS for lib, order in
-            [("torch", "numpy"), ("sitp", "numpy"), ("sitp", "torch")]]
+    env = dict(os.environ, PYTHONPATH=str(Path(sitp.__file__).parents[1]), PYTHONWARNINGS="ignore")
+    jobs = [
+        (lib, script, order)
+        for script in STEPS
+        for lib, order in [("torch", "numpy"), ("sitp", "numpy"), ("sitp", "torch")]
+    ]
     procs = {}
     for lib, script, order in jobs:
-        argv = [sys.executable, str(SCRIPTS / "run_with.py"), lib, str(SCRIPTS / f"{script}.py"),
-                "--data", str(words_file), "--out", str(out / f"{lib}-{script}-{order}"),
-                "--steps", str(STEPS[script]), "--order", order]
-        procs[lib, script, order] = subprocess.Popen(argv, stdout=subprocess.PIPE,
-                                                     stderr=subprocess.PIPE, text=True, env=env)
+        argv = [
+            sys.executable,
+            str(SCRIPTS / "run_with.py"),
+            lib,
+            str(SCRIPTS / f"{script}.py"),
+            "--data",
+            str(words_file),
+            "--out",
+            str(out / f"{lib}-{script}-{order}"),
+            "--steps",
+            str(STEPS[script]),
+            "--order",
+            order,
+        ]
+        procs[lib, script, order] = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
     results = {}
     for key, proc in procs.items():
         stdout, stderr = proc.communicate(timeout=300)
@@ -107,10 +139,12 @@ def test_scripts_run_unchanged_and_match_torch(words_file, tmp_path):
 
 def test_sitp_lacks_no_module_the_scripts_import():
     env = dict(os.environ, PYTHONPATH=str(Path(sitp.__file__).parents[1]))
-    code = ("import sys; sys.path.insert(0, %r);"
-            "import run_with, importlib; sys.meta_path.insert(0, run_with._Alias());"
-            "import torch.utils.data.dataloader as d, torch.nn.modules, torch.utils.data.sampler;"
-            "print(d.DataLoader.__module__)") % str(SCRIPTS)
+    code = (
+        "import sys; sys.path.insert(0, %r);"
+        "import run_with, importlib; sys.meta_path.insert(0, run_with._Alias());"
+        "import torch.utils.data.dataloader as d, torch.nn.modules, torch.utils.data.sampler;"
+        "print(d.DataLoader.__module__)"
+    ) % str(SCRIPTS)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "sitp.utils.data.dataloader"

@@ -6,6 +6,7 @@ same batches as torch. Random samplers draw other numbers than torch's for a see
 they are checked for what they promise: a permutation, draws in range, reproducibility
 with a generator, and the distribution of weighted draws.
 """
+
 import collections
 import importlib
 
@@ -37,22 +38,43 @@ def assert_same_batch(s, t):
         assert s == t
 
 
-@pytest.mark.parametrize("name", ["sitp.utils.data.dataloader", "sitp.utils.data.dataset",
-                                  "sitp.utils.data.sampler", "sitp.nn.modules"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "sitp.utils.data.dataloader",
+        "sitp.utils.data.dataset",
+        "sitp.utils.data.sampler",
+        "sitp.nn.modules",
+    ],
+)
 def test_torch_dotted_submodules_exist(name):
     module = importlib.import_module(name)
     torch_module = importlib.import_module(name.replace("sitp", "torch", 1))
-    wanted = {"sitp.utils.data.dataloader": ["DataLoader", "default_collate", "get_worker_info"],
-              "sitp.utils.data.dataset": ["Dataset", "IterableDataset", "TensorDataset",
-                                          "Subset", "ConcatDataset", "random_split"],
-              "sitp.utils.data.sampler": ["Sampler", "SequentialSampler", "RandomSampler",
-                                          "SubsetRandomSampler", "WeightedRandomSampler",
-                                          "BatchSampler"],
-              "sitp.nn.modules": ["Module", "Linear", "Embedding"]}[name]
+    wanted = {
+        "sitp.utils.data.dataloader": ["DataLoader", "default_collate", "get_worker_info"],
+        "sitp.utils.data.dataset": [
+            "Dataset",
+            "IterableDataset",
+            "TensorDataset",
+            "Subset",
+            "ConcatDataset",
+            "random_split",
+        ],
+        "sitp.utils.data.sampler": [
+            "Sampler",
+            "SequentialSampler",
+            "RandomSampler",
+            "SubsetRandomSampler",
+            "WeightedRandomSampler",
+            "BatchSampler",
+        ],
+        "sitp.nn.modules": ["Module", "Linear", "Embedding"],
+    }[name]
     for attr in wanted:
         assert hasattr(torch_module, attr), attr  # the names are torch's
         assert hasattr(module, attr), f"{name} lacks {attr}"
     from sitp.utils.data import DataLoader, Dataset, TensorDataset  # noqa: F401
+
     assert sud.dataloader.DataLoader is sud.DataLoader
 
 
@@ -70,10 +92,16 @@ class Squares:
         return x, i * i, {"f": i / 2, "name": f"s{i}", "arr": np.full(2, i, np.int64)}
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(), dict(batch_size=3), dict(batch_size=3, drop_last=True), dict(batch_size=None),
-    dict(batch_size=2, num_workers=2, pin_memory=True),
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(),
+        dict(batch_size=3),
+        dict(batch_size=3, drop_last=True),
+        dict(batch_size=None),
+        dict(batch_size=2, num_workers=2, pin_memory=True),
+    ],
+)
 def test_sequential_batches_equal_torch(kwargs):
     s = list(sud.DataLoader(Squares(sitp), **kwargs))
     t = list(tud.DataLoader(Squares(torch), **kwargs))
@@ -95,8 +123,11 @@ def test_given_sampler_and_batch_sampler_equal_torch():
 def test_tensor_dataset_batches_equal_torch():
     x = np.arange(20.0, dtype=np.float32).reshape(10, 2)
     y = np.arange(10)
-    for kwargs in [dict(batch_size=4), dict(batch_size=4, drop_last=True),
-                   dict(batch_sampler=tud.BatchSampler(tud.SequentialSampler(range(10)), 3, False))]:
+    for kwargs in [
+        dict(batch_size=4),
+        dict(batch_size=4, drop_last=True),
+        dict(batch_sampler=tud.BatchSampler(tud.SequentialSampler(range(10)), 3, False)),
+    ]:
         s = list(sud.DataLoader(sud.TensorDataset(sitp.tensor(x), sitp.tensor(y)), **kwargs))
         t = list(tud.DataLoader(tud.TensorDataset(torch.tensor(x), torch.tensor(y)), **kwargs))
         assert len(s) == len(t)
@@ -125,9 +156,15 @@ def test_collate_fn_and_getitems_are_used():
 def test_default_collate_matches_torch():
     Point = collections.namedtuple("Point", "x y")
     cases = [
-        [1.5, 2.5], [1, 2], [True, False], ["a", "b"],
-        [(1, 2.0), (3, 4.0)], [[1, 2], [3, 4]], [{"a": 1, "b": [1.0, 2.0]}, {"a": 2, "b": [3.0, 4.0]}],
-        [Point(1, 2.0), Point(3, 4.0)], [np.array([1.0, 2.0]), np.array([3.0, 4.0])],
+        [1.5, 2.5],
+        [1, 2],
+        [True, False],
+        ["a", "b"],
+        [(1, 2.0), (3, 4.0)],
+        [[1, 2], [3, 4]],
+        [{"a": 1, "b": [1.0, 2.0]}, {"a": 2, "b": [3.0, 4.0]}],
+        [Point(1, 2.0), Point(3, 4.0)],
+        [np.array([1.0, 2.0]), np.array([3.0, 4.0])],
         [np.float32(1.0), np.float32(2.0)],
     ]
     for batch in cases:
@@ -185,8 +222,14 @@ def test_loader_rejects_unknown_keywords():
 
 def test_shuffle_is_a_permutation_reproducible_with_a_generator():
     ds = list(range(23))
+
     def epoch(g):
-        return [i for b in sud.DataLoader(ds, batch_size=5, shuffle=True, generator=g) for i in b.tolist()]
+        return [
+            i
+            for b in sud.DataLoader(ds, batch_size=5, shuffle=True, generator=g)
+            for i in b.tolist()
+        ]
+
     a = epoch(sitp.Generator().manual_seed(1))
     assert sorted(a) == ds and a != ds
     assert epoch(sitp.Generator().manual_seed(1)) == a
@@ -207,8 +250,11 @@ def test_random_sampler_num_samples_and_replacement():
     assert len(r) == 1000 == len(sud.RandomSampler(ds, replacement=True, num_samples=1000))
     assert set(r) == set(ds)  # all in range, every one drawn
     assert len(tud.RandomSampler(ds, replacement=True, num_samples=1000)) == 1000
-    for kwargs, err in [(dict(replacement=1), TypeError), (dict(num_samples=0), ValueError),
-                        (dict(num_samples=2.5), ValueError)]:
+    for kwargs, err in [
+        (dict(replacement=1), TypeError),
+        (dict(num_samples=0), ValueError),
+        (dict(num_samples=2.5), ValueError),
+    ]:
         with pytest.raises(err):
             tud.RandomSampler(ds, **kwargs)
         with pytest.raises(err):
@@ -231,8 +277,7 @@ def test_weighted_random_sampler_follows_the_weights():
     assert abs(counts[2] / counts[1] - 3.0) < 0.4
     no_rep = list(sud.WeightedRandomSampler([1.0, 1.0, 1.0, 0.0], 3, replacement=False))
     assert sorted(no_rep) == [0, 1, 2]
-    for args, kwargs in [(([1.0], 0), {}), (([1.0], 1), dict(replacement=0)),
-                         (([[1.0]], 1), {})]:
+    for args, kwargs in [(([1.0], 0), {}), (([1.0], 1), dict(replacement=0)), (([[1.0]], 1), {})]:
         with pytest.raises(ValueError):
             tud.WeightedRandomSampler(*args, **kwargs)
         with pytest.raises(ValueError):
@@ -289,7 +334,13 @@ def test_workers_run_in_process_with_the_same_batches():
     calls = []
     ds = list(range(6))
     plain = [b.tolist() for b in sud.DataLoader(ds, batch_size=4)]
-    loader = sud.DataLoader(ds, batch_size=4, num_workers=3, worker_init_fn=calls.append,
-                            prefetch_factor=4, persistent_workers=True)
+    loader = sud.DataLoader(
+        ds,
+        batch_size=4,
+        num_workers=3,
+        worker_init_fn=calls.append,
+        prefetch_factor=4,
+        persistent_workers=True,
+    )
     assert [b.tolist() for b in loader] == plain
     assert calls == [0, 1, 2] and sud.get_worker_info() is None

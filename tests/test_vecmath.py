@@ -13,14 +13,15 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as TF
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from numba import njit
 
 import sitp
-from sitp.backends.cpu.vecmath import FASTMATH, erf_f32, exp_f32
 from sitp.autograd.gradcheck import gradcheck
-from sitp.nn import functional as F
 from sitp.backends.cpu.fused.gelu import gelu_backward_kernel, gelu_kernel
+from sitp.backends.cpu.vecmath import FASTMATH, erf_f32, exp_f32
+from sitp.nn import functional as F
 
 EXP_ULPS = 1.5
 ERF_ULPS = 6.0
@@ -66,8 +67,14 @@ def erf64(x):
 
 # ----------------------------------------------------------------------- exp
 def test_exp_f32_dense_grid():
-    x = np.concatenate([np.linspace(-104, 88.72, 1_000_001), np.linspace(-1, 1, 100_001),
-                        np.geomspace(1e-30, 1e-3, 1001), -np.geomspace(1e-30, 1e-3, 1001)]).astype(F32)
+    x = np.concatenate(
+        [
+            np.linspace(-104, 88.72, 1_000_001),
+            np.linspace(-1, 1, 100_001),
+            np.geomspace(1e-30, 1e-3, 1001),
+            -np.geomspace(1e-30, 1e-3, 1001),
+        ]
+    ).astype(F32)
     exact = np.exp(x.astype(np.float64))
     assert ulps(vexp(x), exact).max() <= EXP_ULPS
 
@@ -81,7 +88,10 @@ def test_exp_f32_edges():
     x_max = F32(88.7)
     while math.exp(float(np.nextafter(x_max, F32(np.inf)))) < fmax:
         x_max = np.nextafter(x_max, F32(np.inf))
-    assert np.isfinite(vexp([x_max])[0]) and ulps(vexp([x_max]), [math.exp(float(x_max))]).max() <= EXP_ULPS
+    assert (
+        np.isfinite(vexp([x_max])[0])
+        and ulps(vexp([x_max]), [math.exp(float(x_max))]).max() <= EXP_ULPS
+    )
     assert vexp([F32(89.0), F32(1e30), F32(3e38)]).tolist() == [np.inf] * 3
     # the normal/subnormal boundary and the subnormal range are rounded, not flushed
     x = np.linspace(-103.5, -87.0, 10001).astype(F32)
@@ -102,15 +112,20 @@ def test_exp_f32_hypothesis(v):
 
 # ----------------------------------------------------------------------- erf
 def test_erf_f32_dense_grid():
-    x = np.concatenate([np.linspace(-6, 6, 1_000_001), np.geomspace(1e-38, 1e-2, 2001),
-                        -np.geomspace(1e-38, 1e-2, 2001)]).astype(F32)
+    x = np.concatenate(
+        [
+            np.linspace(-6, 6, 1_000_001),
+            np.geomspace(1e-38, 1e-2, 2001),
+            -np.geomspace(1e-38, 1e-2, 2001),
+        ]
+    ).astype(F32)
     assert ulps(verf(x), erf64(x)).max() <= ERF_ULPS
 
 
 def test_erf_f32_edges():
     assert verf([0.0])[0] == 0.0
     assert np.signbit(verf([-0.0])[0])
-    tiny = np.array([1e-45, 1e-40, 1.1754944e-38, 1e-30], F32)   # subnormal, the boundary, small
+    tiny = np.array([1e-45, 1e-40, 1.1754944e-38, 1e-30], F32)  # subnormal, the boundary, small
     assert ulps(verf(tiny), erf64(tiny)).max() <= ERF_ULPS
     assert ulps(verf(-tiny), erf64(-tiny)).max() <= ERF_ULPS
     assert verf([4.0, 10.0, 1e30, np.inf]).tolist() == [1.0] * 4
@@ -179,8 +194,11 @@ def test_gelu_broadcast_upstream_gradient(approximate):
 
 
 @SETTINGS
-@given(st.lists(st.floats(-30, 30, width=32), min_size=1, max_size=50),
-       st.sampled_from(APPROX), st.sampled_from(DTYPES))
+@given(
+    st.lists(st.floats(-30, 30, width=32), min_size=1, max_size=50),
+    st.sampled_from(APPROX),
+    st.sampled_from(DTYPES),
+)
 def test_gelu_hypothesis(values, approximate, dt):
     x = np.array(values, dt)
     g = np.linspace(-2, 2, x.size).astype(dt)
@@ -203,9 +221,12 @@ def test_gelu_special_values_like_torch(dt, approximate):
     xs = sitp.tensor(x, requires_grad=True)
     ys = F.gelu(xs, approximate=approximate)
     yt = TF.gelu(torch.tensor(x.astype(np.float64)), approximate=approximate).numpy().astype(dt)
-    assert TF.gelu(torch.tensor([np.inf], dtype=torch.float32), approximate=approximate).item() == np.inf
+    assert (
+        TF.gelu(torch.tensor([np.inf], dtype=torch.float32), approximate=approximate).item()
+        == np.inf
+    )
     y = ys.detach().numpy()
-    np.testing.assert_array_equal(y, yt)              # NaNs in the same places, values equal
+    np.testing.assert_array_equal(y, yt)  # NaNs in the same places, values equal
     ys.backward(sitp.ones(x.size, dtype=ys.dtype))
     np.testing.assert_array_equal(xs.grad.numpy()[:3], [np.nan] * 3)
     np.testing.assert_array_equal(xs.grad.numpy()[3:], np.array([1, 0, 0.5, 0.5, 1, 0], dt))
@@ -237,7 +258,9 @@ def test_gelu_keeps_generic_path_for_integers():
     """Integer input is promoted to float32 by the generic op, as before (torch raises)."""
     y = F.gelu(sitp.tensor([-1, 0, 2]))
     assert y.dtype == sitp.float32
-    np.testing.assert_allclose(y.numpy(), TF.gelu(torch.tensor([-1.0, 0.0, 2.0])).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(
+        y.numpy(), TF.gelu(torch.tensor([-1.0, 0.0, 2.0])).numpy(), rtol=1e-6
+    )
 
 
 def test_gelu_module_and_grad_fn():
@@ -260,6 +283,7 @@ def test_coefficients_are_what_the_fit_script_prints():
     spec = importlib.util.spec_from_file_location("fit_vecmath", path)
     fit = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fit)
+
     def same(refit, pasted):
         # A least-squares solve may differ in its last float64 bits from one BLAS to
         # another, which can move a float32 rounding by one ulp: allow a few ulps.
@@ -297,4 +321,6 @@ def test_gelu_and_layer_norm_on_two_threads_equal_one(approximate):
         numba.set_num_threads(saved)
     for one, two in zip(*results):
         np.testing.assert_array_equal(one, two)
-    _against_torch(x.ravel(), np.ones(x.size, np.float32), approximate, np.float32)  # default threads
+    _against_torch(
+        x.ravel(), np.ones(x.size, np.float32), approximate, np.float32
+    )  # default threads

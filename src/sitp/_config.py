@@ -38,8 +38,13 @@ def config() -> dict:
     }
     settings = _target.codegen_settings()
     return {
-        "versions": {"sitp": __version__, "python": platform.python_version(), "numpy": np.__version__,
-                     "numba": numba.__version__, "llvmlite": settings["llvmlite"]},
+        "versions": {
+            "sitp": __version__,
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "numba": numba.__version__,
+            "llvmlite": settings["llvmlite"],
+        },
         "cpu": cpu,
         "numba": {
             "NUMBA_CPU_NAME": os.environ.get("NUMBA_CPU_NAME"),

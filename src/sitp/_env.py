@@ -16,11 +16,12 @@
   outside the source tree, so editors and ``mkdocs serve`` never see it change.
   ``sitp.show_config()`` prints where it is.
 """
+
 import os
 import shutil
-import time
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from sitp import _target
@@ -64,7 +65,7 @@ def _cache_dir(key: str) -> Path:
 def _prune(current: Path, days: float = 14.0) -> None:
     """Remove sibling cache directories of other keys not used for ``days`` days."""
     try:
-        os.utime(current)                      # marks this key as in use
+        os.utime(current)  # marks this key as in use
         cutoff = time.time() - days * 86400
         for other in current.parent.iterdir():
             if other != current and other.is_dir() and other.stat().st_mtime < cutoff:

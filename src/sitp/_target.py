@@ -18,12 +18,12 @@ This module imports llvmlite only (not numba): ``_env`` calls it before numba st
 
 from __future__ import annotations
 
-from importlib.metadata import version
 import hashlib
 import os
 import platform
 import sys
 from functools import lru_cache
+from importlib.metadata import version
 from pathlib import Path
 
 import llvmlite
@@ -31,17 +31,21 @@ import llvmlite.binding as llvm
 
 # LLVM CPU names whose default features include AVX-512F, and those with 256-bit AVX
 # (used only when NUMBA_CPU_FEATURES names a CPU without saying so itself).
-_AVX512_CPUS = frozenset("""
+_AVX512_CPUS = frozenset(
+    """
     skylake-avx512 cascadelake cooperlake cannonlake icelake-client icelake-server
     tigerlake rocketlake sapphirerapids emeraldrapids graniterapids graniterapids-d
     diamondrapids znver4 znver5 x86-64-v4 knl knm
-""".split())
-_AVX_CPUS = frozenset("""
+""".split()
+)
+_AVX_CPUS = frozenset(
+    """
     sandybridge ivybridge corei7-avx core-avx-i haswell core-avx2 broadwell skylake
     alderlake raptorlake meteorlake arrowlake arrowlake-s lunarlake pantherlake
     gracemont sierraforest grandridge clearwaterforest znver1 znver2 znver3 x86-64-v3
     bdver1 bdver2 bdver3 bdver4 btver2
-""".split())
+""".split()
+)
 
 
 def cpu_name() -> str:
@@ -67,8 +71,10 @@ def host_features_without_avx512() -> str:
     with ``NUMBA_CPU_NAME`` set to the host's name, numba then compiles the host's AVX2
     code, which an AVX-512 host can run."""
     off = ("avx512", "amx", "avx10", "evex512")
-    return ",".join(("+" if on and not name.startswith(off) else "-") + name
-                    for name, on in llvm.get_host_cpu_features().items())
+    return ",".join(
+        ("+" if on and not name.startswith(off) else "-") + name
+        for name, on in llvm.get_host_cpu_features().items()
+    )
 
 
 def _feature_flags(features: str) -> dict[str, bool]:
@@ -130,8 +136,10 @@ def isa_name() -> str:
     """A short name for the vector instruction set in use."""
     bits = vector_bits()
     if arch() in ("x86_64", "amd64", "i386", "i686", "x86"):
-        return {512: "AVX-512", 256: "AVX2" if _feature_flags(cpu_features()).get("avx2", True) else "AVX"}.get(
-            bits, "SSE2")
+        return {
+            512: "AVX-512",
+            256: "AVX2" if _feature_flags(cpu_features()).get("avx2", True) else "AVX",
+        }.get(bits, "SSE2")
     return {"arm64": "NEON", "aarch64": "NEON"}.get(arch(), f"{bits}-bit vectors")
 
 

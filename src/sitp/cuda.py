@@ -65,7 +65,10 @@ def _gpu_answers() -> tuple[bool, str]:
             return (True, "") if ok and count.value > 0 else (False, "the driver sees no GPU")
     smi = shutil.which("nvidia-smi")
     try:
-        ok = bool(smi) and subprocess.run([smi, "-L"], capture_output=True, timeout=20).returncode == 0
+        ok = (
+            bool(smi)
+            and subprocess.run([smi, "-L"], capture_output=True, timeout=20).returncode == 0
+        )
     except (OSError, subprocess.SubprocessError):
         ok = False
     return (True, "") if ok else (False, "nvidia-smi finds no GPU")
@@ -85,6 +88,8 @@ def _choose_simulator() -> None:
         sys.modules["numba"].config.ENABLE_CUDASIM = 1
     simulator_fallback = why
     sys.meta_path.insert(0, _SimulatorNotice())
+
+
 # --8<-- [end:simulator]
 
 
@@ -135,7 +140,8 @@ def _require() -> None:
             "(sitp.cuda.is_available() is False) and numba's CUDA simulator is off "
             "(NUMBA_ENABLE_CUDASIM=0 was set, or numba.cuda was imported before sitp). Unset "
             "it (sitp then switches the simulator on by itself) or set it to 1, and import "
-            "sitp first.")
+            "sitp first."
+        )
 
 
 def device_count() -> int:

@@ -104,4 +104,6 @@ def scalar_dtype(value, other: dtype) -> dtype:
     if isinstance(value, builtins_float):
         return other if other.is_floating_point else float32
     raise TypeError(f"unsupported scalar type {type(value).__name__}")
+
+
 # --8<-- [end:promotion]

@@ -6,11 +6,11 @@ from collections import namedtuple
 
 import numpy as np
 
+from sitp._tensor.creation import _operands, arange, empty, full
+from sitp._tensor.tensor import Tensor
 from sitp.autograd import derivatives as ops
 from sitp.dtypes import bool_, int64
 from sitp.strides import broadcast_shapes, normalize_dim
-from sitp._tensor.creation import _operands, arange, empty, full
-from sitp._tensor.tensor import Tensor
 
 return_types = namedtuple("return_types", ["values", "indices"])
 
@@ -42,10 +42,12 @@ def cat(tensors, dim: int = 0) -> Tensor:
     dim = normalize_dim(dim, ref.ndim)
     for t in nonempty:
         if t.ndim != ref.ndim or any(
-                t.shape[d] != ref.shape[d] for d in range(ref.ndim) if d != dim):
+            t.shape[d] != ref.shape[d] for d in range(ref.ndim) if d != dim
+        ):
             raise RuntimeError(
                 f"Sizes of tensors must match except in dimension {dim}. Expected shape "
-                f"{tuple(ref.shape)} (any size at dim {dim}) but got {tuple(t.shape)}")
+                f"{tuple(ref.shape)} (any size at dim {dim}) but got {tuple(t.shape)}"
+            )
     d = ref.dtype
     for t in nonempty[1:]:
         d = d if d.rank >= t.dtype.rank else t.dtype
@@ -66,7 +68,8 @@ def stack(tensors, dim: int = 0) -> Tensor:
         if tuple(t.shape) != shape:
             raise RuntimeError(
                 f"stack expects each tensor to be equal size, but got {shape} at entry 0 "
-                f"and {tuple(t.shape)} at entry {i}")
+                f"and {tuple(t.shape)} at entry {i}"
+            )
     dim = normalize_dim(dim, len(shape) + 1)
     return cat([t.unsqueeze(dim) for t in tensors], dim)
 
@@ -114,7 +117,8 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     if tensor.numel() and (int(tensor.min().item()) < 0 or int(tensor.max().item()) >= num_classes):
         raise RuntimeError(
             f"one_hot: class values must be in [0, {num_classes}), got values in "
-            f"[{int(tensor.min().item())}, {int(tensor.max().item())}]")
+            f"[{int(tensor.min().item())}, {int(tensor.max().item())}]"
+        )
     return (tensor.unsqueeze(-1) == arange(num_classes)).long()
 
 

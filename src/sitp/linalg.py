@@ -23,14 +23,22 @@ import math
 import numpy as np
 from numba import njit
 
-from sitp.autograd.function import Function
-from sitp._tensor.tensor import Tensor
 from sitp._tensor.creation import _from_numpy_owned, _place
-from sitp.strides import broadcast_shapes
-from sitp.strides import normalize_dim
+from sitp._tensor.tensor import Tensor
+from sitp.autograd.function import Function
+from sitp.strides import broadcast_shapes, normalize_dim
 
-__all__ = ["LinAlgError", "vector_norm", "matrix_norm", "norm", "inv", "solve", "det",
-           "matmul", "vecdot"]
+__all__ = [
+    "LinAlgError",
+    "vector_norm",
+    "matrix_norm",
+    "norm",
+    "inv",
+    "solve",
+    "det",
+    "matmul",
+    "vecdot",
+]
 
 
 class LinAlgError(RuntimeError):
@@ -112,8 +120,9 @@ def _check_float(name, t):
     if not isinstance(t, Tensor):
         raise TypeError(f"linalg.{name}(): argument 'A' must be Tensor, not {type(t).__name__}")
     if not t.dtype.is_floating_point:
-        raise RuntimeError(f"linalg.{name}: Expected a floating point tensor as input. "
-                           f"Got {t.dtype}")
+        raise RuntimeError(
+            f"linalg.{name}: Expected a floating point tensor as input. Got {t.dtype}"
+        )
 
 
 def _check_square(name, A):
@@ -121,8 +130,10 @@ def _check_square(name, A):
     if A.ndim < 2:
         raise RuntimeError(f"linalg.{name}: The input tensor A must have at least 2 dimensions.")
     if A.shape[-1] != A.shape[-2]:
-        raise RuntimeError(f"linalg.{name}: A must be batches of square matrices, but they are "
-                           f"{A.shape[-2]} by {A.shape[-1]} matrices")
+        raise RuntimeError(
+            f"linalg.{name}: A must be batches of square matrices, but they are "
+            f"{A.shape[-2]} by {A.shape[-1]} matrices"
+        )
 
 
 def _host(t):
@@ -143,9 +154,11 @@ def _factor(name, A, need_nonsingular=True):
     if need_nonsingular and info.any():
         b = int(np.flatnonzero(info)[0])
         where = f"(Batch element {b}): " if batch else ""
-        raise LinAlgError(f"linalg.{name}: {where}The diagonal element {int(info[b])} is zero, "
-                          f"the {'inversion' if name == 'inv' else 'solve'} could not be "
-                          f"completed because the input matrix is singular.")
+        raise LinAlgError(
+            f"linalg.{name}: {where}The diagonal element {int(info[b])} is zero, "
+            f"the {'inversion' if name == 'inv' else 'solve'} could not be "
+            f"completed because the input matrix is singular."
+        )
     return a, piv, sign, info, batch
 
 
@@ -213,27 +226,35 @@ def solve(A, B, *, left: bool = True, out=None):
     _check_square("solve", A)
     _check_float("solve", B)
     if B.dtype is not A.dtype:
-        raise RuntimeError(f"linalg.solve: Expected A and B to have the same dtype, but found "
-                           f"A of type {A.dtype} and B of type {B.dtype} instead")
+        raise RuntimeError(
+            f"linalg.solve: Expected A and B to have the same dtype, but found "
+            f"A of type {A.dtype} and B of type {B.dtype} instead"
+        )
     vector = B.ndim == 1 or (B.ndim == A.ndim - 1 and tuple(B.shape) == tuple(A.shape[:-1]))
     if vector:
         if not left:
-            raise RuntimeError("linalg.solve: Vector broadcasting of the left hand side is not "
-                               "supported for left=False. In this case linalg.solve is "
-                               "equivalent to B / A.squeeze(-1)")
+            raise RuntimeError(
+                "linalg.solve: Vector broadcasting of the left hand side is not "
+                "supported for left=False. In this case linalg.solve is "
+                "equivalent to B / A.squeeze(-1)"
+            )
         B = B.unsqueeze(-1)
     if not left:  # X A = B  <=>  A^T X^T = B^T
         return solve(A.mT, B.mT).mT
     n = A.shape[-1]
     if B.ndim < 2 or B.shape[-2] != n:
-        raise RuntimeError(f"linalg.solve: Incompatible shapes of A and B for the equation "
-                           f"AX = B ({A.shape[-2]}x{n} and {B.shape[-2] if B.ndim > 1 else B.shape[0]}"
-                           f"x{B.shape[-1]})")
+        raise RuntimeError(
+            f"linalg.solve: Incompatible shapes of A and B for the equation "
+            f"AX = B ({A.shape[-2]}x{n} and {B.shape[-2] if B.ndim > 1 else B.shape[0]}"
+            f"x{B.shape[-1]})"
+        )
     try:
         batch = broadcast_shapes(tuple(A.shape[:-2]), tuple(B.shape[:-2]))
     except (ValueError, RuntimeError) as e:
-        raise RuntimeError(f"linalg.solve: the batch dimensions of A {tuple(A.shape)} and "
-                           f"B {tuple(B.shape)} do not broadcast") from e
+        raise RuntimeError(
+            f"linalg.solve: the batch dimensions of A {tuple(A.shape)} and "
+            f"B {tuple(B.shape)} do not broadcast"
+        ) from e
     batch = tuple(batch)
     A = A.expand(*batch, n, n) if tuple(A.shape[:-2]) != batch else A
     B = B.expand(*batch, n, B.shape[-1]) if tuple(B.shape[:-2]) != batch else B
@@ -259,7 +280,8 @@ class _Det(Function):
         except LinAlgError:
             raise NotImplementedError(
                 "linalg.det backward at a singular matrix is not implemented in sitp "
-                "(torch goes through the SVD there)") from None
+                "(torch goes through the SVD there)"
+            ) from None
         return (g * d).unsqueeze(-1).unsqueeze(-1) * Ainv.mT
 
 
@@ -298,7 +320,7 @@ class _VectorNorm(Function):
         elif ord == 2:
             r = (a * a).sum(dims, True).sqrt()
         else:
-            r = (a ** ord).sum(dims, True) ** (1.0 / ord)
+            r = (a**ord).sum(dims, True) ** (1.0 / ord)
         ctx.ord, ctx.dims, ctx.keepdim = ord, dims, keepdim
         ctx.save_for_backward(x, r)
         return r if keepdim else _squeeze(r, dims)
@@ -346,8 +368,10 @@ def vector_norm(x, ord=2, dim=None, keepdim: bool = False, *, dtype=None, out=No
     if x.ndim == 0:  # a scalar: |x|, keeping its shape
         return _VectorNorm.apply(x.reshape(1), ord, (0,), False).reshape(())
     if (ord < 0 or ord == math.inf) and any(x.shape[d] == 0 for d in dims):
-        raise RuntimeError(f"linalg.vector_norm cannot compute the {ord} norm on an empty "
-                           f"tensor because the operation does not have an identity")
+        raise RuntimeError(
+            f"linalg.vector_norm cannot compute the {ord} norm on an empty "
+            f"tensor because the operation does not have an identity"
+        )
     return _VectorNorm.apply(x, float(ord), dims, bool(keepdim))
 
 
@@ -363,8 +387,9 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim: bool = False, *, dtype=None
         raise NotImplementedError("linalg.matrix_norm(out=...) is not implemented in sitp")
     _check_float("matrix_norm", A)
     if A.ndim < 2:
-        raise RuntimeError(f"linalg.matrix_norm: The input tensor A must have at least 2 "
-                           f"dimensions.")
+        raise RuntimeError(
+            "linalg.matrix_norm: The input tensor A must have at least 2 dimensions."
+        )
     if dtype is not None:
         A = A.to(dtype)
     dim = tuple(dim)
@@ -376,13 +401,14 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim: bool = False, *, dtype=None
     if ord in _SVD_ORDS:
         raise NotImplementedError(
             f"linalg.matrix_norm(ord={ord!r}) needs the singular values, and sitp has no SVD; "
-            f"ord='fro', 1, -1, inf and -inf are implemented")
+            f"ord='fro', 1, -1, inf and -inf are implemented"
+        )
     if ord == "fro":
         return vector_norm(A, 2, (r, c), keepdim)
     if ord in (1, -1):
-        sums, pick = vector_norm(A, 1, r, True), c   # column sums, then over columns
+        sums, pick = vector_norm(A, 1, r, True), c  # column sums, then over columns
     elif ord in (math.inf, -math.inf):
-        sums, pick = vector_norm(A, 1, c, True), r   # row sums, then over rows
+        sums, pick = vector_norm(A, 1, c, True), r  # row sums, then over rows
     else:
         raise RuntimeError(f"linalg.matrix_norm: Order {ord} not supported.")
     res = sums.amax(pick, True) if ord > 0 else sums.amin(pick, True)
@@ -401,19 +427,23 @@ def norm(A, ord=None, dim=None, keepdim: bool = False, *, out=None, dtype=None):
         if ord is None:
             return vector_norm(A, 2, None, keepdim, dtype=dtype)
         if A.ndim not in (1, 2):
-            raise RuntimeError(f"linalg.norm: If dim is not specified but ord is, the input "
-                               f"must be 1D or 2D. Got {A.ndim}D.")
+            raise RuntimeError(
+                f"linalg.norm: If dim is not specified but ord is, the input "
+                f"must be 1D or 2D. Got {A.ndim}D."
+            )
         dim = tuple(range(A.ndim))
     dim = tuple(dim)
     if len(dim) == 1:
         if isinstance(ord, str):
-            raise RuntimeError(f"linalg.vector_norm: ord={ord!r} is a matrix norm; "
-                               f"dim must then be a 2-tuple")
+            raise RuntimeError(
+                f"linalg.vector_norm: ord={ord!r} is a matrix norm; dim must then be a 2-tuple"
+            )
         return vector_norm(A, 2 if ord is None else ord, dim, keepdim, dtype=dtype)
     if len(dim) == 2:
         return matrix_norm(A, "fro" if ord is None else ord, dim, keepdim, dtype=dtype)
-    raise RuntimeError(f"linalg.norm: If dim is specified, it must be of length 1 or 2. "
-                       f"Got {list(dim)}")
+    raise RuntimeError(
+        f"linalg.norm: If dim is specified, it must be of length 1 or 2. Got {list(dim)}"
+    )
 
 
 # ------------------------------------------------------------------- small aliases

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sitp.dtypes import float32, int64, to_dtype
 from sitp._tensor import dispatch
 from sitp._tensor.creation import _from_numpy_owned, _place
+from sitp.dtypes import float32, int64, to_dtype
 
 
 class Generator:
@@ -114,15 +114,20 @@ def randint(low, high=None, size=None, generator=None, dtype=None, device=None):
     if high is None:
         low, high = 0, low
     if high <= low:
-        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
+        raise RuntimeError(
+            f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}"
+        )
     dtype = to_dtype(dtype) if dtype is not None else int64
     return _wrap(_rng(generator).integers(low, high, size=_shape((size,))), dtype, device=device)
 
 
 def randperm(n, generator=None, dtype=None, device=None):
     """A random permutation of 0..n-1."""
-    return _wrap(_rng(generator).permutation(n), to_dtype(dtype) if dtype is not None else int64,
-                 device=device)
+    return _wrap(
+        _rng(generator).permutation(n),
+        to_dtype(dtype) if dtype is not None else int64,
+        device=device,
+    )
 
 
 def normal(mean, std, size=None, generator=None):
@@ -156,7 +161,8 @@ def multinomial(input, num_samples: int, replacement: bool = False, generator=No
     if not replacement and num_samples > n:
         raise RuntimeError(
             f"cannot sample n_sample > prob_dist.size(-1) samples without replacement "
-            f"({num_samples} > {n})")
+            f"({num_samples} > {n})"
+        )
     w = input.detach()
     if bool((w < 0).any()) or bool(w.isnan().any()) or bool(w.isinf().any()):
         raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")

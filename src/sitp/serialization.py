@@ -38,6 +38,7 @@ half of one.
 
 from __future__ import annotations
 
+import _codecs
 import collections
 import io
 import os
@@ -49,12 +50,11 @@ from pathlib import Path
 
 import numpy as np
 
-from sitp._tensor.tensor import Tensor
 from sitp import dtypes
 from sitp._tensor.creation import tensor
-from sitp.nn.parameter import Parameter
+from sitp._tensor.tensor import Tensor
 from sitp._tensor.tensor import device as Device
-import _codecs
+from sitp.nn.parameter import Parameter
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -89,6 +89,8 @@ def write_atomically(path: str | os.PathLike, data: bytes) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
 # --8<-- [end:atomic]
 
 
@@ -107,14 +109,23 @@ def _fsync_dir(directory: Path) -> None:
 
 # torch storage class name -> numpy dtype of its bytes, and the sitp dtype it loads as
 _STORAGES = {
-    "FloatStorage": ("<f4", "float32"), "DoubleStorage": ("<f8", "float64"),
-    "HalfStorage": ("<f2", "float32"), "BFloat16Storage": (None, "float32"),
-    "LongStorage": ("<i8", "int64"), "IntStorage": ("<i4", "int64"),
-    "ShortStorage": ("<i2", "int64"), "CharStorage": ("i1", "int64"),
-    "ByteStorage": ("u1", "int64"), "BoolStorage": ("?", "bool"),
+    "FloatStorage": ("<f4", "float32"),
+    "DoubleStorage": ("<f8", "float64"),
+    "HalfStorage": ("<f2", "float32"),
+    "BFloat16Storage": (None, "float32"),
+    "LongStorage": ("<i8", "int64"),
+    "IntStorage": ("<i4", "int64"),
+    "ShortStorage": ("<i2", "int64"),
+    "CharStorage": ("i1", "int64"),
+    "ByteStorage": ("u1", "int64"),
+    "BoolStorage": ("?", "bool"),
 }
-_WRITE = {"float32": ("FloatStorage", "<f4"), "float64": ("DoubleStorage", "<f8"),
-          "int64": ("LongStorage", "<i8"), "bool": ("BoolStorage", "?")}
+_WRITE = {
+    "float32": ("FloatStorage", "<f4"),
+    "float64": ("DoubleStorage", "<f8"),
+    "int64": ("LongStorage", "<i8"),
+    "bool": ("BoolStorage", "?"),
+}
 
 
 class _Writer:
@@ -145,7 +156,7 @@ class _Writer:
             self.tensor(obj)
         elif isinstance(obj, (int, np.integer)):
             n = int(obj)
-            if -2**31 <= n < 2**31:
+            if -(2**31) <= n < 2**31:
                 w(pickle.BININT + struct.pack("<i", n))
             else:
                 data = n.to_bytes((n.bit_length() + 8) // 8, "little", signed=True)
@@ -168,8 +179,10 @@ class _Writer:
             elif type(obj) is dict:
                 w(pickle.EMPTY_DICT)
             else:
-                raise TypeError(f"sitp.save cannot save a {type(obj).__name__} at {where}: "
-                                f"only dict and OrderedDict mappings")
+                raise TypeError(
+                    f"sitp.save cannot save a {type(obj).__name__} at {where}: "
+                    f"only dict and OrderedDict mappings"
+                )
             if obj:
                 w(pickle.MARK)
                 for k, v in obj.items():
@@ -196,9 +209,11 @@ class _Writer:
             w(pickle.TUPLE)
         else:
             hint = " (save its state_dict() instead)" if hasattr(obj, "state_dict") else ""
-            raise TypeError(f"sitp.save cannot save an object of type {type(obj).__name__} "
-                            f"at {where}{hint}: it saves tensors, dicts, lists, tuples, "
-                            f"numbers, strings, bytes and None")
+            raise TypeError(
+                f"sitp.save cannot save an object of type {type(obj).__name__} "
+                f"at {where}{hint}: it saves tensors, dicts, lists, tuples, "
+                f"numbers, strings, bytes and None"
+            )
 
     def tensor(self, t: Tensor) -> None:
         if id(t) in self._memo:  # the same tensor again: a reference to the first one
@@ -253,9 +268,14 @@ def _archive(obj) -> bytes:
     return buf.getvalue()
 
 
-def save(obj, f, pickle_module=pickle, pickle_protocol: int = 2,
-         _use_new_zipfile_serialization: bool = True,
-         _disable_byteorder_record: bool = False) -> None:
+def save(
+    obj,
+    f,
+    pickle_module=pickle,
+    pickle_protocol: int = 2,
+    _use_new_zipfile_serialization: bool = True,
+    _disable_byteorder_record: bool = False,
+) -> None:
     """Save ``obj`` to ``f`` (a path or a binary file object) in ``torch.save``'s format.
 
     Args:
@@ -277,22 +297,28 @@ def save(obj, f, pickle_module=pickle, pickle_protocol: int = 2,
     (sitp.Size([2, 3]), 7)
     """
     if pickle_module is not pickle:
-        raise ValueError("sitp.save writes its own pickle opcodes; pickle_module must be "
-                         "the standard pickle module")
+        raise ValueError(
+            "sitp.save writes its own pickle opcodes; pickle_module must be "
+            "the standard pickle module"
+        )
     if pickle_protocol != 2:
-        raise ValueError(f"sitp.save writes pickle protocol 2, as torch.save does; "
-                         f"got pickle_protocol={pickle_protocol}")
+        raise ValueError(
+            f"sitp.save writes pickle protocol 2, as torch.save does; "
+            f"got pickle_protocol={pickle_protocol}"
+        )
     if not _use_new_zipfile_serialization:
-        raise ValueError("sitp.save writes only torch's zip format "
-                         "(_use_new_zipfile_serialization=True)")
+        raise ValueError(
+            "sitp.save writes only torch's zip format (_use_new_zipfile_serialization=True)"
+        )
     data = _archive(obj)
     if isinstance(f, (str, os.PathLike)):
         write_atomically(f, data)
     elif hasattr(f, "write"):
         f.write(data)
     else:
-        raise TypeError(f"sitp.save: f must be a path or a binary file object, "
-                        f"got {type(f).__name__}")
+        raise TypeError(
+            f"sitp.save: f must be a path or a binary file object, got {type(f).__name__}"
+        )
 
 
 # ------------------------------------------------------------------ loading
@@ -315,18 +341,24 @@ class _StorageType:
         self.name = name
 
 
-def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad=False, hooks=None,
-                       metadata=None):
+def _rebuild_tensor_v2(
+    storage, offset, size, stride, requires_grad=False, hooks=None, metadata=None
+):
     itemsize = storage.array.itemsize
     size, stride = tuple(size), tuple(stride)
     need = offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1 if all(size) else 0
     if offset < 0 or need > storage.array.size:
-        raise RuntimeError(f"tensor of size {size} at offset {offset} does not fit its "
-                           f"storage of {storage.array.size} items")
-    view = np.lib.stride_tricks.as_strided(storage.array[offset:], size,
-                                           tuple(s * itemsize for s in stride))
-    t = tensor(np.array(view), dtype=getattr(dtypes, storage.sitp_dtype if
-                                                storage.sitp_dtype != "bool" else "bool_"))
+        raise RuntimeError(
+            f"tensor of size {size} at offset {offset} does not fit its "
+            f"storage of {storage.array.size} items"
+        )
+    view = np.lib.stride_tricks.as_strided(
+        storage.array[offset:], size, tuple(s * itemsize for s in stride)
+    )
+    t = tensor(
+        np.array(view),
+        dtype=getattr(dtypes, storage.sitp_dtype if storage.sitp_dtype != "bool" else "bool_"),
+    )
     if storage.device is not None:
         t = t.to(storage.device)
     if requires_grad:
@@ -362,19 +394,23 @@ class _Unpickler(pickle.Unpickler):
         if module == "_codecs" and name == "encode":
             return _codecs.encode
         if module in ("torch", "torch._utils") and name.endswith("Storage"):
-            raise pickle.UnpicklingError(f"sitp.load: {self.path} holds a torch.{name}, "
-                                         f"a dtype sitp does not have")
+            raise pickle.UnpicklingError(
+                f"sitp.load: {self.path} holds a torch.{name}, a dtype sitp does not have"
+            )
         if not self.weights_only and not module.startswith("torch"):
             return super().find_class(module, name)
         raise pickle.UnpicklingError(
             f"sitp.load: {self.path} needs the global {module}.{name}, which a weights-only "
-            f"load does not run" + ("" if self.weights_only else " (it is torch's)") +
-            (". If you trust the file, pass weights_only=False." if self.weights_only else ""))
+            f"load does not run"
+            + ("" if self.weights_only else " (it is torch's)")
+            + (". If you trust the file, pass weights_only=False." if self.weights_only else "")
+        )
 
     def persistent_load(self, pid):
         if not (isinstance(pid, tuple) and len(pid) >= 3 and pid[0] == "storage"):
-            raise pickle.UnpicklingError(f"sitp.load: {self.path}: unknown persistent id "
-                                         f"{pid!r:.80}")
+            raise pickle.UnpicklingError(
+                f"sitp.load: {self.path}: unknown persistent id {pid!r:.80}"
+            )
         storage_type, key = pid[1], str(pid[2])
         if not isinstance(storage_type, _StorageType):
             raise pickle.UnpicklingError(f"sitp.load: {self.path}: bad storage {pid!r:.80}")
@@ -383,16 +419,25 @@ class _Unpickler(pickle.Unpickler):
             try:
                 data = self.archive.read(record)
             except KeyError:
-                raise RuntimeError(f"sitp.load: {self.path} is corrupt: the record {record} "
-                                   f"is missing") from None
+                raise RuntimeError(
+                    f"sitp.load: {self.path} is corrupt: the record {record} is missing"
+                ) from None
             location = str(pid[3]) if len(pid) > 3 else "cpu"
-            self.loaded[key] = _Storage(storage_type.name, data,
-                                        _target(self.map_location, location))
+            self.loaded[key] = _Storage(
+                storage_type.name, data, _target(self.map_location, location)
+            )
         return self.loaded[key]
 
 
-def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=None,
-         encoding: str = "utf-8"):
+def load(
+    f,
+    map_location=None,
+    pickle_module=None,
+    *,
+    weights_only=None,
+    mmap=None,
+    encoding: str = "utf-8",
+):
     """Load an object saved by ``sitp.save`` or ``torch.save`` (zip format).
 
     Args:
@@ -413,8 +458,10 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=No
         FileNotFoundError: there is no such file.
     """
     if pickle_module is not None and pickle_module is not pickle:
-        raise ValueError("sitp.load reads with its own unpickler; pickle_module must be None "
-                         "or the standard pickle module")
+        raise ValueError(
+            "sitp.load reads with its own unpickler; pickle_module must be None "
+            "or the standard pickle module"
+        )
     if weights_only is None:
         weights_only = True
     if not isinstance(weights_only, bool):
@@ -429,27 +476,46 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=No
         path = getattr(f, "name", None) or f"<{type(f).__name__}>"
         data = f.read()
     else:
-        raise TypeError(f"sitp.load: f must be a path or a binary file object, "
-                        f"got {type(f).__name__}")
+        raise TypeError(
+            f"sitp.load: f must be a path or a binary file object, got {type(f).__name__}"
+        )
     if data[:2] == b"\x80\x02" or data[:1] == b"\x80":
-        raise RuntimeError(f"sitp.load: {path} is in torch's legacy (pre-1.6) format, which "
-                           f"sitp does not read; re-save it with torch.save's default format")
+        raise RuntimeError(
+            f"sitp.load: {path} is in torch's legacy (pre-1.6) format, which "
+            f"sitp does not read; re-save it with torch.save's default format"
+        )
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
         names = archive.namelist()
         pkl = next((n for n in names if n.endswith("data.pkl") and n.count("/") == 1), None)
         if pkl is None:
-            raise RuntimeError(f"sitp.load: {path} is not a torch.save archive "
-                               f"(no data.pkl record)")
+            raise RuntimeError(
+                f"sitp.load: {path} is not a torch.save archive (no data.pkl record)"
+            )
         prefix = pkl[: -len("data.pkl")]
-        unpickler = _Unpickler(io.BytesIO(archive.read(pkl)), archive, prefix, path,
-                               weights_only, map_location, encoding=encoding)
+        unpickler = _Unpickler(
+            io.BytesIO(archive.read(pkl)),
+            archive,
+            prefix,
+            path,
+            weights_only,
+            map_location,
+            encoding=encoding,
+        )
         obj = unpickler.load()
-    except (zipfile.BadZipFile, EOFError, zipfile.LargeZipFile, struct.error, ValueError,
-            OSError, IndexError) as error:
-        raise RuntimeError(f"sitp.load: {path} is truncated or corrupt "
-                           f"({type(error).__name__}: {' '.join(str(error).split())[:200]})"
-                           ) from None
+    except (
+        zipfile.BadZipFile,
+        EOFError,
+        zipfile.LargeZipFile,
+        struct.error,
+        ValueError,
+        OSError,
+        IndexError,
+    ) as error:
+        raise RuntimeError(
+            f"sitp.load: {path} is truncated or corrupt "
+            f"({type(error).__name__}: {' '.join(str(error).split())[:200]})"
+        ) from None
     except pickle.UnpicklingError as error:
         if str(error).startswith("sitp.load"):
             raise
@@ -463,11 +529,12 @@ def _check_location(map_location) -> None:
     if isinstance(map_location, dict):
         for v in map_location.values():
             if not isinstance(v, (str, Device)):
-                raise TypeError(f"sitp.load: map_location maps to devices, got "
-                                f"{type(v).__name__}")
+                raise TypeError(f"sitp.load: map_location maps to devices, got {type(v).__name__}")
         return
-    raise TypeError(f"sitp.load: map_location must be None, a device, a device string or a "
-                    f"dict of them; got {type(map_location).__name__}")
+    raise TypeError(
+        f"sitp.load: map_location must be None, a device, a device string or a "
+        f"dict of them; got {type(map_location).__name__}"
+    )
 
 
 def _target(map_location, location: str):

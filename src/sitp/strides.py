@@ -36,6 +36,8 @@ def contiguous_strides(shape: Sequence[int]) -> Strides:
         strides.append(step)
         step *= max(n, 1)
     return tuple(reversed(strides))
+
+
 # --8<-- [end:contiguous_strides]
 
 
@@ -49,6 +51,8 @@ def index_to_position(index: Sequence[int], strides: Sequence[int], offset: int 
     5
     """
     return offset + sum(i * s for i, s in zip(index, strides))
+
+
 # --8<-- [end:index_to_position]
 
 
@@ -64,6 +68,8 @@ def ordinal_to_index(ordinal: int, shape: Sequence[int]) -> Shape:
         ordinal, i = divmod(ordinal, n)
         index.append(i)
     return tuple(reversed(index))
+
+
 # --8<-- [end:position_to_index]
 
 
@@ -86,6 +92,8 @@ def is_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
             return False
         expected *= n
     return True
+
+
 # --8<-- [end:is_contiguous]
 
 
@@ -143,11 +151,15 @@ def broadcast_shapes(*shapes: Sequence[int]) -> Shape:
                     f"(dim {k - ndim}: {out[k]} vs {n})"
                 )
     return tuple(out)
+
+
 # --8<-- [end:broadcast_shapes]
 
 
 # --8<-- [start:broadcast_strides]
-def broadcast_strides(shape: Sequence[int], strides: Sequence[int], target: Sequence[int]) -> Strides:
+def broadcast_strides(
+    shape: Sequence[int], strides: Sequence[int], target: Sequence[int]
+) -> Strides:
     """Strides that make a tensor of ``shape`` look like one of ``target``.
 
     A broadcast dimension gets stride 0: every step along it reads the same
@@ -168,6 +180,8 @@ def broadcast_strides(shape: Sequence[int], strides: Sequence[int], target: Sequ
         else:
             raise RuntimeError(f"cannot broadcast shape {tuple(shape)} to {tuple(target)}")
     return tuple(out)
+
+
 # --8<-- [end:broadcast_strides]
 
 
@@ -226,6 +240,8 @@ def view_strides(shape: Sequence[int], strides: Sequence[int], new_shape: Sequen
             new_strides[k] = step
             step *= new_shape[k]
     return tuple(new_strides)
+
+
 # --8<-- [end:view_strides]
 
 

@@ -8,6 +8,7 @@ Written for PyTorch; the tests run it unchanged with `import sitp as torch`
 
     python tests/scripts/char_shift_rnn.py --data names.txt --steps 500 --out runs/rnn
 """
+
 import argparse
 import json
 import math
@@ -34,7 +35,7 @@ class Windows(Dataset):
         return (len(self.data) - 1) // self.T
 
     def __getitem__(self, i):
-        return self.data[i * self.T:(i + 1) * self.T + 1]
+        return self.data[i * self.T : (i + 1) * self.T + 1]
 
 
 class NumpyShuffle(Sampler):
@@ -53,7 +54,7 @@ class NumpyShuffle(Sampler):
 def collate(batch):
     """Inputs are the first T characters; targets are the inputs rolled left by one, with
     the character after the window in the last place."""
-    chunk = torch.stack(batch)            # (B, T + 1)
+    chunk = torch.stack(batch)  # (B, T + 1)
     x = chunk[:, :-1]
     y = torch.roll(x, shifts=-1, dims=1).clone()
     y[:, -1] = chunk[:, -1]
@@ -130,10 +131,14 @@ def main(argv=None):
         sampler = NumpyShuffle(train_idx, args.seed)
     else:
         sampler = SubsetRandomSampler(train_idx, generator=torch.Generator().manual_seed(args.seed))
-    train_loader = DataLoader(data, batch_sampler=BatchSampler(sampler, args.batch_size, drop_last=True),
-                              collate_fn=collate)
-    val_loader = DataLoader(val_set, batch_size=64, sampler=SequentialSampler(val_set),
-                            collate_fn=collate)
+    train_loader = DataLoader(
+        data,
+        batch_sampler=BatchSampler(sampler, args.batch_size, drop_last=True),
+        collate_fn=collate,
+    )
+    val_loader = DataLoader(
+        val_set, batch_size=64, sampler=SequentialSampler(val_set), collate_fn=collate
+    )
 
     model = CharRNN(len(chars), args.n_embd, args.n_hidden)
     init_from_numpy(model, args.seed)
@@ -155,8 +160,9 @@ def main(argv=None):
                 break
     results["bpc"] = bits_per_char(model, val_loader)
     os.makedirs(args.out, exist_ok=True)
-    torch.save({"model": model.state_dict(), "bpc": results["bpc"]},
-               os.path.join(args.out, "rnn.pt"))
+    torch.save(
+        {"model": model.state_dict(), "bpc": results["bpc"]}, os.path.join(args.out, "rnn.pt")
+    )
     state = torch.load(os.path.join(args.out, "rnn.pt"), map_location="cpu")
     model.load_state_dict(state["model"])
     results["bpc_reloaded"] = bits_per_char(model, val_loader)

@@ -7,6 +7,7 @@ Written for PyTorch; the tests run it unchanged with `import sitp as torch`
 
     python tests/scripts/makemore_mlp.py --data names.txt --steps 2000 --out runs/mlp
 """
+
 import argparse
 import json
 import os
@@ -71,11 +72,12 @@ class MLP(nn.Module):
         super().__init__()
         self.block_size = block_size
         self.wte = nn.Embedding(vocab_size, n_embd)
-        self.mlp = nn.Sequential(nn.Linear(block_size * n_embd, n_hidden), nn.Tanh(),
-                                 nn.Linear(n_hidden, vocab_size))
+        self.mlp = nn.Sequential(
+            nn.Linear(block_size * n_embd, n_hidden), nn.Tanh(), nn.Linear(n_hidden, vocab_size)
+        )
 
     def forward(self, idx, targets=None):
-        emb = self.wte(idx)                       # (B, block, n_embd)
+        emb = self.wte(idx)  # (B, block, n_embd)
         logits = self.mlp(emb.view(emb.size(0), -1))
         loss = None if targets is None else F.cross_entropy(logits, targets)
         return logits, loss
@@ -113,8 +115,12 @@ def main(argv=None):
     p.add_argument("--n-embd", type=int, default=10)
     p.add_argument("--n-hidden", type=int, default=64)
     p.add_argument("--lr", type=float, default=5e-3)
-    p.add_argument("--order", choices=["numpy", "torch"], default="torch",
-                   help="batch order: numpy (the same under any library) or RandomSampler")
+    p.add_argument(
+        "--order",
+        choices=["numpy", "torch"],
+        default="torch",
+        help="batch order: numpy (the same under any library) or RandomSampler",
+    )
     p.add_argument("--seed", type=int, default=3407)
     args = p.parse_args(argv)
 
@@ -132,13 +138,22 @@ def main(argv=None):
 
     model = MLP(len(chars) + 1, args.block_size, args.n_embd, args.n_hidden)
     init_from_numpy(model, args.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01,
-                                  betas=(0.9, 0.99), eps=1e-8)
-    sampler = NumpySampler(len(train_set), args.seed) if args.order == "numpy" else \
-        RandomSampler(train_set, replacement=True, num_samples=int(1e10),
-                      generator=torch.Generator().manual_seed(args.seed))
-    batches = InfiniteDataLoader(train_set, sampler=sampler, batch_size=args.batch_size,
-                                 pin_memory=True, num_workers=0)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.99), eps=1e-8
+    )
+    sampler = (
+        NumpySampler(len(train_set), args.seed)
+        if args.order == "numpy"
+        else RandomSampler(
+            train_set,
+            replacement=True,
+            num_samples=int(1e10),
+            generator=torch.Generator().manual_seed(args.seed),
+        )
+    )
+    batches = InfiniteDataLoader(
+        train_set, sampler=sampler, batch_size=args.batch_size, pin_memory=True, num_workers=0
+    )
 
     results = {"eval0": evaluate(model, test_set), "train": []}
     for step in range(args.steps):
@@ -152,16 +167,24 @@ def main(argv=None):
 
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "model.pt")
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "step": args.steps, "chars": chars}, path)
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "step": args.steps,
+            "chars": chars,
+        },
+        path,
+    )
     checkpoint = torch.load(path)
     fresh = MLP(len(checkpoint["chars"]) + 1, args.block_size, args.n_embd, args.n_hidden)
     fresh.load_state_dict(checkpoint["model"])
     results["eval_reloaded"] = evaluate(fresh, test_set)
-    optimizer = torch.optim.AdamW(fresh.parameters(), lr=args.lr, weight_decay=0.01,
-                                  betas=(0.9, 0.99), eps=1e-8)
+    optimizer = torch.optim.AdamW(
+        fresh.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.99), eps=1e-8
+    )
     optimizer.load_state_dict(checkpoint["optimizer"])
-    X, Y = batches.next()       # one more step after resuming: the optimizer state came back
+    X, Y = batches.next()  # one more step after resuming: the optimizer state came back
     _, loss = fresh(X, Y)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()

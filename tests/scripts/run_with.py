@@ -8,6 +8,7 @@ With ``sitp``, every ``import torch...`` in the script (``torch.nn``,
 under ``sitp``; a path sitp lacks is an ImportError naming it. The script runs as
 ``__main__``; its stdout is the caller's.
 """
+
 import importlib
 import importlib.abc
 import importlib.util
@@ -24,7 +25,7 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def create_module(self, spec):
-        return importlib.import_module("sitp" + spec.name[len("torch"):])
+        return importlib.import_module("sitp" + spec.name[len("torch") :])
 
     def exec_module(self, module):
         pass  # imported already, as sitp.*

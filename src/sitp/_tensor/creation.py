@@ -83,24 +83,29 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
         try:
             arr = np.array(data)
         except ValueError as e:
-            raise ValueError(
-                f"expected a rectangular nested sequence of numbers; {e}") from None
+            raise ValueError(f"expected a rectangular nested sequence of numbers; {e}") from None
         if arr.dtype.kind == "f" and dtype is None:
             arr = arr.astype(np.float32)
     if arr.dtype.kind not in "biuf":
         raise TypeError(
             f"sitp.tensor() takes numbers, nested lists of numbers or arrays; got data of "
-            f"type {type(data).__name__} (numpy dtype {arr.dtype})")
+            f"type {type(data).__name__} (numpy dtype {arr.dtype})"
+        )
     t = _place(_from_numpy_owned(arr if dtype is None else arr.astype(to_dtype(dtype).np)), device)
     if requires_grad:
         t.requires_grad_(True)
     return t
+
+
 # --8<-- [end:tensor]
 
 
 def as_tensor(data, dtype=None, device=None) -> Tensor:
-    if isinstance(data, Tensor) and (dtype is None or to_dtype(dtype) is data.dtype) and (
-            device is None or _device(device) == data.device):
+    if (
+        isinstance(data, Tensor)
+        and (dtype is None or to_dtype(dtype) is data.dtype)
+        and (device is None or _device(device) == data.device)
+    ):
         return data
     return tensor(data, dtype=dtype, device=device)
 
@@ -116,11 +121,16 @@ def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False)
     """A tensor of ``size`` filled with ``fill_value``."""
     size = _size((size,) if isinstance(size, (int, np.integer)) else size)
     if dtype is None:
-        dtype = bool_ if isinstance(fill_value, bool) else (
-            int64 if isinstance(fill_value, numbers.Integral) else float32)
+        dtype = (
+            bool_
+            if isinstance(fill_value, bool)
+            else (int64 if isinstance(fill_value, numbers.Integral) else float32)
+        )
     dtype = to_dtype(dtype)
     backend = dispatch.cuda() if _on_cuda(device) else cpu
-    t = Tensor._make(backend.fill(size, fill_value, dtype), size, contiguous_strides(size), 0, dtype)
+    t = Tensor._make(
+        backend.fill(size, fill_value, dtype), size, contiguous_strides(size), 0, dtype
+    )
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -145,11 +155,15 @@ def empty(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor
 
 
 def zeros_like(t, dtype=None, requires_grad=False, device=None) -> Tensor:
-    return zeros(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad, device=device or t.device)
+    return zeros(
+        t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad, device=device or t.device
+    )
 
 
 def ones_like(t, dtype=None, requires_grad=False, device=None) -> Tensor:
-    return ones(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad, device=device or t.device)
+    return ones(
+        t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad, device=device or t.device
+    )
 
 
 def full_like(t, fill_value, dtype=None, device=None) -> Tensor:
@@ -168,9 +182,12 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
         raise RuntimeError("step must be nonzero")
     if (end - start) * step < 0:
         raise RuntimeError(
-            f"upper bound and larger bound inconsistent with step sign (start={start}, end={end}, step={step})")
+            f"upper bound and larger bound inconsistent with step sign (start={start}, end={end}, step={step})"
+        )
     if dtype is None:
-        dtype = int64 if all(isinstance(v, numbers.Integral) for v in (start, end, step)) else float32
+        dtype = (
+            int64 if all(isinstance(v, numbers.Integral) for v in (start, end, step)) else float32
+        )
     dtype = to_dtype(dtype)
     backend = dispatch.cuda() if _on_cuda(device) else cpu
     storage = backend.arange(start, end, step, dtype)
@@ -204,8 +221,6 @@ def _scalar(value, dtype) -> Tensor:
     return Tensor._make(np.array([value], dtype=dtype.np), (), (), 0, dtype)
 
 
-
-
 # --8<-- [start:operands]
 def _operands(a, b):
     """Promote two operands (tensors or Python scalars) to one dtype."""
@@ -229,4 +244,6 @@ def _operands(a, b):
         elif a.ndim == 0 and b.ndim > 0:
             d = b.dtype
     return (a if a.dtype is d else a.to(d)), (b if b.dtype is d else b.to(d))
+
+
 # --8<-- [end:operands]

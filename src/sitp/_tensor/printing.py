@@ -16,7 +16,7 @@ def _float_formatter(values: np.ndarray):
     amin = nonzero.min() if nonzero.size else 0.0
     integral = np.all(finite == np.round(finite))
     if integral and amax < 1e8:
-        return lambda v: (f"{v:.0f}." if np.isfinite(v) else str(v))
+        return lambda v: f"{v:.0f}." if np.isfinite(v) else str(v)
     if amax >= 1e8 or (amin and amin < 1e-4) or (amin and amax / amin > 1e3 and amax >= 1e3):
         return lambda v: f"{v:.4e}"
     return lambda v: f"{v:.4f}"
@@ -26,12 +26,23 @@ def tensor_repr(t) -> str:
     a = t._np()
     if t.dtype.is_floating_point:
         fmt = _float_formatter(a.astype(np.float64).reshape(-1)) if a.size else str
-        body = np.array2string(a, separator=", ", prefix="tensor(", threshold=1000,
-                               edgeitems=3, max_line_width=80,
-                               formatter={"float_kind": fmt})
+        body = np.array2string(
+            a,
+            separator=", ",
+            prefix="tensor(",
+            threshold=1000,
+            edgeitems=3,
+            max_line_width=80,
+            formatter={"float_kind": fmt},
+        )
     elif t.dtype is bool_:
-        body = np.array2string(a, separator=", ", prefix="tensor(", threshold=1000,
-                               formatter={"bool": lambda v: "True" if v else "False"})
+        body = np.array2string(
+            a,
+            separator=", ",
+            prefix="tensor(",
+            threshold=1000,
+            formatter={"bool": lambda v: "True" if v else "False"},
+        )
     else:
         body = np.array2string(a, separator=", ", prefix="tensor(", threshold=1000)
     extras = []

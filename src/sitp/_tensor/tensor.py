@@ -46,20 +46,27 @@ class device:
             spec, idx = spec.split(":", 1)
             index = int(idx)
         if spec not in ("cpu", "cuda"):
-            raise RuntimeError(f"Expected one of cpu, cuda device type at start of device string: {spec}")
+            raise RuntimeError(
+                f"Expected one of cpu, cuda device type at start of device string: {spec}"
+            )
         self.type, self.index = spec, index
 
     def __eq__(self, other):
         if isinstance(other, str):
             other = device(other)
-        return isinstance(other, device) and self.type == other.type and (
-            self.index == other.index or self.index is None or other.index is None)
+        return (
+            isinstance(other, device)
+            and self.type == other.type
+            and (self.index == other.index or self.index is None or other.index is None)
+        )
 
     def __hash__(self):
         return hash(self.type)
 
     def __repr__(self):
-        return f"device(type='{self.type}'" + (f", index={self.index})" if self.index is not None else ")")
+        return f"device(type='{self.type}'" + (
+            f", index={self.index})" if self.index is not None else ")"
+        )
 
     def __str__(self):
         return self.type if self.index is None else f"{self.type}:{self.index}"
@@ -69,12 +76,23 @@ CPU = device("cpu")
 CUDA = device("cuda")
 
 
-
 class Tensor:
     """A multidimensional array with autograd. Create one with :func:`sitp.tensor`."""
 
-    __slots__ = ("_storage", "_shape", "_strides", "_offset", "dtype", "requires_grad",
-                 "grad", "grad_fn", "_output_nr", "_retains_grad", "_vc", "__weakref__")
+    __slots__ = (
+        "_storage",
+        "_shape",
+        "_strides",
+        "_offset",
+        "dtype",
+        "requires_grad",
+        "grad",
+        "grad_fn",
+        "_output_nr",
+        "_retains_grad",
+        "_vc",
+        "__weakref__",
+    )
 
     __array_priority__ = 1000  # so numpy_scalar * tensor calls Tensor.__rmul__
 
@@ -91,10 +109,11 @@ class Tensor:
         t.requires_grad = False
         t.grad = None
         t.grad_fn = None
-        t._output_nr = 0       # which output of grad_fn this is (split makes several)
+        t._output_nr = 0  # which output of grad_fn this is (split makes several)
         t._retains_grad = False
-        t._vc = [0]            # version counter: bumped by every in-place write, shared by views
+        t._vc = [0]  # version counter: bumped by every in-place write, shared by views
         return t
+
     # --8<-- [end:make]
 
     def __init__(self, *args, **kwargs):
@@ -182,7 +201,8 @@ class Tensor:
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
         if requires_grad and not self.dtype.is_floating_point:
             raise RuntimeError(
-                f"only Tensors of floating point dtype can require gradients (got {self.dtype})")
+                f"only Tensors of floating point dtype can require gradients (got {self.dtype})"
+            )
         if not requires_grad and self.grad_fn is not None:
             raise RuntimeError("you can only change requires_grad flags of leaf variables.")
         self.requires_grad = requires_grad
@@ -217,7 +237,12 @@ class Tensor:
     @data.setter
     def data(self, other: "Tensor") -> None:
         self._storage, self._shape, self._strides, self._offset, self.dtype = (
-            other._storage, other._shape, other._strides, other._offset, other.dtype)
+            other._storage,
+            other._shape,
+            other._strides,
+            other._offset,
+            other.dtype,
+        )
 
     @property
     def T(self) -> "Tensor":
@@ -238,15 +263,19 @@ class Tensor:
         """
         if self.requires_grad:
             raise RuntimeError(
-                "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+                "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
+            )
         if self.is_cuda:
             raise TypeError(
                 "can't convert cuda device type tensor to numpy. Use Tensor.cpu() to copy the "
-                "tensor to host memory first.")
+                "tensor to host memory first."
+            )
         item = self.dtype.itemsize
         return np.lib.stride_tricks.as_strided(
-            self._storage[self._offset:] if self._storage.size else self._storage,
-            shape=self._shape, strides=tuple(s * item for s in self._strides))
+            self._storage[self._offset :] if self._storage.size else self._storage,
+            shape=self._shape,
+            strides=tuple(s * item for s in self._strides),
+        )
 
     def _np(self) -> np.ndarray:
         """A numpy view for internal reading (no grad check); copies a GPU tensor."""
@@ -254,8 +283,10 @@ class Tensor:
             return dispatch.cuda().to_host(self)._np()
         item = self.dtype.itemsize
         return np.lib.stride_tricks.as_strided(
-            self._storage[self._offset:] if self._storage.size else self._storage,
-            shape=self._shape, strides=tuple(s * item for s in self._strides))
+            self._storage[self._offset :] if self._storage.size else self._storage,
+            shape=self._shape,
+            strides=tuple(s * item for s in self._strides),
+        )
 
     def tolist(self):
         return self._np().tolist()
@@ -264,10 +295,11 @@ class Tensor:
         """The value of a one-element tensor as a Python number."""
         if self.numel() != 1:
             raise RuntimeError(
-                f"a Tensor with {self.numel()} elements cannot be converted to Scalar")
+                f"a Tensor with {self.numel()} elements cannot be converted to Scalar"
+            )
         if self.is_cuda:
             dispatch.cuda().check_errors()
-            return self._storage[self._offset:self._offset + 1].copy_to_host()[0].item()
+            return self._storage[self._offset : self._offset + 1].copy_to_host()[0].item()
         return self._storage[self._offset].item()
 
     def __float__(self):
@@ -278,8 +310,7 @@ class Tensor:
 
     def __bool__(self):
         if self.numel() != 1:
-            raise RuntimeError(
-                f"Boolean value of Tensor with {self.numel()} values is ambiguous")
+            raise RuntimeError(f"Boolean value of Tensor with {self.numel()} values is ambiguous")
         return bool(self.item())
 
     def __index__(self):
@@ -297,4 +328,3 @@ class Tensor:
 
     def __str__(self) -> str:
         return self.__repr__()
-

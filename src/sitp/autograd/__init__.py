@@ -13,7 +13,6 @@ The layer above the tensor (``sitp/_tensor``). Its modules, bottom to top:
 from sitp.autograd import forward_ad
 from sitp.autograd.engine import backward, grad, toposort
 from sitp.autograd.function import Context, Function, Node
-from sitp.autograd.gradcheck import gradcheck
 from sitp.autograd.grad_mode import (
     enable_grad,
     inference_mode,
@@ -22,9 +21,21 @@ from sitp.autograd.grad_mode import (
     no_grad,
     set_grad_enabled,
 )
+from sitp.autograd.gradcheck import gradcheck
 
 __all__ = [
-    "Context", "Function", "Node", "backward", "enable_grad", "forward_ad", "grad", "gradcheck",
-    "inference_mode", "is_grad_enabled", "is_inference_mode_enabled", "no_grad",
-    "set_grad_enabled", "toposort",
+    "Context",
+    "Function",
+    "Node",
+    "backward",
+    "enable_grad",
+    "forward_ad",
+    "grad",
+    "gradcheck",
+    "inference_mode",
+    "is_grad_enabled",
+    "is_inference_mode_enabled",
+    "no_grad",
+    "set_grad_enabled",
+    "toposort",
 ]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 
-
 from sitp import cuda
 from sitp._tensor import creation, dispatch
 from sitp.autograd.function import Function
@@ -32,10 +31,13 @@ def unbroadcast(g, shape):
         return g
     lead = g.ndim - len(shape)
     dims = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1)
+        lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1
+    )
     if dims:
         g = g.sum(dim=dims, keepdim=True)
     return g.reshape(shape)
+
+
 # --8<-- [end:unbroadcast]
 
 
@@ -43,34 +45,34 @@ def unbroadcast(g, shape):
 # op name -> d(out)/d(in) times grad, from input x, output y, upstream g and
 # the op's parameters p0, p1.
 UNARY_GRAD = {
-    "neg":        lambda x, y, g, p0, p1: -g,
-    "exp":        lambda x, y, g, p0, p1: g * y,
-    "log":        lambda x, y, g, p0, p1: g / x,
-    "sqrt":       lambda x, y, g, p0, p1: g / (2 * y),
-    "tanh":       lambda x, y, g, p0, p1: g * (1 - y * y),
-    "sigmoid":    lambda x, y, g, p0, p1: g * y * (1 - y),
-    "relu":       lambda x, y, g, p0, p1: g * (y > 0),
-    "abs":        lambda x, y, g, p0, p1: g * x.sign(),
-    "sin":        lambda x, y, g, p0, p1: g * x.cos(),
-    "cos":        lambda x, y, g, p0, p1: -g * x.sin(),
-    "pow":        lambda x, y, g, p0, p1: _pow_grad(x, g, p0),
-    "clamp":      lambda x, y, g, p0, p1: g * _in_range(x, p0, p1),
-    "square":     lambda x, y, g, p0, p1: g * 2 * x,
-    "rsqrt":      lambda x, y, g, p0, p1: g * -0.5 * y * y * y,
-    "log1p":      lambda x, y, g, p0, p1: g / (1 + x),
-    "expm1":      lambda x, y, g, p0, p1: g * (y + 1),
-    "log10":      lambda x, y, g, p0, p1: g / (x * math.log(10.0)),
-    "log2":       lambda x, y, g, p0, p1: g / (x * math.log(2.0)),
-    "exp2":       lambda x, y, g, p0, p1: g * y * math.log(2.0),
+    "neg": lambda x, y, g, p0, p1: -g,
+    "exp": lambda x, y, g, p0, p1: g * y,
+    "log": lambda x, y, g, p0, p1: g / x,
+    "sqrt": lambda x, y, g, p0, p1: g / (2 * y),
+    "tanh": lambda x, y, g, p0, p1: g * (1 - y * y),
+    "sigmoid": lambda x, y, g, p0, p1: g * y * (1 - y),
+    "relu": lambda x, y, g, p0, p1: g * (y > 0),
+    "abs": lambda x, y, g, p0, p1: g * x.sign(),
+    "sin": lambda x, y, g, p0, p1: g * x.cos(),
+    "cos": lambda x, y, g, p0, p1: -g * x.sin(),
+    "pow": lambda x, y, g, p0, p1: _pow_grad(x, g, p0),
+    "clamp": lambda x, y, g, p0, p1: g * _in_range(x, p0, p1),
+    "square": lambda x, y, g, p0, p1: g * 2 * x,
+    "rsqrt": lambda x, y, g, p0, p1: g * -0.5 * y * y * y,
+    "log1p": lambda x, y, g, p0, p1: g / (1 + x),
+    "expm1": lambda x, y, g, p0, p1: g * (y + 1),
+    "log10": lambda x, y, g, p0, p1: g / (x * math.log(10.0)),
+    "log2": lambda x, y, g, p0, p1: g / (x * math.log(2.0)),
+    "exp2": lambda x, y, g, p0, p1: g * y * math.log(2.0),
     "reciprocal": lambda x, y, g, p0, p1: -g * y * y,
-    "erf":        lambda x, y, g, p0, p1: g * (2 / math.sqrt(math.pi)) * (-x * x).exp(),
-    "gelu":       lambda x, y, g, p0, p1: g * dispatch.of(x).unary("gelu_grad", x),
-    "gelu_tanh":  lambda x, y, g, p0, p1: g * dispatch.of(x).unary("gelu_tanh_grad", x),
-    "silu":       lambda x, y, g, p0, p1: g * _silu_grad(x),
-    "sign":       lambda x, y, g, p0, p1: g * 0,
-    "floor":      lambda x, y, g, p0, p1: g * 0,
-    "ceil":       lambda x, y, g, p0, p1: g * 0,
-    "round":      lambda x, y, g, p0, p1: g * 0,
+    "erf": lambda x, y, g, p0, p1: g * (2 / math.sqrt(math.pi)) * (-x * x).exp(),
+    "gelu": lambda x, y, g, p0, p1: g * dispatch.of(x).unary("gelu_grad", x),
+    "gelu_tanh": lambda x, y, g, p0, p1: g * dispatch.of(x).unary("gelu_tanh_grad", x),
+    "silu": lambda x, y, g, p0, p1: g * _silu_grad(x),
+    "sign": lambda x, y, g, p0, p1: g * 0,
+    "floor": lambda x, y, g, p0, p1: g * 0,
+    "ceil": lambda x, y, g, p0, p1: g * 0,
+    "round": lambda x, y, g, p0, p1: g * 0,
 }
 # --8<-- [end:unary_table]
 
@@ -80,11 +82,34 @@ UNARY_GRAD = {
 # backward (torch saves, and checks, the same one for each op). Rows missing
 # here cost nothing but the check of a tensor that is not read.
 UNARY_READS = {
-    "neg": "", "exp": "y", "log": "x", "sqrt": "y", "tanh": "y", "sigmoid": "y",
-    "relu": "y", "abs": "x", "sin": "x", "cos": "x", "pow": "x", "clamp": "x",
-    "square": "x", "rsqrt": "y", "log1p": "x", "expm1": "y", "log10": "x",
-    "log2": "x", "exp2": "y", "reciprocal": "y", "erf": "x", "gelu": "x",
-    "gelu_tanh": "x", "silu": "x", "sign": "", "floor": "", "ceil": "", "round": "",
+    "neg": "",
+    "exp": "y",
+    "log": "x",
+    "sqrt": "y",
+    "tanh": "y",
+    "sigmoid": "y",
+    "relu": "y",
+    "abs": "x",
+    "sin": "x",
+    "cos": "x",
+    "pow": "x",
+    "clamp": "x",
+    "square": "x",
+    "rsqrt": "y",
+    "log1p": "x",
+    "expm1": "y",
+    "log10": "x",
+    "log2": "x",
+    "exp2": "y",
+    "reciprocal": "y",
+    "erf": "x",
+    "gelu": "x",
+    "gelu_tanh": "x",
+    "silu": "x",
+    "sign": "",
+    "floor": "",
+    "ceil": "",
+    "round": "",
 }
 _UNREAD = {"x": (1,), "y": (0,), "": (0, 1), "xy": ()}
 _UNARY_UNREAD = {op: _UNREAD[r] for op, r in UNARY_READS.items()}  # op -> positions of (x, y)
@@ -129,20 +154,22 @@ class Unary(Function):
     def backward(ctx, g):
         x, y = ctx.saved_tensors
         return UNARY_GRAD[ctx.op](x, y, g, ctx.p0, ctx.p1)
+
+
 # --8<-- [end:unary_function]
 
 
 # --8<-- [start:binary_table]
 # op name -> (grad wrt a, grad wrt b), before un-broadcasting.
 BINARY_GRAD = {
-    "add":     lambda a, b, y, g: (g, g),
-    "sub":     lambda a, b, y, g: (g, -g),
-    "mul":     lambda a, b, y, g: (g * b, g * a),
-    "div":     lambda a, b, y, g: (g / b, -g * a / (b * b)),
-    "pow":     lambda a, b, y, g: (_pow_grad_base(a, b, g), g * y * _safe_log(a)),
+    "add": lambda a, b, y, g: (g, g),
+    "sub": lambda a, b, y, g: (g, -g),
+    "mul": lambda a, b, y, g: (g * b, g * a),
+    "div": lambda a, b, y, g: (g / b, -g * a / (b * b)),
+    "pow": lambda a, b, y, g: (_pow_grad_base(a, b, g), g * y * _safe_log(a)),
     "maximum": lambda a, b, y, g: _split_ties(g, a > b, a == b),
     "minimum": lambda a, b, y, g: _split_ties(g, a < b, a == b),
-    "atan2":   lambda a, b, y, g: (g * b / (a * a + b * b), -g * a / (a * a + b * b)),
+    "atan2": lambda a, b, y, g: (g * b / (a * a + b * b), -g * a / (a * a + b * b)),
 }
 # --8<-- [end:binary_table]
 
@@ -151,11 +178,11 @@ def _binary_unread(op, na, nb):
     """Positions of (a, b, y) that the wanted gradients do not read (see UNARY_READS)."""
     if op in ("add", "sub"):
         return (0, 1, 2)
-    if op == "mul":        # da = g b, db = g a
+    if op == "mul":  # da = g b, db = g a
         return (() if nb else (0,)) + (() if na else (1,)) + (2,)
-    if op == "div":        # da = g / b, db = -g a / b^2
+    if op == "div":  # da = g / b, db = -g a / b^2
         return (() if nb else (0,)) + (2,)
-    if op == "pow":        # da reads a, b; db reads y and a
+    if op == "pow":  # da reads a, b; db reads y and a
         return () if nb else (2,)
     return (2,) if op in ("maximum", "minimum", "atan2") else ()
 
@@ -204,8 +231,7 @@ class Binary(Function):
         a, b, y = ctx.saved_tensors
         ga, gb = BINARY_GRAD[ctx.op](a, b, y, g)
         na, nb = ctx.needs_input_grad[:2]
-        return (unbroadcast(ga, a.shape) if na else None,
-                unbroadcast(gb, b.shape) if nb else None)
+        return (unbroadcast(ga, a.shape) if na else None, unbroadcast(gb, b.shape) if nb else None)
 
 
 class Where(Function):
@@ -221,9 +247,11 @@ class Where(Function):
     def backward(ctx, g):
         (cond,) = ctx.saved_tensors
         zero = g.new_zeros(())
-        return (None,
-                unbroadcast(dispatch.of(g).where(cond, g, zero), ctx.shapes[0]),
-                unbroadcast(dispatch.of(g).where(cond, zero, g), ctx.shapes[1]))
+        return (
+            None,
+            unbroadcast(dispatch.of(g).where(cond, g, zero), ctx.shapes[0]),
+            unbroadcast(dispatch.of(g).where(cond, zero, g), ctx.shapes[1]),
+        )
 
 
 class Cast(Function):
@@ -284,8 +312,9 @@ class Permute(Function):
     @staticmethod
     def forward(ctx, x, dims):
         ctx.dims = dims
-        return x._alias(tuple(x._shape[d] for d in dims),
-                        tuple(x._strides[d] for d in dims), x._offset)
+        return x._alias(
+            tuple(x._shape[d] for d in dims), tuple(x._strides[d] for d in dims), x._offset
+        )
 
     @staticmethod
     def backward(ctx, g):
@@ -322,6 +351,8 @@ class Slice(Function):
         z = creation.zeros(ctx.shape, dtype=g.dtype, device=g.device)
         z[ctx.key] = g
         return z
+
+
 # --8<-- [end:views]
 
 
@@ -374,6 +405,8 @@ class MaxDim(Function):
         if not ctx.keepdim:
             g, indices = g.unsqueeze(ctx.dim), indices.unsqueeze(ctx.dim)
         return dispatch.of(g).scatter_add(ctx.shape, ctx.dim, indices, g, g.dtype)
+
+
 # --8<-- [end:reductions]
 
 
@@ -392,6 +425,8 @@ class Softmax(Function):
     def backward(ctx, g):
         (y,) = ctx.saved_tensors
         return dispatch.of(y).softmax_backward(y, g, ctx.dim, ctx.log)
+
+
 # --8<-- [end:softmax]
 
 
@@ -423,6 +458,8 @@ class MatMul(Function):
         else:
             gb = unbroadcast(mm(a.mT, g), b.shape) if nb else None
         return ga, gb
+
+
 # --8<-- [end:matmul]
 
 
@@ -448,7 +485,7 @@ class Take(Function):
     def forward(ctx, x, a, idx, idx_shape):
         k = idx.shape[0]
         ctx.shape, ctx.a, ctx.idx = x.shape, a, idx
-        out_shape = tuple(x.shape[:a]) + tuple(idx_shape) + tuple(x.shape[a + k:])
+        out_shape = tuple(x.shape[:a]) + tuple(idx_shape) + tuple(x.shape[a + k :])
         return x._wrap_np(dispatch.of(x).take(x, a, idx), out_shape)
 
     @staticmethod
@@ -456,6 +493,8 @@ class Take(Function):
         z = creation.zeros(ctx.shape, dtype=g.dtype, device=g.device)
         dispatch.of(z).put(z, ctx.a, ctx.idx, g, True)
         return z
+
+
 # --8<-- [end:gather]
 
 
@@ -472,20 +511,21 @@ class Split(Function):
         ctx.shape, ctx.sizes, ctx.dim = x.shape, sizes, dim
         out, start, st = [], 0, x._strides[dim]
         for n in sizes:
-            shape = x._shape[:dim] + (n,) + x._shape[dim + 1:]
+            shape = x._shape[:dim] + (n,) + x._shape[dim + 1 :]
             out.append(x._alias(shape, x._strides, x._offset + start * st))
             start += n
         return tuple(out)
 
     @staticmethod
     def backward(ctx, g):
-        if not isinstance(g, tuple):       # one piece: its gradient is the whole one
+        if not isinstance(g, tuple):  # one piece: its gradient is the whole one
             return g
         pieces = g
         ref = next(p for p in pieces if p is not None)
         out = (creation.zeros if any(p is None for p in pieces) else creation.empty)(
-            ctx.shape, dtype=ref.dtype, device=ref.device)
-        start, st, dim = 0, out._strides[ctx.dim], ctx.dim
+            ctx.shape, dtype=ref.dtype, device=ref.device
+        )
+        start, st = 0, out._strides[ctx.dim]
         for n, p in zip(ctx.sizes, pieces):
             if p is not None:
                 window = out._alias(p.shape, out._strides, start * st)
@@ -523,4 +563,3 @@ class Tri(Function):
     @staticmethod
     def backward(ctx, g):
         return dispatch.of(g).tri(g, ctx.diagonal, ctx.upper)
-

@@ -40,6 +40,8 @@ def toposort(root: Node) -> list[Node]:
             if t is not None and t.grad_fn is not None and id(t.grad_fn) not in seen:
                 stack.append((t.grad_fn, False))
     return order[::-1]
+
+
 # --8<-- [end:toposort]
 
 
@@ -48,9 +50,7 @@ def backward(tensor, gradient=None, retain_graph: bool = False) -> None:
     """Accumulate d(tensor)/d(leaf) into every leaf's ``.grad``."""
 
     if not tensor.requires_grad:
-        raise RuntimeError(
-            "element 0 of tensors does not require grad and does not have a grad_fn"
-        )
+        raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
     if gradient is None:
         if tensor.numel() != 1:
             raise RuntimeError(
@@ -81,11 +81,11 @@ def backward(tensor, gradient=None, retain_graph: bool = False) -> None:
             g = grads.pop(id(node), None)
             if g is None:
                 continue
-            if node.n_outputs > 1:             # backward gets one gradient per output
+            if node.n_outputs > 1:  # backward gets one gradient per output
                 g = tuple(g)
-            if node.retained is not None:      # retain_grad(): an interior tensor keeps its .grad
+            if node.retained is not None:  # retain_grad(): an interior tensor keeps its .grad
                 _retain(node, g)
-            vs = node.ctx._versions            # a saved tensor written to since: refuse
+            vs = node.ctx._versions  # a saved tensor written to since: refuse
             if vs:
                 for t, v in zip(node.ctx.saved_tensors, vs):
                     if v is not None and t._vc[0] != v:
@@ -96,9 +96,9 @@ def backward(tensor, gradient=None, retain_graph: bool = False) -> None:
             for t, gi in zip(node.inputs, in_grads):
                 if t is None or gi is None:
                     continue
-                if t.grad_fn is None:          # a leaf: accumulate into .grad
+                if t.grad_fn is None:  # a leaf: accumulate into .grad
                     _accumulate(t, gi)
-                else:                          # an interior node: sum its uses
+                else:  # an interior node: sum its uses
                     _add_grad(grads, t, gi)
             if not retain_graph:
                 node.ctx = None
@@ -137,6 +137,8 @@ def _accumulate(leaf, g) -> None:
         leaf.grad = g.contiguous() if g._storage is not leaf._storage else g.clone()
     else:
         leaf.grad.add_(g)
+
+
 # --8<-- [end:backward]
 
 
@@ -158,8 +160,14 @@ class _Roots(Function):
         return (None, *ctx.grads)
 
 
-def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool = False,
-             grad_variables=None, inputs=None) -> None:  # noqa: F811  (torch's entry point)
+def backward(
+    tensors,
+    grad_tensors=None,
+    retain_graph=None,
+    create_graph: bool = False,
+    grad_variables=None,
+    inputs=None,
+) -> None:  # noqa: F811  (torch's entry point)
     """``torch.autograd.backward``: accumulate the gradients of ``tensors`` (one tensor or
     a sequence), weighted by ``grad_tensors``, into the leaves' ``.grad``, or only into
     ``inputs`` (a tensor, a sequence or a dict of them) when given. ``retain_graph``
@@ -167,15 +175,19 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool =
     ``create_graph=True`` raises NotImplementedError.
     """
 
-
     if create_graph:
         raise NotImplementedError("backward(create_graph=True): sitp has no higher-order gradients")
     if grad_variables is not None:
-        warnings.warn("`grad_variables` is deprecated. Use `grad_tensors` instead.",
-                      FutureWarning, stacklevel=2)
+        warnings.warn(
+            "`grad_variables` is deprecated. Use `grad_tensors` instead.",
+            FutureWarning,
+            stacklevel=2,
+        )
         if grad_tensors is not None:
-            raise RuntimeError("`grad_tensors` and `grad_variables` (deprecated) arguments both "
-                               "passed to `backward()`. Please only use `grad_tensors`.")
+            raise RuntimeError(
+                "`grad_tensors` and `grad_variables` (deprecated) arguments both "
+                "passed to `backward()`. Please only use `grad_tensors`."
+            )
         grad_tensors = grad_variables
     retain_graph = bool(create_graph if retain_graph is None else retain_graph)
     tensors = (tensors,) if isinstance(tensors, Tensor) else tuple(tensors)
@@ -186,11 +198,15 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool =
     else:
         grad_tensors = tuple(grad_tensors)
     if len(grad_tensors) != len(tensors):
-        raise RuntimeError(f"backward(): got {len(tensors)} tensors and "
-                           f"{len(grad_tensors)} gradients")
+        raise RuntimeError(
+            f"backward(): got {len(tensors)} tensors and {len(grad_tensors)} gradients"
+        )
     if inputs is not None:
-        inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(
-            inputs.values() if isinstance(inputs, dict) else inputs)
+        inputs = (
+            (inputs,)
+            if isinstance(inputs, Tensor)
+            else tuple(inputs.values() if isinstance(inputs, dict) else inputs)
+        )
         if not inputs:
             raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
     if len(tensors) == 1 and inputs is None:
@@ -200,7 +216,8 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool =
     for i, (t, g) in enumerate(zip(tensors, grad_tensors)):
         if not t.requires_grad:
             raise RuntimeError(
-                f"element {i} of tensors does not require grad and does not have a grad_fn")
+                f"element {i} of tensors does not require grad and does not have a grad_fn"
+            )
         if g is None:
             if t.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
@@ -208,8 +225,10 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool =
         elif not isinstance(g, Tensor):
             g = creation.tensor(g, dtype=t.dtype, device=t.device)
         if tuple(g.shape) != tuple(t.shape):
-            raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of "
-                               f"{tuple(g.shape)} and output[{i}] has a shape of {tuple(t.shape)}.")
+            raise RuntimeError(
+                f"Mismatch in shape: grad_output[{i}] has a shape of "
+                f"{tuple(g.shape)} and output[{i}] has a shape of {tuple(t.shape)}."
+            )
         grads.append(g)
     with enable_grad():
         root = _Roots.apply(tuple(grads), *tensors)
@@ -225,9 +244,17 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool =
             t.grad = g if t.grad is None else t.grad + g
 
 
-def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bool = False,
-         only_inputs: bool = True, allow_unused=None, is_grads_batched: bool = False,
-         materialize_grads: bool = False):
+def grad(
+    outputs,
+    inputs,
+    grad_outputs=None,
+    retain_graph=None,
+    create_graph: bool = False,
+    only_inputs: bool = True,
+    allow_unused=None,
+    is_grads_batched: bool = False,
+    materialize_grads: bool = False,
+):
     """Gradients of ``outputs`` with respect to ``inputs``, returned (not accumulated).
 
     A subset of ``torch.autograd.grad``: one output tensor; ``create_graph`` and
@@ -243,8 +270,10 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
     if allow_unused is None:
         allow_unused = materialize_grads
     if materialize_grads and not allow_unused:
-        raise ValueError("Expected allow_unused to be True or not passed when "
-                         "materialize_grads=True, but got: allow_unused=False.")
+        raise ValueError(
+            "Expected allow_unused to be True or not passed when "
+            "materialize_grads=True, but got: allow_unused=False."
+        )
     if isinstance(outputs, (list, tuple)):
         if len(outputs) != 1:
             raise NotImplementedError("grad(): sitp takes one output tensor")
@@ -252,7 +281,6 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
     if isinstance(grad_outputs, (list, tuple)) and len(grad_outputs) == 1:
         grad_outputs = grad_outputs[0]
     retain_graph = bool(retain_graph)
-
 
     single = isinstance(inputs, Tensor)
     inputs = (inputs,) if single else tuple(inputs)
@@ -281,9 +309,12 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
         if not allow_unused and any(g is None for g in result):
             raise RuntimeError(
                 "One of the differentiated Tensors appears to not have been used in the graph. "
-                "Set allow_unused=True if this is the desired behavior.")
+                "Set allow_unused=True if this is the desired behavior."
+            )
         if materialize_grads:
-            result = tuple(creation.zeros_like(t) if g is None else g for t, g in zip(inputs, result))
+            result = tuple(
+                creation.zeros_like(t) if g is None else g for t, g in zip(inputs, result)
+            )
     finally:
         for node, r in retained.values():
             node.retained = r

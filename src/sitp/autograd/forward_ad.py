@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import numbers
+
 from sitp._tensor.tensor import Tensor
 
 __all__ = ["Dual", "jvp", "exp", "log", "sin", "cos", "tanh", "sigmoid", "sqrt"]
@@ -31,8 +32,10 @@ def _is_tensor(x) -> bool:
 
 def _fn(name, mathfn):
     """``name`` applied to a float (with ``math``) or a tensor (its method)."""
+
     def f(x):
         return getattr(x, name)() if _is_tensor(x) else mathfn(x)
+
     return f
 
 
@@ -103,16 +106,15 @@ class Dual:
         return Dual.lift(other) / self
 
     def __pow__(self, other):
-        if isinstance(other, numbers.Real):          # x^c: c x^(c-1) dx
-            return Dual(self.value ** other,
-                        self.tangent * (other * self.value ** (other - 1)))
-        o = Dual.lift(other)                         # x^y = exp(y log x)
+        if isinstance(other, numbers.Real):  # x^c: c x^(c-1) dx
+            return Dual(self.value**other, self.tangent * (other * self.value ** (other - 1)))
+        o = Dual.lift(other)  # x^y = exp(y log x)
         return (o * self.log()).exp()
 
-    def __rpow__(self, other):                       # c^y = exp(y log c)
+    def __rpow__(self, other):  # c^y = exp(y log c)
         return (self * _log(other)).exp()
 
-    def __matmul__(self, other):                     # d(AB) = dA B + A dB
+    def __matmul__(self, other):  # d(AB) = dA B + A dB
         o = Dual.lift(other)
         tangent = self.tangent @ o.value if _is_tensor(self.tangent) else 0.0
         if _is_tensor(o.tangent):
@@ -149,23 +151,29 @@ class Dual:
         return Dual(y, self.tangent / (2 * y))
 
     def pow(self, other):
-        return self ** other
+        return self**other
 
     # ------------------------------------------------ linear maps act on the tangent unchanged
     def sum(self, dim=None, keepdim: bool = False):
-        return Dual(self.value.sum(dim, keepdim), _linear(self.tangent, "sum", dim, keepdim,
-                                                          like=self.value))
+        return Dual(
+            self.value.sum(dim, keepdim),
+            _linear(self.tangent, "sum", dim, keepdim, like=self.value),
+        )
 
     def mean(self, dim=None, keepdim: bool = False):
-        return Dual(self.value.mean(dim, keepdim), _linear(self.tangent, "mean", dim, keepdim,
-                                                           like=self.value))
+        return Dual(
+            self.value.mean(dim, keepdim),
+            _linear(self.tangent, "mean", dim, keepdim, like=self.value),
+        )
+
+
 # --8<-- [end:dual]
 
 
 def _linear(t, name, dim, keepdim, like):
     """A reduction of a tangent; a 0.0 tangent (a constant) stays 0."""
     if _is_tensor(t):
-        if tuple(t.shape) != tuple(like.shape):      # a broadcast tangent
+        if tuple(t.shape) != tuple(like.shape):  # a broadcast tangent
             t = t.expand(like.shape)
         return getattr(t, name)(dim, keepdim)
     return 0.0
@@ -175,6 +183,7 @@ def _dispatch(name, fallback):
     def f(x):
         """``{name}`` of a dual, a tensor or a float."""
         return getattr(x, name)() if isinstance(x, Dual) else fallback(x)
+
     f.__name__ = f.__qualname__ = name
     f.__doc__ = f"{name} of a Dual, a sitp tensor or a float."
     return f
@@ -224,6 +233,8 @@ def jvp(fn, primals, tangents):
         pairs = [_split(o) for o in out]
         return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
     return _split(out)
+
+
 # --8<-- [end:jvp]
 
 

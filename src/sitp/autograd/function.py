@@ -13,6 +13,7 @@ import sys
 from sitp._tensor.tensor import Tensor
 from sitp.autograd.grad_mode import _state, is_grad_enabled
 
+
 # --8<-- [start:function]
 class Context:
     """What a forward pass leaves for its backward pass.
@@ -46,15 +47,19 @@ def _check_versions(node) -> None:
     ctx = node.ctx
     for i, (t, v) in enumerate(zip(ctx.saved_tensors, ctx._versions)):
         if v is not None and t._vc[0] != v:
-            made_by = (f", which is output {t._output_nr} of {t.grad_fn.name()},"
-                       if t.grad_fn is not None else "")
+            made_by = (
+                f", which is output {t._output_nr} of {t.grad_fn.name()},"
+                if t.grad_fn is not None
+                else ""
+            )
             raise RuntimeError(
                 "one of the variables needed for gradient computation has been modified by an "
                 f"inplace operation: [{t.dtype} tensor of shape {list(t.shape)}]{made_by} saved "
                 f"for {node.name()} (saved tensor {i}), is at version {t._vc[0]}; expected "
                 f"version {v} instead. Hint: look for an in-place op (add_, mul_, copy_, x[...] = "
                 "..., an optimizer step) on it or on a view of it between the forward pass and "
-                "backward().")
+                "backward()."
+            )
 
 
 class Node:
@@ -63,10 +68,10 @@ class Node:
     __slots__ = ("fn", "ctx", "inputs", "n_outputs", "freed", "retained")
 
     def __init__(self, fn, ctx, inputs):
-        self.fn = fn          # the Function subclass
-        self.ctx = ctx        # its Context
+        self.fn = fn  # the Function subclass
+        self.ctx = ctx  # its Context
         self.inputs = inputs  # the input tensors that require grad (None otherwise)
-        self.n_outputs = 1    # differentiable outputs; backward gets a tuple when > 1
+        self.n_outputs = 1  # differentiable outputs; backward gets a tuple when > 1
         self.freed = False
         self.retained = None  # {output number: weak reference} for outputs that retain_grad()
 
@@ -121,8 +126,9 @@ class Function:
             # a leaf input itself (its .grad is accumulated); a non-leaf one as an _Edge,
             # its place in the graph now, so that a later in-place op on it (which gives
             # the tensor a new grad_fn) does not change what this op's backward reaches
-            inputs = tuple((a if a.grad_fn is None else _Edge(a)) if n else None
-                           for a, n in zip(args, needs))
+            inputs = tuple(
+                (a if a.grad_fn is None else _Edge(a)) if n else None for a, n in zip(args, needs)
+            )
             node = Node(cls, ctx, inputs)
             k = 0  # floating-point outputs are numbered: output k gets gradient k
             for o in out if isinstance(out, tuple) else (out,):
@@ -133,6 +139,8 @@ class Function:
                     k += 1
             node.n_outputs = max(k, 1)
         return out
+
+
 # --8<-- [end:function]
 
 
@@ -145,7 +153,8 @@ def check_inplace(t, *sources) -> bool:
     if t.requires_grad:
         if t.grad_fn is None:
             raise RuntimeError(
-                "a leaf Variable that requires grad is being used in an in-place operation.")
+                "a leaf Variable that requires grad is being used in an in-place operation."
+            )
     elif not any(isinstance(v, Tensor) and v.requires_grad for v in sources):
         return False
     # t's version counter is held by t only, unless another live tensor views the same
@@ -156,7 +165,8 @@ def check_inplace(t, *sources) -> bool:
             f"sitp records an in-place operation on a tensor in the autograd graph (shape "
             f"{tuple(t.shape)}) only when no other tensor views its storage, and this one is "
             "a view or has views; build the result out of place (sitp.cat, sitp.stack, "
-            "sitp.where, x = x + y) or detach() it")
+            "sitp.where, x = x + y) or detach() it"
+        )
     return True
 
 
@@ -164,4 +174,5 @@ def refuse_indexed_write(t) -> None:
     raise RuntimeError(
         f"sitp does not record an indexed in-place write (x[i] = v, index_put_) on a tensor in "
         f"the autograd graph (shape {tuple(t.shape)}); build the result out of place "
-        "(sitp.where, sitp.cat, sitp.stack) or detach() it")
+        "(sitp.where, sitp.cat, sitp.stack) or detach() it"
+    )

@@ -68,10 +68,12 @@ class enable_grad(_GradMode):
     """Turn graph recording back on inside a ``no_grad`` block."""
 
     mode = True
+
+
 # --8<-- [end:grad_mode]
 
 
-class set_grad_enabled(_GradMode):  # noqa: N801  (PyTorch's name; replaces the function above)
+class set_grad_enabled(_GradMode):  # noqa: F811, N801  (PyTorch's name; replaces the function above)
     """Set graph recording on or off, like ``torch.set_grad_enabled``.
 
     Calling it sets the mode at once (``sitp.set_grad_enabled(False)`` as a
@@ -164,5 +166,3 @@ class inference_mode(_GradMode):  # noqa: N801
 def is_inference_mode_enabled() -> bool:
     """Whether the code runs inside an :class:`inference_mode` block."""
     return getattr(_state, "inference", False)
-
-

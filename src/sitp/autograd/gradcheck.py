@@ -18,14 +18,19 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+
 from sitp._tensor import creation
 from sitp._tensor.tensor import Tensor
 from sitp.autograd.engine import grad
-from sitp.autograd.grad_mode import enable_grad
-from sitp.autograd.grad_mode import no_grad
+from sitp.autograd.grad_mode import enable_grad, no_grad
 
-__all__ = ["GradcheckError", "gradcheck", "numerical_grad", "numerical_jacobian",
-           "analytical_jacobian"]
+__all__ = [
+    "GradcheckError",
+    "gradcheck",
+    "numerical_grad",
+    "numerical_jacobian",
+    "analytical_jacobian",
+]
 
 
 class GradcheckError(RuntimeError):
@@ -71,6 +76,8 @@ def numerical_grad(f, x, eps: float = 1e-6):
         flat[j] = old
         grad[j] = (up - down) / (2 * eps)
     return creation.tensor(grad.reshape(base.shape), dtype=x.dtype)
+
+
 # --8<-- [end:numerical_grad]
 
 
@@ -140,7 +147,7 @@ def analytical_jacobian(fn, inputs, i: int):
     for out in outs:
         m = out.numel()
         J = np.zeros((m, x.numel()), dtype=np.float64)
-        if not out.requires_grad:      # the output does not depend on any input
+        if not out.requires_grad:  # the output does not depend on any input
             jacobians.append(J)
             continue
         for k in range(m):
@@ -152,7 +159,8 @@ def analytical_jacobian(fn, inputs, i: int):
                 if tuple(g.shape) != tuple(x.shape):
                     raise GradcheckError(
                         f"the gradient for input {i} has shape {tuple(g.shape)}, "
-                        f"but the input has shape {tuple(x.shape)}")
+                        f"but the input has shape {tuple(x.shape)}"
+                    )
                 J[k] = g.detach().numpy().astype(np.float64).reshape(-1)
         jacobians.append(J)
     return jacobians
@@ -183,19 +191,32 @@ def _reentrant_and_dtypes(fn, inputs, i: int, nondet_tol: float, check_dtypes: b
         passes.append(g.detach().numpy().astype(np.float64))
     worst = float(np.max(np.abs(passes[0] - passes[1]), initial=0.0))
     if not worst <= nondet_tol:
-        return (f"Backward is not reentrant: two backward passes for input {i} differ by "
-                f"{worst:.3g}, more than nondet_tol={nondet_tol}")
+        return (
+            f"Backward is not reentrant: two backward passes for input {i} differ by "
+            f"{worst:.3g}, more than nondet_tol={nondet_tol}"
+        )
     return None
 
 
-
 # --8<-- [start:gradcheck]
-def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
-              raise_exception: bool = True, nondet_tol: float = 0.0,
-              check_undefined_grad: bool = True, check_grad_dtypes: bool = False,
-              check_batched_grad: bool = False, check_batched_forward_grad: bool = False,
-              check_forward_ad: bool = False, check_backward_ad: bool = True,
-              fast_mode: bool = False, masked=None) -> bool:
+def gradcheck(
+    func,
+    inputs,
+    *,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    raise_exception: bool = True,
+    nondet_tol: float = 0.0,
+    check_undefined_grad: bool = True,
+    check_grad_dtypes: bool = False,
+    check_batched_grad: bool = False,
+    check_batched_forward_grad: bool = False,
+    check_forward_ad: bool = False,
+    check_backward_ad: bool = True,
+    fast_mode: bool = False,
+    masked=None,
+) -> bool:
     """Check the engine's gradients of ``fn`` against central differences.
 
     For every input that requires grad, builds the full Jacobian of every
@@ -232,10 +253,14 @@ def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: floa
     True
     """
     fn = func
-    for name, asked in (("check_batched_grad", check_batched_grad),
-                        ("check_batched_forward_grad", check_batched_forward_grad),
-                        ("check_forward_ad", check_forward_ad), ("fast_mode", fast_mode),
-                        ("masked", bool(masked)), ("check_undefined_grad=False", not check_undefined_grad)):
+    for name, asked in (
+        ("check_batched_grad", check_batched_grad),
+        ("check_batched_forward_grad", check_batched_forward_grad),
+        ("check_forward_ad", check_forward_ad),
+        ("fast_mode", fast_mode),
+        ("masked", bool(masked)),
+        ("check_undefined_grad=False", not check_undefined_grad),
+    ):
         if asked:
             raise NotImplementedError(f"gradcheck({name}): sitp does not have this mode")
     inputs = _as_tuple(inputs)
@@ -249,7 +274,9 @@ def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: floa
         if inputs[i].dtype.name != "float64":
             warnings.warn(
                 f"input {i} is {inputs[i].dtype}, not float64: central differences in "
-                f"single precision are too inexact for these tolerances", stacklevel=2)
+                f"single precision are too inexact for these tolerances",
+                stacklevel=2,
+            )
     shapes = _outputs_shapes(fn, inputs)
     for i in checked:
         numerical = numerical_jacobian(fn, inputs, i, eps)
@@ -264,8 +291,10 @@ def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: floa
             bad = ~(excess <= 0)  # NaN counts as a mismatch
             if not bad.any():
                 continue
-            row, col = np.unravel_index(int(np.nanargmax(np.where(bad, np.nan_to_num(
-                excess, nan=np.inf), -np.inf))), num.shape)
+            row, col = np.unravel_index(
+                int(np.nanargmax(np.where(bad, np.nan_to_num(excess, nan=np.inf), -np.inf))),
+                num.shape,
+            )
             where_out = _unravel(row, shapes[k])
             where_in = _unravel(col, tuple(inputs[i].shape))
             msg = (
@@ -273,12 +302,17 @@ def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: floa
                 f"{int(bad.sum())} of {bad.size} entries differ; the worst is "
                 f"d output{list(where_out)} / d input{list(where_in)}: "
                 f"numerical {num[row, col]:.8g} vs analytical {ana[row, col]:.8g} "
-                f"(atol={atol}, rtol={rtol}, eps={eps})")
+                f"(atol={atol}, rtol={rtol}, eps={eps})"
+            )
             if num.size <= 64:
-                msg += (f"\nnumerical:\n{np.array2string(num, precision=6)}"
-                        f"\nanalytical:\n{np.array2string(ana, precision=6)}")
+                msg += (
+                    f"\nnumerical:\n{np.array2string(num, precision=6)}"
+                    f"\nanalytical:\n{np.array2string(ana, precision=6)}"
+                )
             if raise_exception:
                 raise GradcheckError(msg)
             return False
     return True
+
+
 # --8<-- [end:gradcheck]

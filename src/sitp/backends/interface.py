@@ -41,10 +41,31 @@ import math
 
 #: The functions every backend defines, in the order they are documented below.
 FUNCTIONS = (
-    "unary", "binary", "compare", "where", "assign", "copy",
-    "reduce", "argreduce", "softmax", "softmax_backward", "cumsum", "matmul",
-    "take", "put", "gather", "scatter_add", "tri", "nonzero", "multinomial",
-    "fill", "empty", "arange", "to_device", "to_host", "check_errors",
+    "unary",
+    "binary",
+    "compare",
+    "where",
+    "assign",
+    "copy",
+    "reduce",
+    "argreduce",
+    "softmax",
+    "softmax_backward",
+    "cumsum",
+    "matmul",
+    "take",
+    "put",
+    "gather",
+    "scatter_add",
+    "tri",
+    "nonzero",
+    "multinomial",
+    "fill",
+    "empty",
+    "arange",
+    "to_device",
+    "to_host",
+    "check_errors",
 )
 
 

@@ -47,8 +47,9 @@ def dense(x) -> bool:
 def permuted(x, perm):
     """A view of ``x`` with its dims in the order ``perm`` (as ``x.permute(perm)``)."""
     sh, st = x._shape, x._strides
-    return x._make(x._storage, tuple(sh[p] for p in perm), tuple(st[p] for p in perm),
-                   x._offset, x.dtype)
+    return x._make(
+        x._storage, tuple(sh[p] for p in perm), tuple(st[p] for p in perm), x._offset, x.dtype
+    )
 
 
 def reshaped(x, shape):
@@ -62,8 +63,9 @@ def expanded(x, shape):
     shape = tuple(shape)
     if x._shape == shape:
         return x
-    return x._make(x._storage, shape, broadcast_strides(x._shape, x._strides, shape),
-                   x._offset, x.dtype)
+    return x._make(
+        x._storage, shape, broadcast_strides(x._shape, x._strides, shape), x._offset, x.dtype
+    )
 
 
 def inverse(perm):
@@ -113,6 +115,8 @@ def positions(shape, strides, offset):
 def row_starts(shape, strides, offset):
     """Where each row (the last dimension) of a strided view begins."""
     return positions(shape[:-1], strides[:-1], offset)
+
+
 # --8<-- [end:row_starts]
 
 
@@ -137,6 +141,8 @@ def index_table(idx, sizes, strides, table):
             t += i * strides[k]
         table[n] = t
     return -1
+
+
 # --8<-- [end:index_table]
 
 
@@ -169,6 +175,8 @@ def collapse(shape, *strides_list):
             for s, o in zip(strides_list, out_strides):
                 o.insert(0, s[k])
     return out_shape, out_strides
+
+
 # --8<-- [end:collapse]
 
 
@@ -183,21 +191,26 @@ def plan(shape, strides, offset, a, idx):
     """
     k = idx.shape[0]
     table = np.empty(idx.shape[1], _I64)
-    bad = index_table(idx, np.asarray(shape[a:a + k], _I64), np.asarray(strides[a:a + k], _I64), table)
+    bad = index_table(
+        idx, np.asarray(shape[a : a + k], _I64), np.asarray(strides[a : a + k], _I64), table
+    )
     if bad >= 0:
         for j in range(k):
             i, size = int(idx[j, bad]), shape[a + j]
             if not -size <= i < size:
                 raise IndexError(
                     f"index {i} is out of bounds for dimension {a + j} with size {size} "
-                    f"(tensor of shape {tuple(shape)})")
+                    f"(tensor of shape {tuple(shape)})"
+                )
     pre, post = pre_post(shape, strides, offset, a, k)
     return pre, table, post
+
+
 # --8<-- [end:plan]
 
 
 def pre_post(shape, strides, offset, a, k):
     """The ``pre`` and ``post`` odometers of :func:`plan` (no index values needed)."""
     pre = positions(np.asarray(shape[:a], _I64), np.asarray(strides[:a], _I64), offset)
-    post = positions(np.asarray(shape[a + k:], _I64), np.asarray(strides[a + k:], _I64), 0)
+    post = positions(np.asarray(shape[a + k :], _I64), np.asarray(strides[a + k :], _I64), 0)
     return pre, post

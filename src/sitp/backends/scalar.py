@@ -20,19 +20,77 @@ import math
 
 # Op codes: the backends look them up by name in these dicts.
 # --8<-- [start:opcodes]
-UNARY = {name: i for i, name in enumerate([
-    "neg", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "abs", "sin", "cos",
-    "pow", "clamp", "sign", "square", "rsqrt", "log1p", "expm1", "reciprocal",
-    "gelu", "gelu_tanh", "floor", "ceil", "round", "logical_not", "erf", "silu",
-    "gelu_grad", "gelu_tanh_grad", "log10", "log2", "exp2",
-])}
-BINARY = {name: i for i, name in enumerate([
-    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "floordiv", "remainder",
-    "atan2",
-])}
-COMPARE = {name: i for i, name in enumerate([
-    "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
-])}
+UNARY = {
+    name: i
+    for i, name in enumerate(
+        [
+            "neg",
+            "exp",
+            "log",
+            "sqrt",
+            "tanh",
+            "sigmoid",
+            "relu",
+            "abs",
+            "sin",
+            "cos",
+            "pow",
+            "clamp",
+            "sign",
+            "square",
+            "rsqrt",
+            "log1p",
+            "expm1",
+            "reciprocal",
+            "gelu",
+            "gelu_tanh",
+            "floor",
+            "ceil",
+            "round",
+            "logical_not",
+            "erf",
+            "silu",
+            "gelu_grad",
+            "gelu_tanh_grad",
+            "log10",
+            "log2",
+            "exp2",
+        ]
+    )
+}
+BINARY = {
+    name: i
+    for i, name in enumerate(
+        [
+            "add",
+            "sub",
+            "mul",
+            "div",
+            "pow",
+            "maximum",
+            "minimum",
+            "floordiv",
+            "remainder",
+            "atan2",
+        ]
+    )
+}
+COMPARE = {
+    name: i
+    for i, name in enumerate(
+        [
+            "eq",
+            "ne",
+            "lt",
+            "le",
+            "gt",
+            "ge",
+            "logical_and",
+            "logical_or",
+            "logical_xor",
+        ]
+    )
+}
 REDUCE = {name: i for i, name in enumerate(["sum", "prod", "max", "min", "any", "all"])}
 # --8<-- [end:opcodes]
 
@@ -64,7 +122,7 @@ def unary(op, x, p0, p1):
     elif op == 9:
         return math.cos(x)
     elif op == 10:
-        return x ** p0
+        return x**p0
     elif op == 11:  # clamp(min=p0, max=p1); NaN bounds mean "no bound"
         y = x
         if p0 == p0 and y < p0:
@@ -107,17 +165,24 @@ def unary(op, x, p0, p1):
         e = math.exp(x)
         return x * e / (1.0 + e)
     elif op == 26:  # d gelu / dx = Phi(x) + x phi(x)
-        return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0))) + x * math.exp(-0.5 * x * x) * 0.3989422804014327
+        return (
+            0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+            + x * math.exp(-0.5 * x * x) * 0.3989422804014327
+        )
     elif op == 27:  # d gelu_tanh / dx
         u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
         t = math.tanh(u)
-        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 0.134145 * x * x)
+        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (
+            1.0 + 0.134145 * x * x
+        )
     elif op == 28:
         return math.log10(x) if x > 0 else (-math.inf if x == 0 else math.nan)
     elif op == 29:
         return math.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan)
     else:  # 30: exp2
         return math.pow(2.0, x)
+
+
 # --8<-- [end:unary]
 
 
@@ -131,9 +196,17 @@ def binary(op, x, y):
     elif op == 2:
         return x * y
     elif op == 3:
-        return x / y if y != 0 else (math.copysign(math.inf, x) * math.copysign(1.0, y) if x != 0 and x == x else math.nan)
+        return (
+            x / y
+            if y != 0
+            else (
+                math.copysign(math.inf, x) * math.copysign(1.0, y)
+                if x != 0 and x == x
+                else math.nan
+            )
+        )
     elif op == 4:
-        return x ** y
+        return x**y
     elif op == 5:  # maximum propagates NaN, like PyTorch
         return x if (x > y or x != x) else y
     elif op == 6:
@@ -166,4 +239,6 @@ def compare(op, x, y):
         return (x != 0) or (y != 0)
     else:
         return (x != 0) != (y != 0)
+
+
 # --8<-- [end:binary]

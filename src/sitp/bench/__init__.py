@@ -15,6 +15,7 @@ Timing rules (the machine may be shared and noisy):
   because OpenBLAS's threads keep spinning for a while after a call and would
   steal the cores from a numba kernel timed right after it (and vice versa).
 """
+
 import contextlib
 import ctypes
 import datetime
@@ -25,11 +26,11 @@ import statistics
 import subprocess
 import time
 
-import numpy as np
 import numba
-from sitp.backends.cpu.blas import saxpy
+import numpy as np
+
 from sitp import _target
-from sitp.backends.cpu.blas import packed
+from sitp.backends.cpu.blas import packed, saxpy
 
 PAUSE_S = 0.3  # between phases: lets OpenBLAS / OpenMP worker threads fall asleep
 
@@ -96,6 +97,7 @@ def pause():
 
 def idle_fraction(interval=0.2):
     """Fraction of the machine's CPU time that was idle over the next ``interval`` s (Linux)."""
+
     def snapshot():
         with open("/proc/stat") as f:
             fields = [int(v) for v in f.readline().split()[1:]]

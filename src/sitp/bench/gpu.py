@@ -13,9 +13,11 @@ simulated kernels run each thread in Python, and their timings mean nothing.
 
 Times come from CUDA events around the launches (median of several), after a warm-up
 call that compiles the kernel and allocates the outputs, which later calls reuse: the
-numbers time kernels, not cudaMalloc. Memory is measured separately, with fresh buffers. Both subcommands share this module; ``add_arguments``
+numbers time kernels, not cudaMalloc. Memory is measured separately, with fresh buffers.
+Both subcommands share this module; ``add_arguments``
 tells them apart by the parser's name.
 """
+
 import json
 import math
 import statistics
@@ -28,15 +30,21 @@ from sitp.backends.cuda.launch import has_gpu, no_gpu_reason
 
 def add_arguments(p):
     if p.prog.split()[-1] == "gpu-attention":
-        p.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192],
-                       help="sequence lengths T")
+        p.add_argument(
+            "--lengths",
+            type=int,
+            nargs="+",
+            default=[512, 1024, 2048, 4096, 8192],
+            help="sequence lengths T",
+        )
         p.add_argument("--batch", type=int, default=1, help="batch size B")
         p.add_argument("--heads", type=int, default=8, help="heads H")
         p.add_argument("--head-dim", type=int, default=64, help="head width D")
         p.add_argument("--causal", action="store_true", help="causal masking")
     else:
-        p.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096],
-                       help="matrix sizes N")
+        p.add_argument(
+            "--sizes", type=int, nargs="+", default=[1024, 2048, 4096], help="matrix sizes N"
+        )
         p.add_argument("--kernels", nargs="+", default=None, help="rungs to time (default: all)")
     p.add_argument("--repeats", type=int, default=5, help="timed calls per measurement")
     p.add_argument("--json", help="also write the results to this JSON file")
@@ -53,6 +61,7 @@ def main(args):
 
 def device_name():
     from numba import cuda  # late: numba-cuda is optional; only GPU runs need it
+
     dev = cuda.get_current_device()
     name = getattr(dev, "name", "simulated device")
     name = name.decode() if isinstance(name, bytes) else name
@@ -68,6 +77,7 @@ def gpu_time(fn, repeats=5):
     synchronising on the second event waits for the launches in between to finish.
     """
     from numba import cuda  # late: numba-cuda is optional; only GPU runs need it
+
     fn()  # compiles on the first call
     cuda.synchronize()
     times = []
@@ -79,6 +89,8 @@ def gpu_time(fn, repeats=5):
         end.synchronize()
         times.append(start.elapsed_time(end) / 1e3)  # milliseconds
     return statistics.median(times)
+
+
 # --8<-- [end:timer]
 
 
@@ -86,6 +98,7 @@ def cublas_matmul(n, repeats):
     """(library name, seconds) of an n x n fp32 product through cuBLAS, or None."""
     try:
         import cupy  # late: cupy is optional (the bench extra)
+
         cupy.cuda.Device(0).use()
         a = cupy.random.random((n, n), dtype=cupy.float32)
         b = cupy.random.random((n, n), dtype=cupy.float32)
@@ -103,6 +116,7 @@ def cublas_matmul(n, repeats):
         pass
     try:
         import torch  # late: torch is optional (the book extra)
+
         if not torch.cuda.is_available():
             return None
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 arithmetic, like our kernels
@@ -125,7 +139,9 @@ def cublas_matmul(n, repeats):
 
 def gemm_main(args):
     from numba import cuda  # late: numba-cuda is optional; only GPU runs need it
+
     from sitp.backends.cuda import gemm as G  # late: imports numba.cuda (optional)
+
     kernels = args.kernels or list(G.KERNELS)
     print(f"GEMM ladder, float32, C = A @ B, square N; {device_name()}\n")
     rows = {}
@@ -135,7 +151,7 @@ def gemm_main(args):
         A = cuda.to_device(rng.random((n, n), dtype=np.float32))
         B = cuda.to_device(rng.random((n, n), dtype=np.float32))
         C = cuda.device_array((n, n), dtype=np.float32)
-        flop = 2.0 * n ** 3
+        flop = 2.0 * n**3
         got = cublas_matmul(n, args.repeats)
         if got:
             ref[n] = (got[0], flop / got[1] / 1e9)
@@ -153,40 +169,61 @@ def gemm_main(args):
         print(f"| {k} | " + " | ".join(cells) + " |")
     if ref:
         lib = next(iter(ref.values()))[0]
-        print(f"| {lib} | " + " | ".join(f"{ref[n][1]:,.0f} | 100%" if n in ref else "n/a | n/a"
-                                          for n in args.sizes) + " |")
+        print(
+            f"| {lib} | "
+            + " | ".join(
+                f"{ref[n][1]:,.0f} | 100%" if n in ref else "n/a | n/a" for n in args.sizes
+            )
+            + " |"
+        )
     else:
-        print("\ncuBLAS: neither CuPy nor a CUDA build of PyTorch is importable; "
-              "install one to get the % column")
+        print(
+            "\ncuBLAS: neither CuPy nor a CUDA build of PyTorch is importable; "
+            "install one to get the % column"
+        )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": device_name(), "gflops": rows,
-                       "cublas": {n: v[1] for n, v in ref.items()}}, f, indent=1)
+            json.dump(
+                {
+                    "device": device_name(),
+                    "gflops": rows,
+                    "cublas": {n: v[1] for n, v in ref.items()},
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 
 def attention_main(args):
     from numba import cuda  # late: numba-cuda is optional; only GPU runs need it
+
     from sitp.backends.cuda import attention as attn  # late: imports numba.cuda (optional)
+
     B, H, D = args.batch, args.heads, args.head_dim
     print(f"Attention, float32, B={B} H={H} D={D} causal={args.causal}; {device_name()}\n")
-    print("| T | naive ms | fused ms | flash fwd ms | flash bwd ms | naive MiB | fused MiB "
-          "| flash MiB | flash / naive |")
+    print(
+        "| T | naive ms | fused ms | flash fwd ms | flash bwd ms | naive MiB | fused MiB "
+        "| flash MiB | flash / naive |"
+    )
     print("|---" * 9 + "|")
     rng = np.random.default_rng(0)
     results = {}
     for T in args.lengths:
-        Q, K, V, dO = (cuda.to_device(rng.standard_normal((B, H, T, D), dtype=np.float32))
-                       for _ in range(4))
+        Q, K, V, dO = (
+            cuda.to_device(rng.standard_normal((B, H, T, D), dtype=np.float32)) for _ in range(4)
+        )
         r = {}
         for method in ("naive", "fused", "flash"):
             try:  # memory first, with fresh buffers; then time with reused ones
                 r[method + "_mib"] = allocated_mib(
-                    lambda: attn.attention_device(Q, K, V, args.causal, method, buffers={}))
+                    lambda: attn.attention_device(Q, K, V, args.causal, method, buffers={})
+                )
                 kept = {}
                 r[method] = gpu_time(
                     lambda: attn.attention_device(Q, K, V, args.causal, method, buffers=kept),
-                    args.repeats)
+                    args.repeats,
+                )
                 del kept
             except Exception as e:  # out of memory at long T is a result, not a crash
                 if "OUT_OF_MEMORY" not in str(e).upper().replace(" ", "_"):
@@ -197,7 +234,8 @@ def attention_main(args):
         kept = {}
         r["flash_bwd"] = gpu_time(
             lambda: attn.flash_backward_device(Q, K, V, O, L, dO, args.causal, buffers=kept),
-            args.repeats)
+            args.repeats,
+        )
         results[T] = r
 
         def ms(x):
@@ -206,9 +244,12 @@ def attention_main(args):
         def mib(method):
             x = r[method + "_mib"]
             return "OOM" if r.get(method + "_oom") else "n/a" if math.isnan(x) else f"{x:,.1f}"
-        print(f"| {T} | {ms(r['naive'])} | {ms(r['fused'])} | {ms(r['flash'])} | "
-              f"{ms(r['flash_bwd'])} | {mib('naive')} | {mib('fused')} | "
-              f"{mib('flash')} | {r['flash'] / r['naive']:.2f} |")
+
+        print(
+            f"| {T} | {ms(r['naive'])} | {ms(r['fused'])} | {ms(r['flash'])} | "
+            f"{ms(r['flash_bwd'])} | {mib('naive')} | {mib('fused')} | "
+            f"{mib('flash')} | {r['flash'] / r['naive']:.2f} |"
+        )
     wins = [T for T, r in results.items() if r["flash"] < r["naive"] or math.isnan(r["naive"])]
     if wins:
         print(f"\nflash forward beats naive from T = {min(wins)} on (of the lengths measured)")
@@ -216,8 +257,18 @@ def attention_main(args):
         print("\nnaive is faster than flash at every length measured")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": device_name(), "B": B, "H": H, "D": D, "causal": args.causal,
-                       "results": results}, f, indent=1)
+            json.dump(
+                {
+                    "device": device_name(),
+                    "B": B,
+                    "H": H,
+                    "D": D,
+                    "causal": args.causal,
+                    "results": results,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 
@@ -225,6 +276,7 @@ def allocated_mib(fn):
     """Device memory (MiB) that fn allocates, O included: the drop in free memory while
     numba is told to defer every deallocation until fn has returned."""
     from numba import cuda  # late: numba-cuda is optional; only GPU runs need it
+
     ctx = cuda.current_context()
     cuda.synchronize()
     if not hasattr(ctx, "get_memory_info"):  # the simulator has no device memory to ask about
@@ -237,4 +289,4 @@ def allocated_mib(fn):
         cuda.synchronize()
         free1 = ctx.get_memory_info().free
         del out
-    return (free0 - free1) / 2 ** 20
+    return (free0 - free1) / 2**20

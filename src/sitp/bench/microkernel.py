@@ -15,6 +15,7 @@ code is summarised: vector FMAs by register width, gathers and scatters, stack
 spills. Timing uses the thread's CPU time (``time.thread_time``), best of several
 calls: time that another program takes from the core is not counted.
 """
+
 import inspect
 import re
 import statistics
@@ -32,9 +33,17 @@ from sitp.backends.cpu.blas import packed
 VARIANTS = {
     "explicit vectors (shipped)": ("micro_kernel", [], 1, 1),
     "plain loops": ("micro_kernel_loops", [], 1, 1),
-    "plain loops, heap tile": ("micro_kernel_loops", [(
-        "acc = carray(_register_tile(Ap_i.dtype), (MR, NR))\n    for i in range(MR):\n        for j in range(NR):\n            acc[i, j] = 0",
-        "acc = np.zeros((MR, NR), Ap_i.dtype)")], 1, 1),
+    "plain loops, heap tile": (
+        "micro_kernel_loops",
+        [
+            (
+                "acc = carray(_register_tile(Ap_i.dtype), (MR, NR))\n    for i in range(MR):\n        for j in range(NR):\n            acc[i, j] = 0",  # noqa: E501
+                "acc = np.zeros((MR, NR), Ap_i.dtype)",
+            )
+        ],
+        1,
+        1,
+    ),
     "plain loops, SLP vectorizer off": ("micro_kernel_loops", [], 0, 1),
     "plain loops, loop vectorizer off": ("micro_kernel_loops", [], 1, 0),
 }
@@ -84,11 +93,17 @@ def compile_variant(func, edits, slp, loop_vectorize):
         numba.config.SLP_VECTORIZE, numba.config.LOOP_VECTORIZE = saved
     np.testing.assert_allclose(C, 2 * kc * 1e-6, rtol=1e-3)  # two calls so far
     n = 500
-    return (lambda: repeat(Ap, Bp, C, n)), 2.0 * packed.MR * packed.NR * kc * n, machine_code_summary(asm)
+    return (
+        (lambda: repeat(Ap, Bp, C, n)),
+        2.0 * packed.MR * packed.NR * kc * n,
+        machine_code_summary(asm),
+    )
 
 
 def add_arguments(p):
-    p.add_argument("--rounds", type=int, default=5, help="rounds of best-of-5 timings; the median is reported")
+    p.add_argument(
+        "--rounds", type=int, default=5, help="rounds of best-of-5 timings; the median is reported"
+    )
 
 
 def main(args):
@@ -102,9 +117,13 @@ def main(args):
                 fn()
                 best = min(best, time.thread_time() - t0)
             samples[name].append(flop / best / 1e9)
-    print(f"CPU: {_target.cpu_name()} ({_target.isa_name()}, {_target.vector_bits()}-bit vectors), "
-          f"numba {numba.__version__}")
-    print(f"micro-kernel {packed.MR}x{packed.NR}, KC={packed.KC}, float32, one core, panels in L1\n")
+    print(
+        f"CPU: {_target.cpu_name()} ({_target.isa_name()}, {_target.vector_bits()}-bit vectors), "
+        f"numba {numba.__version__}"
+    )
+    print(
+        f"micro-kernel {packed.MR}x{packed.NR}, KC={packed.KC}, float32, one core, panels in L1\n"
+    )
     print("| variant | GFLOP/s | machine code |\n|---|---|---|")
     for name, v in samples.items():
         print(f"| {name} | {statistics.median(v):.1f} | {runs[name][2]} |")

@@ -7,6 +7,7 @@ bandwidth of the STREAM triad ``a = b + alpha * c`` on arrays much larger than
 the last-level cache (DRAM) and on arrays that fit in L2. A kernel of arithmetic
 intensity I (FLOPs per byte moved) cannot exceed min(peak, I * bandwidth).
 """
+
 import json
 
 import numpy as np
@@ -32,6 +33,8 @@ def micro_kernel_peak(n_threads, kc, reps):
         for _ in range(reps):
             blas.micro_kernel(Ap, Bp, C, 0, 0)
     return n_threads * reps * 2.0 * blas.MR * blas.NR * kc
+
+
 # --8<-- [end:peak]
 
 
@@ -84,19 +87,30 @@ def measure_bandwidth(n_threads, n, reps):
 
 def add_arguments(p):
     p.add_argument("--out", default="roofline.png", help="where to save the figure (PNG)")
-    p.add_argument("--gemm-json", help="results of `python -m sitp.bench gemm --json` to plot as points; "
-                                       "without it the ladder is measured here at N=512 and 1024 (slower)")
-    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
-                   help="wall: elapsed time (default); cpu: CPU time / threads, for a machine "
-                        "that other jobs keep busy (see sitp.bench.median_time)")
-    p.add_argument("--max-wait", type=float, default=30.0,
-                   help="before each measurement, wait up to this many seconds for the CPUs to be idle")
+    p.add_argument(
+        "--gemm-json",
+        help="results of `python -m sitp.bench gemm --json` to plot as points; "
+        "without it the ladder is measured here at N=512 and 1024 (slower)",
+    )
+    p.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="wall: elapsed time (default); cpu: CPU time / threads, for a machine "
+        "that other jobs keep busy (see sitp.bench.median_time)",
+    )
+    p.add_argument(
+        "--max-wait",
+        type=float,
+        default=30.0,
+        help="before each measurement, wait up to this many seconds for the CPUs to be idle",
+    )
     p.add_argument("--json", help="also write the measured roofs to this JSON file")
 
 
 def intensity_gemm(n):
     """FLOPs per byte of C += A @ B, N x N float32: 2N^3 FLOPs over reading A, B, C and writing C."""
-    return 2.0 * n ** 3 / (4.0 * 4 * n * n)
+    return 2.0 * n**3 / (4.0 * 4 * n * n)
 
 
 def main(args):
@@ -108,12 +122,14 @@ def main(args):
             wait_for_idle(args.max_wait)
             roofs[f"peak_{t_}"] = measure_peak(t_)
             wait_for_idle(args.max_wait)
-            roofs[f"dram_{t_}"] = measure_bandwidth(t_, 1 << 24, 2)      # 3 x 64 MiB: far beyond L3
+            roofs[f"dram_{t_}"] = measure_bandwidth(t_, 1 << 24, 2)  # 3 x 64 MiB: far beyond L3
             wait_for_idle(args.max_wait)
-            roofs[f"l2_{t_}"] = measure_bandwidth(t_, 8192 * t_, 4000)   # 3 x 32 KiB per thread
+            roofs[f"l2_{t_}"] = measure_bandwidth(t_, 8192 * t_, 4000)  # 3 x 32 KiB per thread
     print(f"Machine: {machine_info()}, {args.clock} clock\n")
     print("| ceiling | 1 thread | 2 threads |\n|---|---|---|")
-    print(f"| peak (micro-kernel in L1), GFLOP/s | {roofs['peak_1']:.1f} | {roofs.get('peak_2', 0):.1f} |")
+    print(
+        f"| peak (micro-kernel in L1), GFLOP/s | {roofs['peak_1']:.1f} | {roofs.get('peak_2', 0):.1f} |"
+    )
     print(f"| triad bandwidth, DRAM, GB/s | {roofs['dram_1']:.1f} | {roofs.get('dram_2', 0):.1f} |")
     print(f"| triad bandwidth, L2, GB/s | {roofs['l2_1']:.1f} | {roofs.get('l2_2', 0):.1f} |")
 
@@ -126,8 +142,14 @@ def main(args):
         gemm = gemm_gflops([512, 1024], [1, 2], repeats=3, rounds=1, max_wait=args.max_wait)
         l12 = level12_gbps([1, 2], repeats=3, max_wait=args.max_wait)
     points = []  # (label, intensity, GFLOP/s)
-    for name in ["naive (ijk)", "loop order (ikj)", "cache blocking", "packed + micro-kernel",
-                 "packed, parallel", "numpy"]:  # (gemm_small is not a rung)
+    for name in [
+        "naive (ijk)",
+        "loop order (ikj)",
+        "cache blocking",
+        "packed + micro-kernel",
+        "packed, parallel",
+        "numpy",
+    ]:  # (gemm_small is not a rung)
         n = max(n for (k, _, n) in gemm if k == name)
         best = max(v for (k, _, n2), v in gemm.items() if k == name and n2 == n)
         points.append((f"{name}, N={n}", intensity_gemm(n), best))
@@ -138,8 +160,15 @@ def main(args):
     print(f"\nsaved {args.out}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"machine": machine_info(), "roofs": roofs,
-                       "points": [{"label": p[0], "intensity": p[1], "gflops": p[2]} for p in points]}, f, indent=1)
+            json.dump(
+                {
+                    "machine": machine_info(),
+                    "roofs": roofs,
+                    "points": [{"label": p[0], "intensity": p[1], "gflops": p[2]} for p in points],
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 
@@ -153,11 +182,28 @@ def draw(roofs, points, out):
     peak, dram, l2 = roofs["peak_2"], roofs["dram_2"], roofs["l2_2"]
     x = np.logspace(-1.2, 3, 400)
     fig, ax = plt.subplots(figsize=(10, 4.8), dpi=130)
-    ax.loglog(x, np.minimum(peak, dram * x), color="black", lw=2,
-              label=f"roofline, 2 threads: DRAM {dram:.0f} GB/s, peak {peak:.0f} GFLOP/s")
-    ax.loglog(x, np.minimum(peak, l2 * x), color="gray", ls="--", lw=1,
-              label=f"L2-resident data: {l2:.0f} GB/s")
-    ax.axhline(roofs["peak_1"], color="gray", ls=":", lw=1, label=f"peak, 1 thread: {roofs['peak_1']:.0f} GFLOP/s")
+    ax.loglog(
+        x,
+        np.minimum(peak, dram * x),
+        color="black",
+        lw=2,
+        label=f"roofline, 2 threads: DRAM {dram:.0f} GB/s, peak {peak:.0f} GFLOP/s",
+    )
+    ax.loglog(
+        x,
+        np.minimum(peak, l2 * x),
+        color="gray",
+        ls="--",
+        lw=1,
+        label=f"L2-resident data: {l2:.0f} GB/s",
+    )
+    ax.axhline(
+        roofs["peak_1"],
+        color="gray",
+        ls=":",
+        lw=1,
+        label=f"peak, 1 thread: {roofs['peak_1']:.0f} GFLOP/s",
+    )
     markers = "osD^vPXh*"
     for (label, ai, g), m in zip(points, markers):
         ax.loglog([ai], [g], m, ms=8, label=f"{label}: {g:.1f} GFLOP/s")

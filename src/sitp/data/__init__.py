@@ -21,6 +21,7 @@ Example:
     >>> tuple(X.shape)[1]
     3
 """
+
 from sitp.data.datasets import (
     IGNORE_INDEX,
     build_context_dataset,

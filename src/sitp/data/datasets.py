@@ -14,6 +14,7 @@ Each is computed with numpy (the ``_arrays`` helpers: data preparation is
 bookkeeping, not a kernel) and handed to the caller as a sitp tensor of dtype
 int64, ready for ``C[X]`` embedding lookups and ``cross_entropy(logits, Y)``.
 """
+
 from __future__ import annotations
 
 import random

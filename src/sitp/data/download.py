@@ -17,6 +17,7 @@ The file is written atomically: the bytes go to a temporary file in the
 cache directory, which :func:`os.replace` then renames onto ``names.txt``.
 A reader never sees half a file, even if the download is interrupted.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -51,8 +52,10 @@ class FileFacts:
 
 #: The facts of makemore's names.txt.
 MAKEMORE_FACTS = FileFacts(
-    num_bytes=228_145, num_lines=32_033,
-    sha256="0a30b5557f192f32ab962680889aac5f6fda0f4cecf40a6d0b5694f58ea8cc4d")
+    num_bytes=228_145,
+    num_lines=32_033,
+    sha256="0a30b5557f192f32ab962680889aac5f6fda0f4cecf40a6d0b5694f58ea8cc4d",
+)
 
 _NAME_LINE = re.compile(rb"[a-z]+")
 
@@ -180,8 +183,9 @@ def download_makemore_names(
         try:
             check_facts(local.read_bytes(), facts)
         except ChecksumError as error:
-            raise ChecksumError(f"{local} (from SITP_DATA_DIR) is not makemore's names.txt: "
-                                f"{error}") from None
+            raise ChecksumError(
+                f"{local} (from SITP_DATA_DIR) is not makemore's names.txt: {error}"
+            ) from None
         return local
     path = Path(path) if path is not None else makemore_names_path()
     problem = None
@@ -205,6 +209,8 @@ def download_makemore_names(
     try:
         check_facts(data, facts)
     except ChecksumError as error:
-        raise ChecksumError(f"the file downloaded from {url} is not the expected one: {error}") from None
+        raise ChecksumError(
+            f"the file downloaded from {url} is not the expected one: {error}"
+        ) from None
     write_atomically(path, data)
     return path

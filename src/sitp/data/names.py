@@ -11,12 +11,14 @@ Two corpora are built in:
 
 Any other string or path is read as a text file with one name per line.
 """
+
 from __future__ import annotations
 
 import importlib.resources
 import os
 import re
 from pathlib import Path
+
 from sitp.data.download import download_makemore_names
 
 # The census files of the ``names`` package; each line is

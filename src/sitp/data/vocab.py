@@ -8,6 +8,7 @@ so for lower-case names ``a`` is 1 and ``z`` is 26.
 The one token ``'.'`` marks both the start and the end of a name, which is
 why no name may contain a ``'.'`` itself.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -70,4 +71,3 @@ class Vocab:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Vocab) and self.itos == other.itos
-

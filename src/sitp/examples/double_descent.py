@@ -19,16 +19,19 @@ ASSETS = Path(__file__).resolve().parents[3] / "docs" / "assets" / "ch03"
 
 
 # --8<-- [start:heldout_error]
-def heldout_error(p: int, n: int = 40, D: int = 400, noise: float = 0.3, seed: int = 0,
-               n_test: int = 500) -> float:
+def heldout_error(
+    p: int, n: int = 40, D: int = 400, noise: float = 0.3, seed: int = 0, n_test: int = 500
+) -> float:
     """Test mean squared error of least squares on the first ``p`` of ``D`` features."""
     rng = np.random.default_rng(seed)
     beta_D = np.arange(1, D + 1) ** -0.5
-    beta_D /= np.linalg.norm(beta_D)                       # the signal has variance 1
+    beta_D /= np.linalg.norm(beta_D)  # the signal has variance 1
     X_ND, X_test = rng.normal(size=(n, D)), rng.normal(size=(n_test, D))
     y_N = X_ND @ beta_D + noise * rng.normal(size=n)
-    coef, *_ = np.linalg.lstsq(X_ND[:, :p], y_N, rcond=None)   # minimum norm if p > n
+    coef, *_ = np.linalg.lstsq(X_ND[:, :p], y_N, rcond=None)  # minimum norm if p > n
     return float(np.mean((X_test[:, :p] @ coef - X_test @ beta_D) ** 2))
+
+
 # --8<-- [end:heldout_error]
 
 

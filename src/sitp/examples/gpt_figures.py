@@ -56,8 +56,10 @@ ATTENTION_JSON = HERE / "gpt-attention.json"
 
 def _matplotlib():
     import matplotlib  # late: matplotlib is slow to import
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # late: matplotlib is slow to import
+
     return plt
 
 
@@ -88,23 +90,25 @@ def architecture_rows(model) -> list[tuple[str, str, str]]:
     blk = t.h[0]
     H = blk.attn.n_head
     C = blk.attn.n_embd
-    rows = [("stem", "idx", f"tokens idx (B, T), T ≤ {model.block_size}"),
-            ("stem", "wte", describe(t.wte) + "  (tied with lm_head)"),
-            ("stem", "wpe", describe(t.wpe) + ": row t added at position t"),
-            ("stem", "drop", describe(t.drop)),
-            ("attn", "ln_1", describe(blk.ln_1)),
-            ("attn", "c_attn", describe(blk.attn.c_attn) + "  → q, k, v"),
-            ("attn", "sdpa", f"{H} heads, D = {C // H}: softmax(QKᵀ/√D + mask) V"),
-            ("attn", "c_proj", describe(blk.attn.c_proj)),
-            ("add", "+", "x + attn(ln_1(x))"),
-            ("mlp", "ln_2", describe(blk.ln_2)),
-            ("mlp", "c_fc", describe(blk.mlp.c_fc)),
-            ("mlp", "gelu", describe(blk.mlp.gelu)),
-            ("mlp", "c_proj", describe(blk.mlp.c_proj)),
-            ("add", "+", "x + mlp(ln_2(x))"),
-            ("stem", "ln_f", describe(t.ln_f)),
-            ("stem", "lm_head", describe(model.lm_head) + "  (weight = wte's)"),
-            ("stem", "logits", f"logits (B, T, {model.lm_head.weight.shape[0]})")]
+    rows = [
+        ("stem", "idx", f"tokens idx (B, T), T ≤ {model.block_size}"),
+        ("stem", "wte", describe(t.wte) + "  (tied with lm_head)"),
+        ("stem", "wpe", describe(t.wpe) + ": row t added at position t"),
+        ("stem", "drop", describe(t.drop)),
+        ("attn", "ln_1", describe(blk.ln_1)),
+        ("attn", "c_attn", describe(blk.attn.c_attn) + "  → q, k, v"),
+        ("attn", "sdpa", f"{H} heads, D = {C // H}: softmax(QKᵀ/√D + mask) V"),
+        ("attn", "c_proj", describe(blk.attn.c_proj)),
+        ("add", "+", "x + attn(ln_1(x))"),
+        ("mlp", "ln_2", describe(blk.ln_2)),
+        ("mlp", "c_fc", describe(blk.mlp.c_fc)),
+        ("mlp", "gelu", describe(blk.mlp.gelu)),
+        ("mlp", "c_proj", describe(blk.mlp.c_proj)),
+        ("add", "+", "x + mlp(ln_2(x))"),
+        ("stem", "ln_f", describe(t.ln_f)),
+        ("stem", "lm_head", describe(model.lm_head) + "  (weight = wte's)"),
+        ("stem", "logits", f"logits (B, T, {model.lm_head.weight.shape[0]})"),
+    ]
     return rows
 
 
@@ -123,38 +127,75 @@ def architecture_figure(model, path) -> list[tuple[str, str, str]]:
     for where, name, label in rows:
         ys.append(y)
         w = 0.9 if where == "add" else 4.6
-        box = FancyBboxPatch((-w / 2, y - 0.32), w, 0.64,
-                             boxstyle="round,pad=0.02,rounding_size=0.12" if where != "add"
-                             else "circle,pad=0.05",
-                             fc=colors[where], ec="#333333", lw=1.0)
+        box = FancyBboxPatch(
+            (-w / 2, y - 0.32),
+            w,
+            0.64,
+            boxstyle="round,pad=0.02,rounding_size=0.12" if where != "add" else "circle,pad=0.05",
+            fc=colors[where],
+            ec="#333333",
+            lw=1.0,
+        )
         ax.add_patch(box)
         if where == "add":
             ax.text(0, y, "+", ha="center", va="center", fontsize=15)
             ax.text(0.75, y, label, ha="left", va="center", fontsize=8, color="#555555")
         else:
-            ax.text(-2.2, y, name, ha="left", va="center", fontsize=9, family="monospace",
-                    weight="bold")
+            ax.text(
+                -2.2, y, name, ha="left", va="center", fontsize=9, family="monospace", weight="bold"
+            )
             ax.text(-0.9, y, label, ha="left", va="center", fontsize=8.5)
         y -= step
-    for a, b in zip(ys, ys[1:]):                       # the stream, top to bottom
-        ax.annotate("", xy=(0, b + 0.34), xytext=(0, a - 0.34),
-                    arrowprops=dict(arrowstyle="->", lw=1.0, color="#333333"))
+    for a, b in zip(ys, ys[1:]):  # the stream, top to bottom
+        ax.annotate(
+            "",
+            xy=(0, b + 0.34),
+            xytext=(0, a - 0.34),
+            arrowprops=dict(arrowstyle="->", lw=1.0, color="#333333"),
+        )
     first = [i for i, r in enumerate(rows) if r[0] in ("attn", "mlp", "add")]
     top, bottom = ys[first[0]] + 0.5, ys[first[-1]] - 0.5
-    ax.add_patch(FancyBboxPatch((-2.75, bottom), 5.5, top - bottom,
-                                boxstyle="round,pad=0.02,rounding_size=0.2",
-                                fc="none", ec="#7a4f9a", lw=1.6, ls="--"))
-    ax.text(2.85, (top + bottom) / 2, f"Block\n× {L}", ha="left", va="center",
-            fontsize=11, color="#7a4f9a", weight="bold")
+    ax.add_patch(
+        FancyBboxPatch(
+            (-2.75, bottom),
+            5.5,
+            top - bottom,
+            boxstyle="round,pad=0.02,rounding_size=0.2",
+            fc="none",
+            ec="#7a4f9a",
+            lw=1.6,
+            ls="--",
+        )
+    )
+    ax.text(
+        2.85,
+        (top + bottom) / 2,
+        f"Block\n× {L}",
+        ha="left",
+        va="center",
+        fontsize=11,
+        color="#7a4f9a",
+        weight="bold",
+    )
     for start, add in ((first[0], first[0] + 4), (first[0] + 5, first[0] + 9)):  # residuals
         y0, y1 = ys[start] + 0.45, ys[add]
         ax.plot([-2.45, -2.45], [y0, y1], color="#7a4f9a", lw=1.2)
         ax.plot([-2.45, 0], [y0, y0], color="#7a4f9a", lw=1.2)
-        ax.annotate("", xy=(-0.47, y1), xytext=(-2.45, y1),
-                    arrowprops=dict(arrowstyle="->", lw=1.2, color="#7a4f9a"))
-    ax.text(0, ys[0] + 0.65, f"GPT: {L} layers, {model.transformer.h[0].attn.n_head} heads, "
-            f"width {model.transformer.h[0].attn.n_embd}, {n_params:,} parameters",
-            ha="center", va="bottom", fontsize=10)
+        ax.annotate(
+            "",
+            xy=(-0.47, y1),
+            xytext=(-2.45, y1),
+            arrowprops=dict(arrowstyle="->", lw=1.2, color="#7a4f9a"),
+        )
+    ax.text(
+        0,
+        ys[0] + 0.65,
+        f"GPT: {L} layers, {model.transformer.h[0].attn.n_head} heads, "
+        f"width {model.transformer.h[0].attn.n_embd}, {n_params:,} parameters",
+        ha="center",
+        va="bottom",
+        fontsize=10,
+    )
     ax.set_xlim(-3.0, 4.0)
     ax.set_ylim(ys[-1] - 0.6, ys[0] + 1.1)
     ax.axis("off")
@@ -183,11 +224,15 @@ def record_ladder(runs_dir, times_file=None, names=LADDER, out_prefix="build/lad
 
     words = load_names("names")
     train_w, val_w, test_w = split_words(words, seed=42)
-    out = {"machine": sitp.show_config(mode="dicts").get("cpu"),
-           "count_bigram": {"all_words": round(float(count_bigram(words, words)), 4),
-                            "val": round(float(count_bigram(train_w, val_w)), 4),
-                            "test": round(float(count_bigram(train_w, test_w)), 4)},
-           "runs": {}}
+    out = {
+        "machine": sitp.show_config(mode="dicts").get("cpu"),
+        "count_bigram": {
+            "all_words": round(float(count_bigram(words, words)), 4),
+            "val": round(float(count_bigram(train_w, val_w)), 4),
+            "test": round(float(count_bigram(train_w, test_w)), 4),
+        },
+        "runs": {},
+    }
 
     for name in names:
         path = runs_dir / name / "record.json"
@@ -198,28 +243,37 @@ def record_ladder(runs_dir, times_file=None, names=LADDER, out_prefix="build/lad
             continue
         train = record["history"]["train"]
         window = 100
-        curve = [[min((i + 1) * window, len(train)),
-                  round(sum(train[i * window:(i + 1) * window]) / window, 4)]
-                 for i in range(len(train) // window)]
+        curve = [
+            [
+                min((i + 1) * window, len(train)),
+                round(sum(train[i * window : (i + 1) * window]) / window, 4),
+            ]
+            for i in range(len(train) // window)
+        ]
         tc = record["train_config"]
         spec = MODELS[record["model"]]
         default = {**asdict(spec.make_config()), "vocab_size": record["model_config"]["vocab_size"]}
         sets = {k: v for k, v in record["model_config"].items() if default.get(k) != v}
         out["runs"][name] = {
-            "command": (f"python -m sitp train --model {record['model']} --data {tc['data']} "
-                        f"--steps {tc['steps']} --eval-every {tc['eval_every']} --threads 1"
-                        + (f" --weight-decay {tc['weight_decay']:g}" if tc["weight_decay"] != 0.01
-                           else "")
-                        + "".join(f" --set {k}={v}" for k, v in sets.items())
-                        + f" --out {out_prefix}/{name}"),
+            "command": (
+                f"python -m sitp train --model {record['model']} --data {tc['data']} "
+                f"--steps {tc['steps']} --eval-every {tc['eval_every']} --threads 1"
+                + (f" --weight-decay {tc['weight_decay']:g}" if tc["weight_decay"] != 0.01 else "")
+                + "".join(f" --set {k}={v}" for k, v in sets.items())
+                + f" --out {out_prefix}/{name}"
+            ),
             "num_params": record["num_params"],
             "model_config": record["model_config"],
-            "train_config": {k: tc[k] for k in ("steps", "batch_size", "lr", "weight_decay",
-                                                "warmup", "seed", "data")},
+            "train_config": {
+                k: tc[k]
+                for k in ("steps", "batch_size", "lr", "weight_decay", "warmup", "seed", "data")
+            },
             "wall_s": times.get(name),
             "final": {k: round(v, 4) for k, v in record["final"].items()},
-            "eval": [[e["step"], round(e["train"], 4), round(e["val"], 4)]
-                     for e in record["history"]["eval"]],
+            "eval": [
+                [e["step"], round(e["train"], 4), round(e["val"], 4)]
+                for e in record["history"]["eval"]
+            ],
             "train_curve": curve,
         }
     return out
@@ -255,16 +309,24 @@ def ladder_figure(ladder: dict, path, published=None) -> None:
         xs, ys = zip(*run["train_curve"])
         ax.plot(xs, ys, color=color, alpha=0.25, lw=1)
         steps, _, val = zip(*run["eval"])
-        ax.plot(steps, val, "o-", color=color, ms=3, lw=1.5,
-                label=f"{name} ({run['num_params']:,}): val {run['final']['val']:.3f}")
+        ax.plot(
+            steps,
+            val,
+            "o-",
+            color=color,
+            ms=3,
+            lw=1.5,
+            label=f"{name} ({run['num_params']:,}): val {run['final']['val']:.3f}",
+        )
     for label, value in (published or {}).items():
         ax.axhline(value, color="#888888", ls=":", lw=0.8)
         ax.text(ax.get_xlim()[1], value, f" {label}", va="center", fontsize=7, color="#666666")
     ax.set_xlabel("optimizer step (batch of 32)")
     ax.set_ylabel("cross-entropy (nats per character)")
     ax.set_ylim(1.75, 2.65)
-    ax.set_title("The ladder on makemore's names: validation (dots), minibatch (faint)",
-                 fontsize=10)
+    ax.set_title(
+        "The ladder on makemore's names: validation (dots), minibatch (faint)", fontsize=10
+    )
     ax.legend(fontsize=8, loc="upper right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -278,13 +340,20 @@ def ablation_figure(long: dict, path) -> None:
     fig, ax = plt.subplots(figsize=(7.2, 4.0), dpi=110)
     for i, (name, run) in enumerate(long["runs"].items()):
         steps, train, val = zip(*run["eval"])
-        ax.plot(steps, val, "o-", color=f"C{i}", ms=3,
-                label=f"{name}: val {min(val):.3f} best, {val[-1]:.3f} last")
+        ax.plot(
+            steps,
+            val,
+            "o-",
+            color=f"C{i}",
+            ms=3,
+            label=f"{name}: val {min(val):.3f} best, {val[-1]:.3f} last",
+        )
         ax.plot(steps, train, "--", color=f"C{i}", lw=1, alpha=0.7)
     ax.set_xlabel("optimizer step (batch of 32)")
     ax.set_ylabel("cross-entropy (nats per character)")
-    ax.set_title("The long runs on makemore's names: validation (solid), train (dashed)",
-                 fontsize=10)
+    ax.set_title(
+        "The long runs on makemore's names: validation (solid), train (dashed)", fontsize=10
+    )
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -335,8 +404,12 @@ def head_statistics(maps_LBHTT, lengths_B) -> dict:
             self_ += maps_LBHTT[:, b, :, t, t]
             first += maps_LBHTT[:, b, :, t, 0]
             n += 1
-    return {"previous": (prev / n).round(3).tolist(), "self": (self_ / n).round(3).tolist(),
-            "first": (first / n).round(3).tolist(), "positions": n}
+    return {
+        "previous": (prev / n).round(3).tolist(),
+        "self": (self_ / n).round(3).tolist(),
+        "first": (first / n).round(3).tolist(),
+        "positions": n,
+    }
 
 
 def record_attention(run_dir, name=None) -> dict:
@@ -358,14 +431,19 @@ def record_attention(run_dir, name=None) -> dict:
     rows = [[0] + [vocab.stoi[c] for c in w] + [0] * (T - 1 - len(w)) for w in val]
     stats_maps, _ = attention_maps(model, sitp.tensor(rows))
     stats = head_statistics(stats_maps, [len(w) + 1 for w in val])
-    return {"run": str(run_dir), "name": name, "tokens": tokens,
-            "maps": maps[:, 0].round(3).tolist(), "heads": stats}
+    return {
+        "run": str(run_dir),
+        "name": name,
+        "tokens": tokens,
+        "maps": maps[:, 0].round(3).tolist(),
+        "heads": stats,
+    }
 
 
 def attention_figure(att: dict, path) -> None:
     """A grid of heatmaps, one per layer (rows) and head (columns)."""
     plt = _matplotlib()
-    maps = np.array(att["maps"])              # (L, H, T, T)
+    maps = np.array(att["maps"])  # (L, H, T, T)
     L, H, T, _ = maps.shape
     tokens = att["tokens"]
     prev = np.array(att["heads"]["previous"])
@@ -378,23 +456,33 @@ def attention_figure(att: dict, path) -> None:
             ax.set_yticks(range(T), tokens, fontsize=7)
             ax.set_title(f"layer {layer} head {head}\nprev {prev[layer, head]:.2f}", fontsize=7.5)
             ax.tick_params(length=0)
-    fig.suptitle(f"Attention of the trained GPT on '.{att['name']}': row t = the query at "
-                 "position t, column s = the key it reads", fontsize=9)
+    fig.suptitle(
+        f"Attention of the trained GPT on '.{att['name']}': row t = the query at "
+        "position t, column s = the key it reads",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
 
 
 #: makemore's published losses on names.txt (the chapter's table quotes them).
-PUBLISHED = {"bigram 2.454 (all words)": 2.454, "MLP 2.170": 2.170, "WaveNet 1.993": 1.993,
-             "transformer ≈ 1.92 (test)": 1.92}
+PUBLISHED = {
+    "bigram 2.454 (all words)": 2.454,
+    "MLP 2.170": 2.170,
+    "WaveNet 1.993": 1.993,
+    "transformer ≈ 1.92 (test)": 1.92,
+}
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", default="build/ladder", help="the ladder's run directories")
-    parser.add_argument("--record", action="store_true",
-                        help="read the runs and rewrite the JSON files before drawing")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="read the runs and rewrite the JSON files before drawing",
+    )
     parser.add_argument("--out", default=str(ASSETS), help="where the PNGs go")
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -402,16 +490,25 @@ def main(argv=None) -> None:
         LADDER_JSON.write_text(json.dumps(record_ladder(args.runs), indent=1) + "\n")
         long_dir = Path(args.runs + "-long")
         if long_dir.exists():  # the ablation: build/ladder-long/{gru,gpt,gpt-dropout,gpt-wd}
-            LONG_JSON.write_text(json.dumps(
-                record_ladder(long_dir, names=LONG, out_prefix=str(long_dir)), indent=1) + "\n")
-        census = Path(args.runs).parent / "census-gpt"   # the GPT on the census names
+            LONG_JSON.write_text(
+                json.dumps(record_ladder(long_dir, names=LONG, out_prefix=str(long_dir)), indent=1)
+                + "\n"
+            )
+        census = Path(args.runs).parent / "census-gpt"  # the GPT on the census names
         if census.exists():
-            CENSUS_JSON.write_text(json.dumps(record_ladder(
-                census.parent, census.parent / "census-gpt-times.txt", names=("census-gpt",),
-                out_prefix=str(census.parent)),
-                indent=1) + "\n")
-        ATTENTION_JSON.write_text(json.dumps(record_attention(Path(args.runs) / "gpt"))
-                                  + "\n")
+            CENSUS_JSON.write_text(
+                json.dumps(
+                    record_ladder(
+                        census.parent,
+                        census.parent / "census-gpt-times.txt",
+                        names=("census-gpt",),
+                        out_prefix=str(census.parent),
+                    ),
+                    indent=1,
+                )
+                + "\n"
+            )
+        ATTENTION_JSON.write_text(json.dumps(record_attention(Path(args.runs) / "gpt")) + "\n")
 
     sitp.manual_seed(0)
     architecture_figure(GPT(GPTConfig()), out / "gpt-architecture.png")

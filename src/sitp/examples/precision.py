@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numba
 import numpy as np
+
 from sitp.data import Vocab, load_names
 
 ASSETS = Path(__file__).resolve().parents[3] / "docs" / "assets" / "ch03"
@@ -26,8 +27,8 @@ ASSETS = Path(__file__).resolve().parents[3] / "docs" / "assets" / "ch03"
 def _bf16_bits(u):
     """Round the bits of a float32 to its top 16 bits, to nearest, ties to even."""
     if (u & np.uint32(0x7F800000)) == np.uint32(0x7F800000) and (u & np.uint32(0x007FFFFF)):
-        return (u | np.uint32(0x00400000)) & np.uint32(0xFFFF0000)   # NaN stays a NaN
-    lsb = (u >> np.uint32(16)) & np.uint32(1)            # the last bit that is kept
+        return (u | np.uint32(0x00400000)) & np.uint32(0xFFFF0000)  # NaN stays a NaN
+    lsb = (u >> np.uint32(16)) & np.uint32(1)  # the last bit that is kept
     return (u + np.uint32(0x7FFF) + lsb) & np.uint32(0xFFFF0000)
 
 
@@ -44,24 +45,29 @@ def to_bf16(x) -> np.ndarray:
     """``x`` rounded to bfloat16, returned as float32 (whose low 16 bits are then zero)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     return _to_bf16(x.reshape(-1)).reshape(x.shape)
+
+
 # --8<-- [end:bf16]
 
 
 def to_f16(x) -> np.ndarray:
     """``x`` rounded to float16 (numpy's, IEEE binary16), returned as float32."""
-    with np.errstate(over="ignore"):                       # past 65,504: inf, as IEEE says
+    with np.errstate(over="ignore"):  # past 65,504: inf, as IEEE says
         return np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float32)
 
 
-ROUND = {"float32": lambda x: np.asarray(x, dtype=np.float32), "float16": to_f16,
-         "bfloat16": to_bf16}
+ROUND = {
+    "float32": lambda x: np.asarray(x, dtype=np.float32),
+    "float16": to_f16,
+    "bfloat16": to_bf16,
+}
 
 
 @numba.njit(cache=True)
 def _sequential_sum(x, kind):
     s = np.zeros(1, dtype=np.float32)
     for i in range(x.size):
-        s[0] = s[0] + x[i]                      # in float32, then rounded to the type
+        s[0] = s[0] + x[i]  # in float32, then rounded to the type
         if kind == 2:
             s[0] = _to_bf16(s)[0]
     return s[0]
@@ -71,10 +77,10 @@ def _sequential_sum(x, kind):
 def sequential_sum(x, dtype: str) -> float:
     """Left to right, the running sum stored in ``dtype`` after every addition."""
     x = ROUND[dtype](x)
-    if dtype == "float16":                      # numba has no float16: numpy's scalars
+    if dtype == "float16":  # numba has no float16: numpy's scalars
         s = np.float16(0)
         for v in x.astype(np.float16):
-            s = s + v                           # float16 + float16, rounded to float16
+            s = s + v  # float16 + float16, rounded to float16
         return float(s)
     return float(_sequential_sum(x, {"float32": 0, "bfloat16": 2}[dtype]))
 
@@ -92,6 +98,8 @@ def pairwise_sum(x, dtype: str) -> float:
 def f32_accumulated_sum(x, dtype: str) -> float:
     """Values stored in ``dtype``, the sum accumulated in float32 (mixed precision)."""
     return sequential_sum(ROUND[dtype](x), "float32")
+
+
 # --8<-- [end:sums]
 
 
@@ -99,14 +107,20 @@ def sum_table(n: int = 10_000, seed: int = 0):
     """The sum of ``n`` numbers uniform in [0, 0.2) each way, per type, and the exact sum
     (float64, of the float32 values): ({dtype: {way: sum}}, exact)."""
     x = np.random.default_rng(seed).uniform(0, 0.2, n).astype(np.float32)
-    return {dtype: {"sequential": sequential_sum(x, dtype), "pairwise": pairwise_sum(x, dtype),
-                    "f32 accumulator": f32_accumulated_sum(x, dtype)}
-            for dtype in ("float32", "float16", "bfloat16")}, float(x.astype(np.float64).sum())
+    return {
+        dtype: {
+            "sequential": sequential_sum(x, dtype),
+            "pairwise": pairwise_sum(x, dtype),
+            "f32 accumulator": f32_accumulated_sum(x, dtype),
+        }
+        for dtype in ("float32", "float16", "bfloat16")
+    }, float(x.astype(np.float64).sum())
 
 
 # --- the neural bigram trained with low-precision gradients --------------------------
 
-def bigram_data(batch: int = 2 ** 20, seed: int = 0):
+
+def bigram_data(batch: int = 2**20, seed: int = 0):
     """Counts N (27, 27) of one batch of ``batch`` bigrams drawn from the census names'
     bigram frequencies: the size of a large language-model batch (GPT-3's held 3.2M
     tokens), where the mean's 1/n makes every per-token gradient small."""
@@ -132,14 +146,16 @@ def mixed_precision_grad(W_VV, N_VV, dtype: str, scale: float) -> np.ndarray:
     """
     rnd = ROUND[dtype]
     n = N_VV.sum()
-    m_V1 = N_VV.sum(axis=1, keepdims=True)                 # examples per context
-    w = rnd(W_VV)                                          # weights stored in dtype
+    m_V1 = N_VV.sum(axis=1, keepdims=True)  # examples per context
+    w = rnd(W_VV)  # weights stored in dtype
     P_VV = np.exp(w - w.max(axis=1, keepdims=True))
-    P_VV /= P_VV.sum(axis=1, keepdims=True)                # softmax in float32
-    g_off = rnd(scale * P_VV / n)                          # entries j != y_t
-    g_on = rnd(scale * (P_VV - 1) / n)                     # the entry j == y_t
-    dW = (m_V1 - N_VV) * g_off + N_VV * g_on               # X^T G, in float32
-    return dW / scale                                      # unscaled in float32
+    P_VV /= P_VV.sum(axis=1, keepdims=True)  # softmax in float32
+    g_off = rnd(scale * P_VV / n)  # entries j != y_t
+    g_on = rnd(scale * (P_VV - 1) / n)  # the entry j == y_t
+    dW = (m_V1 - N_VV) * g_off + N_VV * g_on  # X^T G, in float32
+    return dW / scale  # unscaled in float32
+
+
 # --8<-- [end:mixed_step]
 
 
@@ -152,8 +168,12 @@ def train_runs(steps: int = 300, lr: float = 50.0):
     """NLL per step of gradient descent for each (dtype, loss scale); float32 master weights."""
     N = bigram_data()
     runs = {}
-    for dtype, scale in (("float32", 1.0), ("float16", 1.0), ("float16", 2.0 ** 16),
-                         ("bfloat16", 1.0)):
+    for dtype, scale in (
+        ("float32", 1.0),
+        ("float16", 1.0),
+        ("float16", 2.0**16),
+        ("bfloat16", 1.0),
+    ):
         W = np.zeros_like(N, dtype=np.float32)
         losses = [bigram_nll(W, N)]
         for _ in range(steps):
@@ -177,6 +197,7 @@ def underflow_fraction(W_VV, N_VV, dtype: str, scale: float) -> float:
 
 # --- iron_learn's two bugs -----------------------------------------------------------
 
+
 # --8<-- [start:clipped_bce]
 def clipped_bce(p, y, eps: float, dtype) -> float:
     """Binary cross-entropy of probabilities clipped to [eps, 1 - eps], all in ``dtype``."""
@@ -184,6 +205,8 @@ def clipped_bce(p, y, eps: float, dtype) -> float:
     y = np.asarray(y, dtype)
     with np.errstate(divide="ignore", invalid="ignore"):
         return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+
+
 # --8<-- [end:clipped_bce]
 
 

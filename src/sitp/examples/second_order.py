@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
 from sitp.data import Vocab, load_names
 
 ASSETS = Path(__file__).resolve().parents[3] / "docs" / "assets" / "ch03"
@@ -35,7 +36,7 @@ def sigmoid(z):
 
 def logistic_loss(w, X, y):
     z = X @ w
-    return float(np.mean(np.logaddexp(0, z) - y * z))      # BCE, written stably
+    return float(np.mean(np.logaddexp(0, z) - y * z))  # BCE, written stably
 
 
 # --8<-- [start:newton_logistic]
@@ -51,10 +52,12 @@ def newton_logistic_step(w, X, y):
 def irls_step(w, X, y):
     """The same step as weighted least squares: fit X w to the working response z."""
     p = sigmoid(X @ w)
-    s = p * (1 - p)                                  # the weights: the sigmoid's slope
-    z = X @ w + (y - p) / s                          # a linearisation of the logit
+    s = p * (1 - p)  # the weights: the sigmoid's slope
+    z = X @ w + (y - p) / s  # a linearisation of the logit
     Xs = X * s[:, None]
-    return np.linalg.solve(Xs.T @ X, Xs.T @ z)       # argmin sum_t s_t (z_t - x_t w)^2
+    return np.linalg.solve(Xs.T @ X, Xs.T @ z)  # argmin sum_t s_t (z_t - x_t w)^2
+
+
 # --8<-- [end:newton_logistic]
 
 
@@ -108,13 +111,15 @@ def newton_bigram_step(W_VV, C_VV):
         p = np.exp(w - np.logaddexp.reduce(w))
         g = m * p - c
         H = m * (np.diag(p) - np.outer(p, p) + np.ones((V, V)))
-        d = -np.linalg.solve(H, g)                       # the Newton direction
+        d = -np.linalg.solve(H, g)  # the Newton direction
         t, f0 = 1.0, row_loss(w, c)
-        slack = 1e-12 * abs(f0)            # near the optimum, a change this small is round-off
+        slack = 1e-12 * abs(f0)  # near the optimum, a change this small is round-off
         while row_loss(w + t * d, c) > f0 + 0.25 * t * (g @ d) + slack and t > 1e-8:
             t /= 2
         W_new[i] = w + t * d
     return W_new
+
+
 # --8<-- [end:newton_bigram]
 
 
@@ -156,9 +161,13 @@ def draw(path: Path = ASSETS / "second-order.png", steps: int = 30):
     import matplotlib.pyplot as plt  # late: matplotlib is slow to import
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), constrained_layout=True)
-    for ax, (title, (runs, best)) in zip(axes, [
+    for ax, (title, (runs, best)) in zip(
+        axes,
+        [
             ("logistic regression (1.4), GD at rate 1", logistic_runs(steps)),
-            ("neural bigram (1.5), GD at rate 50", bigram_runs(steps))]):
+            ("neural bigram (1.5), GD at rate 50", bigram_runs(steps)),
+        ],
+    ):
         for name, label in (("gd", "gradient descent"), ("newton", "Newton")):
             gap = np.maximum(runs[name] - best, 1e-16)
             ax.semilogy(gap, marker="o" if name == "newton" else None, ms=3, label=label)

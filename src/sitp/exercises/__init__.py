@@ -54,15 +54,19 @@ def module(name: str, target: str = "exercise") -> ModuleType:
         return importlib.import_module(f"sitp.exercises.solutions.{name}")
     if target != "exercise":
         raise ValueError(f"target must be 'exercise' or 'solution', not {target!r}")
-    return importlib.import_module(os.environ.get("SITP_EXERCISE_MODULE")
-                                   or f"sitp.exercises.{name}")
+    return importlib.import_module(
+        os.environ.get("SITP_EXERCISE_MODULE") or f"sitp.exercises.{name}"
+    )
 
 
 def assignment_tests(name: str) -> dict:
     """The test functions of assignment ``name``, by name, in file order."""
     mod = importlib.import_module(f"sitp.exercises.tests.test_{name}")
-    found = [(f.__code__.co_firstlineno, n, f) for n, f in vars(mod).items()
-             if n.startswith("test_") and inspect.isfunction(f)]
+    found = [
+        (f.__code__.co_firstlineno, n, f)
+        for n, f in vars(mod).items()
+        if n.startswith("test_") and inspect.isfunction(f)
+    ]
     return {n: f for _, n, f in sorted(found)}
 
 

@@ -9,15 +9,31 @@ number ``t`` (1 for the first step). The tests compare them with ``sitp.optim.Ad
 import numpy as np
 
 
-def adam_step(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, t: int,
-              lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-              weight_decay: float = 0.0) -> None:
+def adam_step(
+    p: np.ndarray,
+    g: np.ndarray,
+    m: np.ndarray,
+    v: np.ndarray,
+    t: int,
+    lr: float = 1e-3,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+) -> None:
     """Adam with an L2 penalty: ``weight_decay * p`` is added to the gradient first."""
     raise NotImplementedError("adam_step")
 
 
-def adamw_step(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, t: int,
-               lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-               weight_decay: float = 1e-2) -> None:
+def adamw_step(
+    p: np.ndarray,
+    g: np.ndarray,
+    m: np.ndarray,
+    v: np.ndarray,
+    t: int,
+    lr: float = 1e-3,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: float = 1e-2,
+) -> None:
     """AdamW: the weights shrink by ``lr * weight_decay * p``, apart from the moments."""
     raise NotImplementedError("adamw_step")

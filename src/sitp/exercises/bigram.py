@@ -24,8 +24,9 @@ def nll(P: np.ndarray, words: list[str], stoi: dict[str, int]) -> float:
     raise NotImplementedError("nll")
 
 
-def softmax_regression_loss_and_grad(W: np.ndarray, xs: np.ndarray,
-                                     ys: np.ndarray) -> tuple[float, np.ndarray]:
+def softmax_regression_loss_and_grad(
+    W: np.ndarray, xs: np.ndarray, ys: np.ndarray
+) -> tuple[float, np.ndarray]:
     """Cross-entropy of the neural bigram and its gradient, by hand.
 
     The logits of example ``n`` are row ``W[xs[n]]`` (a one-hot input times ``W``); the

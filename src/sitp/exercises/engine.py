@@ -15,7 +15,7 @@ class Value:
         self.data = float(data)
         self.parents = tuple(parents)
         self.op = op
-        self.power = power            # the exponent of a "pow" node
+        self.power = power  # the exponent of a "pow" node
         self.grad = 0.0
 
     def __add__(self, other):
@@ -27,7 +27,7 @@ class Value:
         return Value(self.data * other.data, (self, other), "mul")
 
     def __pow__(self, k):
-        return Value(self.data ** k, (self,), "pow", power=k)
+        return Value(self.data**k, (self,), "pow", power=k)
 
     def tanh(self):
         return Value(math.tanh(self.data), (self,), "tanh")
@@ -48,7 +48,7 @@ class Value:
         return self + (-other)
 
     def __truediv__(self, other):
-        return self * other ** -1
+        return self * other**-1
 
     def __repr__(self):
         return f"Value({self.data:.6g}, grad={self.grad:.6g})"

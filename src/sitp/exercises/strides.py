@@ -25,8 +25,9 @@ def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     raise NotImplementedError("broadcast_shape")
 
 
-def broadcast_strides(shape: tuple[int, ...], strides: tuple[int, ...],
-                      target: tuple[int, ...]) -> tuple[int, ...]:
+def broadcast_strides(
+    shape: tuple[int, ...], strides: tuple[int, ...], target: tuple[int, ...]
+) -> tuple[int, ...]:
     """Strides that read a tensor of ``shape`` and ``strides`` as a tensor of ``target``.
 
     New leading dimensions and dimensions of size 1 stretched to a larger size get stride 0.

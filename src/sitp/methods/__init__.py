@@ -32,7 +32,9 @@ def _install() -> None:
             if name in _NOT_METHODS:
                 continue
             if name in seen or name in vars(Tensor):
-                raise RuntimeError(f"Tensor.{name} is defined twice ({seen.get(name, 'Tensor')} and {mixin.__name__})")
+                raise RuntimeError(
+                    f"Tensor.{name} is defined twice ({seen.get(name, 'Tensor')} and {mixin.__name__})"
+                )
             seen[name] = mixin.__name__
             setattr(Tensor, name, value)
 

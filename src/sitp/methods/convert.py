@@ -4,14 +4,10 @@ and ``backward`` (chapter 4.1). Installed on :class:`sitp.Tensor` by ``sitp/meth
 
 from __future__ import annotations
 
-
-
 from sitp._tensor.tensor import Tensor, device
 from sitp.autograd import derivatives as ops
-from sitp.dtypes import bool_, float32, float64, int64, to_dtype
-
 from sitp.autograd import engine as _autograd
-
+from sitp.dtypes import bool_, float32, float64, int64, to_dtype
 
 
 class TensorConvert:
@@ -69,7 +65,8 @@ class TensorConvert:
 
     def type(self, dtype=None):
         if dtype is None:
-            return f"sitp.{ {'float32': 'Float', 'float64': 'Double', 'int64': 'Long', 'bool': 'Bool'}[self.dtype.name]}Tensor"
+            kind = {"float32": "Float", "float64": "Double", "int64": "Long", "bool": "Bool"}
+            return f"sitp.{kind[self.dtype.name]}Tensor"
         return self.to(dtype)
 
     def clone(self) -> "Tensor":
@@ -79,9 +76,9 @@ class TensorConvert:
         """This tensor if already contiguous, else a contiguous copy."""
         return self if self.is_contiguous() else ops.Clone.apply(self)
 
-
-    def backward(self, gradient=None, retain_graph=None, create_graph: bool = False,
-                 inputs=None) -> None:
+    def backward(
+        self, gradient=None, retain_graph=None, create_graph: bool = False, inputs=None
+    ) -> None:
         """Accumulate the gradient of this tensor into the graph's leaves.
 
         With ``inputs`` (a tensor or a sequence of them), only those receive
@@ -89,10 +86,11 @@ class TensorConvert:
         ``create_graph=True`` raises NotImplementedError rather than be ignored.
         """
         if create_graph:
-            raise NotImplementedError("backward(create_graph=True): sitp has no higher-order gradients")
+            raise NotImplementedError(
+                "backward(create_graph=True): sitp has no higher-order gradients"
+            )
         if inputs is not None:
             # the public torch.autograd.backward (defined after the engine), looked up now
             _autograd.backward(self, gradient, retain_graph=bool(retain_graph), inputs=inputs)
             return
         _autograd._engine_backward(self, gradient, bool(retain_graph))
-

@@ -15,12 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from sitp._tensor import dispatch
-from sitp.autograd import derivatives as ops
-from sitp.dtypes import bool_, int64
 from sitp._tensor.creation import _scalar, tensor
 from sitp._tensor.tensor import Tensor
+from sitp.autograd import derivatives as ops
 from sitp.autograd.function import check_inplace as _check_inplace
 from sitp.autograd.function import refuse_indexed_write as _refuse_indexed_write
+from sitp.dtypes import bool_, int64
 from sitp.functional import stack
 from sitp.strides import broadcast_shapes, normalize_dim
 
@@ -36,7 +36,8 @@ def _as_index_tensor(k):
         return None
     if t.dtype is not int64 and t.dtype is not bool_:
         raise IndexError(
-            f"tensors used as indices must be long, int or bool tensors (got {t.dtype})")
+            f"tensors used as indices must be long, int or bool tensors (got {t.dtype})"
+        )
     return t
 
 
@@ -58,9 +59,13 @@ def _normalize_key(x, key):
         else:
             raise TypeError(
                 f"only integers, slices (`:`), ellipsis (`...`), None and long or bool tensors "
-                f"are valid indices (got {type(k).__name__})")
-    used = sum(1 if not hasattr(k, "dtype") else (k.ndim if k.dtype is bool_ else 1)
-               for k in items if k is not None and k is not Ellipsis)
+                f"are valid indices (got {type(k).__name__})"
+            )
+    used = sum(
+        1 if not hasattr(k, "dtype") else (k.ndim if k.dtype is bool_ else 1)
+        for k in items
+        if k is not None and k is not Ellipsis
+    )
     if used > x.ndim:
         raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
     if sum(k is Ellipsis for k in items) > 1:
@@ -68,7 +73,7 @@ def _normalize_key(x, key):
     ell = [i for i, k in enumerate(items) if k is Ellipsis]
     if ell:
         i = ell[0]
-        items[i:i + 1] = [slice(None)] * (x.ndim - used)
+        items[i : i + 1] = [slice(None)] * (x.ndim - used)
     return items
 
 
@@ -93,8 +98,7 @@ def _decompose(x, key):
         elif isinstance(k, int):
             n = x._shape[d]
             if not -n <= k < n:
-                raise IndexError(
-                    f"index {k} is out of bounds for dimension {d} with size {n}")
+                raise IndexError(f"index {k} is out of bounds for dimension {d} with size {n}")
             offset += (k % n) * x._strides[d]
             basic_key.append(k)
             d += 1
@@ -109,11 +113,12 @@ def _decompose(x, key):
             basic_key.append(k)
             d += 1
         elif k.dtype is bool_:  # a mask over k.ndim dims -> one int array per dim
-            mshape = tuple(x._shape[d:d + k.ndim])
+            mshape = tuple(x._shape[d : d + k.ndim])
             if tuple(k.shape) != mshape:
                 raise IndexError(
                     f"The shape of the mask {tuple(k.shape)} at index {d} does not match the "
-                    f"shape of the indexed tensor {mshape}")
+                    f"shape of the indexed tensor {mshape}"
+                )
             for col in k.nonzero(as_tuple=True):
                 adv.append((len(shape), col))
                 shape.append(x._shape[d])
@@ -129,6 +134,8 @@ def _decompose(x, key):
     shape += x._shape[d:]
     strides += x._strides[d:]
     return tuple(shape), tuple(strides), offset, tuple(basic_key), adv
+
+
 # --8<-- [end:basic_index]
 
 
@@ -145,7 +152,8 @@ def _adv_plan(view, adv):
         except RuntimeError:
             raise IndexError(
                 "shape mismatch: indexing tensors could not be broadcast together with shapes "
-                + " ".join(str(tuple(t.shape)) for _, t in adv)) from None
+                + " ".join(str(tuple(t.shape)) for _, t in adv)
+            ) from None
         idx = stack([t.expand(bshape).reshape(-1) for _, t in adv]).contiguous()
         if dims != list(range(dims[0], dims[0] + len(dims))):
             rest = [i for i in range(view.ndim) if i not in dims]
@@ -157,7 +165,8 @@ def _adv_plan(view, adv):
     except ValueError:
         raise IndexError(
             "shape mismatch: indexing tensors could not be broadcast together with shapes "
-            + " ".join(str(tuple(a.shape)) for a in arrays)) from None
+            + " ".join(str(tuple(a.shape)) for a in arrays)
+        ) from None
     idx = np.stack([np.broadcast_to(a, bshape).reshape(-1) for a in arrays]) if arrays else None
     if dims == list(range(dims[0], dims[0] + len(dims))):
         return view, dims[0], np.ascontiguousarray(idx, dtype=np.int64), bshape
@@ -194,7 +203,7 @@ def setitem(x, key, value, accumulate=False):
         return
     view, a, idx, bshape = _adv_plan(view, adv)
     k = idx.shape[0]
-    out_shape = tuple(view.shape[:a]) + tuple(bshape) + tuple(view.shape[a + k:])
+    out_shape = tuple(view.shape[:a]) + tuple(bshape) + tuple(view.shape[a + k :])
     _check_broadcast(v, out_shape)
     dispatch.of(view).put(view, a, idx, v.expand(out_shape), accumulate)
 
@@ -205,7 +214,8 @@ def _check_broadcast(v, shape):
     except (RuntimeError, ValueError):
         raise RuntimeError(
             f"shape mismatch: value tensor of shape {tuple(v.shape)} cannot be broadcast to "
-            f"indexing result of shape {tuple(shape)}") from None
+            f"indexing result of shape {tuple(shape)}"
+        ) from None
 
 
 class TensorIndexing:
@@ -240,12 +250,14 @@ class TensorIndexing:
         if index.ndim != self.ndim:
             raise RuntimeError(
                 f"Index tensor must have the same number of dimensions as input tensor "
-                f"(index {tuple(index.shape)}, input {tuple(self.shape)})")
+                f"(index {tuple(index.shape)}, input {tuple(self.shape)})"
+            )
         for d in range(self.ndim):
             if d != dim and index.shape[d] > self.shape[d]:
                 raise RuntimeError(
                     f"Size does not match at dimension {d} expected index {tuple(index.shape)} "
-                    f"to be smaller than self {tuple(self.shape)} apart from dimension {dim}")
+                    f"to be smaller than self {tuple(self.shape)} apart from dimension {dim}"
+                )
         return ops.Gather.apply(self, dim, index)
 
     def masked_fill(self, mask: "Tensor", value) -> "Tensor":
@@ -260,9 +272,9 @@ class TensorIndexing:
         if tuple(out.shape) != tuple(self.shape):
             raise RuntimeError(
                 f"masked_fill: mask of shape {tuple(mask.shape)} cannot be broadcast to "
-                f"the tensor's shape {tuple(self.shape)}")
+                f"the tensor's shape {tuple(self.shape)}"
+            )
         return out
 
     def masked_fill_(self, mask, value) -> "Tensor":
         return self.copy_(self.masked_fill(mask, value))
-

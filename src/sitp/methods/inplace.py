@@ -6,26 +6,19 @@ Installed on :class:`sitp.Tensor` by ``sitp/methods/__init__.py``.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from sitp._tensor import dispatch
-from sitp._tensor.creation import _scalar, tensor as _tensor
+from sitp._tensor.creation import _scalar, full, ones, tensor, zeros
+from sitp._tensor.creation import tensor as _tensor
 from sitp._tensor.tensor import Tensor
 from sitp.autograd.function import check_inplace as _check_inplace
 from sitp.autograd.function import refuse_indexed_write as _refuse_indexed_write
 from sitp.autograd.grad_mode import no_grad
 from sitp.dtypes import bool_
-from sitp.strides import (broadcast_shapes, contiguous_strides)
-from sitp._tensor.creation import full
-from sitp._tensor.creation import ones
-from sitp._tensor.creation import tensor
-from sitp._tensor.creation import zeros
 from sitp.methods.indexing import setitem
-from sitp.random import _normal
-from sitp.random import _uniform
-
-
+from sitp.random import _normal, _uniform
+from sitp.strides import broadcast_shapes, contiguous_strides
 
 
 class TensorInplace:
@@ -41,16 +34,23 @@ class TensorInplace:
         refused as torch does. In the graph (see ``_check_inplace``) the write is recorded."""
         if _check_inplace(self, result):
             return self._record_inplace(lambda old: old.masked_fill(_all_true(old), result), cast)
-        if result.dtype is not self.dtype and not cast and (
+        if (
+            result.dtype is not self.dtype
+            and not cast
+            and (
                 (result.dtype.is_floating_point and not self.dtype.is_floating_point)
-                or (self.dtype is bool_ and result.dtype is not bool_)):
+                or (self.dtype is bool_ and result.dtype is not bool_)
+            )
+        ):
             raise RuntimeError(
                 f"result type {result.dtype} can't be cast to the desired output type "
-                f"{self.dtype} (in-place op on a tensor of shape {tuple(self.shape)})")
+                f"{self.dtype} (in-place op on a tensor of shape {tuple(self.shape)})"
+            )
         if broadcast_shapes(result.shape, self.shape) != tuple(self.shape):
             raise RuntimeError(
                 f"output with shape {tuple(self.shape)} doesn't match the broadcast shape "
-                f"{broadcast_shapes(result.shape, self.shape)}")
+                f"{broadcast_shapes(result.shape, self.shape)}"
+            )
         dispatch.of(self, result).assign(self, result)
         self._vc[0] += 1
         return self
@@ -61,8 +61,9 @@ class TensorInplace:
         its result is written into self's storage, and self takes the result's grad_fn."""
         old_node, old_nr = self.grad_fn, self._output_nr
         r = compute(self.clone())
-        if tuple(r.shape) != tuple(self.shape) and broadcast_shapes(
-                r.shape, self.shape) == tuple(self.shape):
+        if tuple(r.shape) != tuple(self.shape) and broadcast_shapes(r.shape, self.shape) == tuple(
+            self.shape
+        ):
             r = r.expand(self.shape)
         if r.dtype is not self.dtype and r.dtype.is_floating_point and self.dtype.is_floating_point:
             r = r.to(self.dtype)
@@ -129,6 +130,7 @@ class TensorInplace:
 
     def zero_(self) -> "Tensor":
         return self.fill_(0)
+
     # --8<-- [end:inplace]
 
     def clamp_(self, min=None, max=None):
@@ -157,9 +159,9 @@ class TensorInplace:
 
     def pow_(self, e):
         if _check_inplace(self, e):
-            return self._record_inplace(lambda x: x ** e)
+            return self._record_inplace(lambda x: x**e)
         with no_grad():
-            return self._inplace(self ** e)
+            return self._inplace(self**e)
 
     def index_put_(self, indices, values, accumulate: bool = False):
         if _check_inplace(self, values):
@@ -201,5 +203,6 @@ class TensorInplace:
 
 def _all_true(t) -> Tensor:
     """A bool tensor of ``t``'s shape, all True (masked_fill with it overwrites everything)."""
-    return Tensor._make(np.ones(max(t.numel(), 1), dtype=np.bool_), t.shape,
-                        contiguous_strides(t.shape), 0, bool_).to(t.device)
+    return Tensor._make(
+        np.ones(max(t.numel(), 1), dtype=np.bool_), t.shape, contiguous_strides(t.shape), 0, bool_
+    ).to(t.device)

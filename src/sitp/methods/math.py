@@ -12,18 +12,13 @@ import numbers
 import numpy as np
 
 from sitp._tensor import dispatch
-from sitp._tensor.creation import _operands, arange
+from sitp._tensor.creation import _from_numpy_owned, _operands, arange
 from sitp._tensor.tensor import Tensor
 from sitp.autograd import derivatives as ops
 from sitp.autograd.grad_mode import is_grad_enabled
 from sitp.dtypes import bool_, float32, int64
-from sitp.strides import (normalize_dim, normalize_dims, numel)
-from sitp._tensor.creation import _from_numpy_owned
-from sitp.functional import cat
-from sitp.functional import return_types
-from sitp.functional import topk
-from sitp.functional import where
-
+from sitp.functional import cat, return_types, topk, where
+from sitp.strides import normalize_dim, normalize_dims, numel
 
 
 class TensorMath:
@@ -78,7 +73,11 @@ class TensorMath:
 
     def __pow__(self, other):
         if isinstance(other, numbers.Number) and not isinstance(other, bool):
-            x = self if self.dtype.is_floating_point or (isinstance(other, int) and other >= 0) else self.to(float32)
+            x = (
+                self
+                if self.dtype.is_floating_point or (isinstance(other, int) and other >= 0)
+                else self.to(float32)
+            )
             if isinstance(other, float) and not x.dtype.is_floating_point:
                 x = x.to(float32)
             return ops.Unary.apply(x, "pow", float(other))
@@ -121,7 +120,7 @@ class TensorMath:
         return self / other
 
     def pow(self, exponent):
-        return self ** exponent
+        return self**exponent
 
     def maximum(self, other):
         return self._binary(other, "maximum")
@@ -137,12 +136,16 @@ class TensorMath:
 
     def mm(self, other):
         if self.ndim != 2 or other.ndim != 2:
-            raise RuntimeError(f"mm(): both arguments must be 2-D, got {tuple(self.shape)} and {tuple(other.shape)}")
+            raise RuntimeError(
+                f"mm(): both arguments must be 2-D, got {tuple(self.shape)} and {tuple(other.shape)}"
+            )
         return matmul(self, other)
 
     def bmm(self, other):
         if self.ndim != 3 or other.ndim != 3:
-            raise RuntimeError(f"bmm(): both arguments must be 3-D, got {tuple(self.shape)} and {tuple(other.shape)}")
+            raise RuntimeError(
+                f"bmm(): both arguments must be 3-D, got {tuple(self.shape)} and {tuple(other.shape)}"
+            )
         return matmul(self, other)
 
     # ------------------------------------------------------------- comparisons
@@ -173,13 +176,25 @@ class TensorMath:
     __hash__ = object.__hash__
 
     def __and__(self, other):
-        return self._compare(other, "logical_and") if self.dtype is bool_ else _nograd_bitwise(self, other, "and")
+        return (
+            self._compare(other, "logical_and")
+            if self.dtype is bool_
+            else _nograd_bitwise(self, other, "and")
+        )
 
     def __or__(self, other):
-        return self._compare(other, "logical_or") if self.dtype is bool_ else _nograd_bitwise(self, other, "or")
+        return (
+            self._compare(other, "logical_or")
+            if self.dtype is bool_
+            else _nograd_bitwise(self, other, "or")
+        )
 
     def __xor__(self, other):
-        return self._compare(other, "logical_xor") if self.dtype is bool_ else _nograd_bitwise(self, other, "xor")
+        return (
+            self._compare(other, "logical_xor")
+            if self.dtype is bool_
+            else _nograd_bitwise(self, other, "xor")
+        )
 
     __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
 
@@ -266,14 +281,17 @@ class TensorMath:
         if dims is None:
             if not isinstance(shifts, int):
                 if len(shifts) != 1:
-                    raise RuntimeError(f"roll: with dims=None, shifts must be one int, got {shifts}")
+                    raise RuntimeError(
+                        f"roll: with dims=None, shifts must be one int, got {shifts}"
+                    )
                 shifts = shifts[0]
             return self.flatten().roll(shifts, 0).reshape(self._shape)
         shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
         dims = (dims,) if isinstance(dims, int) else tuple(dims)
         if len(shifts) != len(dims):
-            raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, "
-                               f"dims:{len(dims)}")
+            raise RuntimeError(
+                f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}"
+            )
         out = self
         for shift, d in zip(shifts, dims):
             if not isinstance(shift, int) or isinstance(shift, bool):
@@ -326,10 +344,18 @@ class TensorMath:
             if max is not None:
                 out = out.minimum(max)
             return out
-        x = self if self.dtype.is_floating_point or (
-            not isinstance(min, float) and not isinstance(max, float)) else self.to(float32)
-        return ops.Unary.apply(x, "clamp", math.nan if min is None else float(min),
-                               math.nan if max is None else float(max))
+        x = (
+            self
+            if self.dtype.is_floating_point
+            or (not isinstance(min, float) and not isinstance(max, float))
+            else self.to(float32)
+        )
+        return ops.Unary.apply(
+            x,
+            "clamp",
+            math.nan if min is None else float(min),
+            math.nan if max is None else float(max),
+        )
 
     clip = clamp
 
@@ -361,10 +387,12 @@ class TensorMath:
         if not x.dtype.is_floating_point:
             raise RuntimeError(
                 f"mean(): could not infer output dtype. Input dtype must be either a floating "
-                f"point or complex dtype. Got: {x.dtype.name.capitalize()}")
+                f"point or complex dtype. Got: {x.dtype.name.capitalize()}"
+            )
         dims = normalize_dims(dim, x.ndim)
         n = numel([x.shape[d] for d in dims])
         return x.sum(dims, keepdim) / n if n else x.sum(dims, keepdim) * math.nan
+
     # --8<-- [end:sum]
 
     def norm(self, p=2, dim=None, keepdim: bool = False, dtype=None):
@@ -384,7 +412,7 @@ class TensorMath:
             raise ValueError(f"norm(): p must be a positive number, inf or 'fro', got {p!r}")
         if p == 2:
             return (a * a).sum(dim, keepdim).sqrt()
-        return (a ** p).sum(dim, keepdim) ** (1.0 / p)
+        return (a**p).sum(dim, keepdim) ** (1.0 / p)
 
     def prod(self, dim=None, keepdim: bool = False):
         if self.requires_grad and is_grad_enabled():
@@ -411,7 +439,8 @@ class TensorMath:
             if x.numel() == 0:
                 raise RuntimeError(
                     f"{'max' if is_max else 'min'}(): Expected reduction dim to be specified for "
-                    f"input.numel() == 0. Specify the reduction dim with the 'dim' argument.")
+                    f"input.numel() == 0. Specify the reduction dim with the 'dim' argument."
+                )
             out = ops.MaxAll.apply(x, tuple(range(x.ndim)), False, is_max)
             return out.to(bool_) if self.dtype is bool_ else out
         if isinstance(dim, Tensor):
@@ -476,12 +505,16 @@ class TensorMath:
 
     def tril(self, diagonal: int = 0):
         if self.ndim < 2:
-            raise RuntimeError(f"tril: input tensor must have at least 2 dimensions, got {self.ndim}")
+            raise RuntimeError(
+                f"tril: input tensor must have at least 2 dimensions, got {self.ndim}"
+            )
         return ops.Tri.apply(self, diagonal, False)
 
     def triu(self, diagonal: int = 0):
         if self.ndim < 2:
-            raise RuntimeError(f"triu: input tensor must have at least 2 dimensions, got {self.ndim}")
+            raise RuntimeError(
+                f"triu: input tensor must have at least 2 dimensions, got {self.ndim}"
+            )
         return ops.Tri.apply(self, diagonal, True)
 
     def nonzero(self, as_tuple: bool = False):
@@ -520,13 +553,6 @@ class TensorMath:
         return x.reshape(final)
 
 
-
-
-
-
-
-
-
 def _compare_fn(a, b, op):
     if a.dtype is bool_ and op not in ("logical_and", "logical_or", "logical_xor", "eq", "ne"):
         a, b = a.to(int64), b.to(int64)
@@ -556,11 +582,13 @@ def matmul(a, b) -> Tensor:
         raise TypeError("matmul(): both arguments must be tensors")
     if a.ndim == 0 or b.ndim == 0:
         raise RuntimeError(
-            f"both arguments to matmul need to be at least 1D, but they are {a.ndim}D and {b.ndim}D")
+            f"both arguments to matmul need to be at least 1D, but they are {a.ndim}D and {b.ndim}D"
+        )
     if a.dtype is not b.dtype:  # torch does not promote in matmul
         raise RuntimeError(
             f"expected m1 and m2 to have the same dtype, but got: {a.dtype} != {b.dtype} "
-            f"(shapes {tuple(a.shape)} @ {tuple(b.shape)})")
+            f"(shapes {tuple(a.shape)} @ {tuple(b.shape)})"
+        )
     a, b = _operands(a, b)
     if a.dtype is bool_:
         raise RuntimeError("matmul is not supported for bool tensors")
@@ -569,7 +597,8 @@ def matmul(a, b) -> Tensor:
     if a2.shape[-1] != b2.shape[-2]:
         raise RuntimeError(
             f"mat1 and mat2 shapes cannot be multiplied: {tuple(a.shape)} @ {tuple(b.shape)} "
-            f"(inner dims {a2.shape[-1]} and {b2.shape[-2]} differ)")
+            f"(inner dims {a2.shape[-1]} and {b2.shape[-2]} differ)"
+        )
     out = ops.MatMul.apply(a2, b2)
     if a.ndim == 1:
         out = out.squeeze(-2)

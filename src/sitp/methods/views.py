@@ -14,9 +14,15 @@ import numpy as np
 from sitp._tensor.tensor import Tensor
 from sitp.autograd import derivatives as ops
 from sitp.dtypes import dtype as _dtype_cls
-from sitp.strides import (broadcast_strides, contiguous_strides, infer_shape,
-                          normalize_dim, normalize_dims, numel, view_strides)
-
+from sitp.strides import (
+    broadcast_strides,
+    contiguous_strides,
+    infer_shape,
+    normalize_dim,
+    normalize_dims,
+    numel,
+    view_strides,
+)
 
 
 class TensorViews:
@@ -42,7 +48,8 @@ class TensorViews:
             raise RuntimeError(
                 f"view size is not compatible with input tensor's size and stride (shape "
                 f"{tuple(self._shape)}, strides {self._strides} cannot be viewed as {shape}); "
-                f"use .reshape(...) instead.")
+                f"use .reshape(...) instead."
+            )
         return ops.View.apply(self, shape, strides, self._offset)
 
     def reshape(self, *shape) -> "Tensor":
@@ -54,6 +61,7 @@ class TensorViews:
         if strides is None:
             return self.clone().view(shape)
         return ops.View.apply(self, shape, strides, self._offset)
+
     # --8<-- [end:view]
 
     def _view_strides(self, shape):
@@ -77,7 +85,8 @@ class TensorViews:
             raise RuntimeError(
                 f"permute(sparse_coo): number of dimensions in the tensor input does not match "
                 f"the length of the desired ordering of dimensions i.e. input.dim() = {self.ndim} "
-                f"is not equal to len(dims) = {len(dims)}")
+                f"is not equal to len(dims) = {len(dims)}"
+            )
         dims = normalize_dims(dims, self.ndim)
         return ops.Permute.apply(self, dims)
 
@@ -86,13 +95,16 @@ class TensorViews:
         dims = list(range(self.ndim))
         dims[d0], dims[d1] = dims[d1], dims[d0]
         return ops.Permute.apply(self, tuple(dims))
+
     # --8<-- [end:permute]
 
     swapaxes = transpose
 
     def t(self) -> "Tensor":
         if self.ndim > 2:
-            raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D")
+            raise RuntimeError(
+                f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D"
+            )
         return self.T
 
     # --8<-- [start:expand]
@@ -103,19 +115,23 @@ class TensorViews:
         if len(sizes) < self.ndim:
             raise RuntimeError(
                 f"expand: the number of sizes provided ({len(sizes)}) must be greater or equal "
-                f"to the number of dimensions in the tensor ({self.ndim})")
+                f"to the number of dimensions in the tensor ({self.ndim})"
+            )
         lead = len(sizes) - self.ndim
-        target = tuple(self._shape[i - lead] if (n == -1 and i >= lead) else n
-                       for i, n in enumerate(sizes))
+        target = tuple(
+            self._shape[i - lead] if (n == -1 and i >= lead) else n for i, n in enumerate(sizes)
+        )
         try:
             strides = broadcast_strides(self._shape, self._strides, target)
         except RuntimeError:
             raise RuntimeError(
                 f"The expanded size of the tensor {tuple(target)} must match the existing size "
-                f"{tuple(self._shape)} at non-singleton dimensions") from None
+                f"{tuple(self._shape)} at non-singleton dimensions"
+            ) from None
         if target == tuple(self._shape):
             return self
         return ops.Expand.apply(self, target, strides)
+
     # --8<-- [end:expand]
 
     def expand_as(self, other) -> "Tensor":
@@ -142,12 +158,12 @@ class TensorViews:
         if self.ndim == 0:
             return self.reshape(1)
         s, e = normalize_dim(start_dim, self.ndim), normalize_dim(end_dim, self.ndim)
-        shape = self._shape[:s] + (numel(self._shape[s:e + 1]),) + self._shape[e + 1:]
+        shape = self._shape[:s] + (numel(self._shape[s : e + 1]),) + self._shape[e + 1 :]
         return self.reshape(shape)
 
     def unflatten(self, dim: int, sizes) -> "Tensor":
         dim = normalize_dim(dim, self.ndim)
-        return self.view(self._shape[:dim] + tuple(sizes) + self._shape[dim + 1:])
+        return self.view(self._shape[:dim] + tuple(sizes) + self._shape[dim + 1 :])
 
     def narrow(self, dim: int, start: int, length: int) -> "Tensor":
         dim = normalize_dim(dim, self.ndim)
@@ -155,8 +171,10 @@ class TensorViews:
         if start < 0:
             start += n
         if not (0 <= start <= n and 0 <= length and start + length <= n):
-            raise RuntimeError(f"narrow(): start ({start}) + length ({length}) exceeds dimension "
-                               f"size ({n}) of dim {dim} (shape {tuple(self.shape)}).")
+            raise RuntimeError(
+                f"narrow(): start ({start}) + length ({length}) exceeds dimension "
+                f"size ({n}) of dim {dim} (shape {tuple(self.shape)})."
+            )
         key = (slice(None),) * dim + (slice(start, start + length),)
         return self[key]
 
@@ -174,10 +192,12 @@ class TensorViews:
             if sum(sizes) != n:
                 raise RuntimeError(
                     f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's "
-                    f"size at dimension {dim}), but got split_sizes={sizes}")
+                    f"size at dimension {dim}), but got split_sizes={sizes}"
+                )
         if any(s < 0 for s in sizes):
-            raise RuntimeError(f"split_with_sizes expects split_sizes to be non-negative, "
-                               f"got {sizes}")
+            raise RuntimeError(
+                f"split_with_sizes expects split_sizes to be non-negative, got {sizes}"
+            )
         return ops.Split.apply(self, tuple(sizes), dim)
 
     def chunk(self, chunks: int, dim: int = 0):
@@ -200,4 +220,3 @@ class TensorViews:
         if self.ndim == 0:
             raise TypeError("iteration over a 0-d tensor")
         return iter(self.unbind(0))
-

@@ -29,10 +29,12 @@ Example:
     >>> model.config.n_hidden, model.block_size
     (100, 3)
 """
+
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+
 from sitp.models.port import load_module
 
 
@@ -81,10 +83,12 @@ MODELS: dict[str, ModelSpec] = {
     "bigram": ModelSpec("bigram", "neural_bigram", "Bigram", "BigramConfig", "context", lr=0.1),
     "mlp": ModelSpec("mlp", "mlp", "MLP", "MLPConfig", "context", lr=1e-2),
     "wavenet": ModelSpec("wavenet", "wavenet", "WaveNet", "WaveNetConfig", "context", lr=1e-2),
-    "rnn": ModelSpec("rnn", "rnn", "RNN", "RNNConfig", "sequence",
-                     config_overrides={"cell_type": "rnn"}, lr=5e-3),
-    "gru": ModelSpec("gru", "rnn", "RNN", "RNNConfig", "sequence",
-                     config_overrides={"cell_type": "gru"}, lr=5e-3),
+    "rnn": ModelSpec(
+        "rnn", "rnn", "RNN", "RNNConfig", "sequence", config_overrides={"cell_type": "rnn"}, lr=5e-3
+    ),
+    "gru": ModelSpec(
+        "gru", "rnn", "RNN", "RNNConfig", "sequence", config_overrides={"cell_type": "gru"}, lr=5e-3
+    ),
     "gpt": ModelSpec("gpt", "gpt", "GPT", "GPTConfig", "sequence", lr=3e-3),
 }
 

@@ -19,6 +19,7 @@ Example:
     >>> round(model.nll(words), 4)
     0.6738
 """
+
 from __future__ import annotations
 
 import math
@@ -38,6 +39,8 @@ def bigram_pairs(words: Sequence[str], vocab: Vocab) -> tuple[sitp.Tensor, sitp.
     """
     X_N1, Y_N = build_context_dataset(words, vocab, block_size=1)
     return X_N1[:, 0], Y_N
+
+
 # --8<-- [end:pairs]
 
 
@@ -68,12 +71,12 @@ class BigramCounts:
         V = len(self.vocab)
         N_VV = sitp.zeros((V, V), dtype=sitp.int64)
         # N[ix1[n], ix2[n]] += 1 for every n; repeated pairs add up.
-        N_VV.index_put_((ix1_N, ix2_N), sitp.ones(len(ix1_N), dtype=sitp.int64),
-                        accumulate=True)
+        N_VV.index_put_((ix1_N, ix2_N), sitp.ones(len(ix1_N), dtype=sitp.int64), accumulate=True)
         self.counts = N_VV
         smoothed_VV = N_VV.float() + self.smoothing
         self.probs = smoothed_VV / smoothed_VV.sum(1, keepdim=True)  # rows sum to 1
         return self
+
     # --8<-- [end:fit]
 
     # --8<-- [start:nll]
@@ -85,11 +88,17 @@ class BigramCounts:
     def perplexity(self, words: Sequence[str]) -> float:
         """``exp(nll)``: the number of equally likely choices the model hesitates among."""
         return math.exp(self.nll(words))
+
     # --8<-- [end:nll]
 
     # --8<-- [start:sample]
-    def sample(self, num_names: int, temperature: float = 1.0,
-               generator: sitp.Generator | None = None, max_len: int = 50) -> list[str]:
+    def sample(
+        self,
+        num_names: int,
+        temperature: float = 1.0,
+        generator: sitp.Generator | None = None,
+        max_len: int = 50,
+    ) -> list[str]:
         """Draws names character by character, starting from and stopping at ``'.'``.
 
         Args:
@@ -110,4 +119,5 @@ class BigramCounts:
                 out.append(self.vocab.itos[ix])
             names.append("".join(out))
         return names
+
     # --8<-- [end:sample]

@@ -21,6 +21,7 @@ Example:
     >>> sum(p.numel() for p in model.parameters())   # the tied (V, C) matrix counted once
     203840
 """
+
 # --8<-- [start:header]
 import math
 from dataclasses import dataclass
@@ -32,13 +33,15 @@ from sitp.nn import functional as F
 
 @dataclass
 class GPTConfig:
-    block_size: int = 32    # the longest sequence the model reads (positions 0..block_size-1)
-    vocab_size: int = 27    # V: '.' and the 26 letters for names
-    n_layer: int = 4        # transformer blocks
-    n_head: int = 4         # H: attention heads per block; head width D = n_embd // n_head
-    n_embd: int = 64        # C: the width of the residual stream
-    dropout: float = 0.0    # the share of activations zeroed in training (0: none)
-    bias: bool = True       # biases in the Linears and LayerNorms, as GPT-2
+    block_size: int = 32  # the longest sequence the model reads (positions 0..block_size-1)
+    vocab_size: int = 27  # V: '.' and the 26 letters for names
+    n_layer: int = 4  # transformer blocks
+    n_head: int = 4  # H: attention heads per block; head width D = n_embd // n_head
+    n_embd: int = 64  # C: the width of the residual stream
+    dropout: float = 0.0  # the share of activations zeroed in training (0: none)
+    bias: bool = True  # biases in the Linears and LayerNorms, as GPT-2
+
+
 # --8<-- [end:header]
 
 
@@ -64,10 +67,12 @@ class CausalSelfAttention(nn.Module):
         v_BHTD = v.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, H, T, D)
         # softmax(q k^T / sqrt(D) + causal mask) v, for every head at once
         y_BHTD = F.scaled_dot_product_attention(
-            q_BHTD, k_BHTD, v_BHTD, dropout_p=self.dropout if self.training else 0.0,
-            is_causal=True)
+            q_BHTD, k_BHTD, v_BHTD, dropout_p=self.dropout if self.training else 0.0, is_causal=True
+        )
         y_BTC = y_BHTD.transpose(1, 2).contiguous().view(B, T, C)  # heads side by side
         return self.resid_dropout(self.c_proj(y_BTC))
+
+
 # --8<-- [end:attention]
 
 
@@ -84,6 +89,8 @@ class MLP(nn.Module):
 
     def forward(self, x_BTC):
         return self.dropout(self.c_proj(self.gelu(self.c_fc(x_BTC))))
+
+
 # --8<-- [end:mlp]
 
 
@@ -102,6 +109,8 @@ class Block(nn.Module):
         x_BTC = x_BTC + self.attn(self.ln_1(x_BTC))
         x_BTC = x_BTC + self.mlp(self.ln_2(x_BTC))
         return x_BTC
+
+
 # --8<-- [end:block]
 
 
@@ -113,13 +122,15 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config
         self.block_size = config.block_size
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(config.vocab_size, config.n_embd),   # token embeddings
-            wpe=nn.Embedding(config.block_size, config.n_embd),   # position embeddings
-            drop=nn.Dropout(config.dropout),
-            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
-            ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
-        ))
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(config.vocab_size, config.n_embd),  # token embeddings
+                wpe=nn.Embedding(config.block_size, config.n_embd),  # position embeddings
+                drop=nn.Dropout(config.dropout),
+                h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+                ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
+            )
+        )
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # weight tying: one (V, C) matrix
         # GPT-2's init: N(0, 0.02), and residual projections scaled by 1/sqrt(2 n_layer)
@@ -140,18 +151,22 @@ class GPT(nn.Module):
     def forward(self, idx_BT, targets_BT=None):
         B, T = idx_BT.size()
         assert T <= self.block_size, f"sequence of length {T} > block_size {self.block_size}"
-        pos_T = torch.arange(0, T, dtype=torch.long)                 # (T,)
-        tok_emb_BTC = self.transformer.wte(idx_BT)                  # (B, T, C)
-        pos_emb_TC = self.transformer.wpe(pos_T)                    # (T, C), broadcast over B
+        pos_T = torch.arange(0, T, dtype=torch.long)  # (T,)
+        tok_emb_BTC = self.transformer.wte(idx_BT)  # (B, T, C)
+        pos_emb_TC = self.transformer.wpe(pos_T)  # (T, C), broadcast over B
         x_BTC = self.transformer.drop(tok_emb_BTC + pos_emb_TC)
         for block in self.transformer.h:
             x_BTC = block(x_BTC)
         x_BTC = self.transformer.ln_f(x_BTC)
-        logits_BTV = self.lm_head(x_BTC)                            # (B, T, V)
+        logits_BTV = self.lm_head(x_BTC)  # (B, T, V)
         loss = None
         if targets_BT is not None:  # -1 marks padding after a name's end
-            loss = F.cross_entropy(logits_BTV.view(-1, logits_BTV.size(-1)),
-                                   targets_BT.view(-1), ignore_index=-1)
+            loss = F.cross_entropy(
+                logits_BTV.view(-1, logits_BTV.size(-1)), targets_BT.view(-1), ignore_index=-1
+            )
         return logits_BTV, loss
+
     # --8<-- [end:forward]
+
+
 # --8<-- [end:gpt]

@@ -17,6 +17,7 @@ Example:
     >>> sum(p.numel() for p in model.parameters())   # makemore's 11,897
     11897
 """
+
 from dataclasses import dataclass
 
 import sitp as torch
@@ -26,10 +27,10 @@ from sitp.nn import functional as F
 
 @dataclass
 class MLPConfig:
-    block_size: int = 3     # T: characters of context (makemore: 3)
-    vocab_size: int = 27    # V
-    n_embd: int = 10        # C: width of a character's embedding
-    n_hidden: int = 200     # H: width of the tanh hidden layer
+    block_size: int = 3  # T: characters of context (makemore: 3)
+    vocab_size: int = 27  # V
+    n_embd: int = 10  # C: width of a character's embedding
+    n_hidden: int = 200  # H: width of the tanh hidden layer
 
 
 # --8<-- [start:mlp]
@@ -40,7 +41,7 @@ class MLP(nn.Module):
         super().__init__()
         self.config = config
         self.block_size = config.block_size
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd)             # C: (V, C)
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)  # C: (V, C)
         self.hidden = nn.Linear(config.block_size * config.n_embd, config.n_hidden)
         self.lm_head = nn.Linear(config.n_hidden, config.vocab_size)
         with torch.no_grad():  # makemore part 3: small output logits, so loss starts at log V
@@ -49,12 +50,14 @@ class MLP(nn.Module):
 
     def forward(self, X_BT, targets_B=None):
         B, T = X_BT.size()
-        emb_BTC = self.wte(X_BT)                       # (B, T, C)
-        x_BD = emb_BTC.view(B, -1)                     # (B, T*C): the context, concatenated
-        h_BH = torch.tanh(self.hidden(x_BD))           # (B, H)
-        logits_BV = self.lm_head(h_BH)                 # (B, V)
+        emb_BTC = self.wte(X_BT)  # (B, T, C)
+        x_BD = emb_BTC.view(B, -1)  # (B, T*C): the context, concatenated
+        h_BH = torch.tanh(self.hidden(x_BD))  # (B, H)
+        logits_BV = self.lm_head(h_BH)  # (B, V)
         loss = None
         if targets_B is not None:
             loss = F.cross_entropy(logits_BV, targets_B)
         return logits_BV, loss
+
+
 # --8<-- [end:mlp]

@@ -18,6 +18,7 @@ Example:
     >>> tuple(logits_BV.shape), round(loss.item(), 4)   # a zero table: uniform, log 27
     ((2, 27), 3.2958)
 """
+
 from dataclasses import dataclass
 
 import sitp as torch
@@ -28,8 +29,8 @@ from sitp.nn import functional as F
 # --8<-- [start:bigram]
 @dataclass
 class BigramConfig:
-    block_size: int = 1     # one character of context: the current one
-    vocab_size: int = 27    # V
+    block_size: int = 1  # one character of context: the current one
+    vocab_size: int = 27  # V
 
 
 class Bigram(nn.Module):
@@ -48,4 +49,6 @@ class Bigram(nn.Module):
         if targets_B is not None:
             loss = F.cross_entropy(logits_BV, targets_B)
         return logits_BV, loss
+
+
 # --8<-- [end:bigram]

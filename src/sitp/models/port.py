@@ -19,6 +19,7 @@ Example:
     >>> torch_gpt = load_module("gpt", "torch")   # doctest: +SKIP
     >>> model = torch_gpt.GPT(torch_gpt.GPTConfig(vocab_size=27))   # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 import importlib

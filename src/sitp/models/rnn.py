@@ -18,6 +18,7 @@ Example:
     >>> tuple(logits_BTV.shape)
     (2, 5, 27)
 """
+
 from dataclasses import dataclass
 
 import sitp as torch
@@ -27,10 +28,10 @@ from sitp.nn import functional as F
 
 @dataclass
 class RNNConfig:
-    block_size: int = 32    # longest sequence sampled (the recurrence itself has no limit)
-    vocab_size: int = 27    # V
-    n_embd: int = 64        # C: width of a character's embedding
-    n_embd2: int = 64       # H: width of the hidden state
+    block_size: int = 32  # longest sequence sampled (the recurrence itself has no limit)
+    vocab_size: int = 27  # V
+    n_embd: int = 64  # C: width of a character's embedding
+    n_embd2: int = 64  # H: width of the hidden state
     cell_type: str = "rnn"  # "rnn" (tanh RNNCell) or "gru" (GRUCell)
 
 
@@ -55,18 +56,22 @@ class RNN(nn.Module):
     # --8<-- [start:forward]
     def forward(self, idx_BT, targets_BT=None):
         B, T = idx_BT.size()
-        emb_BTC = self.wte(idx_BT)                     # (B, T, C)
-        h_BH = self.start.expand((B, -1))              # (B, H): the same start for every row
+        emb_BTC = self.wte(idx_BT)  # (B, T, C)
+        h_BH = self.start.expand((B, -1))  # (B, H): the same start for every row
         hiddens = []
-        for x_BC in emb_BTC.unbind(1):                 # the recurrence: one step per character
-            h_BH = self.cell(x_BC, h_BH)               # (B, H)
+        for x_BC in emb_BTC.unbind(1):  # the recurrence: one step per character
+            h_BH = self.cell(x_BC, h_BH)  # (B, H)
             hiddens.append(h_BH)
-        hidden_BTH = torch.stack(hiddens, 1)           # (B, T, H)
-        logits_BTV = self.lm_head(hidden_BTH)          # (B, T, V)
+        hidden_BTH = torch.stack(hiddens, 1)  # (B, T, H)
+        logits_BTV = self.lm_head(hidden_BTH)  # (B, T, V)
         loss = None
         if targets_BT is not None:  # -1 marks padding after a name's end
-            loss = F.cross_entropy(logits_BTV.view(-1, logits_BTV.size(-1)),
-                                   targets_BT.view(-1), ignore_index=-1)
+            loss = F.cross_entropy(
+                logits_BTV.view(-1, logits_BTV.size(-1)), targets_BT.view(-1), ignore_index=-1
+            )
         return logits_BTV, loss
+
     # --8<-- [end:forward]
+
+
 # --8<-- [end:rnn]

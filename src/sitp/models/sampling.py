@@ -8,14 +8,16 @@ position's row is the next character's distribution.
 This file is PyTorch code with ``sitp`` in its import lines (see
 :mod:`sitp.models.port`).
 """
+
 import sitp as torch
 from sitp.nn import functional as F
 
 
 # --8<-- [start:generate]
 @torch.no_grad()
-def generate(model, idx_BT, max_new_tokens, temperature=1.0, top_k=None, generator=None,
-             fixed_context=False):
+def generate(
+    model, idx_BT, max_new_tokens, temperature=1.0, top_k=None, generator=None, fixed_context=False
+):
     """Extends each row of ``idx_BT`` by ``max_new_tokens`` sampled tokens.
 
     Args:
@@ -49,11 +51,14 @@ def generate(model, idx_BT, max_new_tokens, temperature=1.0, top_k=None, generat
         idx_next_B1 = torch.multinomial(probs_BV, num_samples=1, generator=generator)
         idx_BT = torch.cat((idx_BT, idx_next_B1), dim=1)
     return idx_BT
+
+
 # --8<-- [end:generate]
 
 
-def sample_names(model, itos, num, max_len=30, temperature=1.0, top_k=None, generator=None,
-                 fixed_context=False):
+def sample_names(
+    model, itos, num, max_len=30, temperature=1.0, top_k=None, generator=None, fixed_context=False
+):
     """Draws ``num`` names: start from '.', stop at the next '.' (or after ``max_len``).
 
     Args:
@@ -67,6 +72,6 @@ def sample_names(model, itos, num, max_len=30, temperature=1.0, top_k=None, gene
     idx = generate(model, start_B1, max_len + 1, temperature, top_k, generator, fixed_context)
     names = []
     for row in idx[:, 1:].tolist():
-        row = row[:row.index(0)] if 0 in row else row[:max_len]
+        row = row[: row.index(0)] if 0 in row else row[:max_len]
         names.append("".join(itos[i] for i in row))
     return names

@@ -19,6 +19,7 @@ Example:
     >>> sum(p.numel() for p in model.parameters())
     76579
 """
+
 from dataclasses import dataclass
 
 import sitp as torch
@@ -28,10 +29,10 @@ from sitp.nn import functional as F
 
 @dataclass
 class WaveNetConfig:
-    block_size: int = 8     # T: characters of context; a power of 2 (one level per halving)
-    vocab_size: int = 27    # V
-    n_embd: int = 24        # C: width of a character's embedding
-    n_hidden: int = 128     # H: width of every level
+    block_size: int = 8  # T: characters of context; a power of 2 (one level per halving)
+    vocab_size: int = 27  # V
+    n_embd: int = 24  # C: width of a character's embedding
+    n_hidden: int = 128  # H: width of every level
 
 
 # --8<-- [start:level]
@@ -62,11 +63,13 @@ class Level(nn.Module):
         self.bn = nn.BatchNorm1d(n_hidden)
 
     def forward(self, x_BTC):
-        x_BTD = self.flatten(x_BTC)                    # (B, T/2, 2C)
-        h_BTH = self.linear(x_BTD)                     # (B, T/2, H)
+        x_BTD = self.flatten(x_BTC)  # (B, T/2, 2C)
+        h_BTH = self.linear(x_BTD)  # (B, T/2, H)
         B, T, H = h_BTH.size()
-        h_NH = self.bn(h_BTH.reshape(B * T, H))        # statistics over batch and time
+        h_NH = self.bn(h_BTH.reshape(B * T, H))  # statistics over batch and time
         return torch.tanh(h_NH.view(B, T, H))
+
+
 # --8<-- [end:level]
 
 
@@ -88,12 +91,14 @@ class WaveNet(nn.Module):
             self.lm_head.weight.mul_(0.1)
 
     def forward(self, X_BT, targets_B=None):
-        x = self.wte(X_BT)                             # (B, 8, C)
+        x = self.wte(X_BT)  # (B, 8, C)
         for level in self.levels:
-            x = level(x)                               # (B, 4, H), (B, 2, H), (B, 1, H)
-        logits_BV = self.lm_head(x[:, 0, :])           # (B, V)
+            x = level(x)  # (B, 4, H), (B, 2, H), (B, 1, H)
+        logits_BV = self.lm_head(x[:, 0, :])  # (B, V)
         loss = None
         if targets_B is not None:
             loss = F.cross_entropy(logits_BV, targets_B)
         return logits_BV, loss
+
+
 # --8<-- [end:wavenet]

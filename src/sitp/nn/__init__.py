@@ -7,9 +7,30 @@ the layers of chapter 3's models are built here, their kernels in ``sitp.backend
 import warnings as _warnings
 
 from sitp.nn import functional, init, utils
-from sitp.nn.modules import (GELU, BatchNorm1d, Conv1d, Dropout, Embedding, Flatten, GRUCell, Identity,
-                      LayerNorm, Linear, LogSoftmax, Module, ModuleDict, ModuleList, ReLU, RNNCell,
-                      Sequential, SiLU, Sigmoid, Softmax, Tanh, Unflatten)
+from sitp.nn.modules import (
+    GELU,
+    BatchNorm1d,
+    Conv1d,
+    Dropout,
+    Embedding,
+    Flatten,
+    GRUCell,
+    Identity,
+    LayerNorm,
+    Linear,
+    LogSoftmax,
+    Module,
+    ModuleDict,
+    ModuleList,
+    ReLU,
+    RNNCell,
+    Sequential,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    Tanh,
+    Unflatten,
+)
 from sitp.nn.parameter import Parameter
 
 
@@ -22,16 +43,25 @@ def _legacy_reduction(size_average, reduce, reduction):
     size_average = True if size_average is None else size_average
     reduce = True if reduce is None else reduce
     ret = "mean" if size_average and reduce else ("sum" if reduce else "none")
-    _warnings.warn("size_average and reduce args will be deprecated, please use "
-                  f"reduction='{ret}' instead.", stacklevel=3)
+    _warnings.warn(
+        f"size_average and reduce args will be deprecated, please use reduction='{ret}' instead.",
+        stacklevel=3,
+    )
     return ret
 
 
 class CrossEntropyLoss(Module):
     """``F.cross_entropy`` as a module."""
 
-    def __init__(self, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
-                 reduction: str = "mean", label_smoothing: float = 0.0):
+    def __init__(
+        self,
+        weight=None,
+        size_average=None,
+        ignore_index: int = -100,
+        reduce=None,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+    ):
         super().__init__()
         self.register_buffer("weight", weight)
         self.ignore_index = ignore_index
@@ -39,9 +69,14 @@ class CrossEntropyLoss(Module):
         self.label_smoothing = label_smoothing
 
     def forward(self, input, target):
-        return functional.cross_entropy(input, target, weight=self.weight,
-                                        ignore_index=self.ignore_index, reduction=self.reduction,
-                                        label_smoothing=self.label_smoothing)
+        return functional.cross_entropy(
+            input,
+            target,
+            weight=self.weight,
+            ignore_index=self.ignore_index,
+            reduction=self.reduction,
+            label_smoothing=self.label_smoothing,
+        )
 
 
 class MSELoss(Module):
@@ -63,5 +98,6 @@ class BCELoss(Module):
         self.reduction = _legacy_reduction(size_average, reduce, reduction)
 
     def forward(self, input, target):
-        return functional.binary_cross_entropy(input, target, weight=self.weight,
-                                               reduction=self.reduction)
+        return functional.binary_cross_entropy(
+            input, target, weight=self.weight, reduction=self.reduction
+        )

@@ -20,20 +20,45 @@ import warnings
 import numpy as np
 
 from sitp._tensor.creation import arange, full, tensor
+from sitp._tensor.tensor import Tensor
 from sitp.dtypes import bool_, int64
 from sitp.functional import cat, one_hot  # noqa: F401  (re-exported as F.one_hot)
+from sitp.nn._functions import attention as _attention
+from sitp.nn._functions import binary_cross_entropy as _bce
+from sitp.nn._functions import cross_entropy as _ce
+from sitp.nn._functions import gelu as _gelu
+from sitp.nn._functions import layer_norm as _ln
+from sitp.nn._functions import linear as _linear
+from sitp.nn._functions import softmax as _softmax
 from sitp.random import rand
 from sitp.strides import broadcast_shapes
-from sitp._tensor.tensor import Tensor
-from sitp.nn._functions import attention as _attention, binary_cross_entropy as _bce
-from sitp.nn._functions import cross_entropy as _ce, gelu as _gelu, layer_norm as _ln
-from sitp.nn._functions import linear as _linear, softmax as _softmax
 
 __all__ = [
-    "binary_cross_entropy", "binary_cross_entropy_with_logits", "conv1d", "cross_entropy",
-    "dropout", "elu", "embedding", "gelu", "layer_norm", "leaky_relu", "linear", "log_softmax",
-    "logsigmoid", "mse_loss", "nll_loss", "one_hot", "pad", "relu", "rms_norm",
-    "scaled_dot_product_attention", "sigmoid", "silu", "softmax", "softplus", "tanh",
+    "binary_cross_entropy",
+    "binary_cross_entropy_with_logits",
+    "conv1d",
+    "cross_entropy",
+    "dropout",
+    "elu",
+    "embedding",
+    "gelu",
+    "layer_norm",
+    "leaky_relu",
+    "linear",
+    "log_softmax",
+    "logsigmoid",
+    "mse_loss",
+    "nll_loss",
+    "one_hot",
+    "pad",
+    "relu",
+    "rms_norm",
+    "scaled_dot_product_attention",
+    "sigmoid",
+    "silu",
+    "softmax",
+    "softplus",
+    "tanh",
 ]
 
 
@@ -131,8 +156,11 @@ def logsigmoid(input: Tensor) -> Tensor:
 
 
 def _softmax_dim(ndim):
-    warnings.warn("Implicit dimension choice for softmax has been deprecated. "
-                  "Change the call to include dim=X as an argument.", stacklevel=3)
+    warnings.warn(
+        "Implicit dimension choice for softmax has been deprecated. "
+        "Change the call to include dim=X as an argument.",
+        stacklevel=3,
+    )
     return 0 if ndim in (0, 1, 3) else 1
 
 
@@ -159,8 +187,9 @@ def linear(input: Tensor, weight: Tensor, bias=None) -> Tensor:
         raise RuntimeError(
             f"linear(): input of shape {tuple(input.shape)} and weight of shape "
             f"{tuple(weight.shape)}: the last dims ({input.shape[-1] if input.ndim else None} "
-            f"and {weight.shape[-1]}) must match (weight is (out_features, in_features))")
-    if _linear.fits(input, weight, bias):   # one node, one GEMM (see nn/_functions/linear.py)
+            f"and {weight.shape[-1]}) must match (weight is (out_features, in_features))"
+        )
+    if _linear.fits(input, weight, bias):  # one node, one GEMM (see nn/_functions/linear.py)
         return _linear.Linear.apply(input, weight, bias)
     out = input @ weight.t() if weight.ndim == 2 else input @ weight
     return out if bias is None else out + bias
@@ -178,13 +207,22 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
         return input
     if p == 1.0:
         return input * 0
-    keep = (rand(*input.shape, dtype=input.dtype, device=input.device) >= p).to(input.dtype) * (1.0 / (1.0 - p))
+    keep = (rand(*input.shape, dtype=input.dtype, device=input.device) >= p).to(input.dtype) * (
+        1.0 / (1.0 - p)
+    )
     out = input * keep
     return input.copy_(out) if inplace else out
 
 
-def embedding(input: Tensor, weight: Tensor, padding_idx=None, max_norm=None, norm_type: float = 2.0,
-              scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:
+def embedding(
+    input: Tensor,
+    weight: Tensor,
+    padding_idx=None,
+    max_norm=None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:
     """Rows of ``weight`` picked by the integer tensor ``input``: ``weight[input]``.
 
     The backward scatter-adds: a row used twice gets both gradients. The row
@@ -192,24 +230,32 @@ def embedding(input: Tensor, weight: Tensor, padding_idx=None, max_norm=None, no
     or ``sparse``.
     """
     if max_norm is not None or scale_grad_by_freq or sparse:
-        raise NotImplementedError("embedding(): max_norm, scale_grad_by_freq and sparse are not in sitp")
+        raise NotImplementedError(
+            "embedding(): max_norm, scale_grad_by_freq and sparse are not in sitp"
+        )
     if not isinstance(input, Tensor) or input.dtype is not int64:
-        raise RuntimeError("embedding(): expected an int64 (Long) tensor of indices, got "
-                           f"{getattr(input, 'dtype', type(input).__name__)}")
+        raise RuntimeError(
+            "embedding(): expected an int64 (Long) tensor of indices, got "
+            f"{getattr(input, 'dtype', type(input).__name__)}"
+        )
     if weight.ndim != 2:
-        raise RuntimeError(f"embedding(): weight must be 2-D (num_embeddings, embedding_dim), "
-                           f"got shape {tuple(weight.shape)}")
+        raise RuntimeError(
+            f"embedding(): weight must be 2-D (num_embeddings, embedding_dim), "
+            f"got shape {tuple(weight.shape)}"
+        )
     out = weight[input]
     if padding_idx is not None:
         if padding_idx < 0:
             padding_idx += weight.shape[0]
         pad_rows = (input == padding_idx).unsqueeze(-1)
-        out = out.detach().where(pad_rows, out)     # same values; no gradient to that row
+        out = out.detach().where(pad_rows, out)  # same values; no gradient to that row
     return out
 
 
 # --8<-- [start:layer_norm]
-def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
+def layer_norm(
+    input: Tensor, normalized_shape, weight=None, bias=None, eps: float = 1e-5
+) -> Tensor:
     """Normalize over the last ``len(normalized_shape)`` dims, then scale and shift.
 
     y = (x - mean) / sqrt(var + eps) * weight + bias, with the biased variance.
@@ -223,20 +269,25 @@ def layer_norm(input: Tensor, normalized_shape, weight=None, bias=None, eps: flo
     """
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     k = len(shape)
-    if k == 0 or input.ndim < k or tuple(input.shape[input.ndim - k:]) != shape:
+    if k == 0 or input.ndim < k or tuple(input.shape[input.ndim - k :]) != shape:
         raise RuntimeError(
             f"Given normalized_shape={list(shape)}, expected input with shape [*, "
-            f"{', '.join(map(str, shape))}], but got input of size {list(input.shape)}")
+            f"{', '.join(map(str, shape))}], but got input of size {list(input.shape)}"
+        )
     for name, t in (("weight", weight), ("bias", bias)):
         if t is not None and tuple(t.shape) != shape:
-            raise RuntimeError(f"layer_norm(): {name} of shape {tuple(t.shape)} does not match "
-                               f"normalized_shape {shape}")
+            raise RuntimeError(
+                f"layer_norm(): {name} of shape {tuple(t.shape)} does not match "
+                f"normalized_shape {shape}"
+            )
     x = input if input.dtype.is_floating_point else input.float()
     if not _on_host(x, weight, bias):
-        if _ln.gpu_fits(x, weight, bias, math.prod(shape)):   # the fused GPU kernels
+        if _ln.gpu_fits(x, weight, bias, math.prod(shape)):  # the fused GPU kernels
             return _ln.LayerNormGPU.apply(x, weight, bias, math.prod(shape), eps)
         return _layer_norm_composed(x, k, weight, bias, eps)
     return _ln.LayerNorm.apply(x, weight, bias, math.prod(shape), eps)
+
+
 # --8<-- [end:layer_norm]
 
 
@@ -258,10 +309,11 @@ def rms_norm(input: Tensor, normalized_shape, weight=None, eps=None) -> Tensor:
     """
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     k = len(shape)
-    if input.ndim < k or tuple(input.shape[input.ndim - k:]) != shape:
+    if input.ndim < k or tuple(input.shape[input.ndim - k :]) != shape:
         raise RuntimeError(
             f"Given normalized_shape={list(shape)}, expected input with shape [*, "
-            f"{', '.join(map(str, shape))}], but got input of size {list(input.shape)}")
+            f"{', '.join(map(str, shape))}], but got input of size {list(input.shape)}"
+        )
     if eps is None:
         eps = float(np.finfo(input.dtype.np).eps)
     dims = tuple(range(input.ndim - k, input.ndim))
@@ -270,8 +322,9 @@ def rms_norm(input: Tensor, normalized_shape, weight=None, eps=None) -> Tensor:
 
 
 # --8<-- [start:conv1d]
-def conv1d(input: Tensor, weight: Tensor, bias=None, stride=1, padding=0, dilation=1,
-           groups: int = 1) -> Tensor:
+def conv1d(
+    input: Tensor, weight: Tensor, bias=None, stride=1, padding=0, dilation=1, groups: int = 1
+) -> Tensor:
     """1-D convolution (cross-correlation, as PyTorch) of (N, C_in, L) by (C_out, C_in/groups, K).
 
     out[n, o, t] = bias[o] + sum_{c, k} weight[o, c, k] * x[n, c, t*stride + k*dilation - padding]
@@ -288,13 +341,15 @@ def conv1d(input: Tensor, weight: Tensor, bias=None, stride=1, padding=0, dilati
     if x.ndim != 3 or weight.ndim != 3:
         raise RuntimeError(
             f"conv1d(): expected a 2-D (C_in, L) or 3-D (N, C_in, L) input and a 3-D "
-            f"(C_out, C_in/groups, K) weight, got input {tuple(input.shape)} and weight {tuple(weight.shape)}")
+            f"(C_out, C_in/groups, K) weight, got input {tuple(input.shape)} and weight {tuple(weight.shape)}"
+        )
     N, C_in, L = x.shape
     C_out, C_g, K_ = weight.shape
     if C_in != C_g * groups or C_out % groups:
         raise RuntimeError(
             f"Given groups={groups}, weight of size {list(weight.shape)}, expected input"
-            f"{list(input.shape)} to have {C_g * groups} channels, but got {C_in} channels instead")
+            f"{list(input.shape)} to have {C_g * groups} channels, but got {C_in} channels instead"
+        )
     if padding == "valid":
         left = right = 0
     elif padding == "same":
@@ -309,20 +364,25 @@ def conv1d(input: Tensor, weight: Tensor, bias=None, stride=1, padding=0, dilati
     if L_out <= 0:
         raise RuntimeError(
             f"conv1d(): calculated padded input size per channel: ({Lp}). Kernel size: "
-            f"({dilation * (K_ - 1) + 1}, dilated). Kernel size can't be greater than actual input size")
+            f"({dilation * (K_ - 1) + 1}, dilated). Kernel size can't be greater than actual input size"
+        )
     if left or right:
-        x = pad(x, (left, right))                                          # (N, C_in, Lp)
+        x = pad(x, (left, right))  # (N, C_in, Lp)
     dev = x.device
-    idx_LK = arange(L_out, device=dev).unsqueeze(1) * stride + arange(K_, device=dev) * dilation  # (L_out, K)
-    cols = x[:, :, idx_LK]                                                  # (N, C_in, L_out, K)
+    idx_LK = (
+        arange(L_out, device=dev).unsqueeze(1) * stride + arange(K_, device=dev) * dilation
+    )  # (L_out, K)
+    cols = x[:, :, idx_LK]  # (N, C_in, L_out, K)
     G = groups
-    cols = cols.reshape(N, G, C_g, L_out, K_).permute(0, 1, 3, 2, 4)        # (N, G, L_out, C_g, K)
+    cols = cols.reshape(N, G, C_g, L_out, K_).permute(0, 1, 3, 2, 4)  # (N, G, L_out, C_g, K)
     cols = cols.reshape(N, G, L_out, C_g * K_)
-    w = weight.reshape(G, C_out // G, C_g * K_).transpose(1, 2)             # (G, C_g*K, C_out/G)
-    out = (cols @ w).permute(0, 1, 3, 2).reshape(N, C_out, L_out)           # (N, C_out, L_out)
+    w = weight.reshape(G, C_out // G, C_g * K_).transpose(1, 2)  # (G, C_g*K, C_out/G)
+    out = (cols @ w).permute(0, 1, 3, 2).reshape(N, C_out, L_out)  # (N, C_out, L_out)
     if bias is not None:
         out = out + bias.unsqueeze(1)
     return out.squeeze(0) if unbatched else out
+
+
 # --8<-- [end:conv1d]
 
 
@@ -345,28 +405,35 @@ def pad(input: Tensor, pad, mode: str = "constant", value=None) -> Tensor:
     if len(pad) % 2 or len(pad) // 2 > input.ndim:
         raise RuntimeError(
             f"Padding length must be divisible by 2 and at most twice the number of dims; "
-            f"got pad={pad} for input of shape {tuple(input.shape)}")
+            f"got pad={pad} for input of shape {tuple(input.shape)}"
+        )
     if mode != "constant" and value:
-        raise RuntimeError(f"Padding mode \"{mode}\" doesn't take in value argument")
+        raise RuntimeError(f'Padding mode "{mode}" doesn\'t take in value argument')
     x = input
     for i in range(len(pad) // 2):
         d = input.ndim - 1 - i
         lo, hi = pad[2 * i], pad[2 * i + 1]
         n = x.shape[d]
         if mode == "constant":
-            if lo < 0 or hi < 0:                      # negative padding crops
+            if lo < 0 or hi < 0:  # negative padding crops
                 x = x.narrow(d, max(-lo, 0), n - max(-lo, 0) - max(-hi, 0))
             side = []
             for width in (lo, hi):
                 s = list(x.shape)
                 s[d] = max(width, 0)
-                side.append([full(s, 0 if value is None else value, dtype=x.dtype, device=x.device)] if width > 0 else [])
+                side.append(
+                    [full(s, 0 if value is None else value, dtype=x.dtype, device=x.device)]
+                    if width > 0
+                    else []
+                )
             x = cat(side[0] + [x] + side[1], d) if side[0] or side[1] else x
             continue
         if mode == "reflect" and (lo >= n or hi >= n):
-            raise RuntimeError(f"reflect padding ({lo}, {hi}) must be smaller than the size {n} "
-                               f"of dim {d} (input of shape {tuple(input.shape)})")
-        if mode == "reflect":          # ... 2 1 | 0 1 2 ... n-1 | n-2 ...
+            raise RuntimeError(
+                f"reflect padding ({lo}, {hi}) must be smaller than the size {n} "
+                f"of dim {d} (input of shape {tuple(input.shape)})"
+            )
+        if mode == "reflect":  # ... 2 1 | 0 1 2 ... n-1 | n-2 ...
             idx = [abs(j) if j < n else 2 * (n - 1) - j for j in range(-lo, n + hi)]
         elif mode == "replicate":
             idx = [min(max(j, 0), n - 1) for j in range(-lo, n + hi)]
@@ -380,9 +447,16 @@ def pad(input: Tensor, pad, mode: str = "constant", value=None) -> Tensor:
 
 # ------------------------------------------------------------------- losses
 # --8<-- [start:cross_entropy]
-def cross_entropy(input: Tensor, target: Tensor, weight=None, size_average=None,
-                  ignore_index: int = -100, reduce=None, reduction: str = "mean",
-                  label_smoothing: float = 0.0) -> Tensor:
+def cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight=None,
+    size_average=None,
+    ignore_index: int = -100,
+    reduce=None,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
     """Cross-entropy between logits and class indices (or class probabilities).
 
     ``input`` is (N, C), (N, C, d1, ...) or unbatched (C,); ``target`` holds class
@@ -414,35 +488,47 @@ def cross_entropy(input: Tensor, target: Tensor, weight=None, size_average=None,
     class_dim = 0 if x.ndim == 1 else 1
     C = x.shape[class_dim]
     if weight is not None and tuple(weight.shape) != (C,):
-        raise RuntimeError(f"cross_entropy(): weight of shape {tuple(weight.shape)} should have "
-                           f"one entry per class ({C},)")
+        raise RuntimeError(
+            f"cross_entropy(): weight of shape {tuple(weight.shape)} should have "
+            f"one entry per class ({C},)"
+        )
     if target.dtype.is_floating_point:
         return _cross_entropy_probs(x, target, weight, reduction, label_smoothing, class_dim)
     if target.dtype is not int64:
-        raise RuntimeError(f"cross_entropy(): expected target of dtype int64 (class indices) or "
-                           f"floating (probabilities), got {target.dtype}")
-    batch_shape = tuple(x.shape[:class_dim]) + tuple(x.shape[class_dim + 1:])
+        raise RuntimeError(
+            f"cross_entropy(): expected target of dtype int64 (class indices) or "
+            f"floating (probabilities), got {target.dtype}"
+        )
+    batch_shape = tuple(x.shape[:class_dim]) + tuple(x.shape[class_dim + 1 :])
     if tuple(target.shape) != batch_shape:
         if x.ndim == 2 and target.ndim == 1:
-            raise ValueError(f"Expected input batch_size ({x.shape[0]}) to match target "
-                             f"batch_size ({target.shape[0]}).")
+            raise ValueError(
+                f"Expected input batch_size ({x.shape[0]}) to match target "
+                f"batch_size ({target.shape[0]})."
+            )
         raise RuntimeError(
             f"cross_entropy(): input of shape {tuple(x.shape)} (classes at dim {class_dim}) "
-            f"expects a target of shape {batch_shape}, got {tuple(target.shape)}")
-    if x.ndim > 2:   # (N, C, d1, ...) -> (N, d1, ..., C) -> rows of C
+            f"expects a target of shape {batch_shape}, got {tuple(target.shape)}"
+        )
+    if x.ndim > 2:  # (N, C, d1, ...) -> (N, d1, ..., C) -> rows of C
         x = x.permute(0, *range(2, x.ndim), 1)
     x_RC, t_R = x.reshape(-1, C), target.reshape(-1)
     if _on_host(x, target, weight):
-        loss = _ce.CrossEntropy.apply(x_RC, t_R, weight, ignore_index, float(label_smoothing),
-                                      reduction)
+        loss = _ce.CrossEntropy.apply(
+            x_RC, t_R, weight, ignore_index, float(label_smoothing), reduction
+        )
     else:
-        if _ce.gpu_fits(x_RC, t_R, weight):   # the fused GPU kernels, when they apply
-            loss = _ce.CrossEntropyGPU.apply(x_RC, t_R, weight, ignore_index,
-                                             float(label_smoothing), reduction)
+        if _ce.gpu_fits(x_RC, t_R, weight):  # the fused GPU kernels, when they apply
+            loss = _ce.CrossEntropyGPU.apply(
+                x_RC, t_R, weight, ignore_index, float(label_smoothing), reduction
+            )
         else:
-            loss = _cross_entropy_composed(x_RC, t_R, weight, ignore_index,
-                                           float(label_smoothing), reduction)
+            loss = _cross_entropy_composed(
+                x_RC, t_R, weight, ignore_index, float(label_smoothing), reduction
+            )
     return loss.reshape(batch_shape) if reduction == "none" else loss
+
+
 # --8<-- [end:cross_entropy]
 
 
@@ -470,10 +556,12 @@ def _nll_rows(logp_RC, t_R, weight, ignore_index, name):
         bad = keep & ((t_R < 0) | (t_R >= C))
         if bad.any().item():
             v = int(t_R.cpu()[bad.cpu()][0].item())
-            raise IndexError(f"Target {v} is out of bounds: {name} expects class indices in "
-                             f"[0, {C}) or ignore_index={ignore_index}")
-    safe = t_R * keep.long()                                                # ignored rows -> class 0
-    picked = logp_RC.gather(1, safe.unsqueeze(1)).squeeze(1)                # (R,)
+            raise IndexError(
+                f"Target {v} is out of bounds: {name} expects class indices in "
+                f"[0, {C}) or ignore_index={ignore_index}"
+            )
+    safe = t_R * keep.long()  # ignored rows -> class 0
+    picked = logp_RC.gather(1, safe.unsqueeze(1)).squeeze(1)  # (R,)
     w_R = keep.to(logp_RC.dtype)
     if weight is not None:
         w_R = weight.to(logp_RC.dtype)[safe] * w_R
@@ -483,8 +571,10 @@ def _nll_rows(logp_RC, t_R, weight, ignore_index, name):
 def _cross_entropy_probs(x, target, weight, reduction, eps, class_dim):
     """cross_entropy with class probabilities as targets (composed from ops)."""
     if tuple(target.shape) != tuple(x.shape):
-        raise RuntimeError(f"cross_entropy(): probability targets must have the input's shape "
-                           f"{tuple(x.shape)}, got {tuple(target.shape)}")
+        raise RuntimeError(
+            f"cross_entropy(): probability targets must have the input's shape "
+            f"{tuple(x.shape)}, got {tuple(target.shape)}"
+        )
     C = x.shape[class_dim]
     t = target.to(x.dtype)
     if eps > 0:
@@ -499,8 +589,15 @@ def _cross_entropy_probs(x, target, weight, reduction, eps, class_dim):
     return _reduce(loss, reduction)
 
 
-def nll_loss(input: Tensor, target: Tensor, weight=None, size_average=None, ignore_index: int = -100,
-             reduce=None, reduction: str = "mean") -> Tensor:
+def nll_loss(
+    input: Tensor,
+    target: Tensor,
+    weight=None,
+    size_average=None,
+    ignore_index: int = -100,
+    reduce=None,
+    reduction: str = "mean",
+) -> Tensor:
     """Negative log-likelihood of log-probabilities ``input`` (N, C[, d...]) at class ``target``.
 
     loss = -weight[t] * input[t] per row; the mean divides by the sum of the
@@ -511,15 +608,19 @@ def nll_loss(input: Tensor, target: Tensor, weight=None, size_average=None, igno
         raise RuntimeError("nll_loss(): input must have at least one dim (the classes)")
     class_dim = 0 if input.ndim == 1 else 1
     C = input.shape[class_dim]
-    batch_shape = tuple(input.shape[:class_dim]) + tuple(input.shape[class_dim + 1:])
+    batch_shape = tuple(input.shape[:class_dim]) + tuple(input.shape[class_dim + 1 :])
     if target.dtype is not int64:
         raise RuntimeError(f"nll_loss(): expected target of dtype int64, got {target.dtype}")
     if tuple(target.shape) != batch_shape:
         if input.ndim == 2 and target.ndim == 1:
-            raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target "
-                             f"batch_size ({target.shape[0]}).")
-        raise RuntimeError(f"nll_loss(): input of shape {tuple(input.shape)} expects a target of "
-                           f"shape {batch_shape}, got {tuple(target.shape)}")
+            raise ValueError(
+                f"Expected input batch_size ({input.shape[0]}) to match target "
+                f"batch_size ({target.shape[0]})."
+            )
+        raise RuntimeError(
+            f"nll_loss(): input of shape {tuple(input.shape)} expects a target of "
+            f"shape {batch_shape}, got {tuple(target.shape)}"
+        )
     x = input.permute(*[d for d in range(input.ndim) if d != class_dim], class_dim).reshape(-1, C)
     loss, w_R, _ = _nll_rows(x, target.reshape(-1), weight, ignore_index, "nll_loss")
     if reduction == "none":
@@ -527,15 +628,23 @@ def nll_loss(input: Tensor, target: Tensor, weight=None, size_average=None, igno
     return loss.sum() if reduction == "sum" else loss.sum() / w_R.sum()
 
 
-def mse_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean",
-             weight=None) -> Tensor:
+def mse_loss(
+    input: Tensor,
+    target: Tensor,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+    weight=None,
+) -> Tensor:
     """Mean (or sum) of squared differences; shapes broadcast (PyTorch warns when they differ)."""
     reduction = _reduction(size_average, reduce, reduction)
     if tuple(input.shape) != tuple(target.shape):
         warnings.warn(
             f"Using a target size ({tuple(target.shape)}) that is different to the input size "
             f"({tuple(input.shape)}). This will likely lead to incorrect results due to "
-            f"broadcasting. Please ensure they have the same size.", stacklevel=2)
+            f"broadcasting. Please ensure they have the same size.",
+            stacklevel=2,
+        )
         broadcast_shapes(input.shape, target.shape)
     d = input - target
     loss = d * d
@@ -544,15 +653,22 @@ def mse_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, redu
     return _reduce(loss, reduction)
 
 
-def binary_cross_entropy(input: Tensor, target: Tensor, weight=None, size_average=None,
-                         reduce=None, reduction: str = "mean") -> Tensor:
+def binary_cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight=None,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+) -> Tensor:
     """-(y log x + (1 - y) log(1 - x)) for probabilities x; each log is clamped at -100,
     so x = 0 or 1 gives a finite loss (as PyTorch)."""
     reduction = _reduction(size_average, reduce, reduction)
     if tuple(target.shape) != tuple(input.shape):
         raise ValueError(
             f"Using a target size ({tuple(target.shape)}) that is different to the input size "
-            f"({tuple(input.shape)}) is deprecated. Please ensure they have the same size.")
+            f"({tuple(input.shape)}) is deprecated. Please ensure they have the same size."
+        )
     if input.numel() and not ((input >= 0) & (input <= 1)).all().item():
         raise RuntimeError("all elements of input should be between 0 and 1")
     loss = _bce.BinaryCrossEntropy.apply(input, target.to(input.dtype))
@@ -561,16 +677,25 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight=None, size_averag
     return _reduce(loss, reduction)
 
 
-def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight=None, size_average=None,
-                                     reduce=None, reduction: str = "mean", pos_weight=None) -> Tensor:
+def binary_cross_entropy_with_logits(
+    input: Tensor,
+    target: Tensor,
+    weight=None,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+    pos_weight=None,
+) -> Tensor:
     """Sigmoid and binary cross-entropy in one stable expression of the logits ``input``.
 
     ``pos_weight`` (broadcast along the last dim) multiplies the loss of positive targets.
     """
     reduction = _reduction(size_average, reduce, reduction)
     if tuple(target.shape) != tuple(input.shape):
-        raise ValueError(f"Target size ({tuple(target.shape)}) must be the same as input size "
-                         f"({tuple(input.shape)})")
+        raise ValueError(
+            f"Target size ({tuple(target.shape)}) must be the same as input size "
+            f"({tuple(input.shape)})"
+        )
     if pos_weight is not None:
         broadcast_shapes(pos_weight.shape, input.shape)
         pos_weight = pos_weight.to(input.dtype)
@@ -582,9 +707,16 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight=None,
 
 # ---------------------------------------------------------------- attention
 # --8<-- [start:sdpa]
-def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask=None,
-                                 dropout_p: float = 0.0, is_causal: bool = False, scale=None,
-                                 enable_gqa: bool = False) -> Tensor:
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask=None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale=None,
+    enable_gqa: bool = False,
+) -> Tensor:
     """softmax(Q K^T * scale + mask) V for Q (..., L, D), K (..., S, D), V (..., S, Dv).
 
     ``attn_mask`` is a bool tensor (True = may attend) or a float tensor added to
@@ -600,15 +732,20 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     for name, t in (("query", query), ("key", key), ("value", value)):
         _check_tensor("scaled_dot_product_attention", t)
         if t.ndim < 2:
-            raise RuntimeError(f"scaled_dot_product_attention(): {name} must be at least 2-D "
-                               f"(..., T, D), got shape {tuple(t.shape)}")
+            raise RuntimeError(
+                f"scaled_dot_product_attention(): {name} must be at least 2-D "
+                f"(..., T, D), got shape {tuple(t.shape)}"
+            )
     if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
         raise RuntimeError(
             f"scaled_dot_product_attention(): query {tuple(query.shape)}, key {tuple(key.shape)} "
-            f"and value {tuple(value.shape)} must be (..., L, D), (..., S, D), (..., S, Dv)")
+            f"and value {tuple(value.shape)} must be (..., L, D), (..., S, D), (..., S, Dv)"
+        )
     if is_causal and attn_mask is not None:
-        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set "
-                           "when is_causal=True")
+        raise RuntimeError(
+            "_scaled_dot_product_attention: Explicit attn_mask should not be set "
+            "when is_causal=True"
+        )
     if not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {dropout_p}")
     if enable_gqa and query.ndim >= 3 and key.shape[-3] != query.shape[-3]:
@@ -623,9 +760,11 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
         try:
             broadcast_shapes(attn_mask.shape, scores_shape)
         except Exception:
-            raise RuntimeError(f"scaled_dot_product_attention(): attn_mask of shape "
-                               f"{tuple(attn_mask.shape)} cannot broadcast to the scores' shape "
-                               f"{scores_shape}") from None
+            raise RuntimeError(
+                f"scaled_dot_product_attention(): attn_mask of shape "
+                f"{tuple(attn_mask.shape)} cannot broadcast to the scores' shape "
+                f"{scores_shape}"
+            ) from None
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     if not _on_host(query, key, value, attn_mask):
         return _sdpa_composed(query, key, value, attn_mask, dropout_p, bool(is_causal), scale)
@@ -633,6 +772,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
         return _attention.Attention.apply(query, key, value, attn_mask, scale, bool(is_causal))
     p_LS = _softmax.MaskedSoftmax.apply(query @ key.mT, attn_mask, scale, bool(is_causal))
     return dropout(p_LS, dropout_p) @ value
+
+
 # --8<-- [end:sdpa]
 
 
@@ -644,7 +785,7 @@ def _sdpa_composed(q, k, v, mask, dropout_p, causal, scale):
     the values or in the gradients.
     """
     L, S = q.shape[-2], k.shape[-2]
-    s = (q @ k.mT) * scale                                                  # (..., L, S)
+    s = (q @ k.mT) * scale  # (..., L, S)
     allowed = None
     if causal:
         allowed = arange(L, device=q.device).unsqueeze(1) >= arange(S, device=q.device)
@@ -657,7 +798,7 @@ def _sdpa_composed(q, k, v, mask, dropout_p, causal, scale):
         s = s.masked_fill(~allowed, float(np.finfo(q.dtype.np).min))
     p = s.softmax(-1)
     if allowed is not None:
-        p = p * allowed.any(-1, keepdim=True).to(p.dtype)                  # rows with no key: 0
+        p = p * allowed.any(-1, keepdim=True).to(p.dtype)  # rows with no key: 0
     return dropout(p, dropout_p) @ v
 
 
@@ -667,5 +808,6 @@ def _repeat_heads(t, h):
     if h % hk:
         raise RuntimeError(f"enable_gqa: {h} query heads is not a multiple of {hk} key/value heads")
     lead = tuple(t.shape[:-3])
-    return (t.unsqueeze(-3).expand(*lead, hk, h // hk, *t.shape[-2:])
-            .reshape(*lead, h, *t.shape[-2:]))
+    return (
+        t.unsqueeze(-3).expand(*lead, hk, h // hk, *t.shape[-2:]).reshape(*lead, h, *t.shape[-2:])
+    )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
+from sitp._tensor.creation import tensor as _tensor
 from sitp.autograd.grad_mode import no_grad
 from sitp.random import _rng
-from sitp._tensor.creation import tensor as _tensor
 
 
 def calculate_gain(nonlinearity: str, param=None) -> float:
@@ -19,7 +19,7 @@ def calculate_gain(nonlinearity: str, param=None) -> float:
         return math.sqrt(2.0)
     if nonlinearity == "leaky_relu":
         slope = 0.01 if param is None else param
-        return math.sqrt(2.0 / (1 + slope ** 2))
+        return math.sqrt(2.0 / (1 + slope**2))
     if nonlinearity == "selu":
         return 3.0 / 4
     raise ValueError(f"Unsupported nonlinearity {nonlinearity}")
@@ -28,7 +28,8 @@ def calculate_gain(nonlinearity: str, param=None) -> float:
 def _calculate_fan_in_and_fan_out(tensor):
     if tensor.ndim < 2:
         raise ValueError(
-            "Fan in and fan out can not be computed for tensor with fewer than 2 dimensions")
+            "Fan in and fan out can not be computed for tensor with fewer than 2 dimensions"
+        )
     receptive = 1
     for n in tensor.shape[2:]:
         receptive *= n
@@ -88,15 +89,17 @@ def xavier_normal_(tensor, gain: float = 1.0, generator=None):
     return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator)
 
 
-def kaiming_uniform_(tensor, a: float = 0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
-                     generator=None):
+def kaiming_uniform_(
+    tensor, a: float = 0, mode: str = "fan_in", nonlinearity: str = "leaky_relu", generator=None
+):
     """U(-bound, bound) with bound = gain * sqrt(3 / fan)."""
     gain = calculate_gain(nonlinearity, a)
     bound = math.sqrt(3.0) * gain / math.sqrt(_fan(tensor, mode))
     return uniform_(tensor, -bound, bound, generator)
 
 
-def kaiming_normal_(tensor, a: float = 0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
-                    generator=None):
+def kaiming_normal_(
+    tensor, a: float = 0, mode: str = "fan_in", nonlinearity: str = "leaky_relu", generator=None
+):
     gain = calculate_gain(nonlinearity, a)
     return normal_(tensor, 0.0, gain / math.sqrt(_fan(tensor, mode)), generator)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+from sitp._tensor.creation import empty, tensor
 from sitp._tensor.tensor import Tensor
-from sitp._tensor.creation import empty
-from sitp._tensor.creation import tensor
 
 
 class Parameter(Tensor):
@@ -34,5 +33,3 @@ class Parameter(Tensor):
 
     def __reduce_ex__(self, proto):
         return (Parameter, (tensor(self.detach().numpy()), self.requires_grad))
-
-

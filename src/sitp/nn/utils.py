@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 
-from sitp.autograd.grad_mode import no_grad
 from sitp._tensor.creation import tensor
+from sitp.autograd.grad_mode import no_grad
 
 
 @no_grad()
-def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
-                    error_if_nonfinite: bool = False):
+def clip_grad_norm_(
+    parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False
+):
     """Scale all gradients so their joint norm is at most ``max_norm``.
 
     Returns the total norm before clipping (a 0-d tensor), as PyTorch does.
@@ -23,7 +24,9 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
     if norm_type == math.inf:
         total = max(g.abs().max().item() for g in grads)
     else:
-        total = sum((g.double().abs() ** norm_type).sum().item() for g in grads) ** (1.0 / norm_type)
+        total = sum((g.double().abs() ** norm_type).sum().item() for g in grads) ** (
+            1.0 / norm_type
+        )
     if error_if_nonfinite and not math.isfinite(total):
         raise RuntimeError(f"The total norm of order {norm_type} for gradients is non-finite")
     coef = max_norm / (total + 1e-6)

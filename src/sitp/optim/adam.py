@@ -18,9 +18,9 @@ from typing import Iterable
 
 import numpy as np
 
+from sitp._tensor.creation import tensor, zeros_like
 from sitp.autograd.grad_mode import no_grad
 from sitp.backends.cpu.fused.adam import adam_kernel
-from sitp._tensor.creation import tensor, zeros_like
 from sitp.dtypes import float32
 from sitp.functional import maximum
 from sitp.optim.optimizer import Optimizer
@@ -31,7 +31,7 @@ def _flat(t):
     s = t._storage
     if not isinstance(s, np.ndarray) or not t.is_contiguous():
         return None
-    return s[t._offset:t._offset + t.numel()]
+    return s[t._offset : t._offset + t.numel()]
 
 
 def _bump(step):
@@ -75,17 +75,35 @@ class Adam(Optimizer):
     True
     """
 
-    def __init__(self, params: Iterable, lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0, amsgrad: bool = False, *, maximize: bool = False,
-                 foreach: bool | None = None, capturable: bool = False,
-                 differentiable: bool = False, fused: bool | None = None,
-                 decoupled_weight_decay: bool = False):
+    def __init__(
+        self,
+        params: Iterable,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+        decoupled_weight_decay: bool = False,
+    ):
         if differentiable or capturable:
             raise NotImplementedError("sitp's optimizers are neither differentiable nor capturable")
-        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                        amsgrad=amsgrad, maximize=maximize, foreach=foreach, fused=fused,
-                        decoupled_weight_decay=decoupled_weight_decay)
+        defaults = dict(
+            lr=lr,
+            betas=tuple(betas),
+            eps=eps,
+            weight_decay=weight_decay,
+            amsgrad=amsgrad,
+            maximize=maximize,
+            foreach=foreach,
+            fused=fused,
+            decoupled_weight_decay=decoupled_weight_decay,
+        )
         super().__init__(params, defaults)
 
     def _validate(self, group) -> None:
@@ -127,31 +145,40 @@ class Adam(Optimizer):
                     g = p.grad if not group["maximize"] else -p.grad
                     state = self._init_state(p, amsgrad)
                     m, v = state["exp_avg"], state["exp_avg_sq"]
-                    t = _bump(state["step"])                # step += 1, as a float
+                    t = _bump(state["step"])  # step += 1, as a float
                     arrays = [_flat(x) for x in (p, g, m, v)] if not amsgrad else [None]
                     if all(a is not None for a in arrays) and len({a.dtype for a in arrays}) == 1:
                         # the same update in one pass (backends/cpu/fused/adam.py)
-                        adam_kernel(*arrays, lr, beta1, beta2, eps, wd,
-                                    group["decoupled_weight_decay"], 1 - beta1 ** t,
-                                    (1 - beta2 ** t) ** 0.5)
-                        p._vc[0] += 1                      # an in-place write, as p.add_
+                        adam_kernel(
+                            *arrays,
+                            lr,
+                            beta1,
+                            beta2,
+                            eps,
+                            wd,
+                            group["decoupled_weight_decay"],
+                            1 - beta1**t,
+                            (1 - beta2**t) ** 0.5,
+                        )
+                        p._vc[0] += 1  # an in-place write, as p.add_
                         continue
                     if wd != 0:
                         if group["decoupled_weight_decay"]:
-                            p.mul_(1 - lr * wd)             # AdamW: θ = (1 - lr λ) θ
+                            p.mul_(1 - lr * wd)  # AdamW: θ = (1 - lr λ) θ
                         else:
-                            g = g.add(p, alpha=wd)          # Adam: L2, g = g + λθ
-                    m.lerp_(g, 1 - beta1)                   # m = β1 m + (1 - β1) g
-                    v.mul_(beta2).addcmul_(g, g, value=1 - beta2)   # v = β2 v + (1 - β2) g²
-                    bias_correction1 = 1 - beta1 ** t
-                    bias_correction2 = 1 - beta2 ** t
-                    if amsgrad:                             # v_max = max(v_max, v)
+                            g = g.add(p, alpha=wd)  # Adam: L2, g = g + λθ
+                    m.lerp_(g, 1 - beta1)  # m = β1 m + (1 - β1) g
+                    v.mul_(beta2).addcmul_(g, g, value=1 - beta2)  # v = β2 v + (1 - β2) g²
+                    bias_correction1 = 1 - beta1**t
+                    bias_correction2 = 1 - beta2**t
+                    if amsgrad:  # v_max = max(v_max, v)
                         v_max = state["max_exp_avg_sq"]
                         v = v_max.copy_(maximum(v_max, v))
                     # θ = θ - lr m̂ / (sqrt(v̂) + ε), with m̂ = m / bc1 and v̂ = v / bc2
-                    denom = (v.sqrt() / bias_correction2 ** 0.5).add_(eps)
+                    denom = (v.sqrt() / bias_correction2**0.5).add_(eps)
                     p.addcdiv_(m, denom, value=-lr / bias_correction1)
         return loss
+
     # --8<-- [end:step]
 
 
@@ -169,14 +196,35 @@ class AdamW(Adam):
     True
     """
 
-    def __init__(self, params: Iterable, lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False,
-                 foreach: bool | None = None, capturable: bool = False,
-                 differentiable: bool = False, fused: bool | None = None):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
-                         foreach=foreach, capturable=capturable, differentiable=differentiable,
-                         fused=fused, decoupled_weight_decay=True)
+    def __init__(
+        self,
+        params: Iterable,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+    ):
+        super().__init__(
+            params,
+            lr,
+            betas,
+            eps,
+            weight_decay,
+            amsgrad,
+            maximize=maximize,
+            foreach=foreach,
+            capturable=capturable,
+            differentiable=differentiable,
+            fused=fused,
+            decoupled_weight_decay=True,
+        )
 
     def load_state_dict(self, state_dict) -> None:
         super().load_state_dict(state_dict)

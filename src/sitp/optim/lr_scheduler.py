@@ -42,8 +42,10 @@ class LRScheduler:
         else:
             for i, group in enumerate(optimizer.param_groups):
                 if "initial_lr" not in group:
-                    raise KeyError(f"param 'initial_lr' is not specified in param_groups[{i}] "
-                                   "when resuming a scheduler with last_epoch >= 0")
+                    raise KeyError(
+                        f"param 'initial_lr' is not specified in param_groups[{i}] "
+                        "when resuming a scheduler with last_epoch >= 0"
+                    )
         self.base_lrs: list[float] = [group["initial_lr"] for group in optimizer.param_groups]
         self.last_epoch = last_epoch
         self._step_count = 0
@@ -61,6 +63,7 @@ class LRScheduler:
         for group, lr in zip(self.optimizer.param_groups, self.get_lr()):
             group["lr"] = lr
         self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
     # --8<-- [end:step]
 
     def get_last_lr(self) -> list[float]:
@@ -90,8 +93,9 @@ class LambdaLR(LRScheduler):
     def __init__(self, optimizer: Optimizer, lr_lambda, last_epoch: int = -1):
         if isinstance(lr_lambda, (list, tuple)):
             if len(lr_lambda) != len(optimizer.param_groups):
-                raise ValueError(f"Expected {len(optimizer.param_groups)} lr_lambdas, "
-                                 f"but got {len(lr_lambda)}")
+                raise ValueError(
+                    f"Expected {len(optimizer.param_groups)} lr_lambdas, but got {len(lr_lambda)}"
+                )
             self.lr_lambdas = list(lr_lambda)
         else:
             self.lr_lambdas = [lr_lambda] * len(optimizer.param_groups)
@@ -103,8 +107,14 @@ class LambdaLR(LRScheduler):
     def state_dict(self) -> dict[str, Any]:
         """As PyTorch: a function is not saved (None); a callable object saves its ``__dict__``."""
         state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "lr_lambdas")}
-        state["lr_lambdas"] = [None if isinstance(f, types.FunctionType) else dict(vars(f))
-                               if hasattr(f, "__dict__") else None for f in self.lr_lambdas]
+        state["lr_lambdas"] = [
+            None
+            if isinstance(f, types.FunctionType)
+            else dict(vars(f))
+            if hasattr(f, "__dict__")
+            else None
+            for f in self.lr_lambdas
+        ]
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -120,15 +130,17 @@ class StepLR(LRScheduler):
     """Multiply the rate by ``gamma`` every ``step_size`` steps:
     ``lr = base_lr * gamma ** (step // step_size)``."""
 
-    def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1,
-                 last_epoch: int = -1):
+    def __init__(
+        self, optimizer: Optimizer, step_size: int, gamma: float = 0.1, last_epoch: int = -1
+    ):
         self.step_size = step_size
         self.gamma = gamma
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
-        return [base_lr * self.gamma ** (self.last_epoch // self.step_size)
-                for base_lr in self.base_lrs]
+        return [
+            base_lr * self.gamma ** (self.last_epoch // self.step_size) for base_lr in self.base_lrs
+        ]
 
 
 class CosineAnnealingLR(LRScheduler):
@@ -140,8 +152,9 @@ class CosineAnnealingLR(LRScheduler):
     period ``2 * T_max``); choose ``T_max`` = the number of steps you will take.
     """
 
-    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0,
-                 last_epoch: int = -1):
+    def __init__(
+        self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1
+    ):
         self.T_max = T_max
         self.eta_min = eta_min
         super().__init__(optimizer, last_epoch)
@@ -149,26 +162,39 @@ class CosineAnnealingLR(LRScheduler):
     # --8<-- [start:cosine]
     def get_lr(self) -> list[float]:
         cos = math.cos(math.pi * self.last_epoch / self.T_max)
-        return [self.eta_min + (base_lr - self.eta_min) * (1 + cos) / 2
-                for base_lr in self.base_lrs]
+        return [
+            self.eta_min + (base_lr - self.eta_min) * (1 + cos) / 2 for base_lr in self.base_lrs
+        ]
+
     # --8<-- [end:cosine]
 
 
 # --8<-- [start:warmup_cosine]
-def _warmup_cosine(step: int, *, num_warmup_steps: int, num_training_steps: int,
-                   num_cycles: float, min_lr_ratio: float) -> float:
-    if step < num_warmup_steps:                     # linear warmup: 0, 1/w, 2/w, ...
+def _warmup_cosine(
+    step: int,
+    *,
+    num_warmup_steps: int,
+    num_training_steps: int,
+    num_cycles: float,
+    min_lr_ratio: float,
+) -> float:
+    if step < num_warmup_steps:  # linear warmup: 0, 1/w, 2/w, ...
         return step / max(1, num_warmup_steps)
     progress = (step - num_warmup_steps) / max(1, num_training_steps - num_warmup_steps)
-    progress = min(progress, 1.0)                   # after the schedule: stay at the bottom
+    progress = min(progress, 1.0)  # after the schedule: stay at the bottom
     cosine = 0.5 * (1.0 + math.cos(math.pi * num_cycles * 2.0 * progress))
     return min_lr_ratio + (1.0 - min_lr_ratio) * max(0.0, cosine)
 
 
-def get_cosine_schedule_with_warmup(optimizer: Optimizer, num_warmup_steps: int,
-                                    num_training_steps: int, num_cycles: float = 0.5,
-                                    last_epoch: int = -1, *,
-                                    min_lr_ratio: float = 0.0) -> LambdaLR:
+def get_cosine_schedule_with_warmup(
+    optimizer: Optimizer,
+    num_warmup_steps: int,
+    num_training_steps: int,
+    num_cycles: float = 0.5,
+    last_epoch: int = -1,
+    *,
+    min_lr_ratio: float = 0.0,
+) -> LambdaLR:
     """Linear warmup from 0 to the base rate, then cosine decay to ``min_lr_ratio * base``.
 
     The schedule of Hugging Face's function of the same name (with its ``num_cycles=0.5``,
@@ -176,16 +202,29 @@ def get_cosine_schedule_with_warmup(optimizer: Optimizer, num_warmup_steps: int,
     ``num_training_steps`` the rate stays at the floor.
     """
     if not 0 <= num_warmup_steps <= num_training_steps:
-        raise ValueError(f"need 0 <= num_warmup_steps <= num_training_steps, got "
-                         f"{num_warmup_steps} and {num_training_steps}")
+        raise ValueError(
+            f"need 0 <= num_warmup_steps <= num_training_steps, got "
+            f"{num_warmup_steps} and {num_training_steps}"
+        )
     if not 0.0 <= min_lr_ratio <= 1.0:
         raise ValueError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}")
-    factor = functools.partial(_warmup_cosine, num_warmup_steps=num_warmup_steps,
-                               num_training_steps=num_training_steps, num_cycles=num_cycles,
-                               min_lr_ratio=min_lr_ratio)
+    factor = functools.partial(
+        _warmup_cosine,
+        num_warmup_steps=num_warmup_steps,
+        num_training_steps=num_training_steps,
+        num_cycles=num_cycles,
+        min_lr_ratio=min_lr_ratio,
+    )
     return LambdaLR(optimizer, factor, last_epoch)
+
+
 # --8<-- [end:warmup_cosine]
 
 
-__all__: list[str] = ["LRScheduler", "LambdaLR", "StepLR", "CosineAnnealingLR",
-                      "get_cosine_schedule_with_warmup"]
+__all__: list[str] = [
+    "LRScheduler",
+    "LambdaLR",
+    "StepLR",
+    "CosineAnnealingLR",
+    "get_cosine_schedule_with_warmup",
+]

@@ -18,9 +18,9 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from sitp.autograd.grad_mode import enable_grad
 from sitp._tensor.creation import tensor as _tensor
 from sitp._tensor.tensor import Tensor
+from sitp.autograd.grad_mode import enable_grad
 
 
 class _RequiredParameter:
@@ -63,7 +63,8 @@ class Optimizer:
         if isinstance(params, Tensor):
             raise TypeError(
                 "params argument given to the optimizer should be an iterable of Tensors "
-                f"or dicts, but got {type(params).__name__}")
+                f"or dicts, but got {type(params).__name__}"
+            )
         param_groups = list(params)
         if len(param_groups) == 0:
             raise ValueError("optimizer got an empty parameter list")
@@ -81,33 +82,42 @@ class Optimizer:
         if isinstance(params, Tensor):
             params = [params]
         elif isinstance(params, set):
-            raise TypeError("optimizer parameters need to be organized in ordered collections, "
-                            "but the ordering of tensors in sets will change between runs. "
-                            "Please use a list instead.")
+            raise TypeError(
+                "optimizer parameters need to be organized in ordered collections, "
+                "but the ordering of tensors in sets will change between runs. "
+                "Please use a list instead."
+            )
         params = list(params)
         if any(isinstance(p, tuple) for p in params):  # from model.named_parameters()
             if not all(isinstance(p, tuple) and len(p) == 2 for p in params):
-                raise ValueError("all optimizer params should be with/without names. "
-                                 "Some param names are missing")
+                raise ValueError(
+                    "all optimizer params should be with/without names. "
+                    "Some param names are missing"
+                )
             param_group["param_names"] = [name for name, _ in params]
             params = [p for _, p in params]
         param_group["params"] = params
         for p in param_group["params"]:
             if not isinstance(p, Tensor):
-                raise TypeError(f"optimizer can only optimize Tensors, but one of the params "
-                                f"is {type(p).__name__}")
+                raise TypeError(
+                    f"optimizer can only optimize Tensors, but one of the params "
+                    f"is {type(p).__name__}"
+                )
             if not p.is_leaf:
                 raise ValueError("can't optimize a non-leaf Tensor")
         for name, default in self.defaults.items():  # what the group leaves out
             if default is required and name not in param_group:
-                raise ValueError(f"parameter group didn't specify a value of required "
-                                 f"optimization parameter {name}")
+                raise ValueError(
+                    f"parameter group didn't specify a value of required "
+                    f"optimization parameter {name}"
+                )
             param_group.setdefault(name, default)
         self._validate(param_group)
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         if any(id(p) in seen for p in param_group["params"]):
             raise ValueError("some parameters appear in more than one parameter group")
         self.param_groups.append(param_group)
+
     # --8<-- [end:add_param_group]
 
     def _validate(self, group: dict[str, Any]) -> None:
@@ -132,6 +142,7 @@ class Optimizer:
                     else:
                         p.grad.requires_grad_(False)
                     p.grad.zero_()
+
     # --8<-- [end:zero_grad]
 
     def step(self, closure: Callable[[], Any] | None = None):
@@ -171,12 +182,18 @@ class Optimizer:
         saved_groups = state_dict["param_groups"]
         if len(saved_groups) != len(self.param_groups):
             raise ValueError("loaded state dict has a different number of parameter groups")
-        if any(len(s["params"]) != len(g["params"])
-               for s, g in zip(saved_groups, self.param_groups)):
-            raise ValueError("loaded state dict contains a parameter group "
-                             "that doesn't match the size of optimizer's group")
-        id_map = {i: p for s, g in zip(saved_groups, self.param_groups)
-                  for i, p in zip(s["params"], g["params"])}
+        if any(
+            len(s["params"]) != len(g["params"]) for s, g in zip(saved_groups, self.param_groups)
+        ):
+            raise ValueError(
+                "loaded state dict contains a parameter group "
+                "that doesn't match the size of optimizer's group"
+            )
+        id_map = {
+            i: p
+            for s, g in zip(saved_groups, self.param_groups)
+            for i, p in zip(s["params"], g["params"])
+        }
 
         def cast(p: Tensor, key: str, value):
             if isinstance(value, Tensor) or hasattr(value, "detach"):
@@ -193,7 +210,9 @@ class Optimizer:
                 self.state[p] = {k: cast(p, k, v) for k, v in s.items()}
         self.param_groups = [
             {**{k: v for k, v in s.items() if k != "params"}, "params": g["params"]}
-            for s, g in zip(saved_groups, self.param_groups)]
+            for s, g in zip(saved_groups, self.param_groups)
+        ]
+
     # --8<-- [end:state_dict]
 
     def __repr__(self) -> str:

@@ -41,15 +41,32 @@ class SGD(Optimizer):
     True
     """
 
-    def __init__(self, params: Iterable, lr: float = 1e-3, momentum: float = 0.0,
-                 dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False,
-                 *, maximize: bool = False, foreach: bool | None = None,
-                 differentiable: bool = False, fused: bool | None = None):
+    def __init__(
+        self,
+        params: Iterable,
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        differentiable: bool = False,
+        fused: bool | None = None,
+    ):
         if differentiable:
             raise NotImplementedError("sitp's optimizers are not differentiable")
-        defaults = dict(lr=lr, momentum=momentum, dampening=dampening,
-                        weight_decay=weight_decay, nesterov=nesterov, maximize=maximize,
-                        foreach=foreach, fused=fused)
+        defaults = dict(
+            lr=lr,
+            momentum=momentum,
+            dampening=dampening,
+            weight_decay=weight_decay,
+            nesterov=nesterov,
+            maximize=maximize,
+            foreach=foreach,
+            fused=fused,
+        )
         super().__init__(params, defaults)
 
     def _validate(self, group) -> None:
@@ -74,15 +91,16 @@ class SGD(Optimizer):
                         continue
                     g = p.grad if not group["maximize"] else -p.grad
                     if wd != 0:
-                        g = g.add(p, alpha=wd)              # g + λθ: the gradient of λ/2 |θ|²
+                        g = g.add(p, alpha=wd)  # g + λθ: the gradient of λ/2 |θ|²
                     if mu != 0:
                         state = self.state[p]
                         buf = state.get("momentum_buffer")
-                        if buf is None:                     # first step: b = g
+                        if buf is None:  # first step: b = g
                             buf = state["momentum_buffer"] = g.detach().clone()
-                        else:                               # b = μ b + (1 - dampening) g
+                        else:  # b = μ b + (1 - dampening) g
                             buf.mul_(mu).add_(g, alpha=1 - group["dampening"])
                         g = g.add(buf, alpha=mu) if group["nesterov"] else buf
-                    p.add_(g, alpha=-lr)                    # θ = θ - lr g
+                    p.add_(g, alpha=-lr)  # θ = θ - lr g
         return loss
+
     # --8<-- [end:step]

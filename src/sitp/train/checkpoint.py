@@ -26,6 +26,7 @@ weights it belongs with, so a crash in the microseconds between two renames is
 caught on load (a one-line :class:`CheckpointError`) instead of silently mixing two
 steps.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -55,8 +56,9 @@ def _safetensors():
     try:
         import safetensors.numpy  # late: safetensors only when a checkpoint is read or written
     except ImportError:
-        raise CheckpointError("checkpoints need the safetensors package: "
-                              "pip install safetensors") from None
+        raise CheckpointError(
+            "checkpoints need the safetensors package: pip install safetensors"
+        ) from None
     return safetensors.numpy
 
 
@@ -93,8 +95,7 @@ def _unpack_optimizer(arrays: dict[str, np.ndarray], meta: dict) -> dict:
     return {"state": state, "param_groups": meta["param_groups"]}
 
 
-def save_checkpoint(out_dir: str | os.PathLike, model, optimizer, scheduler,
-                    record: dict) -> dict:
+def save_checkpoint(out_dir: str | os.PathLike, model, optimizer, scheduler, record: dict) -> dict:
     """Writes the model, the optimizer and ``record`` to ``out_dir``, each atomically.
 
     Args:
@@ -115,9 +116,13 @@ def save_checkpoint(out_dir: str | os.PathLike, model, optimizer, scheduler,
     model_bytes = st_save(weights, metadata={"format": "pt"})
     opt_arrays, opt_meta = _pack_optimizer(optimizer.state_dict())
     opt_bytes = st_save(opt_arrays, metadata={"format": "pt"})
-    record = dict(record, format=FORMAT, optimizer=opt_meta,
-                  scheduler=scheduler.state_dict() if scheduler is not None else None,
-                  files={MODEL_FILE: _sha256(model_bytes), OPTIMIZER_FILE: _sha256(opt_bytes)})
+    record = dict(
+        record,
+        format=FORMAT,
+        optimizer=opt_meta,
+        scheduler=scheduler.state_dict() if scheduler is not None else None,
+        files={MODEL_FILE: _sha256(model_bytes), OPTIMIZER_FILE: _sha256(opt_bytes)},
+    )
     record_bytes = json.dumps(record, indent=1).encode("utf-8")  # fails before any write
     write_atomically(out / MODEL_FILE, model_bytes)
     write_atomically(out / OPTIMIZER_FILE, opt_bytes)
@@ -171,7 +176,8 @@ def _read_tensors(path: Path, digest: str | None) -> dict[str, np.ndarray]:
         raise CheckpointError(f"corrupt checkpoint: {path.name} is missing") from None
     if digest is not None and _sha256(data) != digest:
         raise CheckpointError(
-            f"corrupt checkpoint: {path} does not match {RECORD_FILE} (SHA-256 differs)")
+            f"corrupt checkpoint: {path} does not match {RECORD_FILE} (SHA-256 differs)"
+        )
     try:
         return st_load(data)
     except Exception as error:  # safetensors raises its own SafetensorError
@@ -196,5 +202,12 @@ def load_checkpoint(out_dir: str | os.PathLike) -> Checkpoint:
     return Checkpoint(record, model_state, optimizer_state)
 
 
-__all__ = ["Checkpoint", "CheckpointError", "has_checkpoint", "load_checkpoint", "load_record",
-           "save_checkpoint", "write_atomically"]
+__all__ = [
+    "Checkpoint",
+    "CheckpointError",
+    "has_checkpoint",
+    "load_checkpoint",
+    "load_record",
+    "save_checkpoint",
+    "write_atomically",
+]

@@ -20,6 +20,7 @@ another model, a device this build lacks, a number out of its range (a temperatu
 that is not finite and positive, a top-k below 1, a negative seed) — prints one line
 on stderr and exits with status 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,17 +54,24 @@ def _fail(line: str) -> int:
 def _number(kind, low=None, low_open=False):
     """An argparse ``type=``: parses ``kind`` (int or float), finite, at least ``low``
     (above it when ``low_open``); a bad value is argparse's one-line error, exit 2."""
+
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}"
+            ) from None
         if kind is float and not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
         if low is not None and (value <= low if low_open else value < low):
-            bound = (f"greater than {low:g}" if low_open else
-                     "positive" if low == 1 and kind is int else f"at least {low:g}")
+            bound = (
+                f"greater than {low:g}"
+                if low_open
+                else "positive"
+                if low == 1 and kind is int
+                else f"at least {low:g}"
+            )
             raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
         return value
 
@@ -78,47 +86,91 @@ _NON_NEGATIVE_FLOAT = _number(float, 0)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="sitp", description="Train and sample the makemore ladder of models "
-                     "on names, with sitp.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                parser_class=_Parser)
+    parser = _Parser(
+        prog="sitp",
+        description="Train and sample the makemore ladder of models on names, with sitp.",
+    )
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
 
-    t = sub.add_parser("train", help="train a model (or resume one) and checkpoint it",
-                       description="Train a model on names; checkpoint to --out.")
-    t.add_argument("--model", choices=list(MODELS), default=None,
-                   help="which model (required unless --resume)")
-    t.add_argument("--steps", type=_POSITIVE_INT, default=None, help="optimizer steps in all (1000)")
+    t = sub.add_parser(
+        "train",
+        help="train a model (or resume one) and checkpoint it",
+        description="Train a model on names; checkpoint to --out.",
+    )
+    t.add_argument(
+        "--model", choices=list(MODELS), default=None, help="which model (required unless --resume)"
+    )
+    t.add_argument(
+        "--steps", type=_POSITIVE_INT, default=None, help="optimizer steps in all (1000)"
+    )
     t.add_argument("--out", required=True, metavar="DIR", help="checkpoint directory")
     t.add_argument("--resume", action="store_true", help="continue the run saved in --out")
-    t.add_argument("--seed", type=_NON_NEGATIVE_INT, default=None,
-                   help="initialisation and batch order (42)")
+    t.add_argument(
+        "--seed", type=_NON_NEGATIVE_INT, default=None, help="initialisation and batch order (42)"
+    )
     t.add_argument("--device", default=None, help="cpu (default) or cuda")
     t.add_argument("--batch-size", type=_POSITIVE_INT, default=None, help="minibatch size (32)")
-    t.add_argument("--lr", type=_POSITIVE_FLOAT, default=None, help="peak AdamW learning rate "
-                   "(default per model: " + ", ".join(f"{k} {v.lr:g}" for k, v in MODELS.items())
-                   + ")")
-    t.add_argument("--weight-decay", type=_NON_NEGATIVE_FLOAT, default=None, help="AdamW weight decay (0.01)")
-    t.add_argument("--warmup", type=_NON_NEGATIVE_INT, default=None, help="warmup steps (min(100, steps/10))")
-    t.add_argument("--data", default=None, metavar="PATH|offline|makemore",
-                   help="names corpus (offline: the census names that install with sitp)")
-    t.add_argument("--eval-every", type=_NON_NEGATIVE_INT, default=None, help="steps between evaluations (100)")
-    t.add_argument("--save-every", type=_NON_NEGATIVE_INT, default=None, help="steps between checkpoints (500)")
-    t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="override a model config field, e.g. --set n_layer=2 (repeatable)")
-    t.add_argument("--threads", type=_POSITIVE_INT, default=None,
-                   help="threads for sitp's parallel kernels (numba's default: all cores)")
+    t.add_argument(
+        "--lr",
+        type=_POSITIVE_FLOAT,
+        default=None,
+        help="peak AdamW learning rate "
+        "(default per model: " + ", ".join(f"{k} {v.lr:g}" for k, v in MODELS.items()) + ")",
+    )
+    t.add_argument(
+        "--weight-decay", type=_NON_NEGATIVE_FLOAT, default=None, help="AdamW weight decay (0.01)"
+    )
+    t.add_argument(
+        "--warmup", type=_NON_NEGATIVE_INT, default=None, help="warmup steps (min(100, steps/10))"
+    )
+    t.add_argument(
+        "--data",
+        default=None,
+        metavar="PATH|offline|makemore",
+        help="names corpus (offline: the census names that install with sitp)",
+    )
+    t.add_argument(
+        "--eval-every", type=_NON_NEGATIVE_INT, default=None, help="steps between evaluations (100)"
+    )
+    t.add_argument(
+        "--save-every", type=_NON_NEGATIVE_INT, default=None, help="steps between checkpoints (500)"
+    )
+    t.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a model config field, e.g. --set n_layer=2 (repeatable)",
+    )
+    t.add_argument(
+        "--threads",
+        type=_POSITIVE_INT,
+        default=None,
+        help="threads for sitp's parallel kernels (numba's default: all cores)",
+    )
     t.add_argument("--quiet", action="store_true", help="no progress bar, no terminal plot")
 
-    s = sub.add_parser("sample", help="sample names from a checkpoint",
-                       description="Print names sampled from a trained model, then the share "
-                       "that are new (not in the training set).")
+    s = sub.add_parser(
+        "sample",
+        help="sample names from a checkpoint",
+        description="Print names sampled from a trained model, then the share "
+        "that are new (not in the training set).",
+    )
     s.add_argument("dir", metavar="DIR", nargs="?", help="checkpoint directory written by train")
     s.add_argument("--out", metavar="DIR", default=None, help="the same, as train names it")
     s.add_argument("--num", type=_POSITIVE_INT, default=20, help="how many names (20)")
-    s.add_argument("--temperature", type=_POSITIVE_FLOAT, default=1.0, help="softmax temperature (1.0)")
-    s.add_argument("--top-k", type=_POSITIVE_INT, default=None, help="sample among the k likeliest only")
+    s.add_argument(
+        "--temperature", type=_POSITIVE_FLOAT, default=1.0, help="softmax temperature (1.0)"
+    )
+    s.add_argument(
+        "--top-k", type=_POSITIVE_INT, default=None, help="sample among the k likeliest only"
+    )
     s.add_argument("--seed", type=_NON_NEGATIVE_INT, default=None, help="seed of the draws")
-    s.add_argument("--max-len", type=_POSITIVE_INT, default=30, help="cut names at this length (30)")
+    s.add_argument(
+        "--max-len", type=_POSITIVE_INT, default=30, help="cut names at this length (30)"
+    )
     return parser
 
 
@@ -139,34 +191,52 @@ def train_command(args) -> int:
     for name in ("steps", "batch_size", "eval_every", "save_every", "warmup"):
         value = getattr(args, name)
         if value is not None and value < (1 if name in ("steps", "batch_size") else 0):
-            raise UsageError(f"--{name.replace('_', '-')} must be "
-                             f"{'positive' if name in ('steps', 'batch_size') else 'non-negative'}, "
-                             f"got {value}")
+            raise UsageError(
+                f"--{name.replace('_', '-')} must be "
+                f"{'positive' if name in ('steps', 'batch_size') else 'non-negative'}, "
+                f"got {value}"
+            )
     if args.device is not None:
         check_device(args.device)
     if args.threads is not None:
         if not 1 <= args.threads <= numba.config.NUMBA_NUM_THREADS:
-            raise UsageError(f"--threads must be between 1 and "
-                             f"{numba.config.NUMBA_NUM_THREADS}, got {args.threads}")
+            raise UsageError(
+                f"--threads must be between 1 and "
+                f"{numba.config.NUMBA_NUM_THREADS}, got {args.threads}"
+            )
         numba.set_num_threads(args.threads)
-    options = {"batch_size": args.batch_size, "lr": args.lr, "weight_decay": args.weight_decay,
-               "warmup": args.warmup, "eval_every": args.eval_every,
-               "save_every": args.save_every, "device": args.device}
+    options = {
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "weight_decay": args.weight_decay,
+        "warmup": args.warmup,
+        "eval_every": args.eval_every,
+        "save_every": args.save_every,
+        "device": args.device,
+    }
     if args.resume:
         if args.set:
             raise UsageError("--set cannot change the model of a run being resumed")
-        trainer = Trainer.resume(args.out, steps=args.steps, model=args.model, seed=args.seed,
-                                 data=args.data, **options)
+        trainer = Trainer.resume(
+            args.out, steps=args.steps, model=args.model, seed=args.seed, data=args.data, **options
+        )
         if trainer.step >= trainer.config.steps:
-            print(f"the run in {args.out} is at step {trainer.step} already; "
-                  f"pass a larger --steps to train on", file=sys.stderr)
+            print(
+                f"the run in {args.out} is at step {trainer.step} already; "
+                f"pass a larger --steps to train on",
+                file=sys.stderr,
+            )
     else:
         if args.model is None:
             raise UsageError("--model is required (or --resume to continue a run)")
         given = {k: v for k, v in options.items() if v is not None}
-        config = TrainConfig(model=args.model, steps=args.steps or 1000,
-                             seed=42 if args.seed is None else args.seed,
-                             data=args.data or "offline", **given)
+        config = TrainConfig(
+            model=args.model,
+            steps=args.steps or 1000,
+            seed=42 if args.seed is None else args.seed,
+            data=args.data or "offline",
+            **given,
+        )
         overrides = _parse_sets(args.set)
         if overrides:
             try:
@@ -176,10 +246,12 @@ def train_command(args) -> int:
         trainer = Trainer.fresh(config, args.out, overrides)
     if not args.quiet:
         num = sum(p.numel() for p in trainer.model.parameters())
-        print(f"{trainer.config.model}: {num:,} parameters, {len(trainer.splits.vocab)} tokens, "
-              f"{len(trainer.splits.words['train']):,} training names "
-              f"({trainer.config.data}); lr {trainer.config.lr:g}, batch "
-              f"{trainer.config.batch_size}")
+        print(
+            f"{trainer.config.model}: {num:,} parameters, {len(trainer.splits.vocab)} tokens, "
+            f"{len(trainer.splits.words['train']):,} training names "
+            f"({trainer.config.data}); lr {trainer.config.lr:g}, batch "
+            f"{trainer.config.batch_size}"
+        )
     record = trainer.run(progress=not args.quiet)
     plot_losses(record, Path(args.out) / "loss.png", terminal=not args.quiet)
     return 0
@@ -211,21 +283,33 @@ def sample_command(args) -> int:
         generator.manual_seed(args.seed)
     else:
         generator.manual_seed(seed())
-    names = sample_names(model, record["vocab"], args.num, max_len=args.max_len,
-                         temperature=args.temperature, top_k=args.top_k, generator=generator,
-                         fixed_context=spec.data == "context")
+    names = sample_names(
+        model,
+        record["vocab"],
+        args.num,
+        max_len=args.max_len,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        generator=generator,
+        fixed_context=spec.data == "context",
+    )
     for name in names:
         print(name)
     data = record["train_config"]["data"]
     try:
         train_words = set(split_words(load_names(data), seed=record.get("split_seed", 42))[0])
     except (OSError, ValueError) as error:
-        print(f"innovation rate: unknown (cannot load the training names from {data!r}: "
-              f"{' '.join(str(error).split())[:200]})", file=sys.stderr)
+        print(
+            f"innovation rate: unknown (cannot load the training names from {data!r}: "
+            f"{' '.join(str(error).split())[:200]})",
+            file=sys.stderr,
+        )
         return 0
     new = sum(name not in train_words for name in names)
-    print(f"innovation rate: {new / len(names):.1%} ({new} of {len(names)} names are not in "
-          f"the training set)")
+    print(
+        f"innovation rate: {new / len(names):.1%} ({new} of {len(names)} names are not in "
+        f"the training set)"
+    )
     return 0
 
 
@@ -242,4 +326,3 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         _fail(f"sitp {args.command}: interrupted; the last checkpoint is kept")
         return 130
-

@@ -24,10 +24,11 @@ to the bit, as a run that went to 60 at once. (Evaluation draws no random number
 and changes no state, so it may happen at any step.) Resuming with a larger
 ``--steps`` than the run started with stretches the rest of the cosine.
 """
+
 from __future__ import annotations
 
+import io
 import math
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, fields
@@ -35,11 +36,16 @@ from pathlib import Path
 from typing import Callable
 
 import sitp
-from sitp.train import checkpoint as ckpt
-from sitp.data import (IGNORE_INDEX, Vocab, build_context_dataset, build_sequence_dataset,
-                       load_names, split_words)
+from sitp.data import (
+    IGNORE_INDEX,
+    Vocab,
+    build_context_dataset,
+    build_sequence_dataset,
+    load_names,
+    split_words,
+)
 from sitp.models import MODELS
-import io
+from sitp.train import checkpoint as ckpt
 
 try:
     from tqdm import tqdm
@@ -57,16 +63,16 @@ class UsageError(Exception):
 class TrainConfig:
     """The options of a training run (``python -m sitp train --help``)."""
 
-    model: str = "gpt"           # a key of sitp.models.MODELS
-    steps: int = 1000            # optimizer steps in all (a resumed run continues to this)
-    batch_size: int = 32         # B: names (sequence models) or windows (context models)
-    lr: float | None = None      # peak AdamW rate; None: the model's default (MODELS[...].lr)
-    weight_decay: float = 0.01   # AdamW's decoupled decay
-    warmup: int | None = None    # linear warmup steps; None: min(100, steps // 10)
-    seed: int = 42               # seeds the initialisation and the batch order
-    data: str = "offline"        # "offline", "makemore", or a path to a names file
-    eval_every: int = 100        # steps between train/val evaluations (0: only at the end)
-    save_every: int = 500        # steps between checkpoints (0: only at the end)
+    model: str = "gpt"  # a key of sitp.models.MODELS
+    steps: int = 1000  # optimizer steps in all (a resumed run continues to this)
+    batch_size: int = 32  # B: names (sequence models) or windows (context models)
+    lr: float | None = None  # peak AdamW rate; None: the model's default (MODELS[...].lr)
+    weight_decay: float = 0.01  # AdamW's decoupled decay
+    warmup: int | None = None  # linear warmup steps; None: min(100, steps // 10)
+    seed: int = 42  # seeds the initialisation and the batch order
+    data: str = "offline"  # "offline", "makemore", or a path to a names file
+    eval_every: int = 100  # steps between train/val evaluations (0: only at the end)
+    save_every: int = 500  # steps between checkpoints (0: only at the end)
     device: str = "cpu"
 
     def resolved(self) -> "TrainConfig":
@@ -82,7 +88,7 @@ class Splits:
     """The corpus cut three ways, and the tensors of each part."""
 
     vocab: Vocab
-    words: dict[str, list[str]]                  # "train", "val", "test" -> names
+    words: dict[str, list[str]]  # "train", "val", "test" -> names
     tensors: dict[str, tuple[sitp.Tensor, sitp.Tensor]]  # -> (X, Y)
 
 
@@ -98,7 +104,9 @@ def load_splits(data: str, kind: str, block_size: int) -> Splits:
     try:
         words = load_names(data)
     except (OSError, ValueError) as error:  # OfflineError is an OSError
-        raise UsageError(f"cannot load names from {data!r}: {' '.join(str(error).split())}") from None
+        raise UsageError(
+            f"cannot load names from {data!r}: {' '.join(str(error).split())}"
+        ) from None
     if len(words) < 10:
         raise UsageError(f"the corpus {data!r} has {len(words)} names; need at least 10")
     vocab = Vocab(words)
@@ -108,8 +116,10 @@ def load_splits(data: str, kind: str, block_size: int) -> Splits:
     else:
         T = max(len(w) for w in words) + 1
         if T > block_size:
-            raise UsageError(f"the longest name needs {T} positions, more than the model's "
-                             f"block_size {block_size}")
+            raise UsageError(
+                f"the longest name needs {T} positions, more than the model's "
+                f"block_size {block_size}"
+            )
         tensors = {k: build_sequence_dataset(w, vocab, T) for k, w in parts.items()}
     return Splits(vocab, parts, tensors)
 
@@ -126,7 +136,7 @@ def evaluate(model, X, Y, batch_size: int = 1024) -> float:
     model.eval()
     total, count = 0.0, 0
     for i in range(0, len(X), batch_size):
-        Xb, Yb = X[i:i + batch_size], Y[i:i + batch_size]
+        Xb, Yb = X[i : i + batch_size], Y[i : i + batch_size]
         n = int((Yb != IGNORE_INDEX).sum().item())
         if n == 0:
             continue
@@ -146,25 +156,28 @@ GROUPED_DECAY = frozenset({"gpt"})
 def param_groups(model, weight_decay: float) -> list[dict]:
     """Two AdamW groups: decay on tensors of 2+ dimensions, none on biases and norms."""
     params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]       # Linear weights, embeddings
-    no_decay = [p for p in params if p.dim() < 2]     # biases, LayerNorm gains and shifts
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0}]
+    decay = [p for p in params if p.dim() >= 2]  # Linear weights, embeddings
+    no_decay = [p for p in params if p.dim() < 2]  # biases, LayerNorm gains and shifts
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
 # --8<-- [end:param_groups]
 
 
 def make_optimizer(model, lr: float, weight_decay: float, grouped: bool = False):
     """AdamW with betas 0.9/0.99; ``grouped``: the two groups of :func:`param_groups`."""
     params = param_groups(model, weight_decay) if grouped else model.parameters()
-    return sitp.optim.AdamW(params, lr=lr, betas=(0.9, 0.99), eps=1e-8,
-                            weight_decay=weight_decay)
+    return sitp.optim.AdamW(params, lr=lr, betas=(0.9, 0.99), eps=1e-8, weight_decay=weight_decay)
 
 
 def make_scheduler(optimizer, warmup: int, steps: int):
     """Linear warmup, then half a cosine down to 0.1 * lr at ``steps``."""
     return sitp.optim.lr_scheduler.get_cosine_schedule_with_warmup(
-        optimizer, num_warmup_steps=min(warmup, steps), num_training_steps=steps,
-        min_lr_ratio=0.1)
+        optimizer, num_warmup_steps=min(warmup, steps), num_training_steps=steps, min_lr_ratio=0.1
+    )
 
 
 def check_device(device: str) -> None:
@@ -173,8 +186,10 @@ def check_device(device: str) -> None:
         return
     if device.startswith("cuda"):
         if not sitp.cuda.is_available():
-            raise UsageError("--device cuda: no CUDA GPU answers (sitp.cuda.is_available() is "
-                             "False); use --device cpu")
+            raise UsageError(
+                "--device cuda: no CUDA GPU answers (sitp.cuda.is_available() is "
+                "False); use --device cpu"
+            )
         return
     raise UsageError(f"unknown device {device!r}; use cpu or cuda")
 
@@ -194,7 +209,7 @@ class Trainer:
         self.out_dir = Path(out_dir)
         self.spec = MODELS[config.model]
         try:
-            probe = self.spec.make_config(**(model_config or {}))   # for block_size
+            probe = self.spec.make_config(**(model_config or {}))  # for block_size
         except TypeError as error:
             raise UsageError(f"bad {config.model} config: {error}") from None
         self.splits = load_splits(config.data, self.spec.data, probe.block_size)
@@ -204,59 +219,76 @@ class Trainer:
         try:
             self.model = self.spec.build(self.model_config)
         except (AssertionError, TypeError, ValueError) as error:
-            raise UsageError(f"cannot build {config.model} with {asdict(self.model_config)}: "
-                             f"{error or type(error).__name__}") from None
+            raise UsageError(
+                f"cannot build {config.model} with {asdict(self.model_config)}: "
+                f"{error or type(error).__name__}"
+            ) from None
         self.batch_gen = sitp.Generator().manual_seed(config.seed)
-        self.optimizer = make_optimizer(self.model, config.lr, config.weight_decay,
-                                        grouped=config.model in GROUPED_DECAY)
+        self.optimizer = make_optimizer(
+            self.model, config.lr, config.weight_decay, grouped=config.model in GROUPED_DECAY
+        )
         self.scheduler = make_scheduler(self.optimizer, config.warmup, config.steps)
         self.step = 0
         self.history: dict[str, list] = {"train": [], "eval": []}
         if config.device != "cpu":
             self.model.to(config.device)
-            self.splits.tensors = {k: (X.to(config.device), Y.to(config.device))
-                                   for k, (X, Y) in self.splits.tensors.items()}
+            self.splits.tensors = {
+                k: (X.to(config.device), Y.to(config.device))
+                for k, (X, Y) in self.splits.tensors.items()
+            }
 
     @classmethod
     def fresh(cls, config: TrainConfig, out_dir, model_config: dict | None = None) -> "Trainer":
         """A new run into ``out_dir``, which must not hold a checkpoint yet."""
         if ckpt.has_checkpoint(out_dir):
-            raise UsageError(f"{out_dir} already holds a checkpoint; pass --resume to continue "
-                             "it, or choose another --out")
+            raise UsageError(
+                f"{out_dir} already holds a checkpoint; pass --resume to continue "
+                "it, or choose another --out"
+            )
         return cls(config, out_dir, model_config)
 
     @classmethod
-    def resume(cls, out_dir, steps: int | None = None, model: str | None = None,
-               **overrides) -> "Trainer":
+    def resume(
+        cls, out_dir, steps: int | None = None, model: str | None = None, **overrides
+    ) -> "Trainer":
         """Continues the run saved in ``out_dir`` (to ``steps``, if given)."""
         point = ckpt.load_checkpoint(out_dir)
         record = point.record
         saved_model = record.get("model")
         if saved_model not in MODELS:
-            raise ckpt.CheckpointError(f"corrupt checkpoint: unknown model {saved_model!r} in "
-                                       f"{out_dir}/record.json")
+            raise ckpt.CheckpointError(
+                f"corrupt checkpoint: unknown model {saved_model!r} in {out_dir}/record.json"
+            )
         if model is not None and model != saved_model:
-            raise UsageError(f"the checkpoint in {out_dir} is a {saved_model!r} model, "
-                             f"not {model!r}")
-        saved = {f.name: record["train_config"][f.name] for f in fields(TrainConfig)
-                 if f.name in record["train_config"]}
+            raise UsageError(
+                f"the checkpoint in {out_dir} is a {saved_model!r} model, not {model!r}"
+            )
+        saved = {
+            f.name: record["train_config"][f.name]
+            for f in fields(TrainConfig)
+            if f.name in record["train_config"]
+        }
         for key in ("seed", "data", "lr", "weight_decay", "warmup"):  # fixed by the run
             if overrides.get(key) is not None and overrides[key] != saved[key]:
-                raise UsageError(f"cannot change --{key.replace('_', '-')} when resuming "
-                                 f"(the checkpoint has {saved[key]!r})")
+                raise UsageError(
+                    f"cannot change --{key.replace('_', '-')} when resuming "
+                    f"(the checkpoint has {saved[key]!r})"
+                )
         saved.update({k: v for k, v in overrides.items() if v is not None})
         if steps is not None:
             saved["steps"] = steps
         self = cls(TrainConfig(**saved), out_dir, record["model_config"])
         if self.splits.vocab.itos != record["vocab"]:
-            raise UsageError(f"the names of {saved['data']!r} have another vocabulary than "
-                             "the checkpoint's")
+            raise UsageError(
+                f"the names of {saved['data']!r} have another vocabulary than the checkpoint's"
+            )
         point.load_model(self.model)
         try:
             self.optimizer.load_state_dict(point.optimizer_state)
         except (ValueError, KeyError, RuntimeError) as error:
-            raise ckpt.CheckpointError(f"corrupt checkpoint: optimizer state does not fit "
-                                       f"({error})") from None
+            raise ckpt.CheckpointError(
+                f"corrupt checkpoint: optimizer state does not fit ({error})"
+            ) from None
         if record.get("scheduler"):  # its schedule function is the new one (new --steps)
             self.scheduler.load_state_dict(record["scheduler"])
         sitp.set_rng_state(record["rng"]["default"])
@@ -281,8 +313,9 @@ class Trainer:
         }
 
     def save(self, **extra) -> None:
-        ckpt.save_checkpoint(self.out_dir, self.model, self.optimizer, self.scheduler,
-                             self.record(**extra))
+        ckpt.save_checkpoint(
+            self.out_dir, self.model, self.optimizer, self.scheduler, self.record(**extra)
+        )
 
     # --8<-- [start:train_step]
     def train_step(self) -> float:
@@ -296,6 +329,7 @@ class Trainer:
         self.scheduler.step()
         self.step += 1
         return loss.item()
+
     # --8<-- [end:train_step]
 
     def evaluate(self, split: str, limit: int | None = None) -> float:
@@ -316,8 +350,14 @@ class Trainer:
         if tqdm is None:  # no bar without tqdm
             progress = False
         if progress:
-            bar = tqdm(total=cfg.steps, initial=self.step, desc=cfg.model, unit="step",
-                       dynamic_ncols=True, file=sys.stderr)
+            bar = tqdm(
+                total=cfg.steps,
+                initial=self.step,
+                desc=cfg.model,
+                unit="step",
+                dynamic_ncols=True,
+                file=sys.stderr,
+            )
             log = bar.write
         running = None
         t0, start = time.perf_counter(), self.step
@@ -338,8 +378,9 @@ class Trainer:
             bar.close()
         elapsed = time.perf_counter() - t0
         final = {split: self.evaluate(split) for split in ("train", "val", "test")}
-        self.history["eval"].append({"step": self.step, "train": final["train"],
-                                     "val": final["val"]})
+        self.history["eval"].append(
+            {"step": self.step, "train": final["train"], "val": final["val"]}
+        )
         record = self.record(final=final)
         ckpt.save_checkpoint(self.out_dir, self.model, self.optimizer, self.scheduler, record)
         steps_run = self.step - start
@@ -361,12 +402,14 @@ def plot_losses(record: dict, png_path=None, terminal: bool = True) -> None:
     """Draws the loss curves: to a PNG with matplotlib, and in the terminal with plotext."""
     train = record["history"]["train"]
     evals = record["history"]["eval"]
-    window = max(1, len(train) // 100)   # smooth: mean of each window of steps
+    window = max(1, len(train) // 100)  # smooth: mean of each window of steps
     xs = [min((i + 1) * window, len(train)) for i in range(len(train) // window)]
-    ys = [sum(train[i * window:(i + 1) * window]) / window for i in range(len(train) // window)]
+    ys = [sum(train[i * window : (i + 1) * window]) / window for i in range(len(train) // window)]
     title = f"{record['model']}: loss per step"
     try:  # the Agg canvas directly: no pyplot, so a notebook's backend is left alone
-        from matplotlib.backends.backend_agg import FigureCanvasAgg  # late: matplotlib is slow to import
+        from matplotlib.backends.backend_agg import (
+            FigureCanvasAgg,  # late: matplotlib is slow to import
+        )
         from matplotlib.figure import Figure  # late: matplotlib is slow to import
     except ImportError:  # optional: no loss.png without it
         png_path = None
@@ -414,5 +457,14 @@ def terminal_plot(xs, ys, evals, title: str, width: int = 80, height: int = 20) 
     fig.title(title)
     return fig.build().string(colorless=not sys.stdout.isatty())
 
-__all__ = ["GROUPED_DECAY", "TrainConfig", "Trainer", "UsageError", "evaluate", "load_splits",
-           "param_groups", "plot_losses"]
+
+__all__ = [
+    "GROUPED_DECAY",
+    "TrainConfig",
+    "Trainer",
+    "UsageError",
+    "evaluate",
+    "load_splits",
+    "param_groups",
+    "plot_losses",
+]

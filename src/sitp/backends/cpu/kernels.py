@@ -43,14 +43,16 @@ def map_kernel(op, p0, p1, x, x_starts, x_step, n, out):
     """out[r, j] = f(x[r, j]) for each row r of length n; ``out`` is contiguous."""
     for r in range(x_starts.size):
         xs = x_starts[r]
-        o = out[r * n:(r + 1) * n]
+        o = out[r * n : (r + 1) * n]
         if x_step == 1:  # a slice: no per-load check for negative indices
-            xv = x[xs:xs + n]
+            xv = x[xs : xs + n]
             for j in range(n):
                 o[j] = unary(op, xv[j], p0, p1)
         else:
             for j in range(n):
                 o[j] = unary(op, x[xs + j * x_step], p0, p1)
+
+
 # --8<-- [end:map_kernel]
 
 
@@ -64,6 +66,8 @@ def zip_kernel(op, a, a_starts, a_step, b, b_starts, b_step, n, out):
         o = r * n
         for j in range(n):
             out[o + j] = binary(op, a[as_ + j * a_step], b[bs + j * b_step])
+
+
 # --8<-- [end:zip_kernel]
 
 
@@ -90,9 +94,9 @@ def zip_fast_kernel(op, a, a_starts, a_step, b, b_starts, b_step, n, out):
     for r in range(a_starts.size):
         as_ = a_starts[r]
         bs = b_starts[r]
-        o = out[r * n:(r + 1) * n]
+        o = out[r * n : (r + 1) * n]
         if fast and b_step == 1:
-            av, bv = a[as_:as_ + n], b[bs:bs + n]
+            av, bv = a[as_ : as_ + n], b[bs : bs + n]
             if op == 0:
                 _zip_vv(0, av, bv, o)
             elif op == 1:
@@ -102,7 +106,7 @@ def zip_fast_kernel(op, a, a_starts, a_step, b, b_starts, b_step, n, out):
             else:
                 _zip_vv(3, av, bv, o)
         elif fast:
-            av, bv = a[as_:as_ + n], b[bs]
+            av, bv = a[as_ : as_ + n], b[bs]
             if op == 0:
                 _zip_vs(0, av, bv, o)
             elif op == 1:
@@ -114,6 +118,8 @@ def zip_fast_kernel(op, a, a_starts, a_step, b, b_starts, b_step, n, out):
         else:
             for j in range(n):
                 o[j] = binary(op, a[as_ + j * a_step], b[bs + j * b_step])
+
+
 # --8<-- [end:zip_fast]
 
 
@@ -149,6 +155,8 @@ def assign_kernel(dst, d_starts, d_step, src, s_starts, s_step, n):
         ss = s_starts[r]
         for j in range(n):
             dst[ds + j * d_step] = src[ss + j * s_step]
+
+
 # --8<-- [end:assign_kernel]
 
 
@@ -207,6 +215,8 @@ def reduce_kernel(op, x, x_starts, x_step, n, zero, out):
                     acc = zero
                     break
         out[r] = acc
+
+
 # --8<-- [end:reduce_kernel]
 
 
@@ -261,6 +271,8 @@ def softmax_kernel(x, x_starts, x_step, n, log, out):
         else:
             for j in range(n):
                 out[o + j] = math.exp(x[xs + j * x_step] - m) / total
+
+
 # --8<-- [end:softmax_kernel]
 
 
@@ -316,6 +328,8 @@ def put_kernel(x, pre, table, post, values, accumulate):
                 else:
                     x[base + post[q]] = values[o]
                 o += 1
+
+
 # --8<-- [end:take_kernel]
 
 

@@ -19,6 +19,7 @@ process's memory does not shrink after a large temporary is freed.
 Only glibc (Linux) has ``mallopt``; elsewhere, or with ``SITP_MALLOC_TUNING=0`` in
 the environment, nothing is changed.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -30,10 +31,10 @@ import sys
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 
-MMAP_THRESHOLD = 32 * 1024 * 1024    # below this, malloc uses its heap, not mmap
-TRIM_THRESHOLD = 256 * 1024 * 1024   # free heap space kept before returning memory
+MMAP_THRESHOLD = 32 * 1024 * 1024  # below this, malloc uses its heap, not mmap
+TRIM_THRESHOLD = 256 * 1024 * 1024  # free heap space kept before returning memory
 
-applied = False   # whether tune() changed the settings
+applied = False  # whether tune() changed the settings
 
 
 def tune() -> bool:
@@ -46,9 +47,10 @@ def tune() -> bool:
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
-    except (OSError, AttributeError):   # not glibc (musl has no mallopt)
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    applied = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-                   and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    applied = bool(
+        mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    )
     return applied

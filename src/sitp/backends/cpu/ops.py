@@ -52,8 +52,10 @@ def _launch_args(shape, *tensors_and_strides):
     strides = [s for _, s in tensors_and_strides]
     cshape, cstrides = collapse(shape, *strides)
     if len(cshape) == 1:  # one row: no odometer needed
-        return [(t._storage, _ZERO_START if t._offset == 0 else np.full(1, t._offset, _I64), st[0])
-                for (t, _), st in zip(tensors_and_strides, cstrides)], cshape[0]
+        return [
+            (t._storage, _ZERO_START if t._offset == 0 else np.full(1, t._offset, _I64), st[0])
+            for (t, _), st in zip(tensors_and_strides, cstrides)
+        ], cshape[0]
     shp = np.asarray(cshape[:-1], _I64)
     args = []
     for (t, _), st in zip(tensors_and_strides, cstrides):
@@ -76,6 +78,8 @@ def unary(op: str, x, p0=_NAN, p1=_NAN, out_dtype=None):
         [(xs, starts, step)], n = _launch_args(x._shape, (x, x._strides))
         K.map_kernel(K.UNARY[op], float(p0), float(p1), xs, starts, step, n, out._storage)
     return out
+
+
 # --8<-- [end:unary_launch]
 
 
@@ -86,11 +90,14 @@ def binary(op: str, a, b, out_dtype=None):
     out = _new(shape, out_dtype or a.dtype, a)
     if out._storage.size:
         [(as_, sa, pa), (bs, sb, pb)], n = _launch_args(
-            shape, (a, _bstrides(a, shape)), (b, _bstrides(b, shape)))
+            shape, (a, _bstrides(a, shape)), (b, _bstrides(b, shape))
+        )
         if pa == 0 and pb == 1 and op in ("add", "mul"):  # a broadcast left operand:
             as_, sa, pa, bs, sb, pb = bs, sb, pb, as_, sa, pa  # swap so the fast path applies
         K.zip_fast_kernel(K.BINARY[op], as_, sa, pa, bs, sb, pb, n, out._storage)
     return out
+
+
 # --8<-- [end:binary_launch]
 
 
@@ -100,7 +107,8 @@ def compare(op: str, a, b):
     out = _new(shape, bool_, a)
     if out._storage.size:
         [(as_, sa, pa), (bs, sb, pb)], n = _launch_args(
-            shape, (a, _bstrides(a, shape)), (b, _bstrides(b, shape)))
+            shape, (a, _bstrides(a, shape)), (b, _bstrides(b, shape))
+        )
         K.compare_kernel(K.COMPARE[op], as_, sa, pa, bs, sb, pb, n, out._storage)
     return out
 
@@ -110,7 +118,8 @@ def where(c, a, b):
     out = _new(shape, a.dtype, a)
     if out._storage.size:
         [(cs, sc, pc), (as_, sa, pa), (bs, sb, pb)], n = _launch_args(
-            shape, (c, _bstrides(c, shape)), (a, _bstrides(a, shape)), (b, _bstrides(b, shape)))
+            shape, (c, _bstrides(c, shape)), (a, _bstrides(a, shape)), (b, _bstrides(b, shape))
+        )
         K.where_kernel(cs, sc, pc, as_, sa, pa, bs, sb, pb, n, out._storage)
     return out
 
@@ -150,10 +159,12 @@ def _rows_last(x, dims):
     shape = tuple(x._shape[d] for d in perm)
     strides = tuple(x._strides[d] for d in perm)
     kept = shape[: len(keep)]
-    n = numel(shape[len(keep):])
-    cshape, [cstr] = collapse(shape[len(keep):] or (1,), strides[len(keep):] or (0,))
+    n = numel(shape[len(keep) :])
+    cshape, [cstr] = collapse(shape[len(keep) :] or (1,), strides[len(keep) :] or (0,))
     if len(cshape) == 1 or n == 0:
-        starts = K.positions(np.asarray(kept, _I64), np.asarray(strides[: len(keep)], _I64), x._offset)
+        starts = K.positions(
+            np.asarray(kept, _I64), np.asarray(strides[: len(keep)], _I64), x._offset
+        )
         return kept, x._storage, starts, cstr[-1], n
     # Not one run: copy into a contiguous (kept..., reduced...) buffer.
     c = copy(x._make(x._storage, shape, strides, x._offset, x.dtype))
@@ -165,12 +176,21 @@ def reduce(op: str, x, dims, keepdim=False, out_dtype=None):
     """Reduce ``x`` over ``dims`` (a tuple of normalized dims)."""
     kept, xs, starts, step, n = _rows_last(x, dims)
     if out_dtype is None:
-        out_dtype = bool_ if op in ("any", "all") else (int64 if x.dtype in (bool_, int64) and op in ("sum", "prod") else x.dtype)
+        out_dtype = (
+            bool_
+            if op in ("any", "all")
+            else (int64 if x.dtype in (bool_, int64) and op in ("sum", "prod") else x.dtype)
+        )
     if n == 0 and op in ("max", "min"):
         raise IndexError(
-            f"{op}(): cannot reduce over a dimension of size 0 (input shape {tuple(x._shape)})")
+            f"{op}(): cannot reduce over a dimension of size 0 (input shape {tuple(x._shape)})"
+        )
     out = _new(kept, out_dtype, x)
-    zero = np.float64(0) if out_dtype.is_floating_point else (np.int64(0) if out_dtype is int64 else np.int64(0))
+    zero = (
+        np.float64(0)
+        if out_dtype.is_floating_point
+        else (np.int64(0) if out_dtype is int64 else np.int64(0))
+    )
     if out_dtype is bool_:
         tmp = np.empty(out._storage.size, np.int64)
         K.reduce_kernel(K.REDUCE[op], xs, starts, step, n, zero, tmp)
@@ -182,6 +202,8 @@ def reduce(op: str, x, dims, keepdim=False, out_dtype=None):
     if keepdim:
         out = reshaped(out, tuple(1 if d in dims else x._shape[d] for d in range(len(x._shape))))
     return out
+
+
 # --8<-- [end:reduce_launch]
 
 
@@ -191,7 +213,8 @@ def argreduce(x, dim, is_max, keepdim=False):
     if n == 0:
         raise IndexError(
             f"cannot compute {'max' if is_max else 'min'} over dim {dim} of size 0 "
-            f"(input shape {tuple(x._shape)})")
+            f"(input shape {tuple(x._shape)})"
+        )
     values = _new(kept, x.dtype, x)
     indices = _new(kept, int64, x)
     K.argreduce_kernel(is_max, xs, starts, step, n, values._storage, indices._storage)
@@ -217,7 +240,9 @@ def softmax(x, dim, log=False):
     xt, perm = _move_last(x, dim)
     out = _new(xt._shape, x.dtype, x)
     if out._storage.size:
-        starts = K.positions(np.asarray(xt._shape[:-1], _I64), np.asarray(xt._strides[:-1], _I64), xt._offset)
+        starts = K.positions(
+            np.asarray(xt._shape[:-1], _I64), np.asarray(xt._strides[:-1], _I64), xt._offset
+        )
         K.softmax_kernel(xt._storage, starts, xt._strides[-1], xt._shape[-1], log, out._storage)
     return _put_back(out, perm)
 
@@ -230,7 +255,14 @@ def softmax_backward(y, g, dim, log=False):
     out = _new(yc._shape, y.dtype, y)
     n = yc._shape[-1] if yc._shape else 1
     if out._storage.size:
-        K.softmax_backward_kernel(yc._storage[yc._offset:], gc._storage[gc._offset:], out._storage.size // n, n, log, out._storage)
+        K.softmax_backward_kernel(
+            yc._storage[yc._offset :],
+            gc._storage[gc._offset :],
+            out._storage.size // n,
+            n,
+            log,
+            out._storage,
+        )
     return _put_back(out, perm)
 
 
@@ -241,14 +273,17 @@ def matmul(a, b):
     K2, N = b._shape[-2:]
     if K_ != K2:
         raise RuntimeError(
-            f"mat1 and mat2 shapes cannot be multiplied ({_mm_shape(a)} and {_mm_shape(b)})")
+            f"mat1 and mat2 shapes cannot be multiplied ({_mm_shape(a)} and {_mm_shape(b)})"
+        )
     batch = broadcast_shapes(a._shape[:-2], b._shape[:-2])
     if len(b._shape) == 2 and len(a._shape) > 2:
         # (..., M, K) @ (K, N): one (prod(...) * M, K) @ (K, N) product, not a batch of
         # small ones with copies of b.
         out = matmul(_rows_of(a), b)
         return reshaped(out, batch + (M, N))
-    if len(a._shape) == 2 and len(b._shape) == 2:  # operands are read where they are, transposed or not
+    if (
+        len(a._shape) == 2 and len(b._shape) == 2
+    ):  # operands are read where they are, transposed or not
         return _wrap2(blas.matmul(as_numpy(a), as_numpy(b)), a)
     nb = numel(batch)
     A = flat(_dense(expanded(a, batch + (M, K_)))).reshape(nb, M, K_)
@@ -256,6 +291,8 @@ def matmul(a, b):
     C = blas.matmul(A[0], B[0]) if nb == 1 else blas.bmm(A, B)
     shape = batch + (M, N)
     return a._make(C.reshape(-1), shape, strides_of(shape), 0, a.dtype)
+
+
 # --8<-- [end:matmul_launch]
 
 
@@ -271,7 +308,7 @@ def _rows_of(a):
 
 def flat(t):
     """The entries of a contiguous CPU tensor as a 1-D view of its storage (no copy)."""
-    return t._storage[t._offset:t._offset + numel(t._shape)]
+    return t._storage[t._offset : t._offset + numel(t._shape)]
 
 
 def as_numpy(t):
@@ -288,8 +325,9 @@ def _wrap2(C, like):
 
 def linear(x, w, bias=None):
     """x @ w.T + bias for 2-D x (M, K) and w (N, K): one GEMM that starts from the bias."""
-    return _wrap2(blas.matmul(as_numpy(x), as_numpy(w).T,
-                              None if bias is None else as_numpy(bias)), x)
+    return _wrap2(
+        blas.matmul(as_numpy(x), as_numpy(w).T, None if bias is None else as_numpy(bias)), x
+    )
 
 
 def _mm_shape(t):
@@ -313,6 +351,8 @@ def put(x, a, idx, values, accumulate):
     """
     pre, table, post = layout.plan(x._shape, x._strides, x._offset, a, idx)
     K.put_kernel(x._storage, pre, table, post, flat(_dense(values)), accumulate)
+
+
 # --8<-- [end:index_launch]
 
 
@@ -323,11 +363,12 @@ def gather(x, dim, index):
     base = K.positions(np.asarray(index._shape, _I64), np.asarray(istr, _I64), x._offset)
     idx = _dense(index)
     pos = np.empty(base.size, _I64)
-    bad = K.gather_positions(base, idx._storage[idx._offset:], x._strides[dim], x._shape[dim], pos)
+    bad = K.gather_positions(base, idx._storage[idx._offset :], x._strides[dim], x._shape[dim], pos)
     if bad >= 0:
         raise RuntimeError(  # torch's type for gather (IndexError is for x[i])
             f"gather(): index {int(idx._storage[idx._offset + bad])} is out of bounds for "
-            f"dimension {dim} with size {x._shape[dim]}")
+            f"dimension {dim} with size {x._shape[dim]}"
+        )
     out = _new(index._shape, x.dtype, x)
     K.gather_kernel(x._storage, pos, out._storage)
     return out
@@ -343,9 +384,11 @@ def scatter_add(shape, dim, index, src, dtype):
     base = K.positions(np.asarray(index._shape, _I64), np.asarray(strides, _I64), 0)
     idx = _dense(index)
     pos = np.empty(base.size, _I64)
-    bad = K.gather_positions(base, idx._storage[idx._offset:], dstride, shape[dim], pos)
+    bad = K.gather_positions(base, idx._storage[idx._offset :], dstride, shape[dim], pos)
     if bad >= 0:
-        raise RuntimeError(f"scatter_add(): index out of bounds for dimension {dim} with size {shape[dim]}")
+        raise RuntimeError(
+            f"scatter_add(): index out of bounds for dimension {dim} with size {shape[dim]}"
+        )
     K.scatter_add_kernel(out._storage, pos, flat(_dense(src)))
     return out
 
@@ -379,7 +422,9 @@ def cumsum(x, dim):
     xt, perm = _move_last(x, dim)
     out = _new(xt._shape, x.dtype, x)
     if out._storage.size:
-        starts = K.positions(np.asarray(xt._shape[:-1], _I64), np.asarray(xt._strides[:-1], _I64), xt._offset)
+        starts = K.positions(
+            np.asarray(xt._shape[:-1], _I64), np.asarray(xt._strides[:-1], _I64), xt._offset
+        )
         K.cumsum_kernel(xt._storage, starts, xt._strides[-1], xt._shape[-1], out._storage)
     return _put_back(out, perm)
 
@@ -389,7 +434,9 @@ def multinomial(p, num_samples, replacement, uniforms):
     n = pc._shape[-1]
     n_rows = numel(pc._shape) // n
     out = np.empty(n_rows * num_samples, _I64)
-    K.multinomial_kernel(pc._storage[pc._offset:], n_rows, n, uniforms, num_samples, replacement, out)
+    K.multinomial_kernel(
+        pc._storage[pc._offset :], n_rows, n, uniforms, num_samples, replacement, out
+    )
     return out
 
 

@@ -53,29 +53,43 @@ def _pow2(typingctx, n):
         return builder.bitcast(bits, ir.FloatType())
 
     return types.float32(types.float32), codegen
+
+
 # --8<-- [end:pow2]
 
 
 # Coefficients: output of scripts/fit_vecmath.py (do not edit by hand; rerun it).
-LN2_HI = _F(0.693145751953125)        # ln 2 to 16 bits: n * LN2_HI is exact for |n| < 256
-LN2_LO = _F(1.428606765330187e-06)    # ln 2 - LN2_HI
+LN2_HI = _F(0.693145751953125)  # ln 2 to 16 bits: n * LN2_HI is exact for |n| < 256
+LN2_LO = _F(1.428606765330187e-06)  # ln 2 - LN2_HI
 # e^r ~ 1 + r + r^2 (C2 + C3 r + ... + C6 r^4) on |r| <= ln2 / 2
 EXP_C2, EXP_C3, EXP_C4, EXP_C5, EXP_C6 = (
-    _F(0.4999999403953552), _F(0.1666652113199234), _F(0.04166838899254799),
-    _F(0.008368710055947304), _F(0.001381461275741458))
+    _F(0.4999999403953552),
+    _F(0.1666652113199234),
+    _F(0.04166838899254799),
+    _F(0.008368710055947304),
+    _F(0.001381461275741458),
+)
 # erf(x) ~ x P(x^2) / Q(x^2) on |x| <= 4
 ERF_P0, ERF_P1, ERF_P2, ERF_P3, ERF_P4, ERF_P5, ERF_P6 = (
-    _F(1.1283791065216064), _F(0.20712603628635406), _F(0.05152498558163643),
-    _F(0.003990610130131245), _F(0.000147287777508609), _F(-1.942326889547985e-06),
-    _F(1.911103275631376e-08))
+    _F(1.1283791065216064),
+    _F(0.20712603628635406),
+    _F(0.05152498558163643),
+    _F(0.003990610130131245),
+    _F(0.000147287777508609),
+    _F(-1.942326889547985e-06),
+    _F(1.911103275631376e-08),
+)
 ERF_Q1, ERF_Q2, ERF_Q3, ERF_Q4 = (
-    _F(0.5168918967247009), _F(0.11797107011079788), _F(0.014958139508962631),
-    _F(0.0010211231419816613))
+    _F(0.5168918967247009),
+    _F(0.11797107011079788),
+    _F(0.014958139508962631),
+    _F(0.0010211231419816613),
+)
 
 LOG2E = _F(1.4426950408889634)
-EXP_LO = _F(-104.0)   # e^-104 is below half the smallest subnormal: rounds to 0
-EXP_HI = _F(89.0)     # e^89 > the largest float32: overflows to inf
-ERF_CLAMP = _F(4.0)   # 1 - erf(4) = 1.5e-8 < half an ulp of 1: erf is 1.0 from here on
+EXP_LO = _F(-104.0)  # e^-104 is below half the smallest subnormal: rounds to 0
+EXP_HI = _F(89.0)  # e^89 > the largest float32: overflows to inf
+ERF_CLAMP = _F(4.0)  # 1 - erf(4) = 1.5e-8 < half an ulp of 1: erf is 1.0 from here on
 ZERO, HALF, ONE = _F(0.0), _F(0.5), _F(1.0)
 
 
@@ -97,16 +111,18 @@ def exp_f32(x):
     softmax, whose -inf scores all land here. Error: about 1 ulp relative for
     normal results (``tests/test_vecmath.py`` states the bound it checks).
     """
-    live = x > EXP_LO                          # False for NaN, -inf and tiny x
-    xc = x if live else ZERO                   # (NaN -> 0: fptosi stays defined)
+    live = x > EXP_LO  # False for NaN, -inf and tiny x
+    xc = x if live else ZERO  # (NaN -> 0: fptosi stays defined)
     xc = xc if xc < EXP_HI else EXP_HI
-    n = np.floor(xc * LOG2E + HALF)           # nearest integer to x / ln2
-    r = (xc - n * LN2_HI) - n * LN2_LO        # exact, then the tiny correction
+    n = np.floor(xc * LOG2E + HALF)  # nearest integer to x / ln2
+    r = (xc - n * LN2_HI) - n * LN2_LO  # exact, then the tiny correction
     p = ONE + r + r * r * (EXP_C2 + r * (EXP_C3 + r * (EXP_C4 + r * (EXP_C5 + r * EXP_C6))))
     h = np.floor(n * HALF)
     y = (p * _pow2(h)) * _pow2(n - h)
     y = y if live else ZERO
-    return y if x == x else x                 # NaN in, NaN out
+    return y if x == x else x  # NaN in, NaN out
+
+
 # --8<-- [end:exp_f32]
 
 
@@ -124,9 +140,13 @@ def erf_f32(x):
     xc = ERF_CLAMP if x > ERF_CLAMP else x
     xc = -ERF_CLAMP if xc < -ERF_CLAMP else xc
     t = xc * xc
-    p = ERF_P0 + t * (ERF_P1 + t * (ERF_P2 + t * (ERF_P3 + t * (ERF_P4 + t * (ERF_P5 + t * ERF_P6)))))
+    p = ERF_P0 + t * (
+        ERF_P1 + t * (ERF_P2 + t * (ERF_P3 + t * (ERF_P4 + t * (ERF_P5 + t * ERF_P6))))
+    )
     q = ONE + t * (ERF_Q1 + t * (ERF_Q2 + t * (ERF_Q3 + t * ERF_Q4)))
     y = xc * p / q
     y = ONE if y > ONE else y
     return -ONE if y < -ONE else y
+
+
 # --8<-- [end:erf_f32]

@@ -18,6 +18,7 @@ Like the GEMM ladder, the flash kernels are factories: D (the head width) and th
 sizes BR (query rows per block) and BC (key rows per tile) size local and shared
 arrays, so they are fixed when the kernel is compiled.
 """
+
 import math
 from functools import lru_cache
 
@@ -52,6 +53,7 @@ def scores_kernel(BS=16):
                 for d in range(Q.shape[3]):
                     s += Q[b, h, i, d] * K[b, h, j, d]
                 S[b, h, i, j] = s * scale
+
     return attn_scores
 
 
@@ -95,7 +97,10 @@ def weighted_sum_kernel(BS=16):
             for j in range(T):
                 acc += P[b, h, i, j] * V[b, h, j, d]
             O[b, h, i, d] = acc
+
     return attn_weighted_sum
+
+
 # --8<-- [end:naive]
 
 
@@ -156,7 +161,10 @@ def fused_softmax_kernel(NT=128):
         total = red[0]
         for j in range(t, T, NT):
             P[b, h, i, j] /= total
+
     return attn_fused_softmax
+
+
 # --8<-- [end:fused]
 
 
@@ -229,7 +237,10 @@ def flash_forward_kernel(D, BR=64, BC=32):
             for d in range(D):
                 O[b, h, i, d] = acc[d] / l
             L[b, h, i] = m + math.log(l)
+
     return flash_forward
+
+
 # --8<-- [end:flash_forward]
 
 
@@ -250,6 +261,8 @@ def row_dot(dO, O, Dd):
         for d in range(D):
             s += dO[b, h, i, d] * O[b, h, i, d]
         Dd[b, h, i] = s
+
+
 # --8<-- [end:bwd_row_dot]
 
 
@@ -325,6 +338,7 @@ def flash_backward_dkdv_kernel(D, BR=32, BC=32):
             for d in range(D):
                 dK[b, h, j, d] = dk[d]
                 dV[b, h, j, d] = dv[d]
+
     return flash_backward_dkdv
 
 
@@ -390,7 +404,10 @@ def flash_backward_dq_kernel(D, BR=32, BC=32):
         if i < T:
             for d in range(D):
                 dQ[b, h, i, d] = dq[d]
+
     return flash_backward_dq
+
+
 # --8<-- [end:flash_backward]
 
 
@@ -409,13 +426,17 @@ def reference(Q, K, V, causal=False, scale=None):
     P = np.exp(S - m)
     l = P.sum(axis=-1, keepdims=True)
     return (P / l) @ V, (m + np.log(l))[..., 0]
+
+
 # --8<-- [end:reference]
 
 
 def _check(Q, K, V):
     if Q.ndim != 4 or Q.shape != K.shape or Q.shape != V.shape:
-        raise ValueError(f"attention: Q, K, V must share one (B, H, T, D) shape, got "
-                         f"{tuple(Q.shape)}, {tuple(K.shape)}, {tuple(V.shape)}")
+        raise ValueError(
+            f"attention: Q, K, V must share one (B, H, T, D) shape, got "
+            f"{tuple(Q.shape)}, {tuple(K.shape)}, {tuple(V.shape)}"
+        )
     return Q.shape
 
 
@@ -450,7 +471,9 @@ def attention_device(Q, K, V, causal=False, method="flash", scale=None, buffers=
     P = _buffer(buffers, "P", (B, H, T, T))
     if method == "naive":
         S = _buffer(buffers, "S", (B, H, T, T))
-        scores_kernel(BS)[(ceil_div(T, BS), ceil_div(T, BS), B * H), (BS, BS)](Q, K, S, scale, causal)
+        scores_kernel(BS)[(ceil_div(T, BS), ceil_div(T, BS), B * H), (BS, BS)](
+            Q, K, S, scale, causal
+        )
         rows = B * H * T
         NT = tiling.get("NT", 128)
         softmax_rows[ceil_div(rows, NT), NT](S, P)
@@ -463,8 +486,7 @@ def attention_device(Q, K, V, causal=False, method="flash", scale=None, buffers=
     return O
 
 
-def flash_backward_device(Q, K, V, O, L, dO, causal=False, scale=None, BR=32, BC=32,
-                          buffers=None):
+def flash_backward_device(Q, K, V, O, L, dO, causal=False, scale=None, BR=32, BC=32, buffers=None):
     """Gradients (dQ, dK, dV) of flash attention, recomputing P from the saved L.
     Only O(T) scratch: Dd, one value per row. buffers: as in ``attention_device``."""
     B, H, T, D = _check(Q, K, V)
@@ -476,15 +498,19 @@ def flash_backward_device(Q, K, V, O, L, dO, causal=False, scale=None, BR=32, BC
     rows = B * H * T
     row_dot[ceil_div(rows, 128), 128](dO, O, Dd)
     flash_backward_dkdv_kernel(D, BR, BC)[(ceil_div(T, BC), B * H), BC](
-        Q, K, V, dO, L, Dd, dK, dV, scale, causal)
+        Q, K, V, dO, L, Dd, dK, dV, scale, causal
+    )
     flash_backward_dq_kernel(D, BR, BC)[(ceil_div(T, BR), B * H), BR](
-        Q, K, V, dO, L, Dd, dQ, scale, causal)
+        Q, K, V, dO, L, Dd, dQ, scale, causal
+    )
     return dQ, dK, dV
 
 
 def attention(Q, K, V, causal=False, method="flash", scale=None, **tiling):
     """Host version of ``attention_device``: numpy (B, H, T, D) in, numpy O out."""
-    out = attention_device(to_device(Q), to_device(K), to_device(V), causal, method, scale, **tiling)
+    out = attention_device(
+        to_device(Q), to_device(K), to_device(V), causal, method, scale, **tiling
+    )
     O = out[0] if method == "flash" else out
     return O.copy_to_host()
 
@@ -496,4 +522,6 @@ def attention_backward(Q, K, V, dO, causal=False, scale=None, **tiling):
     O, L = attention_device(dQ_, dK_, dV_, causal, "flash", scale, **fwd)
     grads = flash_backward_device(dQ_, dK_, dV_, O, L, to_device(dO), causal, scale, **fwd)
     return tuple(g.copy_to_host() for g in grads)
+
+
 # --8<-- [end:host]

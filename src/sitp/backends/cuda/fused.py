@@ -49,6 +49,7 @@ Speed: these kernels have been run only in numba's CUDA simulator, which checks 
 they compute, not how fast. Nothing here has been timed on a GPU; whether they beat the
 composed ops, and by how much, is for a machine with one to say.
 """
+
 import math
 from functools import lru_cache
 
@@ -58,10 +59,10 @@ from numba import cuda, float32, float64
 from sitp.backends.cuda import ops
 from sitp.backends.cuda.launch import ceil_div
 
-NT = 128   # threads per block for the row kernels (a power of two: the tree halves it)
-CW = 32    # dw/db partial sums: columns per block (one warp wide: coalesced reads)
-CR = 8     # ... and rows per block (each thread sums every CR-th row of the chunk)
-CHUNK = 64        # rows per chunk of the dw/db partial sums, at least
+NT = 128  # threads per block for the row kernels (a power of two: the tree halves it)
+CW = 32  # dw/db partial sums: columns per block (one warp wide: coalesced reads)
+CR = 8  # ... and rows per block (each thread sums every CR-th row of the chunk)
+CHUNK = 64  # rows per chunk of the dw/db partial sums, at least
 MAX_CHUNKS = 256  # at most this many chunks: the partials take MAX_CHUNKS x n float64
 
 _NUMBA = {np.dtype(np.float32): float32, np.dtype(np.float64): float64}
@@ -124,6 +125,8 @@ def _block_max(red, v, t):
     m = red[0]
     cuda.syncthreads()
     return m
+
+
 # --8<-- [end:block_reduce]
 
 
@@ -168,7 +171,10 @@ def layer_norm_forward_kernel(nt, dtype):
             if has_b:
                 v += b[j]
             y[o + j] = v
+
     return layer_norm_forward
+
+
 # --8<-- [end:layer_norm_forward]
 
 
@@ -211,6 +217,7 @@ def layer_norm_backward_kernel(nt, dtype):
             if has_w:
                 gh *= w[j]
             dx[o + j] = rs * (gh - a - (x[o + j] - mu) * rs * c)
+
     return layer_norm_backward
 
 
@@ -267,6 +274,8 @@ def layer_norm_dwdb_finish(pdw, pdb, dw, db, has_b):
         dw[j] = aw
         if has_b:
             db[j] = ab
+
+
 # --8<-- [end:layer_norm_backward]
 
 
@@ -278,8 +287,9 @@ def cross_entropy_forward_kernel(nt, dtype):
     T = _NUMBA[np.dtype(dtype)]
 
     @cuda.jit
-    def cross_entropy_forward(z, C, target, w, has_w, w_sum, ignore_index, keep, eps_c,
-                              loss, wrow, lse, err):
+    def cross_entropy_forward(
+        z, C, target, w, has_w, w_sum, ignore_index, keep, eps_c, loss, wrow, lse, err
+    ):
         """Loss of row r (a block) of C logits against class target[r]. With p = softmax(z),
         w the class weights (ones without), keep = 1 - eps and eps_c = eps / C:
 
@@ -344,7 +354,10 @@ def cross_entropy_forward_kernel(nt, dtype):
             wrow[r] = wt
             lse[r] = m
             lse[R + r] = ls
+
     return cross_entropy_forward
+
+
 # --8<-- [end:cross_entropy_forward]
 
 
@@ -362,6 +375,7 @@ def _sum_kernel(nt):
         s = _block_sum(red, s, t)
         if t == 0:
             out[0] = s
+
     return vector_sum
 
 
@@ -393,7 +407,10 @@ def cross_entropy_reduce_kernel(nt):
                 out[0] = a / b
             else:
                 out[0] = math.nan
+
     return cross_entropy_reduce
+
+
 # --8<-- [end:cross_entropy_reduce]
 
 
@@ -404,8 +421,9 @@ def cross_entropy_backward_kernel(nt, dtype):
     T = _NUMBA[np.dtype(dtype)]
 
     @cuda.jit
-    def cross_entropy_backward(z, C, target, w, has_w, w_sum, ignore_index, keep, eps_c, lse,
-                               g, g_step, denom, mean, dz):
+    def cross_entropy_backward(
+        z, C, target, w, has_w, w_sum, ignore_index, keep, eps_c, lse, g, g_step, denom, mean, dz
+    ):
         """dz of row r (a block): softmax minus the smoothed, weighted target distribution.
 
         With gr = g[r * g_step] (g_step = 0 for a reduced loss; divided by the weight
@@ -443,7 +461,10 @@ def cross_entropy_backward_kernel(nt, dtype):
             if c == tg:
                 v -= hit
             dz[o + c] = v
+
     return cross_entropy_backward
+
+
 # --8<-- [end:cross_entropy_backward]
 
 
@@ -472,8 +493,18 @@ def layer_norm_forward(xs, ws, bs, n, rows, eps, nt, y):
     mean = cuda.device_array(rows, dtype=dt)
     rstd = cuda.device_array(rows, dtype=dt)
     layer_norm_forward_kernel(nt, dt)[rows, nt](
-        xs, n, T(1.0 / n), xs if ws is None else ws, xs if bs is None else bs,  # xs: not read
-        ws is not None, bs is not None, T(eps), y, mean, rstd)
+        xs,
+        n,
+        T(1.0 / n),
+        xs if ws is None else ws,
+        xs if bs is None else bs,  # xs: not read
+        ws is not None,
+        bs is not None,
+        T(eps),
+        y,
+        mean,
+        rstd,
+    )
     return mean, rstd
 
 
@@ -481,7 +512,8 @@ def layer_norm_backward(xs, gs, ws, mean, rstd, n, rows, nt, dx):
     """Launch the layer norm dx kernel (a block per row) from upstream ``gs`` into ``dx``."""
     dt = xs.dtype
     layer_norm_backward_kernel(nt, dt)[rows, nt](
-        xs, gs, n, dt.type(1.0 / n), xs if ws is None else ws, ws is not None, mean, rstd, dx)
+        xs, gs, n, dt.type(1.0 / n), xs if ws is None else ws, ws is not None, mean, rstd, dx
+    )
 
 
 def layer_norm_dwdb(xs, gs, mean, rstd, n, rows, nt, dw, db):
@@ -492,9 +524,11 @@ def layer_norm_dwdb(xs, gs, mean, rstd, n, rows, nt, dw, db):
     pdw = cuda.device_array((n_chunks, n), dtype=np.float64)
     pdb = cuda.device_array((n_chunks, n), dtype=np.float64)
     layer_norm_dwdb_partial[(ceil_div(n, CW), n_chunks), (CW, CR)](
-        xs, gs, rows, n, chunk, mean, rstd, pdw, pdb)
-    layer_norm_dwdb_finish[ceil_div(n, nt), nt](pdw, pdb, dw, dw if db is None else db,
-                                                db is not None)
+        xs, gs, rows, n, chunk, mean, rstd, pdw, pdb
+    )
+    layer_norm_dwdb_finish[ceil_div(n, nt), nt](
+        pdw, pdb, dw, dw if db is None else db, db is not None
+    )
 
 
 def cross_entropy_forward(zs, ts, ws, R, C, ignore_index, eps, nt, loss):
@@ -507,15 +541,27 @@ def cross_entropy_forward(zs, ts, ws, R, C, ignore_index, eps, nt, loss):
     dt = zs.dtype
     T = dt.type
     has_w = ws is not None
-    w = ws if has_w else zs   # not read without weights
+    w = ws if has_w else zs  # not read without weights
     w_sum = cuda.device_array(1, dtype=np.float64)
     if has_w and eps:
         _sum_kernel(nt)[1, nt](w, C, w_sum)
     wrow = cuda.device_array(R, dtype=dt)
-    lse = cuda.device_array(2 * R, dtype=dt)   # row max m, then log sum exp(z - m)
+    lse = cuda.device_array(2 * R, dtype=dt)  # row max m, then log sum exp(z - m)
     cross_entropy_forward_kernel(nt, dt)[R, nt](
-        zs, C, ts, w, has_w, w_sum, ignore_index, T(1.0 - eps), T(eps / C), loss, wrow, lse,
-        ops._err())
+        zs,
+        C,
+        ts,
+        w,
+        has_w,
+        w_sum,
+        ignore_index,
+        T(1.0 - eps),
+        T(eps / C),
+        loss,
+        wrow,
+        lse,
+        ops._err(),
+    )
     denom = cuda.device_array(1, dtype=np.float64)
     return w_sum, wrow, lse, denom
 
@@ -526,8 +572,9 @@ def cross_entropy_reduce(loss, wrow, R, mean, nt, out, denom):
     cross_entropy_reduce_kernel(nt)[1, nt](loss, wrow, R, mean, out, denom)
 
 
-def cross_entropy_backward(zs, ts, ws, w_sum, lse, gs, g_step, denom, mean, R, C,
-                           ignore_index, eps, nt, dz):
+def cross_entropy_backward(
+    zs, ts, ws, w_sum, lse, gs, g_step, denom, mean, R, C, ignore_index, eps, nt, dz
+):
     """Launch the cross-entropy backward (a block per row) into ``dz``: the upstream
     gradient is gs[r * g_step] (g_step 0 for a reduced loss, divided by denom[0] for the
     mean); the other arguments as :func:`cross_entropy_forward` took and returned them."""
@@ -535,5 +582,19 @@ def cross_entropy_backward(zs, ts, ws, w_sum, lse, gs, g_step, denom, mean, R, C
     T = dt.type
     has_w = ws is not None
     cross_entropy_backward_kernel(nt, dt)[R, nt](
-        zs, C, ts, ws if has_w else zs, has_w, w_sum, ignore_index, T(1.0 - eps), T(eps / C),
-        lse, gs, g_step, denom, mean, dz)
+        zs,
+        C,
+        ts,
+        ws if has_w else zs,
+        has_w,
+        w_sum,
+        ignore_index,
+        T(1.0 - eps),
+        T(eps / C),
+        lse,
+        gs,
+        g_step,
+        denom,
+        mean,
+        dz,
+    )

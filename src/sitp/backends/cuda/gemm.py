@@ -27,6 +27,7 @@ Every kernel writes C = A @ B (it does not accumulate, unlike sitp.backends.cpu.
 handles any M, N, K (tiles past the edge are padded with zeros in shared memory and
 never written back), and takes C-contiguous float32 device arrays.
 """
+
 import inspect
 from functools import lru_cache
 
@@ -56,7 +57,10 @@ def naive(BS=32):
             for k in range(K):
                 acc += A[i, k] * B[k, j]
             C[i, j] = acc
+
     return gemm_naive
+
+
 # --8<-- [end:naive]
 
 
@@ -81,7 +85,10 @@ def coalesced(BS=32):
             for k in range(K):
                 acc += A[i, k] * B[k, j]
             C[i, j] = acc
+
     return gemm_coalesced
+
+
 # --8<-- [end:coalesced]
 
 
@@ -116,7 +123,10 @@ def shared(BS=32):
             cuda.syncthreads()  # everyone is done with the tiles before they are overwritten
         if i < M and j < N:
             C[i, j] = acc
+
     return gemm_shared
+
+
 # --8<-- [end:shared]
 
 
@@ -141,7 +151,7 @@ def blocktile1d(BM=64, BN=64, BK=8, TM=8):
         row0 = cuda.blockIdx.y * BM
         col0 = cuda.blockIdx.x * BN
         tr = (t // BN) * TM  # first row of this thread within the tile
-        tc = t % BN          # its column within the tile
+        tc = t % BN  # its column within the tile
         M, K = A.shape
         N = B.shape[1]
         for r in range(TM):
@@ -166,7 +176,10 @@ def blocktile1d(BM=64, BN=64, BK=8, TM=8):
         for r in range(TM):
             if row0 + tr + r < M and col0 + tc < N:
                 C[row0 + tr + r, col0 + tc] = acc[r]
+
     return gemm_blocktile1d
+
+
 # --8<-- [end:blocktile1d]
 
 
@@ -225,7 +238,10 @@ def blocktile2d(BM=128, BN=128, BK=8, TM=8, TN=8):
             for c in range(TN):
                 if row0 + tr + r < M and col0 + tc + c < N:
                     C[row0 + tr + r, col0 + tc + c] = acc[r, c]
+
     return gemm_blocktile2d
+
+
 # --8<-- [end:blocktile2d]
 
 
@@ -281,7 +297,10 @@ def transposed(BM=128, BN=128, BK=8, TM=8, TN=8):
             for c in range(TN):
                 if row0 + tr + r < M and col0 + tc + c < N:
                     C[row0 + tr + r, col0 + tc + c] = acc[r, c]
+
     return gemm_transposed
+
+
 # --8<-- [end:transposed]
 
 
@@ -289,16 +308,17 @@ def transposed(BM=128, BN=128, BK=8, TM=8, TN=8):
 @lru_cache(maxsize=None)
 def warptile(BM=128, BN=128, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4):
     WARP = 32
-    NT = (BM // WM) * (BN // WN) * WARP        # one warp per WM x WN warp tile
+    NT = (BM // WM) * (BN // WN) * WARP  # one warp per WM x WN warp tile
     WMITER = (WM * WN) // (WARP * TM * TN * WNITER)
     assert BM % WM == 0 and BN % WN == 0, "warp tiles must tile the block tile"
     assert WMITER >= 1, "a warp's 32 threads must cover a warp sub-tile exactly"
-    WSUBM = WM // WMITER                       # a warp tile is WMITER x WNITER sub-tiles
-    WSUBN = WN // WNITER                       # of WSUBM x WSUBN, each covered by the
-    TCOLS = WSUBN // TN                        # warp's 32 threads as a grid of
-    assert (WSUBM // TM) * TCOLS == WARP, \
-        "a warp's 32 threads must cover a warp sub-tile exactly"  # (32 / TCOLS) x TCOLS
-    RM, RN = WMITER * TM, WNITER * TN          # a thread's accumulators: RM x RN
+    WSUBM = WM // WMITER  # a warp tile is WMITER x WNITER sub-tiles
+    WSUBN = WN // WNITER  # of WSUBM x WSUBN, each covered by the
+    TCOLS = WSUBN // TN  # warp's 32 threads as a grid of
+    assert (WSUBM // TM) * TCOLS == WARP, (
+        "a warp's 32 threads must cover a warp sub-tile exactly"
+    )  # (32 / TCOLS) x TCOLS
+    RM, RN = WMITER * TM, WNITER * TN  # a thread's accumulators: RM x RN
 
     @jit_bounded(NT)
     def gemm_warptile(A, B, C):
@@ -320,9 +340,9 @@ def warptile(BM=128, BN=128, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4):
         t = cuda.threadIdx.x
         warp = t // WARP
         lane = t % WARP
-        wr = (warp // (BN // WN)) * WM   # warp tile's first row within the block tile
-        wc = (warp % (BN // WN)) * WN    # and first column
-        tr = (lane // TCOLS) * TM        # thread patch within a warp sub-tile
+        wr = (warp // (BN // WN)) * WM  # warp tile's first row within the block tile
+        wc = (warp % (BN // WN)) * WN  # and first column
+        tr = (lane // TCOLS) * TM  # thread patch within a warp sub-tile
         tc = (lane % TCOLS) * TN
         row0 = cuda.blockIdx.y * BM
         col0 = cuda.blockIdx.x * BN
@@ -362,7 +382,10 @@ def warptile(BM=128, BN=128, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4):
                         j = col0 + wc + wn * WSUBN + tc + c
                         if i < M and j < N:
                             C[i, j] = acc[wm * TM + r, wn * TN + c]
+
     return gemm_warptile
+
+
 # --8<-- [end:warptile]
 
 
@@ -451,7 +474,10 @@ def doublebuffer(BM=128, BN=128, BK=8, TM=8, TN=8):
             for c in range(TN):
                 if row0 + tr + r < M and col0 + tc + c < N:
                     C[row0 + tr + r, col0 + tc + c] = acc[r, c]
+
     return gemm_doublebuffer
+
+
 # --8<-- [end:doublebuffer]
 
 
@@ -459,13 +485,14 @@ def doublebuffer(BM=128, BN=128, BK=8, TM=8, TN=8):
 @lru_cache(maxsize=None)
 def swizzled(BM=128, BN=128, BK=8, TM=8, TN=8):
     NT = (BM // TM) * (BN // TN)
-    assert BM & (BM - 1) == 0 and BK & (BK - 1) == 0 and BM >= 32 and BK <= 32, \
+    assert BM & (BM - 1) == 0 and BK & (BK - 1) == 0 and BM >= 32 and BK <= 32, (
         "the swizzle needs powers of two, BM >= 32 and BK <= 32"
-    BASE = (32 // BK).bit_length() - 1   # bits of r = lane // BK in one warp's store
-    BITS = BK.bit_length() - 1           # bits of the tile row c = lane % BK
-    SHIFT = BM.bit_length() - 1 - BASE   # moves c (bits log2 BM and up) down to BASE
-    MASK = ((1 << BITS) - 1) << BASE     # section 4.5's swizzle(BITS, BASE, SHIFT)
-    WORDS = BK * BM                      # the A tile, flat
+    )
+    BASE = (32 // BK).bit_length() - 1  # bits of r = lane // BK in one warp's store
+    BITS = BK.bit_length() - 1  # bits of the tile row c = lane % BK
+    SHIFT = BM.bit_length() - 1 - BASE  # moves c (bits log2 BM and up) down to BASE
+    MASK = ((1 << BITS) - 1) << BASE  # section 4.5's swizzle(BITS, BASE, SHIFT)
+    WORDS = BK * BM  # the A tile, flat
 
     @jit_bounded(NT)
     def gemm_swizzled(A, B, C):
@@ -516,13 +543,27 @@ def swizzled(BM=128, BN=128, BK=8, TM=8, TN=8):
             for c in range(TN):
                 if row0 + tr + r < M and col0 + tc + c < N:
                     C[row0 + tr + r, col0 + tc + c] = acc[r, c]
+
     return gemm_swizzled
+
+
 # --8<-- [end:swizzled]
 
 
-LADDER = {f.__name__: f for f in
-          (naive, coalesced, shared, blocktile1d, blocktile2d, transposed, warptile, doublebuffer,
-           swizzled)}
+LADDER = {
+    f.__name__: f
+    for f in (
+        naive,
+        coalesced,
+        shared,
+        blocktile1d,
+        blocktile2d,
+        transposed,
+        warptile,
+        doublebuffer,
+        swizzled,
+    )
+}
 KERNELS = tuple(LADDER)  # in the order of the ladder
 
 
@@ -580,4 +621,6 @@ def gemm(A, B, kernel="warptile", **tiling):
         raise ValueError(f"gemm: expected two matrices, got shapes {A.shape} and {B.shape}")
     d_C = gemm_device(to_device(A), to_device(B), kernel=kernel, **tiling)
     return d_C.copy_to_host()
+
+
 # --8<-- [end:launch]

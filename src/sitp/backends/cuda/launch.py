@@ -4,6 +4,7 @@ A kernel launch names a grid of blocks and a block of threads. Sizes are rarely
 multiples of the block, so the grid is rounded up (``ceil_div``) and every kernel
 checks its indices against the array bounds.
 """
+
 import os
 
 import numpy as np
@@ -31,8 +32,10 @@ def has_gpu() -> bool:
 def no_gpu_reason() -> str:
     """One line that says why there is no GPU to measure."""
     if simulated():
-        return ("no GPU: NUMBA_ENABLE_CUDASIM=1, kernels run in numba's CUDA simulator, "
-                "whose timings mean nothing; run on a machine with an NVIDIA GPU")
+        return (
+            "no GPU: NUMBA_ENABLE_CUDASIM=1, kernels run in numba's CUDA simulator, "
+            "whose timings mean nothing; run on a machine with an NVIDIA GPU"
+        )
     if os.environ.get("CUDA_VISIBLE_DEVICES") == "":
         return "no GPU: CUDA_VISIBLE_DEVICES is empty"
     return "no GPU: numba.cuda finds no CUDA device (is the NVIDIA driver installed?)"
@@ -66,6 +69,8 @@ def grid_2d(rows: int, cols: int, block_rows: int, block_cols: int):
     (4, 5)
     """
     return ceil_div(cols, block_cols), ceil_div(rows, block_rows)
+
+
 # --8<-- [end:grid]
 
 
@@ -85,6 +90,8 @@ def to_device(x, dtype=np.float32):
 def to_host(d_x):
     """Copy a device array back into a new numpy array (waits for the GPU to finish)."""
     return d_x.copy_to_host()
+
+
 # --8<-- [end:copies]
 
 
@@ -118,4 +125,6 @@ class DevicePool:
     def release(self, array):
         """Give an array back; its memory stays allocated, for the next ``empty``."""
         self.free.setdefault(self._key(array.shape, array.dtype), []).append(array)
+
+
 # --8<-- [end:pool]

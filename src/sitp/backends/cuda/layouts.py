@@ -12,6 +12,7 @@ integer order walks down the first column first: 0 -> 0, 1 -> 8, 2 -> 16, ...
 Pure Python on purpose: the GPU kernels of section 4.4 compute these maps inline;
 here they are values that can be printed, composed and tested.
 """
+
 from dataclasses import dataclass
 from math import prod
 
@@ -61,6 +62,7 @@ class Layout:
     >>> [L(i) for i in range(5)]     # colexicographic: down the first column
     [0, 8, 16, 24, 1]
     """
+
     shape: object
     stride: object
 
@@ -101,6 +103,8 @@ def col_major(*shape):
         stride.append(s)
         s *= n
     return Layout(tuple(shape), tuple(stride))
+
+
 # --8<-- [end:layout]
 
 
@@ -123,6 +127,8 @@ def tiled(layout, tile):
     if M % BM or N % BN:
         raise ValueError(f"tile {tile} does not divide shape {layout.shape}")
     return Layout(((BM, M // BM), (BN, N // BN)), ((sM, sM * BM), (sN, sN * BN)))
+
+
 # --8<-- [end:tile]
 
 
@@ -177,6 +183,8 @@ def compose(A, B):
         return tuple(p[0] for p in parts), tuple(p[1] for p in parts)
 
     return Layout(*go(B.shape, B.stride))
+
+
 # --8<-- [end:compose]
 
 
@@ -188,6 +196,8 @@ def blocktile2d_layout(BM, BN, TM, TN):
     tx * TN; value v = c + TN * r is its element (r, c).
     """
     return Layout(((BN // TN, BM // TM), (TN, TM)), ((TN, TM * BN), (1, BN)))
+
+
 # --8<-- [end:thread_layout]
 
 
@@ -210,6 +220,8 @@ def conflict_degree(words):
     for w in set(words):
         per_bank[bank(w)] = per_bank.get(bank(w), 0) + 1
     return max(per_bank.values())
+
+
 # --8<-- [end:banks]
 
 
@@ -229,7 +241,10 @@ def swizzle(bits, base, shift):
 
     def f(offset):
         return offset ^ ((offset >> shift) & mask)
+
     return f
+
+
 # --8<-- [end:swizzle]
 
 
@@ -247,4 +262,6 @@ def transposed_store_words(BM, BK, warp=0, pad=0, swz=None):
         w = c * (BM + pad) + r
         words.append(swz(w) if swz else w)
     return words
+
+
 # --8<-- [end:store_pattern]

@@ -78,6 +78,8 @@ def map_k(op, p0, p1, x, x_off, x_str, shape, out):
     i = cuda.grid(1)
     if i < out.size:
         out[i] = _unary(op, x[_pos(i, shape, x_str, x_off)], p0, p1)
+
+
 # --8<-- [end:position]
 
 
@@ -157,6 +159,8 @@ def reduce_rows_k(op, x, n, zero, out):
                 if x[base + j] == 0:
                     acc = zero
         out[r] = acc
+
+
 # --8<-- [end:reduce_rows]
 
 
@@ -202,7 +206,7 @@ def softmax_rows_k(x, n, log, out):
         ls = math.log(total)
         for j in range(n):
             if log:
-                out[base + j] = (x[base + j] - m) - ls    # not x - (m + log total): rounds to m
+                out[base + j] = (x[base + j] - m) - ls  # not x - (m + log total): rounds to m
             else:
                 out[base + j] = math.exp(x[base + j] - m) / total
 
@@ -245,6 +249,8 @@ def bmm_k(A, B, C):
         for k in range(A.shape[2]):
             acc += A[b, i, k] * B[b, k, j]
         C[b, i, j] = acc
+
+
 # --8<-- [end:bmm_naive]
 
 
@@ -327,8 +333,9 @@ def _new(shape, dtype, like):
     """A new contiguous device tensor of ``shape`` (uninitialised), made by ``like._make``:
     ``like`` is an operand (the result is of its class) or, above the backends, the Tensor class."""
     shape = tuple(shape)
-    return like._make(cuda.device_array(max(numel(shape), 0), dtype=dtype.np), shape,
-                      strides_of(shape), 0, dtype)
+    return like._make(
+        cuda.device_array(max(numel(shape), 0), dtype=dtype.np), shape, strides_of(shape), 0, dtype
+    )
 
 
 def _dense(x):
@@ -346,7 +353,8 @@ def _operand(t):
     if len(t._shape) != 0:
         raise RuntimeError(
             f"Expected all tensors to be on the same device, but found at least two devices, "
-            f"cuda and cpu (a cpu tensor of shape {tuple(t._shape)})")
+            f"cuda and cpu (a cpu tensor of shape {tuple(t._shape)})"
+        )
     value = t._storage[t._offset].item()
     key = (t.dtype.name, value if value == value else "nan")
     c = _CONSTANTS.get(key)
@@ -373,7 +381,7 @@ def _host_array(x):
     """The entries of host operand ``x`` as a contiguous numpy array (a copy only if strided)."""
     st, n = x._storage, numel(x._shape)
     if dense(x):
-        return st[x._offset:x._offset + n]
+        return st[x._offset : x._offset + n]
     isz = st.itemsize
     view = np.ndarray(x._shape, st.dtype, st, x._offset * isz, tuple(s * isz for s in x._strides))
     return np.ascontiguousarray(view).reshape(-1)  # numpy as a buffer: a strided copy
@@ -399,8 +407,9 @@ def unary(op, x, p0=math.nan, p1=math.nan, out_dtype=None):
     n = numel(out._shape)
     if n:
         shape, [st] = _geom(x._shape, (x, x._strides))
-        map_k[_blocks(n), TPB](S.UNARY[op], float(p0), float(p1), x._storage, x._offset, st,
-                               shape, out._storage)
+        map_k[_blocks(n), TPB](
+            S.UNARY[op], float(p0), float(p1), x._storage, x._offset, st, shape, out._storage
+        )
     return out
 
 
@@ -411,8 +420,9 @@ def binary(op, a, b, out_dtype=None):
     n = numel(shape)
     if n:
         cshape, [sa, sb] = _geom(shape, (a, _b(a, shape)), (b, _b(b, shape)))
-        zip_k[_blocks(n), TPB](S.BINARY[op], a._storage, a._offset, sa, b._storage, b._offset,
-                               sb, cshape, out._storage)
+        zip_k[_blocks(n), TPB](
+            S.BINARY[op], a._storage, a._offset, sa, b._storage, b._offset, sb, cshape, out._storage
+        )
     return out
 
 
@@ -423,8 +433,17 @@ def compare(op, a, b):
     n = numel(shape)
     if n:
         cshape, [sa, sb] = _geom(shape, (a, _b(a, shape)), (b, _b(b, shape)))
-        compare_k[_blocks(n), TPB](S.COMPARE[op], a._storage, a._offset, sa, b._storage,
-                                   b._offset, sb, cshape, out._storage)
+        compare_k[_blocks(n), TPB](
+            S.COMPARE[op],
+            a._storage,
+            a._offset,
+            sa,
+            b._storage,
+            b._offset,
+            sb,
+            cshape,
+            out._storage,
+        )
     return out
 
 
@@ -435,8 +454,19 @@ def where(c, a, b):
     n = numel(shape)
     if n:
         cshape, [sc, sa, sb] = _geom(shape, (c, _b(c, shape)), (a, _b(a, shape)), (b, _b(b, shape)))
-        where_k[_blocks(n), TPB](c._storage, c._offset, sc, a._storage, a._offset, sa,
-                                 b._storage, b._offset, sb, cshape, out._storage)
+        where_k[_blocks(n), TPB](
+            c._storage,
+            c._offset,
+            sc,
+            a._storage,
+            a._offset,
+            sa,
+            b._storage,
+            b._offset,
+            sb,
+            cshape,
+            out._storage,
+        )
     return out
 
 
@@ -448,8 +478,9 @@ def assign(dst, src) -> None:
     n = numel(shape)
     if n:
         cshape, [sd, ss] = _geom(shape, (dst, dst._strides), (src, _b(src, shape)))
-        assign_k[_blocks(n), TPB](dst._storage, dst._offset, sd, src._storage, src._offset, ss,
-                                  cshape, n)
+        assign_k[_blocks(n), TPB](
+            dst._storage, dst._offset, sd, src._storage, src._offset, ss, cshape, n
+        )
 
 
 def copy(x, dtype=None):
@@ -486,13 +517,20 @@ def _rows(x, dims):
 def reduce(op, x, dims, keepdim=False, out_dtype=None):
     kept, xs, n = _rows(x, dims)
     if out_dtype is None:
-        out_dtype = bool_ if op in ("any", "all") else (
-            int64 if x.dtype in (bool_, int64) and op in ("sum", "prod") else x.dtype)
+        out_dtype = (
+            bool_
+            if op in ("any", "all")
+            else (int64 if x.dtype in (bool_, int64) and op in ("sum", "prod") else x.dtype)
+        )
     if n == 0 and op in ("max", "min"):
         raise IndexError(
-            f"{op}(): cannot reduce over a dimension of size 0 (input shape {tuple(x._shape)})")
-    acc_dtype = float64 if out_dtype.is_floating_point and op in ("sum", "prod") else (
-        out_dtype if out_dtype is not bool_ else int64)
+            f"{op}(): cannot reduce over a dimension of size 0 (input shape {tuple(x._shape)})"
+        )
+    acc_dtype = (
+        float64
+        if out_dtype.is_floating_point and op in ("sum", "prod")
+        else (out_dtype if out_dtype is not bool_ else int64)
+    )
     tmp = _new(kept, acc_dtype, x)
     if tmp._storage.size:
         zero = acc_dtype.np.type(0)
@@ -508,11 +546,13 @@ def argreduce(x, dim, is_max, keepdim=False):
     if n == 0:
         raise IndexError(
             f"cannot compute {'max' if is_max else 'min'} over dim {dim} of size 0 "
-            f"(input shape {tuple(x._shape)})")
+            f"(input shape {tuple(x._shape)})"
+        )
     values, indices = _new(kept, x.dtype, x), _new(kept, int64, x)
     if values._storage.size:
-        argreduce_rows_k[_blocks(values._storage.size), TPB](is_max, xs, n, values._storage,
-                                                             indices._storage)
+        argreduce_rows_k[_blocks(values._storage.size), TPB](
+            is_max, xs, n, values._storage, indices._storage
+        )
     if keepdim:
         shape = tuple(1 if d == dim else x._shape[d] for d in range(len(x._shape)))
         values, indices = reshaped(values, shape), reshaped(indices, shape)
@@ -598,8 +638,12 @@ def check_errors() -> None:
     """
     if _ERR is not None and _ERR.copy_to_host()[0]:
         _ERR.copy_to_device(np.zeros(1, np.int32))
-        raise IndexError("index out of range in a GPU gather or scatter (an index was "
-                         "negative or not smaller than the size of its dimension)")
+        raise IndexError(
+            "index out of range in a GPU gather or scatter (an index was "
+            "negative or not smaller than the size of its dimension)"
+        )
+
+
 # --8<-- [end:device_errors]
 
 
@@ -638,8 +682,13 @@ def _plan(x, a, idx):
         m = idx._shape[1]
         table = cuda.device_array(max(m, 1), dtype=np.int64)[:m]
         if m:
-            index_table_k[_blocks(m), TPB](idx._storage.reshape(k, m), tuple(x._shape[a:a + k]),
-                                           tuple(x._strides[a:a + k]), table, _err())
+            index_table_k[_blocks(m), TPB](
+                idx._storage.reshape(k, m),
+                tuple(x._shape[a : a + k]),
+                tuple(x._strides[a : a + k]),
+                table,
+                _err(),
+            )
         return prepost[0], table, prepost[1]
     pre, table, post = layout.plan(x._shape, x._strides, x._offset, a, idx)
     return cuda.to_device(pre), cuda.to_device(table), cuda.to_device(post)
@@ -656,8 +705,16 @@ def take(x, a, idx):
 
 def put(x, a, idx, values, accumulate):
     pre, table, post = _plan(x, a, idx)
-    v = values if (is_device_storage(values._storage) and values.dtype is x.dtype
-                   and values._offset == 0 and dense(values)) else copy(_operand(values), x.dtype)
+    v = (
+        values
+        if (
+            is_device_storage(values._storage)
+            and values.dtype is x.dtype
+            and values._offset == 0
+            and dense(values)
+        )
+        else copy(_operand(values), x.dtype)
+    )
     if v._storage.size:
         put_k[_blocks(v._storage.size), TPB](x._storage, pre, table, post, v._storage, accumulate)
 
@@ -671,8 +728,9 @@ def _gather_positions(shape, strides, offset, dim, index, size):
     m = numel(index._shape)
     pos = cuda.device_array(max(m, 1), dtype=np.int64)
     if m:
-        gather_pos_k[_blocks(m), TPB](idx._storage, tuple(index._shape), offset,
-                                                  tuple(strides), dim, size, pos, _err())
+        gather_pos_k[_blocks(m), TPB](
+            idx._storage, tuple(index._shape), offset, tuple(strides), dim, size, pos, _err()
+        )
     return pos
 
 
@@ -701,7 +759,9 @@ def tri(x, diagonal, upper):
     out = _new(x._shape, x.dtype, x)
     rows, cols = x._shape[-2:]
     if out._storage.size:
-        tri_k[_blocks(out._storage.size), TPB](xc._storage, rows, cols, diagonal, upper, out._storage)
+        tri_k[_blocks(out._storage.size), TPB](
+            xc._storage, rows, cols, diagonal, upper, out._storage
+        )
     return out
 
 
@@ -769,6 +829,8 @@ def nonzero(x):
     out = cuda.device_array(max(total, 1), dtype=np.int64)
     nonzero_write_k[_blocks(threads), TPB](x._storage, x._offset, st, shape, chunk, starts, out)
     return out.copy_to_host()[:total]
+
+
 # --8<-- [end:nonzero]
 
 
@@ -824,6 +886,12 @@ def multinomial(p, num_samples, replacement, uniforms):
     rows = numel(p._shape) // n
     out = cuda.device_array(max(rows * num_samples, 1), dtype=np.int64)
     if rows * num_samples:
-        multinomial_k[_blocks(rows), TPB](w._storage, n, cuda.to_device(np.asarray(uniforms, np.float64)),
-                                          num_samples, replacement, out)
-    return out.copy_to_host()[:rows * num_samples]
+        multinomial_k[_blocks(rows), TPB](
+            w._storage,
+            n,
+            cuda.to_device(np.asarray(uniforms, np.float64)),
+            num_samples,
+            replacement,
+            out,
+        )
+    return out.copy_to_host()[: rows * num_samples]

@@ -5,7 +5,7 @@ from sitp.exercises.engine import Value  # noqa: F401  (the tests build graphs w
 
 # --8<-- [start:solution]
 def local_grads(node):
-    if not node.parents:                              # a leaf: nothing to pass back
+    if not node.parents:  # a leaf: nothing to pass back
         return ()
     a = node.parents[0].data
     if node.op == "add":
@@ -15,7 +15,7 @@ def local_grads(node):
     if node.op == "pow":
         return (node.power * a ** (node.power - 1),)
     if node.op == "tanh":
-        return (1 - node.data ** 2,)                  # from the output, as in 4.1's table
+        return (1 - node.data**2,)  # from the output, as in 4.1's table
     if node.op == "exp":
         return (node.data,)
     if node.op == "log":
@@ -28,7 +28,7 @@ def topological_order(root):
     while stack:
         node, parents_done = stack.pop()
         if parents_done:
-            order.append(node)                        # every parent is already in order
+            order.append(node)  # every parent is already in order
         elif id(node) not in seen:
             seen.add(id(node))
             stack.append((node, True))
@@ -41,7 +41,9 @@ def backward(root):
     for node in order:
         node.grad = 0.0
     root.grad = 1.0
-    for node in reversed(order):                      # children before parents
+    for node in reversed(order):  # children before parents
         for parent, d in zip(node.parents, local_grads(node)):
-            parent.grad += d * node.grad              # accumulate: a node may have many uses
+            parent.grad += d * node.grad  # accumulate: a node may have many uses
+
+
 # --8<-- [end:solution]

@@ -24,7 +24,7 @@ def ordinal_to_index(ordinal, shape):
 
 def broadcast_shape(a, b):
     n = max(len(a), len(b))
-    a = (1,) * (n - len(a)) + tuple(a)                  # align on the right
+    a = (1,) * (n - len(a)) + tuple(a)  # align on the right
     b = (1,) * (n - len(b)) + tuple(b)
     out = []
     for x, y in zip(a, b):
@@ -36,8 +36,10 @@ def broadcast_shape(a, b):
 
 def broadcast_strides(shape, strides, target):
     lead = len(target) - len(shape)
-    out = [0] * lead                                     # new dimensions: stride 0
+    out = [0] * lead  # new dimensions: stride 0
     for n, s, t in zip(shape, strides, target[lead:]):
-        out.append(s if n == t else 0)                   # size 1 stretched: stride 0
+        out.append(s if n == t else 0)  # size 1 stretched: stride 0
     return tuple(out)
+
+
 # --8<-- [end:solution]

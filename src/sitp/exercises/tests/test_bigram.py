@@ -14,20 +14,20 @@ def test_count_bigrams(impl):
     stoi = {".": 0, "a": 1, "e": 2, "m": 3}
     N = impl.count_bigrams(["emma", "ama"], stoi)
     assert N.shape == (4, 4)
-    assert N[stoi["m"], stoi["m"]] == 1        # the double m of emma
-    assert N[stoi["m"], stoi["a"]] == 2        # m -> a in both names
+    assert N[stoi["m"], stoi["m"]] == 1  # the double m of emma
+    assert N[stoi["m"], stoi["a"]] == 2  # m -> a in both names
     assert N[0, stoi["e"]] == 1 and N[0, stoi["a"]] == 1
-    assert N.sum() == 5 + 4                     # len(w) + 1 pairs per name
-    assert N[:, 0].sum() == 2                   # each name ends once
+    assert N.sum() == 5 + 4  # len(w) + 1 pairs per name
+    assert N[:, 0].sum() == 2  # each name ends once
 
 
 def test_counts_add_up(impl):
     stoi = vocab()
     N = impl.count_bigrams(WORDS, stoi)
     assert N.sum() == sum(len(w) + 1 for w in WORDS)
-    assert N[0].sum() == N[:, 0].sum() == len(WORDS)    # starts and ends
+    assert N[0].sum() == N[:, 0].sum() == len(WORDS)  # starts and ends
     letters = "".join(WORDS)
-    for c, i in stoi.items():                # every letter is followed once per occurrence
+    for c, i in stoi.items():  # every letter is followed once per occurrence
         if c != ".":
             assert N[i].sum() == letters.count(c)
 
@@ -39,7 +39,7 @@ def test_probabilities(impl):
     np.testing.assert_allclose(P[0], [1 / 7, 4 / 7, 2 / 7])
     P0 = impl.probabilities(N, alpha=0.0)
     np.testing.assert_allclose(P0[1], [1.0, 0.0, 0.0])
-    big = impl.probabilities(N, alpha=1e9)               # heavy smoothing: uniform rows
+    big = impl.probabilities(N, alpha=1e9)  # heavy smoothing: uniform rows
     np.testing.assert_allclose(big, 1 / 3, rtol=1e-6)
 
 

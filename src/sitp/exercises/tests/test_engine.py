@@ -13,8 +13,8 @@ import sitp
 def f(V, x, y, z):
     """A function using every op, with x used three times."""
     a = x * y + z.exp()
-    b = (a * x).tanh() + (y ** 2 + 1).log()
-    return b * x - a / (z ** 2 + 2)
+    b = (a * x).tanh() + (y**2 + 1).log()
+    return b * x - a / (z**2 + 2)
 
 
 def grads(impl, values):
@@ -29,7 +29,7 @@ def test_local_grads(impl):
     x, y = V(3.0), V(-2.0)
     assert impl.local_grads(x + y) == (1.0, 1.0)
     assert impl.local_grads(x * y) == (-2.0, 3.0)
-    np.testing.assert_allclose(impl.local_grads(x ** 3), (27.0,))
+    np.testing.assert_allclose(impl.local_grads(x**3), (27.0,))
     np.testing.assert_allclose(impl.local_grads(x.tanh()), (1 - math.tanh(3.0) ** 2,))
     np.testing.assert_allclose(impl.local_grads(y.exp()), (math.exp(-2.0),))
     np.testing.assert_allclose(impl.local_grads(x.log()), (1 / 3,))
@@ -43,7 +43,7 @@ def test_topological_order(impl):
     out = a * b
     order = impl.topological_order(out)
     assert order[-1] is out
-    assert len(order) == len({id(n) for n in order}) == 5     # x, the constant 2, a, b, out: once each
+    assert len(order) == len({id(n) for n in order}) == 5  # x, the constant 2, a, b, out: once each
     where = {id(n): k for k, n in enumerate(order)}
     for node in order:
         for p in node.parents:
@@ -58,7 +58,9 @@ def test_gradients_match_central_differences(impl):
         up, down = list(point), list(point)
         up[k] += h
         down[k] -= h
-        numeric = (f(None, *map(impl.Value, up)).data - f(None, *map(impl.Value, down)).data) / (2 * h)
+        numeric = (f(None, *map(impl.Value, up)).data - f(None, *map(impl.Value, down)).data) / (
+            2 * h
+        )
         np.testing.assert_allclose(analytic[k], numeric, rtol=1e-6, atol=1e-8)
 
 
@@ -87,4 +89,4 @@ def test_a_deep_graph(impl):
     for _ in range(5000):
         y = y * 1.0001
     impl.backward(y)
-    assert math.isclose(x.grad, 1.0001 ** 5000, rel_tol=1e-9)
+    assert math.isclose(x.grad, 1.0001**5000, rel_tol=1e-9)

@@ -15,6 +15,7 @@ from sitp._tensor.tensor import Tensor
 def backend():
     """(``sitp.backends.cuda.fused``, ``sitp.backends.cuda.ops``): the kernels and the backend."""
     from sitp.backends.cuda import fused, ops  # late: imports numba.cuda
+
     return fused, ops
 
 
@@ -31,7 +32,7 @@ def flat(t, dtype=None):
         t = CB.copy(t, dtype)
     if not t.is_contiguous():
         t = CB.copy(t)
-    return t._storage[t._offset:t._offset + t.numel()]
+    return t._storage[t._offset : t._offset + t.numel()]
 
 
 def new(shape, dtype):

@@ -83,20 +83,38 @@ class Attention(Function):
         bshape = broadcast_shapes(*shapes)
         n_batch = numel(bshape)
         out = _head_major(bshape, L, Dv, q.dtype, False)
-        lse = np.empty(2 * n_batch * L)      # row max, then 1 / row sum
+        lse = np.empty(2 * n_batch * L)  # row max, then 1 / row sum
         ctx.save_for_backward(q, k, v)
         ctx.out, ctx.lse, ctx.bshape = (out._storage, out._strides), lse, bshape
         if n_batch * L * S * Dv == 0:
-            if out.numel():                   # no keys (S = 0): zeros, no gradient
+            if out.numel():  # no keys (S = 0): zeros, no gradient
                 out._storage[:] = 0
             lse[:] = np.inf
             return out
         kind, m, mst, moff = _mask_args(mask, bshape, L, S)
-        st = np.array([_bstrides(q, bshape), _bstrides(k, bshape), _bstrides(v, bshape),
-                       mst, out._strides], _I64)
+        st = np.array(
+            [_bstrides(q, bshape), _bstrides(k, bshape), _bstrides(v, bshape), mst, out._strides],
+            _I64,
+        )
         off = np.array([q._offset, k._offset, v._offset, moff, 0], _I64)
-        cpu_fused.attention_forward(q._storage, k._storage, v._storage, m, out._storage, lse,
-                                    bshape, st, off, L, S, D, Dv, scale, causal, kind)
+        cpu_fused.attention_forward(
+            q._storage,
+            k._storage,
+            v._storage,
+            m,
+            out._storage,
+            lse,
+            bshape,
+            st,
+            off,
+            L,
+            S,
+            D,
+            Dv,
+            scale,
+            causal,
+            kind,
+        )
         return out
 
     @staticmethod
@@ -110,34 +128,75 @@ class Attention(Function):
         n_batch = numel(bshape)
         # Gradients at each input's own shape; a 4-D one not broadcast is laid out
         # (B, n, H, d), so the GPT's view/transpose backward needs no copy.
-        grads = [_head_major(t.shape[:-2], t.shape[-2], t.shape[-1], t.dtype, True)
-                 for t in (q, k, v)]
+        grads = [
+            _head_major(t.shape[:-2], t.shape[-2], t.shape[-1], t.dtype, True) for t in (q, k, v)
+        ]
         if n_batch * L * S == 0:
-            return (grads[0] if nq else None, grads[1] if nk else None,
-                    grads[2] if nv else None, None, None, None)
+            return (
+                grads[0] if nq else None,
+                grads[1] if nk else None,
+                grads[2] if nv else None,
+                None,
+                None,
+                None,
+            )
         kind, m, mst, moff = _mask_args(mask, bshape, L, S)
         o_storage, o_strides = ctx.out
-        st = np.array([_bstrides(q, bshape), _bstrides(k, bshape), _bstrides(v, bshape),
-                       mst, o_strides, _bstrides(g, bshape)]
-                      + [_bstrides(t, bshape) for t in grads], _I64)
+        st = np.array(
+            [
+                _bstrides(q, bshape),
+                _bstrides(k, bshape),
+                _bstrides(v, bshape),
+                mst,
+                o_strides,
+                _bstrides(g, bshape),
+            ]
+            + [_bstrides(t, bshape) for t in grads],
+            _I64,
+        )
         off = np.array([q._offset, k._offset, v._offset, moff, 0, g._offset, 0, 0, 0], _I64)
         shared = any(tuple(t.shape[:-2]) != tuple(bshape) for t in (q, k, v))
-        cpu_fused.attention_backward(q._storage, k._storage, v._storage, m, o_storage, g._storage,
-                                     ctx.lse, grads[0]._storage, grads[1]._storage,
-                                     grads[2]._storage, bshape, st, off, L, S, D, Dv, ctx.scale,
-                                     ctx.causal, kind, shared)
-        return (grads[0] if nq else None, grads[1] if nk else None,
-                grads[2] if nv else None, None, None, None)
+        cpu_fused.attention_backward(
+            q._storage,
+            k._storage,
+            v._storage,
+            m,
+            o_storage,
+            g._storage,
+            ctx.lse,
+            grads[0]._storage,
+            grads[1]._storage,
+            grads[2]._storage,
+            bshape,
+            st,
+            off,
+            L,
+            S,
+            D,
+            Dv,
+            ctx.scale,
+            ctx.causal,
+            kind,
+            shared,
+        )
+        return (
+            grads[0] if nq else None,
+            grads[1] if nk else None,
+            grads[2] if nv else None,
+            None,
+            None,
+            None,
+        )
 
 
 def _attention_exact_forward(ctx, q, k, v, mask, scale, causal):
     """Attention with the scores and probabilities as tensors (cpu.matmul and
     masked_softmax_kernel): the path for a float mask that needs its gradient."""
-    s_LS = cpu.matmul(q, k.mT)                  # (..., L, S)
+    s_LS = cpu.matmul(q, k.mT)  # (..., L, S)
     p_LS = masked_softmax(s_LS, mask, scale, causal)
     ctx.save_for_backward(q, k, v)
     ctx.mask, ctx.scale, ctx.causal = mask, scale, causal
-    return cpu.matmul(p_LS, v)                  # (..., L, Dv)
+    return cpu.matmul(p_LS, v)  # (..., L, Dv)
 
 
 def _attention_exact_backward(ctx, g):
@@ -151,4 +210,6 @@ def _attention_exact_backward(ctx, g):
     dk = unbroadcast(cpu.matmul(ds_LS.mT, q), k.shape) * ctx.scale if nk else None
     dmask = unbroadcast(ds_LS, ctx.mask.shape) if nm else None
     return dq, dk, dv, dmask, None, None
+
+
 # --8<-- [end:attention]

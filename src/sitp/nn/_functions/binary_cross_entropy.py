@@ -45,7 +45,7 @@ class BinaryCrossEntropyWithLogits(Function):
 
     @staticmethod
     def forward(ctx, z, y, pos_weight):
-        sp = (-z).relu() + (-z.abs()).exp().log1p()      # softplus(-z)
+        sp = (-z).relu() + (-z.abs()).exp().log1p()  # softplus(-z)
         coef = 1 if pos_weight is None else 1 + (pos_weight - 1) * y
         ctx.save_for_backward(z, y, sp)
         ctx.pos_weight = pos_weight
@@ -63,5 +63,8 @@ class BinaryCrossEntropyWithLogits(Function):
             gz = g * (s * (1 + (pw - 1) * y) - pw * y)
             gy = g * ((pw - 1) * sp - z)
         nz, ny = ctx.needs_input_grad[:2]
-        return (unbroadcast(gz, z.shape) if nz else None,
-                unbroadcast(gy, y.shape) if ny else None, None)
+        return (
+            unbroadcast(gz, z.shape) if nz else None,
+            unbroadcast(gy, y.shape) if ny else None,
+            None,
+        )

@@ -25,7 +25,7 @@ class GELU(Function):
         cpu_fused.gelu_forward(cpu.flat(xc), y._storage, tanh)
         ctx.save_for_backward(xc)
         ctx.tanh = tanh
-        ctx.op = "gelu_tanh" if tanh else "gelu"   # grad_fn prints as <GeluBackward>, as before
+        ctx.op = "gelu_tanh" if tanh else "gelu"  # grad_fn prints as <GeluBackward>, as before
         return y
 
     @staticmethod
@@ -35,4 +35,6 @@ class GELU(Function):
         dx = cpu._new(xc.shape, xc.dtype, xc)
         cpu_fused.gelu_backward(cpu.flat(xc), cpu.flat(gc), dx._storage, ctx.tanh)
         return dx, None
+
+
 # --8<-- [end:gelu_function]

@@ -29,11 +29,24 @@ class LayerNorm(Function):
         y = cpu._new(x.shape, x.dtype, x)
         mean = np.empty(rows, np.float64)
         rstd = np.empty(rows, np.float64)
-        cpu_fused.layer_norm_forward(cpu.flat(xc), rows, n, w, b, weight is not None,
-                                     bias is not None, float(eps), y._storage, mean, rstd)
+        cpu_fused.layer_norm_forward(
+            cpu.flat(xc),
+            rows,
+            n,
+            w,
+            b,
+            weight is not None,
+            bias is not None,
+            float(eps),
+            y._storage,
+            mean,
+            rstd,
+        )
         ctx.xc, ctx.w, ctx.mean, ctx.rstd, ctx.n = xc, w, mean, rstd, n
-        ctx.has_w, ctx.shapes = weight is not None, (
-            None if weight is None else weight.shape, None if bias is None else bias.shape)
+        ctx.has_w, ctx.shapes = (
+            weight is not None,
+            (None if weight is None else weight.shape, None if bias is None else bias.shape),
+        )
         return y
 
     @staticmethod
@@ -43,8 +56,19 @@ class LayerNorm(Function):
         dx = cpu._new(xc.shape, xc.dtype, xc)
         dw = np.zeros(n, np.float64)
         db = np.zeros(n, np.float64)
-        cpu_fused.layer_norm_backward_kernel(cpu.flat(xc), cpu.flat(gc), ctx.mean.size, n, ctx.w,
-                                             ctx.has_w, ctx.mean, ctx.rstd, dx._storage, dw, db)
+        cpu_fused.layer_norm_backward_kernel(
+            cpu.flat(xc),
+            cpu.flat(gc),
+            ctx.mean.size,
+            n,
+            ctx.w,
+            ctx.has_w,
+            ctx.mean,
+            ctx.rstd,
+            dx._storage,
+            dw,
+            db,
+        )
         wshape, bshape = ctx.shapes
         need = ctx.needs_input_grad
         gw = dx._wrap_np(dw.astype(xc.dtype.np), wshape) if wshape is not None and need[1] else None
@@ -55,8 +79,12 @@ class LayerNorm(Function):
 def gpu_fits(x, weight, bias, n) -> bool:
     """Whether :class:`LayerNormGPU` takes these tensors: all on the device, float32 or
     float64, a non-empty input (otherwise ``F.layer_norm`` composes ops)."""
-    return (all(_cuda.is_device(t) for t in (x, weight, bias)) and n > 0 and x.numel() > 0
-            and _cuda.backend()[0].supports(x.dtype.np))
+    return (
+        all(_cuda.is_device(t) for t in (x, weight, bias))
+        and n > 0
+        and x.numel() > 0
+        and _cuda.backend()[0].supports(x.dtype.np)
+    )
 
 
 # --8<-- [start:layer_norm_function]
@@ -85,7 +113,7 @@ class LayerNormGPU(Function):
         ctx.n, ctx.rows, ctx.nt, ctx.dtype, ctx.shape = n, rows, nt, dt, tuple(x.shape)
         ctx.wshape = None if weight is None else tuple(weight.shape)
         ctx.bshape = None if bias is None else tuple(bias.shape)
-        ctx.op = "layer_norm"   # grad_fn prints as <LayerNormBackward>, as on the CPU
+        ctx.op = "layer_norm"  # grad_fn prints as <LayerNormBackward>, as on the CPU
         return y
 
     @staticmethod
@@ -97,16 +125,26 @@ class LayerNormGPU(Function):
         dx = gw = gb = None
         if need[0]:
             dx = _cuda.new(ctx.shape, dt)
-            FG.layer_norm_backward(ctx.xs, gs, ctx.ws, ctx.mean, ctx.rstd, n, rows, nt,
-                                   dx._storage)
+            FG.layer_norm_backward(ctx.xs, gs, ctx.ws, ctx.mean, ctx.rstd, n, rows, nt, dx._storage)
         want_w = ctx.wshape is not None and need[1]
         want_b = ctx.bshape is not None and need[2]
         if want_w or want_b:
-            dw = _cuda.new(ctx.wshape if want_w else (n,), dt)   # written even when not wanted
+            dw = _cuda.new(ctx.wshape if want_w else (n,), dt)  # written even when not wanted
             db = _cuda.new(ctx.bshape, dt) if want_b else None
-            FG.layer_norm_dwdb(ctx.xs, gs, ctx.mean, ctx.rstd, n, rows, nt, dw._storage,
-                               None if db is None else db._storage)
+            FG.layer_norm_dwdb(
+                ctx.xs,
+                gs,
+                ctx.mean,
+                ctx.rstd,
+                n,
+                rows,
+                nt,
+                dw._storage,
+                None if db is None else db._storage,
+            )
             gw = dw if want_w else None
             gb = db
         return dx, gw, gb, None, None, None
+
+
 # --8<-- [end:layer_norm_function]

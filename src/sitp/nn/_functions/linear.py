@@ -34,7 +34,7 @@ class Linear(Function):
     @staticmethod
     def forward(ctx, x, weight, bias):
         K = x.shape[-1]
-        x_MK = x.reshape(-1, K)                     # fold (B, T) into the rows
+        x_MK = x.reshape(-1, K)  # fold (B, T) into the rows
         y_MN = cpu.linear(x_MK, weight, bias)
         ctx.save_for_backward(x_MK, weight)
         ctx.x_shape = x.shape
@@ -46,19 +46,29 @@ class Linear(Function):
         need_x, need_w, need_b = ctx.needs_input_grad
         g_MN = g.reshape(-1, w_NK.shape[0]).contiguous()
         dx = cpu.matmul(g_MN, w_NK).view(ctx.x_shape) if need_x else None
-        dw = cpu.matmul(g_MN.mT, x_MK) if need_w else None   # dY^T read in place
+        dw = cpu.matmul(g_MN.mT, x_MK) if need_w else None  # dY^T read in place
         db = None
         if need_b:
             db = cpu._new((w_NK.shape[0],), g.dtype, g)
             cpu_fused.column_sum(cpu.as_numpy(g_MN), db._storage)
         return dx, dw, db
+
+
 # --8<-- [end:linear_function]
 
 
 def fits(x, weight, bias) -> bool:
     """Whether :class:`Linear` takes these operands: CPU floats of one dtype, 2-D weight."""
     dt = x.dtype
-    return (dt.is_floating_point and weight.dtype is dt and weight.ndim == 2 and x.ndim >= 1 and x.shape[-1] > 0
-            and (bias is None or (bias.dtype is dt and bias.ndim == 1
-                                  and bias.shape[0] == weight.shape[0]))
-            and all(isinstance(t._storage, np.ndarray) for t in (x, weight, bias) if t is not None))
+    return (
+        dt.is_floating_point
+        and weight.dtype is dt
+        and weight.ndim == 2
+        and x.ndim >= 1
+        and x.shape[-1] > 0
+        and (
+            bias is None
+            or (bias.dtype is dt and bias.ndim == 1 and bias.shape[0] == weight.shape[0])
+        )
+        and all(isinstance(t._storage, np.ndarray) for t in (x, weight, bias) if t is not None)
+    )

@@ -25,8 +25,9 @@ def masked_softmax(scores, mask, scale, causal):
         kind = 1 if not mask.dtype.is_floating_point else 2
         st = broadcast_strides(mask.shape, mask._strides, scores.shape)
         m, off = mask._storage, mask._offset
-    cpu_fused.masked_softmax(cpu.flat(scores), tuple(scores.shape), scale, causal, kind, m, st,
-                             off, p._storage)
+    cpu_fused.masked_softmax(
+        cpu.flat(scores), tuple(scores.shape), scale, causal, kind, m, st, off, p._storage
+    )
     return p
 
 

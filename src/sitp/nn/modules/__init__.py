@@ -1,6 +1,6 @@
 """The layers of ``sitp.nn``, one concept per file."""
 
-from sitp.nn.modules.activation import GELU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh
+from sitp.nn.modules.activation import GELU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
 from sitp.nn.modules.container import ModuleDict, ModuleList, Sequential
 from sitp.nn.modules.conv import Conv1d
 from sitp.nn.modules.dropout import Dropout

@@ -7,8 +7,8 @@ import math
 from sitp._tensor.creation import empty
 from sitp.nn import functional as F
 from sitp.nn import init
-from sitp.nn.parameter import Parameter
 from sitp.nn.modules.module import Module
+from sitp.nn.parameter import Parameter
 
 
 # --8<-- [start:linear]
@@ -18,7 +18,9 @@ class Linear(Module):
     Initialised as PyTorch does: W and b uniform in ±1/sqrt(in_features).
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype=None, device=None):
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = True, dtype=None, device=None
+    ):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.weight = Parameter(empty(out_features, in_features, dtype=dtype, device=device))
@@ -35,7 +37,8 @@ class Linear(Module):
 
     def forward(self, x):
         return F.linear(x, self.weight, self.bias)
-# --8<-- [end:linear]
+
+    # --8<-- [end:linear]
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"

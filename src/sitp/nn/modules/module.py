@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from collections import OrderedDict, namedtuple
 
-from sitp.autograd.grad_mode import no_grad
-from sitp._tensor.tensor import Tensor
-from sitp.nn.parameter import Parameter
 from sitp._tensor.creation import tensor
-from sitp.dtypes import float32
-from sitp.dtypes import float64
+from sitp._tensor.tensor import Tensor
+from sitp.autograd.grad_mode import no_grad
+from sitp.dtypes import float32, float64
+from sitp.nn.parameter import Parameter
 
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
@@ -38,7 +37,8 @@ class Module:
     def __setattr__(self, name, value):
         if "_parameters" not in self.__dict__:
             raise AttributeError(
-                f"cannot assign {name!r} before Module.__init__() call (call super().__init__())")
+                f"cannot assign {name!r} before Module.__init__() call (call super().__init__())"
+            )
         for d in (self._parameters, self._buffers, self._modules):
             d.pop(name, None)
         if isinstance(value, Parameter):
@@ -65,6 +65,7 @@ class Module:
                 del d[name]
                 return
         object.__delattr__(self, name)
+
     # --8<-- [end:setattr]
 
     def register_parameter(self, name: str, param) -> None:
@@ -89,7 +90,9 @@ class Module:
     register_module = add_module
 
     def forward(self, *args, **kwargs):
-        raise NotImplementedError(f"Module [{type(self).__name__}] is missing the required \"forward\" function")
+        raise NotImplementedError(
+            f'Module [{type(self).__name__}] is missing the required "forward" function'
+        )
 
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
@@ -106,7 +109,9 @@ class Module:
         for name, m in self._modules.items():
             if m is None:
                 continue
-            yield from m.named_modules(memo, f"{prefix}.{name}" if prefix else name, remove_duplicate)
+            yield from m.named_modules(
+                memo, f"{prefix}.{name}" if prefix else name, remove_duplicate
+            )
 
     def modules(self):
         for _, m in self.named_modules():
@@ -123,10 +128,16 @@ class Module:
         for _, m in self.named_children():
             yield m
 
-    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ):
         """(dotted name, parameter); a tied parameter is listed once."""
         seen = set()
-        mods = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse else [(prefix, self)]
+        mods = (
+            self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate)
+            if recurse
+            else [(prefix, self)]
+        )
         for mprefix, m in mods:
             for name, p in m._parameters.items():
                 if p is None or (remove_duplicate and id(p) in seen):
@@ -148,6 +159,7 @@ class Module:
     def buffers(self, recurse: bool = True):
         for _, b in self.named_buffers(recurse=recurse):
             yield b
+
     # --8<-- [end:walk]
 
     def get_submodule(self, target: str) -> "Module":
@@ -220,20 +232,32 @@ class Module:
                     src = tensor(src)
                 if tuple(src.shape) != tuple(dst.shape):
                     errors.append(
-                        f'size mismatch for {k}: copying a param with shape {tuple(src.shape)} '
-                        f'from checkpoint, the shape in current model is {tuple(dst.shape)}.')
+                        f"size mismatch for {k}: copying a param with shape {tuple(src.shape)} "
+                        f"from checkpoint, the shape in current model is {tuple(dst.shape)}."
+                    )
                     continue
                 with no_grad():
                     dst.copy_(src)
         if strict:
             if unexpected:
-                errors.insert(0, "Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ". ")
+                errors.insert(
+                    0,
+                    "Unexpected key(s) in state_dict: "
+                    + ", ".join(f'"{k}"' for k in unexpected)
+                    + ". ",
+                )
             if missing:
-                errors.insert(0, "Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ". ")
+                errors.insert(
+                    0,
+                    "Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ". ",
+                )
         if errors:
             raise RuntimeError(
-                f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
+                f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
+                + "\n\t".join(errors)
+            )
         return _IncompatibleKeys(missing, unexpected)
+
     # --8<-- [end:state_dict]
 
     def _apply_tensors(self, fn) -> "Module":
@@ -251,11 +275,13 @@ class Module:
 
     def to(self, *args, **kwargs) -> "Module":
         """Move/convert parameters and buffers (floating ones only for dtypes)."""
+
         def conv(t):
             if not t.dtype.is_floating_point:
                 args2 = [a for a in args if isinstance(a, str) or hasattr(a, "type")]
                 return t.to(*args2, **{k: v for k, v in kwargs.items() if k == "device"})
             return t.to(*args, **kwargs)
+
         return self._apply_tensors(conv)
 
     def cpu(self) -> "Module":
@@ -288,7 +314,9 @@ class Module:
         return main + ("\n  " + extra if extra else "") + "\n  " + "\n  ".join(lines) + "\n)"
 
     def __dir__(self):
-        return sorted(set(super().__dir__()) | set(self._parameters) | set(self._modules) | set(self._buffers))
+        return sorted(
+            set(super().__dir__()) | set(self._parameters) | set(self._modules) | set(self._buffers)
+        )
 
     def __getstate__(self):
         return self.__dict__

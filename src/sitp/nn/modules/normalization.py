@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-from sitp.autograd.grad_mode import no_grad
 from sitp._tensor.creation import ones, zeros
+from sitp.autograd.grad_mode import no_grad
 from sitp.nn import functional as F
-from sitp.nn.parameter import Parameter
 from sitp.nn.modules.module import Module
+from sitp.nn.parameter import Parameter
 
 
 class LayerNorm(Module):
     """Normalise over the last dims to mean 0, variance 1, then scale and shift."""
 
-    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True,
-                 bias: bool = True, dtype=None, device=None):
+    def __init__(
+        self,
+        normalized_shape,
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        dtype=None,
+        device=None,
+    ):
         super().__init__()
         if isinstance(normalized_shape, int):
             normalized_shape = (normalized_shape,)
@@ -22,7 +29,11 @@ class LayerNorm(Module):
         self.elementwise_affine = elementwise_affine
         if elementwise_affine:
             self.weight = Parameter(ones(self.normalized_shape, dtype=dtype, device=device))
-            self.bias = Parameter(zeros(self.normalized_shape, dtype=dtype, device=device)) if bias else None
+            self.bias = (
+                Parameter(zeros(self.normalized_shape, dtype=dtype, device=device))
+                if bias
+                else None
+            )
             if not bias:
                 self.register_parameter("bias", None)
         else:
@@ -33,7 +44,9 @@ class LayerNorm(Module):
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        return (
+            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        )
 
 
 # --8<-- [start:batchnorm]
@@ -46,9 +59,18 @@ class BatchNorm1d(Module):
     Input (N, C) or (N, C, L).
     """
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
-                 affine: bool = True, track_running_stats: bool = True, device=None, dtype=None,
-                 *, bias: bool = True):
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        device=None,
+        dtype=None,
+        *,
+        bias: bool = True,
+    ):
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
@@ -66,14 +88,16 @@ class BatchNorm1d(Module):
         if x.ndim not in (2, 3) or x.shape[1] != self.num_features:
             raise ValueError(
                 f"BatchNorm1d expected input of shape (N, {self.num_features}) or "
-                f"(N, {self.num_features}, L), got {tuple(x.shape)}")
+                f"(N, {self.num_features}, L), got {tuple(x.shape)}"
+            )
         dims = (0,) if x.ndim == 2 else (0, 2)
         shape = (1, -1) if x.ndim == 2 else (1, -1, 1)
         if self.training or not self.track_running_stats:
             n = x.numel() // self.num_features
             if n <= 1:
                 raise ValueError(
-                    f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)}")
+                    f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)}"
+                )
             mean = x.mean(dims)
             var = x.var(dims, correction=0)
             if self.training and self.track_running_stats:
@@ -90,7 +114,10 @@ class BatchNorm1d(Module):
             if self.bias is not None:
                 y = y + self.bias.view(shape)
         return y
-# --8<-- [end:batchnorm]
+
+    # --8<-- [end:batchnorm]
 
     def extra_repr(self) -> str:
-        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}"
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}"
+        )

@@ -5,19 +5,25 @@ from __future__ import annotations
 import math
 
 from sitp._tensor.creation import empty, zeros
-from sitp.nn import functional as F, init
+from sitp.nn import functional as F
+from sitp.nn import init
 from sitp.nn._functions import gru as _gru
-from sitp.nn.parameter import Parameter
 from sitp.nn.modules.module import Module
+from sitp.nn.parameter import Parameter
 
 
 class _CellBase(Module):
-    def __init__(self, input_size: int, hidden_size: int, bias: bool, gates: int, dtype=None,
-                 device=None):
+    def __init__(
+        self, input_size: int, hidden_size: int, bias: bool, gates: int, dtype=None, device=None
+    ):
         super().__init__()
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
-        self.weight_ih = Parameter(empty(gates * hidden_size, input_size, dtype=dtype, device=device))
-        self.weight_hh = Parameter(empty(gates * hidden_size, hidden_size, dtype=dtype, device=device))
+        self.weight_ih = Parameter(
+            empty(gates * hidden_size, input_size, dtype=dtype, device=device)
+        )
+        self.weight_hh = Parameter(
+            empty(gates * hidden_size, hidden_size, dtype=dtype, device=device)
+        )
         if bias:
             self.bias_ih = Parameter(empty(gates * hidden_size, dtype=dtype, device=device))
             self.bias_hh = Parameter(empty(gates * hidden_size, dtype=dtype, device=device))
@@ -31,12 +37,14 @@ class _CellBase(Module):
     def _check(self, x, h):
         if x.shape[-1] != self.input_size:
             raise ValueError(
-                f"input has {x.shape[-1]} features, expected input_size={self.input_size} (shape {tuple(x.shape)})")
+                f"input has {x.shape[-1]} features, expected input_size={self.input_size} (shape {tuple(x.shape)})"
+            )
         if h is None:
             h = zeros(x.shape[:-1] + (self.hidden_size,), dtype=x.dtype, device=x.device)
         elif tuple(h.shape) != tuple(x.shape[:-1]) + (self.hidden_size,):
             raise ValueError(
-                f"hidden state has shape {tuple(h.shape)}, expected {tuple(x.shape[:-1]) + (self.hidden_size,)}")
+                f"hidden state has shape {tuple(h.shape)}, expected {tuple(x.shape[:-1]) + (self.hidden_size,)}"
+            )
         return h
 
     def _affine(self, x, h):
@@ -51,10 +59,19 @@ class _CellBase(Module):
 class RNNCell(_CellBase):
     """h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh)."""
 
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
-                 nonlinearity: str = "tanh", dtype=None, device=None):
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        bias: bool = True,
+        nonlinearity: str = "tanh",
+        dtype=None,
+        device=None,
+    ):
         if nonlinearity not in ("tanh", "relu"):
-            raise ValueError(f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or 'relu'.")
+            raise ValueError(
+                f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or 'relu'."
+            )
         super().__init__(input_size, hidden_size, bias, 1, dtype, device)
         self.nonlinearity = nonlinearity
 
@@ -63,6 +80,8 @@ class RNNCell(_CellBase):
         gi, gh = self._affine(x, h)
         pre = gi + gh
         return pre.tanh() if self.nonlinearity == "tanh" else pre.relu()
+
+
 # --8<-- [end:rnn_cell]
 
 
@@ -76,13 +95,15 @@ class GRUCell(_CellBase):
     h' = (1 − z) ⊙ n + z ⊙ h
     """
 
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, dtype=None, device=None):
+    def __init__(
+        self, input_size: int, hidden_size: int, bias: bool = True, dtype=None, device=None
+    ):
         super().__init__(input_size, hidden_size, bias, 3, dtype, device)
 
     def forward(self, x, h=None):
         h = self._check(x, h)
         gi, gh = self._affine(x, h)
-        if _gru.fits(gi, gh, h):   # on the CPU: the lines below as one kernel each way
+        if _gru.fits(gi, gh, h):  # on the CPU: the lines below as one kernel each way
             return _gru.GRUGates.apply(gi, gh, h)
         i_r, i_z, i_n = gi.chunk(3, -1)
         h_r, h_z, h_n = gh.chunk(3, -1)
@@ -90,4 +111,6 @@ class GRUCell(_CellBase):
         z = (i_z + h_z).sigmoid()
         n = (i_n + r * h_n).tanh()
         return (1 - z) * n + z * h
+
+
 # --8<-- [end:gru_cell]

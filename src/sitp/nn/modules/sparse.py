@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from sitp.autograd.grad_mode import no_grad
 from sitp._tensor.creation import empty
+from sitp.autograd.grad_mode import no_grad
 from sitp.nn import functional as F
 from sitp.nn import init
-from sitp.nn.parameter import Parameter
 from sitp.nn.modules.module import Module
+from sitp.nn.parameter import Parameter
 
 
 # --8<-- [start:embedding]
@@ -18,10 +18,20 @@ class Embedding(Module):
     position's gradient into the row it read (scatter-add).
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx=None,
-                 max_norm=None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
-                 sparse: bool = False, _weight=None, _freeze: bool = False,
-                 device=None, dtype=None):
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx=None,
+        max_norm=None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+        _weight=None,
+        _freeze: bool = False,
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
         _unsupported(max_norm=max_norm, scale_grad_by_freq=scale_grad_by_freq, sparse=sparse)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
@@ -29,14 +39,17 @@ class Embedding(Module):
         self.max_norm, self.norm_type = max_norm, norm_type
         self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
         if _weight is None:
-            self.weight = Parameter(empty(num_embeddings, embedding_dim, dtype=dtype, device=device),
-                                    requires_grad=not _freeze)
+            self.weight = Parameter(
+                empty(num_embeddings, embedding_dim, dtype=dtype, device=device),
+                requires_grad=not _freeze,
+            )
             self.reset_parameters()
         else:  # torch's from_pretrained path: the given table, as it is
             if tuple(_weight.shape) != (num_embeddings, embedding_dim):
                 raise RuntimeError(
                     f"Shape of weight {tuple(_weight.shape)} does not match num_embeddings "
-                    f"and embedding_dim ({num_embeddings}, {embedding_dim})")
+                    f"and embedding_dim ({num_embeddings}, {embedding_dim})"
+                )
             self.weight = Parameter(_weight, requires_grad=not _freeze)
 
     def reset_parameters(self) -> None:
@@ -47,7 +60,8 @@ class Embedding(Module):
 
     def forward(self, idx):
         return F.embedding(idx, self.weight)
-# --8<-- [end:embedding]
+
+    # --8<-- [end:embedding]
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}"

@@ -8,15 +8,16 @@ import copy
 
 import numpy as np
 
-from sitp._tensor.tensor import Tensor
-from sitp.utils.data.dataset import IterableDataset, TensorDataset
-from sitp.utils.data.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 from sitp._tensor.creation import tensor
+from sitp._tensor.tensor import Tensor
 from sitp.dtypes import float64
 from sitp.functional import stack
+from sitp.utils.data.dataset import IterableDataset, TensorDataset
+from sitp.utils.data.sampler import BatchSampler, RandomSampler, SequentialSampler
 
-_COLLATE_ERROR = ("default_collate: batch must contain tensors, numpy arrays, numbers, "
-                  "dicts or lists; found {}")
+_COLLATE_ERROR = (
+    "default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; found {}"
+)
 
 
 def default_convert(data):
@@ -69,8 +70,11 @@ def default_collate(batch):
     if isinstance(elem, (np.ndarray, np.generic)) and not isinstance(elem, (np.str_, np.bytes_)):
         if elem.dtype.kind not in "biuf":
             raise TypeError(_COLLATE_ERROR.format(elem.dtype))
-        return stack([tensor(b) for b in batch], 0) if isinstance(elem, np.ndarray) \
+        return (
+            stack([tensor(b) for b in batch], 0)
+            if isinstance(elem, np.ndarray)
             else tensor(np.array(batch))
+        )
     if isinstance(elem, float):
         return tensor(batch, dtype=float64)
     if isinstance(elem, int):  # bool is an int
@@ -98,6 +102,8 @@ def default_collate(batch):
         except TypeError:
             return fields
     raise TypeError(_COLLATE_ERROR.format(type(elem)))
+
+
 # --8<-- [end:default_collate]
 
 
@@ -134,67 +140,101 @@ class DataLoader:
     Every other keyword is a ``TypeError``, as in any Python function.
     """
 
-    def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
-                 num_workers: int = 0, collate_fn=None, pin_memory: bool = False,
-                 drop_last: bool = False, timeout: float = 0, worker_init_fn=None,
-                 multiprocessing_context=None, generator=None, *, prefetch_factor=None,
-                 persistent_workers: bool = False, pin_memory_device: str = "",
-                 in_order: bool = True):
+    def __init__(
+        self,
+        dataset,
+        batch_size=1,
+        shuffle=None,
+        sampler=None,
+        batch_sampler=None,
+        num_workers: int = 0,
+        collate_fn=None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn=None,
+        multiprocessing_context=None,
+        generator=None,
+        *,
+        prefetch_factor=None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+    ):
         if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 0:
-            raise ValueError("num_workers option should be non-negative; "
-                             "use num_workers=0 to disable multiprocessing.")
+            raise ValueError(
+                "num_workers option should be non-negative; "
+                "use num_workers=0 to disable multiprocessing."
+            )
         if timeout < 0:
             raise ValueError("timeout option should be non-negative")
         if num_workers == 0 and prefetch_factor is not None:
-            raise ValueError("prefetch_factor option could only be specified in "
-                             "multiprocessing.let num_workers > 0 to enable multiprocessing, "
-                             "otherwise set prefetch_factor to None.")
+            raise ValueError(
+                "prefetch_factor option could only be specified in "
+                "multiprocessing.let num_workers > 0 to enable multiprocessing, "
+                "otherwise set prefetch_factor to None."
+            )
         if prefetch_factor is not None and prefetch_factor < 0:
             raise ValueError("prefetch_factor option should be non-negative")
         if persistent_workers and num_workers == 0:
             raise ValueError("persistent_workers option needs num_workers > 0")
         if multiprocessing_context is not None and num_workers == 0:
-            raise ValueError(f"multiprocessing_context can only be used with multi-process "
-                             f"loading (num_workers > 0), but got num_workers={num_workers}")
+            raise ValueError(
+                f"multiprocessing_context can only be used with multi-process "
+                f"loading (num_workers > 0), but got num_workers={num_workers}"
+            )
         if worker_init_fn is not None and not callable(worker_init_fn):
-            raise TypeError(f"worker_init_fn should be callable, got "
-                            f"{type(worker_init_fn).__name__}")
+            raise TypeError(
+                f"worker_init_fn should be callable, got {type(worker_init_fn).__name__}"
+            )
 
         self.dataset, self.num_workers = dataset, num_workers
         self.pin_memory, self.pin_memory_device = pin_memory, pin_memory_device
         self.timeout, self.worker_init_fn = timeout, worker_init_fn
         self.multiprocessing_context = multiprocessing_context
-        self.prefetch_factor = 2 if prefetch_factor is None and num_workers > 0 \
-            else prefetch_factor
+        self.prefetch_factor = 2 if prefetch_factor is None and num_workers > 0 else prefetch_factor
         self.persistent_workers, self.in_order = persistent_workers, in_order
         self._iterable = isinstance(dataset, IterableDataset)
 
         if self._iterable:
             if shuffle not in (None, False):
-                raise ValueError(f"DataLoader with IterableDataset: expected unspecified "
-                                 f"shuffle option, but got shuffle={shuffle}")
+                raise ValueError(
+                    f"DataLoader with IterableDataset: expected unspecified "
+                    f"shuffle option, but got shuffle={shuffle}"
+                )
             if sampler is not None:
-                raise ValueError(f"DataLoader with IterableDataset: expected unspecified "
-                                 f"sampler option, but got sampler={sampler}")
+                raise ValueError(
+                    f"DataLoader with IterableDataset: expected unspecified "
+                    f"sampler option, but got sampler={sampler}"
+                )
             if batch_sampler is not None:
-                raise ValueError(f"DataLoader with IterableDataset: expected unspecified "
-                                 f"batch_sampler option, but got batch_sampler={batch_sampler}")
+                raise ValueError(
+                    f"DataLoader with IterableDataset: expected unspecified "
+                    f"batch_sampler option, but got batch_sampler={batch_sampler}"
+                )
         else:
             shuffle = bool(shuffle)
         if sampler is not None and shuffle:
             raise ValueError("sampler option is mutually exclusive with shuffle")
         if batch_sampler is not None:
             if batch_size != 1 or shuffle or sampler is not None or drop_last:
-                raise ValueError("batch_sampler option is mutually exclusive with batch_size, "
-                                 "shuffle, sampler, and drop_last")
+                raise ValueError(
+                    "batch_sampler option is mutually exclusive with batch_size, "
+                    "shuffle, sampler, and drop_last"
+                )
             batch_size, drop_last = None, False
         elif batch_size is None:
             if drop_last:
-                raise ValueError("batch_size=None option disables auto-batching and is "
-                                 "mutually exclusive with drop_last")
+                raise ValueError(
+                    "batch_size=None option disables auto-batching and is "
+                    "mutually exclusive with drop_last"
+                )
         if sampler is None and not self._iterable:
-            sampler = RandomSampler(dataset, generator=generator) if shuffle \
+            sampler = (
+                RandomSampler(dataset, generator=generator)
+                if shuffle
                 else SequentialSampler(dataset)
+            )
         if batch_size is not None and batch_sampler is None and not self._iterable:
             batch_sampler = BatchSampler(sampler, batch_size, drop_last)
         if batch_size is not None and self._iterable:
@@ -202,8 +242,9 @@ class DataLoader:
 
         self.batch_size, self.drop_last = batch_size, drop_last
         self.sampler, self.batch_sampler, self.generator = sampler, batch_sampler, generator
-        self._auto_collation = batch_sampler is not None or (self._iterable and
-                                                             batch_size is not None)
+        self._auto_collation = batch_sampler is not None or (
+            self._iterable and batch_size is not None
+        )
         if collate_fn is None:
             collate_fn = default_collate if self._auto_collation else default_convert
         elif not callable(collate_fn):

@@ -46,7 +46,8 @@ class TensorDataset(Dataset):
         for t in tensors:
             if t.shape[0] != n:
                 raise ValueError(
-                    f"Size mismatch between tensors: first dims {[t.shape[0] for t in tensors]}")
+                    f"Size mismatch between tensors: first dims {[t.shape[0] for t in tensors]}"
+                )
         self.tensors = tensors
 
     def __getitem__(self, index):
@@ -121,15 +122,18 @@ def random_split(dataset, lengths, generator=None):
             counts[i % len(counts)] += 1
         for i, n in enumerate(counts):
             if n == 0:
-                warnings.warn(f"Length of split at index {i} is 0. This might result in an "
-                              f"empty dataset.", stacklevel=2)
+                warnings.warn(
+                    f"Length of split at index {i} is 0. This might result in an empty dataset.",
+                    stacklevel=2,
+                )
         lengths = counts
     if sum(lengths) != len(dataset):
         raise ValueError("Sum of input lengths does not equal the length of the input dataset!")
     indices = randperm(sum(lengths), generator=generator).tolist()
-    return [Subset(dataset, indices[end - n:end])
-            for end, n in zip(itertools.accumulate(lengths), lengths)]
+    return [
+        Subset(dataset, indices[end - n : end])
+        for end, n in zip(itertools.accumulate(lengths), lengths)
+    ]
 
 
-__all__ = ["ConcatDataset", "Dataset", "IterableDataset", "Subset", "TensorDataset",
-           "random_split"]
+__all__ = ["ConcatDataset", "Dataset", "IterableDataset", "Subset", "TensorDataset", "random_split"]

@@ -13,9 +13,11 @@ draws, but the numbers are not PyTorch's for the same seed (see :mod:`sitp.rando
 
 from __future__ import annotations
 
-from sitp import random as _random
-import numpy as np
 import warnings
+
+import numpy as np
+
+from sitp import random as _random
 from sitp._tensor.creation import as_tensor
 from sitp.dtypes import float64
 
@@ -47,9 +49,11 @@ class Sampler:
 
     def __init__(self, data_source=None) -> None:
         if data_source is not None:
-            warnings.warn("`data_source` argument is not used and will be removed in 2.2.0."
-                          "You may still have custom implementation that utilizes it.",
-                          stacklevel=2)
+            warnings.warn(
+                "`data_source` argument is not used and will be removed in 2.2.0."
+                "You may still have custom implementation that utilizes it.",
+                stacklevel=2,
+            )
 
     def __iter__(self):
         raise NotImplementedError
@@ -77,8 +81,9 @@ class RandomSampler(Sampler):
     ``sitp.manual_seed`` makes the order reproducible.
     """
 
-    def __init__(self, data_source, replacement: bool = False, num_samples=None,
-                 generator=None) -> None:
+    def __init__(
+        self, data_source, replacement: bool = False, num_samples=None, generator=None
+    ) -> None:
         self.data_source, self.replacement = data_source, replacement
         self._num_samples, self.generator = num_samples, generator
         _check_bool("replacement", self.replacement, TypeError)
@@ -94,12 +99,11 @@ class RandomSampler(Sampler):
         if self.replacement:
             for _ in range(self.num_samples // 32):
                 yield from _random.randint(0, n, (32,), generator=generator).tolist()
-            yield from _random.randint(0, n, (self.num_samples % 32,),
-                                       generator=generator).tolist()
+            yield from _random.randint(0, n, (self.num_samples % 32,), generator=generator).tolist()
         else:
             for _ in range(self.num_samples // n):
                 yield from _random.randperm(n, generator=generator).tolist()
-            yield from _random.randperm(n, generator=generator).tolist()[:self.num_samples % n]
+            yield from _random.randperm(n, generator=generator).tolist()[: self.num_samples % n]
 
     def __len__(self) -> int:
         return self.num_samples
@@ -122,20 +126,22 @@ class SubsetRandomSampler(Sampler):
 class WeightedRandomSampler(Sampler):
     """``num_samples`` indices drawn with probabilities proportional to ``weights``."""
 
-    def __init__(self, weights, num_samples: int, replacement: bool = True,
-                 generator=None) -> None:
+    def __init__(self, weights, num_samples: int, replacement: bool = True, generator=None) -> None:
         _check_positive_int("num_samples", num_samples)
         _check_bool("replacement", replacement)
         weights = as_tensor(weights, dtype=float64)
         if weights.ndim != 1:
-            raise ValueError(f"weights should be a 1d sequence but given weights have shape "
-                             f"{tuple(weights.shape)}")
+            raise ValueError(
+                f"weights should be a 1d sequence but given weights have shape "
+                f"{tuple(weights.shape)}"
+            )
         self.weights, self.num_samples = weights, int(num_samples)
         self.replacement, self.generator = replacement, generator
 
     def __iter__(self):
-        drawn = _random.multinomial(self.weights, self.num_samples, self.replacement,
-                                    generator=self.generator)
+        drawn = _random.multinomial(
+            self.weights, self.num_samples, self.replacement, generator=self.generator
+        )
         yield from iter(drawn.tolist())
 
     def __len__(self) -> int:
@@ -166,5 +172,11 @@ class BatchSampler(Sampler):
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
 
-__all__ = ["BatchSampler", "RandomSampler", "Sampler", "SequentialSampler",
-           "SubsetRandomSampler", "WeightedRandomSampler"]
+__all__ = [
+    "BatchSampler",
+    "RandomSampler",
+    "Sampler",
+    "SequentialSampler",
+    "SubsetRandomSampler",
+    "WeightedRandomSampler",
+]

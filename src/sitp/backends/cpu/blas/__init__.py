@@ -21,21 +21,57 @@ Example:
     array([[ 3.,  3.],
            [12., 12.]], dtype=float32)
 """
+
+import numba  # noqa: E402
 import numpy as np
 
 from sitp import _env  # noqa: F401  (must run before numba compiles anything)
-import numba  # noqa: E402
-from sitp.backends.cpu.blas.batched import PARALLEL_BMM_MNK, SMALL_MNK, bmm_kernel, bmm_kernel_serial
+from sitp.backends.cpu.blas.batched import (
+    PARALLEL_BMM_MNK,
+    SMALL_MNK,
+    bmm_kernel,
+    bmm_kernel_serial,
+)
 from sitp.backends.cpu.blas.ladder import gemm_blocked, gemm_ikj, gemm_naive
 from sitp.backends.cpu.blas.level1 import saxpy, triad
 from sitp.backends.cpu.blas.level2 import sgemv
-from sitp.backends.cpu.blas.packed import KC, MC, MR, NR, fill_rows, gemm_packed, gemm_parallel, micro_kernel, stored
-from sitp.backends.cpu.blas.small import DIRECT_MAX_B_BYTES, DIRECT_MAX_N, gemm_direct_parallel, gemm_small, gemm_small_set
+from sitp.backends.cpu.blas.packed import (
+    KC,
+    MC,
+    MR,
+    NR,
+    fill_rows,
+    gemm_packed,
+    gemm_parallel,
+    micro_kernel,
+    stored,
+)
+from sitp.backends.cpu.blas.small import (
+    DIRECT_MAX_B_BYTES,
+    DIRECT_MAX_N,
+    gemm_direct_parallel,
+    gemm_small,
+    gemm_small_set,
+)
 
 __all__ = [
-    "matmul", "bmm", "saxpy", "triad", "sgemv", "gemm_naive", "gemm_ikj",
-    "gemm_blocked", "gemm_packed", "gemm_parallel", "gemm_small", "micro_kernel", "bmm_kernel",
-    "MR", "NR", "KC", "MC",
+    "matmul",
+    "bmm",
+    "saxpy",
+    "triad",
+    "sgemv",
+    "gemm_naive",
+    "gemm_ikj",
+    "gemm_blocked",
+    "gemm_packed",
+    "gemm_parallel",
+    "gemm_small",
+    "micro_kernel",
+    "bmm_kernel",
+    "MR",
+    "NR",
+    "KC",
+    "MC",
 ]
 
 DTYPES = (np.float32, np.float64, np.int64)
@@ -44,14 +80,17 @@ DTYPES = (np.float32, np.float64, np.int64)
 def _check(a, b, ndim, name):
     """Validate operands (each kernel below decides what layouts it can read)."""
     if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
-        raise TypeError(f"{name} expects numpy arrays, got {type(a).__name__} and {type(b).__name__}")
+        raise TypeError(
+            f"{name} expects numpy arrays, got {type(a).__name__} and {type(b).__name__}"
+        )
     if a.ndim != ndim or b.ndim != ndim:
         raise ValueError(f"{name} expects {ndim}-D arrays, got shapes {a.shape} and {b.shape}")
     if a.shape[-1] != b.shape[-2] or (ndim == 3 and a.shape[0] != b.shape[0]):
         raise ValueError(f"{name}: shapes {a.shape} and {b.shape} are not aligned")
     if a.dtype != b.dtype:
-        raise ValueError(f"{name}: dtypes differ ({a.dtype} for shape {a.shape}, "
-                         f"{b.dtype} for shape {b.shape})")
+        raise ValueError(
+            f"{name}: dtypes differ ({a.dtype} for shape {a.shape}, {b.dtype} for shape {b.shape})"
+        )
     if a.dtype.type not in DTYPES:
         raise TypeError(f"{name} supports float32, float64 and int64, not {a.dtype}")
     return a, b
@@ -84,11 +123,17 @@ def matmul(a, b, bias=None):
     a, b = _check(a, b, 2, "matmul")
     (M, K), N = a.shape, b.shape[1]
     if bias is not None and (bias.shape != (N,) or bias.dtype != a.dtype):
-        raise ValueError(f"matmul: bias of shape {bias.shape} and dtype {bias.dtype} does "
-                         f"not fit a product of shape ({M}, {N}) and dtype {a.dtype}")
+        raise ValueError(
+            f"matmul: bias of shape {bias.shape} and dtype {bias.dtype} does "
+            f"not fit a product of shape ({M}, {N}) and dtype {a.dtype}"
+        )
     mnk = M * N * K
-    unpacked = a.dtype != np.int64 and N > 1 and mnk > 0 and (
-        mnk < SMALL_MNK or (N <= DIRECT_MAX_N and K * N * b.itemsize <= DIRECT_MAX_B_BYTES))
+    unpacked = (
+        a.dtype != np.int64
+        and N > 1
+        and mnk > 0
+        and (mnk < SMALL_MNK or (N <= DIRECT_MAX_N and K * N * b.itemsize <= DIRECT_MAX_B_BYTES))
+    )
     if unpacked:
         # the unpacked kernels read rows of B as vectors: B must be row-major. They
         # write every entry of C, starting from the bias: C need not be zeroed.
@@ -99,7 +144,7 @@ def matmul(a, b, bias=None):
         bias = np.ascontiguousarray(bias) if has_bias else c[0, :0]
         if mnk < SMALL_MNK or numba.get_num_threads() == 1:
             gemm_small_set(a, b, c, bias, has_bias)
-        else:                   # a thin product: B small, A tall; threads over A's rows
+        else:  # a thin product: B small, A tall; threads over A's rows
             gemm_direct_parallel(a, b, c, bias, has_bias, numba.get_num_threads())
         return c
     if bias is None:
@@ -116,6 +161,8 @@ def matmul(a, b, bias=None):
     else:
         gemm_parallel(a, b, c)
     return c
+
+
 # --8<-- [end:matmul]
 
 

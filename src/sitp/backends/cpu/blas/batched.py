@@ -6,6 +6,7 @@ across threads (a parallel region costs microseconds), so the batch itself is
 the parallel loop: one thread per matrix product, one kernel call per product,
 no Python in between.
 """
+
 from numba import njit, prange
 
 from sitp.backends.cpu.blas.packed import gemm_packed
@@ -37,6 +38,8 @@ def bmm_kernel(A, B, C):
             gemm_small(A[b], B[b], C[b])
         else:
             gemm_packed(A[b], B[b], C[b])
+
+
 # --8<-- [end:bmm]
 
 

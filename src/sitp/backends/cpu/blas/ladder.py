@@ -4,6 +4,7 @@ Each kernel takes C-contiguous arrays A (M, K), B (K, N), C (M, N) of one dtype 
 accumulates into C, like BLAS's ``gemm`` with alpha = beta = 1. They differ only
 in the order in which they visit the M * N * K multiply-adds.
 """
+
 from numba import njit
 
 
@@ -24,6 +25,8 @@ def gemm_naive(A, B, C):
             for k in range(K):
                 s += A[i, k] * B[k, j]
             C[i, j] = s
+
+
 # --8<-- [end:gemm_naive]
 
 
@@ -44,6 +47,8 @@ def gemm_ikj(A, B, C):
             b_k = B[k]
             for j in range(c_i.shape[0]):
                 c_i[j] += a_ik * b_k[j]
+
+
 # --8<-- [end:gemm_ikj]
 
 
@@ -72,4 +77,6 @@ def gemm_blocked(A, B, C, MB=128, KB=64, NB=512):
                         b_k = B[k, j0:j1]
                         for j in range(c_i.shape[0]):
                             c_i[j] += a_ik * b_k[j]
+
+
 # --8<-- [end:gemm_blocked]

@@ -3,7 +3,7 @@
 A level-1 kernel touches every element once and does O(1) arithmetic per element,
 so its speed is set by memory bandwidth, not by the floating-point units.
 """
-import numpy as np
+
 from numba import njit, prange
 
 
@@ -19,6 +19,8 @@ def saxpy(alpha, x, y):
     n = x.shape[0]
     for i in prange(n):
         y[i] += alpha * x[i]
+
+
 # --8<-- [end:saxpy]
 
 
@@ -31,5 +33,6 @@ def triad(a, b, c, alpha):
     """
     for i in prange(a.shape[0]):
         a[i] = b[i] + alpha * c[i]
-# --8<-- [end:triad]
 
+
+# --8<-- [end:triad]

@@ -1,4 +1,5 @@
 """Level-2 BLAS: matrix-vector product (section 2.3)."""
+
 from numba import njit, prange
 
 
@@ -20,4 +21,6 @@ def sgemv(A, x, y):
         for j in range(N):
             s += a_i[j] * x[j]
         y[i] += s
+
+
 # --8<-- [end:sgemv]

@@ -13,9 +13,10 @@ KC columns of A / rows of B:
 Panels are zero-padded to full MR / NR, so the micro-kernel never sees an edge;
 only the final write-back into C is clipped.
 """
+
+import numba
 import numpy as np
 from llvmlite import ir
-import numba
 from numba import carray, njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -29,7 +30,9 @@ from sitp import _target
 # AVX-512 (32 registers of 16 lanes): 14 x 32, 28 accumulators. float64 halves NR.
 MR, NR = _target.tile_shape()
 KC = 512 if NR <= 16 else 384  # depth of a panel: KC * NR * 4 B of B's panel stays in L1/L2
-MC = 60 if MR == 6 else 8 * MR  # rows of A per block (a multiple of MR): MC * KC * 4 B of packed A sits in L2
+MC = (
+    60 if MR == 6 else 8 * MR
+)  # rows of A per block (a multiple of MR): MC * KC * 4 B of packed A sits in L2
 # Fast-math flags for the micro-kernel: fuse a*b+c into one FMA ("contract"),
 # but no "reassoc", which would let LLVM reorder the k-sum and spill registers.
 FASTMATH = {"nnan", "ninf", "nsz", "contract", "arcp", "afn"}
@@ -50,8 +53,9 @@ def _register_tile(typingctx, dtype):
 
     def codegen(context, builder, signature, args):
         with builder.goto_entry_block():
-            return builder.alloca(context.get_value_type(elem),
-                                  size=ir.Constant(ir.IntType(64), MR * NR))
+            return builder.alloca(
+                context.get_value_type(elem), size=ir.Constant(ir.IntType(64), MR * NR)
+            )
 
     return sig, codegen
 
@@ -72,7 +76,10 @@ def _prefetch(typingctx, ary, i, j):
         ptr = cgutils.get_item_pointer(context, builder, aryty, arr, [args[1], args[2]])
         i8p = ir.IntType(8).as_pointer()
         fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [i8p] + [ir.IntType(32)] * 3), "llvm.prefetch.p0")
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [i8p] + [ir.IntType(32)] * 3),
+            "llvm.prefetch.p0",
+        )
         i32 = ir.IntType(32)
         # rw=1 (we will write), locality=3 (keep in all cache levels), data cache
         builder.call(fn, [builder.bitcast(ptr, i8p), i32(1), i32(3), i32(1)])
@@ -122,15 +129,28 @@ def make_tile_fma(rows, nvec):
     on every target: ``ymm`` registers on AVX2, ``zmm`` on AVX-512, ``xmm`` on
     baseline x86-64 and NEON.
     """
+
     @intrinsic
-    def tile_fma(typingctx, A, a_off, a_si, a_sp, B, b_off, b_sp, K, out, o_off, o_si, mode, bias, bias_off):
-        if not (isinstance(A, types.Array) and isinstance(B, types.Array) and A.ndim == B.ndim == 2
-                and isinstance(A.dtype, types.Float) and B.dtype == A.dtype):
+    def tile_fma(
+        typingctx, A, a_off, a_si, a_sp, B, b_off, b_sp, K, out, o_off, o_si, mode, bias, bias_off
+    ):
+        if not (
+            isinstance(A, types.Array)
+            and isinstance(B, types.Array)
+            and A.ndim == B.ndim == 2
+            and isinstance(A.dtype, types.Float)
+            and B.dtype == A.dtype
+        ):
             return None
-        if not ((isinstance(out, (types.Array, types.CPointer)) and out.dtype == A.dtype)
-                and isinstance(bias, types.Array) and bias.dtype == A.dtype):
+        if not (
+            (isinstance(out, (types.Array, types.CPointer)) and out.dtype == A.dtype)
+            and isinstance(bias, types.Array)
+            and bias.dtype == A.dtype
+        ):
             return None
-        sig = types.void(A, a_off, a_si, a_sp, B, b_off, b_sp, K, out, o_off, o_si, mode, bias, bias_off)
+        sig = types.void(
+            A, a_off, a_si, a_sp, B, b_off, b_sp, K, out, o_off, o_si, mode, bias, bias_off
+        )
         return sig, _tile_codegen(rows, nvec)
 
     return tile_fma
@@ -141,7 +161,8 @@ def _tile_codegen(rows, nvec):
         i64 = ir.IntType(64)
         a_off, a_si, a_sp, b_off, b_sp, k, o_off, o_si, mode, bias_off = (
             context.cast(builder, args[n], signature.args[n], types.int64)
-            for n in (1, 2, 3, 5, 6, 7, 9, 10, 11, 13))
+            for n in (1, 2, 3, 5, 6, 7, 9, 10, 11, 13)
+        )
         dtype = signature.args[0].dtype
 
         def data(n):
@@ -149,27 +170,37 @@ def _tile_codegen(rows, nvec):
 
         a_data = builder.gep(data(0), [a_off])
         b_data = builder.gep(data(4), [b_off])
-        o_data = builder.gep(data(8) if isinstance(signature.args[8], types.Array) else args[8], [o_off])
+        o_data = builder.gep(
+            data(8) if isinstance(signature.args[8], types.Array) else args[8], [o_off]
+        )
         bias_data = builder.gep(data(12), [bias_off])
         lanes = _target.vector_bits() // dtype.bitwidth
         vty = ir.VectorType(context.get_value_type(dtype), lanes)
         vptr = vty.as_pointer()
         align = dtype.bitwidth // 8
         fmuladd = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(vty, [vty] * 3), f"llvm.fmuladd.v{lanes}f{dtype.bitwidth}")
+            builder.module,
+            ir.FunctionType(vty, [vty] * 3),
+            f"llvm.fmuladd.v{lanes}f{dtype.bitwidth}",
+        )
         zero = ir.Constant(vty, None)
         undef = ir.Constant(vty, ir.Undefined)
         splat = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
         fn = builder.function
         bias_bb, zero_bb, init_bb, loop, done, add_bb, store_bb, exit_bb = (
-            fn.append_basic_block(f"tile.{n}") for n in
-            ("bias", "zero", "init", "loop", "done", "add", "store", "exit"))
+            fn.append_basic_block(f"tile.{n}")
+            for n in ("bias", "zero", "init", "loop", "done", "add", "store", "exit")
+        )
 
         # the tile's starting value: the bias row (mode 2) or zeros
         builder.cbranch(builder.icmp_signed("==", mode, i64(2)), bias_bb, zero_bb)
         builder.position_at_end(bias_bb)
-        bias_v = [builder.load(builder.bitcast(builder.gep(bias_data, [i64(v * lanes)]), vptr), align=align)
-                  for v in range(nvec)]
+        bias_v = [
+            builder.load(
+                builder.bitcast(builder.gep(bias_data, [i64(v * lanes)]), vptr), align=align
+            )
+            for v in range(nvec)
+        ]
         builder.branch(init_bb)
         builder.position_at_end(zero_bb)
         builder.branch(init_bb)
@@ -182,17 +213,21 @@ def _tile_codegen(rows, nvec):
             init.append(phi)
         builder.cbranch(builder.icmp_signed(">", k, i64(0)), loop, done)
 
-        builder.position_at_end(loop)              # one step p of the sum of outer products
+        builder.position_at_end(loop)  # one step p of the sum of outer products
         p = builder.phi(i64)
         tile = [[builder.phi(vty) for _ in range(nvec)] for _ in range(rows)]
         b_row = builder.gep(b_data, [builder.mul(p, b_sp)])
-        b = [builder.load(builder.bitcast(builder.gep(b_row, [i64(v * lanes)]), vptr), align=align)
-             for v in range(nvec)]
+        b = [
+            builder.load(builder.bitcast(builder.gep(b_row, [i64(v * lanes)]), vptr), align=align)
+            for v in range(nvec)
+        ]
         a_col = builder.mul(p, a_sp)
         new = []
         for i in range(rows):
             a = builder.load(builder.gep(a_data, [builder.add(a_col, builder.mul(i64(i), a_si))]))
-            a = builder.shuffle_vector(builder.insert_element(undef, a, ir.IntType(32)(0)), undef, splat)
+            a = builder.shuffle_vector(
+                builder.insert_element(undef, a, ir.IntType(32)(0)), undef, splat
+            )
             new.append([builder.call(fmuladd, [a, b[v], tile[i][v]]) for v in range(nvec)])
         p_next = builder.add(p, i64(1))
         end = builder.basic_block
@@ -204,7 +239,7 @@ def _tile_codegen(rows, nvec):
                 tile[i][v].add_incoming(new[i][v], end)
         builder.cbranch(builder.icmp_signed("<", p_next, k), loop, done)
 
-        builder.position_at_end(done)               # the tile, written out once
+        builder.position_at_end(done)  # the tile, written out once
         final = []
         for i in range(rows):
             for v in range(nvec):
@@ -218,7 +253,9 @@ def _tile_codegen(rows, nvec):
             for i, v, f in final:
                 at = builder.gep(o_data, [builder.add(builder.mul(i64(i), o_si), i64(v * lanes))])
                 at = builder.bitcast(at, vptr)
-                builder.store(builder.fadd(builder.load(at, align=align), f) if add else f, at, align=align)
+                builder.store(
+                    builder.fadd(builder.load(at, align=align), f) if add else f, at, align=align
+                )
             builder.branch(exit_bb)
         builder.position_at_end(exit_bb)
         return context.get_dummy_value()
@@ -256,11 +293,13 @@ def pack_b_panel(B, jp, Bp_j):
     j0 = jp * nr
     w = min(nr, n - j0)
     for p in range(kc):
-        b_p = B[p, j0:j0 + w]
+        b_p = B[p, j0 : j0 + w]
         for j in range(w):
             Bp_j[p, j] = b_p[j]
         for j in range(w, nr):
             Bp_j[p, j] = 0
+
+
 # --8<-- [end:pack]
 
 
@@ -276,22 +315,24 @@ def micro_kernel(Ap_i, Bp_j, C, i0, j0):
     (MR + NR) loaded values, all from L1. Only the write-back into C is clipped at
     C's edges.
     """
-    NR = tile_nr(Ap_i.dtype)    # float32: 16 on AVX2, 32 on AVX-512; float64: half
+    NR = tile_nr(Ap_i.dtype)  # float32: 16 on AVX2, 32 on AVX-512; float64: half
     mr, nr = min(MR, C.shape[0] - i0), min(NR, C.shape[1] - j0)
-    for i in range(mr):         # start fetching the C tile now, use it at the end
+    for i in range(mr):  # start fetching the C tile now, use it at the end
         _prefetch(C, i0 + i, j0)
     kc = Ap_i.shape[0]
     ldc = C.strides[0] // C.itemsize
     no_bias = C[0, :0]
-    if mr == MR and nr == NR and C.strides[1] == C.itemsize:   # a full tile: added into C
+    if mr == MR and nr == NR and C.strides[1] == C.itemsize:  # a full tile: added into C
         tile_fma(Ap_i, 0, 1, MR, Bp_j, 0, NR, kc, C, i0 * ldc + j0, ldc, 0, no_bias, 0)
         return
-    tile = _register_tile(Ap_i.dtype)       # C's edge: the tile on the stack, then clipped
+    tile = _register_tile(Ap_i.dtype)  # C's edge: the tile on the stack, then clipped
     tile_fma(Ap_i, 0, 1, MR, Bp_j, 0, NR, kc, tile, 0, NR, 1, no_bias, 0)
     acc = carray(tile, (MR, NR))
     for i in range(mr):
         for j in range(nr):
             C[i0 + i, j0 + j] += acc[i, j]
+
+
 # --8<-- [end:micro_kernel]
 
 
@@ -321,6 +362,8 @@ def micro_kernel_loops(Ap_i, Bp_j, C, i0, j0):
     for i in range(mr):
         for j in range(nr):
             C[i0 + i, j0 + j] += acc[i, j]
+
+
 # --8<-- [end:micro_kernel_loops]
 
 
@@ -341,16 +384,18 @@ def gemm_packed(A, B, C):
         kc = min(KC, K - pc)
         Bp = np.empty((n_bp, kc, NR), A.dtype)
         for jp in range(n_bp):
-            pack_b_panel(B[pc:pc + kc], jp, Bp[jp])
+            pack_b_panel(B[pc : pc + kc], jp, Bp[jp])
         for ic in range(0, M, MC):
             m = min(MC, M - ic)
             Ap = np.empty(((m + MR - 1) // MR, kc, MR), A.dtype)
-            pack_a(A[ic:ic + m, pc:pc + kc], Ap)
+            pack_a(A[ic : ic + m, pc : pc + kc], Ap)
             for jp in range(n_bp):
                 for ip in range(Ap.shape[0]):
                     i0 = ic + ip * MR
                     j0 = jp * NR
                     micro_kernel(Ap[ip], Bp[jp], C, i0, j0)
+
+
 # --8<-- [end:gemm_packed]
 
 
@@ -378,6 +423,8 @@ def stored(X):
     if X.flags.f_contiguous:
         return X.T, True
     return np.ascontiguousarray(X), False
+
+
 # --8<-- [end:stored]
 
 
@@ -412,29 +459,31 @@ def _gemm_parallel(A_stored, ta, B_stored, tb, C, n_threads):
     M, K = A.shape
     N = B.shape[1]
     NR = tile_nr(A.dtype)
-    n_bp = (N + NR - 1) // NR                # NR-column panels of B
-    n_ap = (M + MR - 1) // MR                # MR-row panels of A
-    n_pc = (K + KC - 1) // KC                # KC-slabs of K
+    n_bp = (N + NR - 1) // NR  # NR-column panels of B
+    n_ap = (M + MR - 1) // MR  # MR-row panels of A
+    n_pc = (K + KC - 1) // KC  # KC-slabs of K
     # row blocks: about MC rows each, their count a multiple of n_threads
     n_ib = (M + MC - 1) // MC
     n_ib = min(n_ap, (n_ib + n_threads - 1) // n_threads * n_threads)
     # column blocks: split N too when there are fewer row blocks than threads
     n_jb = min(n_bp, max(1, n_threads // n_ib))
-    pb = (n_bp + n_jb - 1) // n_jb          # B panels per column block
+    pb = (n_bp + n_jb - 1) // n_jb  # B panels per column block
     Bp = np.empty((n_pc, n_bp, KC, NR), A.dtype)
     for q in prange(n_pc * n_bp):
         pc, jp = q // n_bp, q % n_bp
         kc = min(KC, K - pc * KC)
-        pack_b_panel(B[pc * KC:pc * KC + kc], jp, Bp[pc, jp, :kc])
+        pack_b_panel(B[pc * KC : pc * KC + kc], jp, Bp[pc, jp, :kc])
     for t in prange(n_ib * n_jb):
         ib, jb = t // n_jb, t % n_jb
-        ic = (ib * n_ap // n_ib) * MR        # rows ic .. ic + m of A and C
+        ic = (ib * n_ap // n_ib) * MR  # rows ic .. ic + m of A and C
         m = min(M, ((ib + 1) * n_ap // n_ib) * MR) - ic
         for pc in range(n_pc):
             kc = min(KC, K - pc * KC)
             Ap = np.empty(((m + MR - 1) // MR, kc, MR), A.dtype)
-            pack_a(A[ic:ic + m, pc * KC:pc * KC + kc], Ap)
+            pack_a(A[ic : ic + m, pc * KC : pc * KC + kc], Ap)
             for jp in range(jb * pb, min(n_bp, (jb + 1) * pb)):
                 for ip in range(Ap.shape[0]):
                     micro_kernel(Ap[ip], Bp[pc, jp, :kc], C, ic + ip * MR, jp * NR)
+
+
 # --8<-- [end:gemm_parallel]

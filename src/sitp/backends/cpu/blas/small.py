@@ -6,6 +6,7 @@ register tiles of the micro-kernel but reads its operands where they are: a row
 segment of B is contiguous already, and the values of A are broadcast from rows of
 A. Narrower tiles cover the edges; only the last few columns use the ikj loop.
 """
+
 import numpy as np
 from numba import njit, prange
 
@@ -14,9 +15,9 @@ from sitp.backends.cpu.blas.packed import FASTMATH, MR, make_tile_fma, tile_nr
 # Rows of gemm_small's tiles. With AVX-512's 14-row micro-kernel tile, the small
 # products attention makes (32 rows) would leave 4 rows over; 8 rows divide them.
 SMALL_MR = MR
-_tile_full = make_tile_fma(SMALL_MR, 2)   # SMALL_MR x NR
-_tile_half = make_tile_fma(SMALL_MR, 1)   # SMALL_MR x NR/2: an N of 16 on AVX-512
-_row_full = make_tile_fma(1, 2)           # one row at a time, for the rows left over
+_tile_full = make_tile_fma(SMALL_MR, 2)  # SMALL_MR x NR
+_tile_half = make_tile_fma(SMALL_MR, 1)  # SMALL_MR x NR/2: an N of 16 on AVX-512
+_row_full = make_tile_fma(1, 2)  # one row at a time, for the rows left over
 _row_half = make_tile_fma(1, 1)
 
 
@@ -34,12 +35,12 @@ def gemm_small(A, B, C):
     """
     if C.shape[0] == 0 or C.shape[1] == 0:
         return
-    if C.strides[1] != C.itemsize:          # C's rows are not contiguous: work on a copy
+    if C.strides[1] != C.itemsize:  # C's rows are not contiguous: work on a copy
         Cc = np.ascontiguousarray(C)
         _gemm_small(A, B, Cc, 0, Cc[0, :0])
         C[:] = Cc
         return
-    _gemm_small(A, B, C, 0, C[0, :0])      # (an empty bias: mode 0 never reads it)
+    _gemm_small(A, B, C, 0, C[0, :0])  # (an empty bias: mode 0 never reads it)
 
 
 @njit(cache=True, fastmath=FASTMATH)
@@ -50,7 +51,7 @@ def gemm_small_set(A, B, C, bias, has_bias):
     ``has_bias``: no pass to zero C or to fill it with the bias first.
     """
     mode = 2 if has_bias else 1
-    if C.shape[1] > 1 and C.strides[1] != C.itemsize:   # C's rows are not contiguous
+    if C.shape[1] > 1 and C.strides[1] != C.itemsize:  # C's rows are not contiguous
         Cc = np.empty(C.shape, C.dtype)
         _gemm_small(A, B, Cc, mode, bias)
         C[:] = Cc
@@ -72,33 +73,67 @@ def _gemm_small(A, B, C, mode, bias):
     NR = tile_nr(A.dtype)
     H = NR // 2
     m_full, n_full = M - M % SMALL_MR, N - N % NR
-    n_vec = n_full + H if N - n_full >= H else n_full   # columns the vector tiles cover
+    n_vec = n_full + H if N - n_full >= H else n_full  # columns the vector tiles cover
     a_si, a_sp = A.strides[0] // A.itemsize, A.strides[1] // A.itemsize
     b_sp = B.strides[0] // B.itemsize
     ldc = C.strides[0] // C.itemsize
-    if mode != 0:                           # the strip the ikj loop adds to: start it
+    if mode != 0:  # the strip the ikj loop adds to: start it
         for i in range(M):
             for j in range(n_vec, N):
                 C[i, j] = bias[j] if mode == 2 else 0
-    for i0 in range(0, m_full, SMALL_MR):   # blocks of SMALL_MR rows
+    for i0 in range(0, m_full, SMALL_MR):  # blocks of SMALL_MR rows
         for j0 in range(0, n_full, NR):
-            _tile_full(A, i0 * a_si, a_si, a_sp, B, j0, b_sp, K, C, i0 * ldc + j0, ldc, mode, bias, j0)
+            _tile_full(
+                A, i0 * a_si, a_si, a_sp, B, j0, b_sp, K, C, i0 * ldc + j0, ldc, mode, bias, j0
+            )
         if n_vec > n_full:
-            _tile_half(A, i0 * a_si, a_si, a_sp, B, n_full, b_sp, K, C, i0 * ldc + n_full, ldc,
-                       mode, bias, n_full)
-    for i0 in range(m_full, M):             # the rows left over, one at a time
+            _tile_half(
+                A,
+                i0 * a_si,
+                a_si,
+                a_sp,
+                B,
+                n_full,
+                b_sp,
+                K,
+                C,
+                i0 * ldc + n_full,
+                ldc,
+                mode,
+                bias,
+                n_full,
+            )
+    for i0 in range(m_full, M):  # the rows left over, one at a time
         for j0 in range(0, n_full, NR):
-            _row_full(A, i0 * a_si, a_si, a_sp, B, j0, b_sp, K, C, i0 * ldc + j0, ldc, mode, bias, j0)
+            _row_full(
+                A, i0 * a_si, a_si, a_sp, B, j0, b_sp, K, C, i0 * ldc + j0, ldc, mode, bias, j0
+            )
         if n_vec > n_full:
-            _row_half(A, i0 * a_si, a_si, a_sp, B, n_full, b_sp, K, C, i0 * ldc + n_full, ldc,
-                      mode, bias, n_full)
-    for i in range(M):                      # right strip: the last N - n_vec columns
+            _row_half(
+                A,
+                i0 * a_si,
+                a_si,
+                a_sp,
+                B,
+                n_full,
+                b_sp,
+                K,
+                C,
+                i0 * ldc + n_full,
+                ldc,
+                mode,
+                bias,
+                n_full,
+            )
+    for i in range(M):  # right strip: the last N - n_vec columns
         c_i = C[i, n_vec:]
         for p in range(K):
             a_ip = A[i, p]
             b_p = B[p, n_vec:]
             for j in range(c_i.shape[0]):
                 c_i[j] += a_ip * b_p[j]
+
+
 # --8<-- [end:gemm_small]
 
 
@@ -121,4 +156,6 @@ def gemm_direct_parallel(A, B, C, bias, has_bias, n_threads):
         i1 = min(M, ((t + 1) * n_blocks // n_threads) * SMALL_MR)
         if i1 > i0:
             gemm_small_set(A[i0:i1], B, C[i0:i1], bias, has_bias)
+
+
 # --8<-- [end:gemm_direct_parallel]

@@ -28,11 +28,13 @@ def adam_kernel(p, g, m, v, lr, beta1, beta2, eps, wd, decoupled, bc1, bc2_sqrt)
         gi = g[i]
         if wd != 0.0:
             if decoupled:
-                p[i] = p[i] * (1.0 - lr * wd)       # AdamW: shrink the weight
+                p[i] = p[i] * (1.0 - lr * wd)  # AdamW: shrink the weight
             else:
-                gi = gi + wd * p[i]                 # Adam: L2 term in the gradient
-        m[i] = m[i] + (gi - m[i]) * (1.0 - beta1)   # m = lerp(m, g, 1 - beta1)
+                gi = gi + wd * p[i]  # Adam: L2 term in the gradient
+        m[i] = m[i] + (gi - m[i]) * (1.0 - beta1)  # m = lerp(m, g, 1 - beta1)
         v[i] = v[i] * beta2 + gi * gi * (1.0 - beta2)
         denom = math.sqrt(v[i]) / bc2_sqrt + eps
         p[i] = p[i] - (lr / bc1) * (m[i] / denom)
+
+
 # --8<-- [end:adam_kernel]

@@ -27,7 +27,7 @@ _FAST = {"contract", "reassoc", "nsz", "arcp"}
 
 
 _LOG2E = 1.4426950408889634
-_LN2_HI = 0.6931471803691238           # ln 2 split in two: k * _LN2_HI is exact for |k| < 2^11
+_LN2_HI = 0.6931471803691238  # ln 2 split in two: k * _LN2_HI is exact for |k| < 2^11
 _LN2_LO = 1.9082149292705877e-10
 
 
@@ -44,7 +44,7 @@ def _exp_rows64(x, n, shift):
     Not compiled with ``reassoc``: that would fold (z + 1.5 * 2^52) - 1.5 * 2^52
     back into z.
     """
-    big = 6755399441055744.0              # 1.5 * 2^52
+    big = 6755399441055744.0  # 1.5 * 2^52
     for t in range(n):
         y = x[t] - shift
         under = y < -708.0
@@ -65,7 +65,7 @@ def _exp_rows64(x, n, shift):
         p = p * r + 0.5
         p = p * r + 1.0
         p = p * r + 1.0
-        e = np.float64(z).view(np.int64) - 0x4338000000000000 + 1023   # k + 1023
+        e = np.float64(z).view(np.int64) - 0x4338000000000000 + 1023  # k + 1023
         two_k = np.int64(e << 52).view(np.float64)
         x[t] = 0.0 if under else p * two_k
 
@@ -76,7 +76,7 @@ def _exp_rows32(x, n, shift):
     :func:`sitp.backends.cpu.vecmath.exp_f32`; masked keys (-inf) give 0."""
     sh = np.float32(shift)
     for t in range(n):
-        x[t] = exp_f32(np.float32(x[t] - sh))   # (typed for float64 rows too; never run on them)
+        x[t] = exp_f32(np.float32(x[t] - sh))  # (typed for float64 rows too; never run on them)
 
 
 @njit(cache=True, error_model="numpy", fastmath={"contract"})
@@ -167,7 +167,7 @@ def _tile(buf, rows, cols):
     C-contiguous -- a column slice of a wider array is not -- so each row block's
     scores get a fresh (rows, cols) shape over the same memory.
     """
-    return buf[:rows * cols].reshape((rows, cols))
+    return buf[: rows * cols].reshape((rows, cols))
 
 
 @njit(cache=True, inline="always")
@@ -225,8 +225,9 @@ _BR = 32
 
 # --8<-- [start:attention_cpu_forward]
 @njit(cache=True, error_model="numpy", fastmath=_FAST)
-def attention_forward_kernel(b_lo, b_hi, q, k, v, mask, out, lse, bshape, st, off,
-                             L, S, D, Dv, scale, causal, mask_kind):
+def attention_forward_kernel(
+    b_lo, b_hi, q, k, v, mask, out, lse, bshape, st, off, L, S, D, Dv, scale, causal, mask_kind
+):
     """O = softmax(Q K^T * scale + mask) V for batch entries b_lo..b_hi-1, flash-style.
 
     q, k, v, mask and out are flat storages; batch entry b of operand t starts at
@@ -255,13 +256,13 @@ def attention_forward_kernel(b_lo, b_hi, q, k, v, mask, out, lse, bshape, st, of
     nb = bshape.size
     NL = lse.size // 2
     pos = np.empty(5, _I64)
-    dt = q.dtype                          # float32 inputs compute in float32, as PyTorch's
-    kT = np.empty((D, S), dt)             # this head's K^T and V
+    dt = q.dtype  # float32 inputs compute in float32, as PyTorch's
+    kT = np.empty((D, S), dt)  # this head's K^T and V
     vm = np.empty((S, Dv), dt)
-    qb = np.empty((_BR, D), dt)           # one block of query rows, times scale
-    sbuf = np.empty(_BR * S, dt)          # their scores, then probabilities
+    qb = np.empty((_BR, D), dt)  # one block of query rows, times scale
+    sbuf = np.empty(_BR * S, dt)  # their scores, then probabilities
     ob = np.empty((_BR, Dv), dt)
-    mb = np.empty(_BR)                    # the block's row maxima, and the shifts of its exps
+    mb = np.empty(_BR)  # the block's row maxima, and the shifts of its exps
     shift = np.empty(_BR)
     for b in range(b_lo, b_hi):
         _batch_positions(b, bshape, st, off, pos)
@@ -275,25 +276,25 @@ def attention_forward_kernel(b_lo, b_hi, q, k, v, mask, out, lse, bshape, st, of
             ob[:nr] = 0.0
             for r in range(nr):
                 _read(qb[r], q, pos[0] + (i0 + r) * st[0, nb], st[0, nb + 1], D, scale)
-            gemm_small(qb[:nr], kT[:, :hp], sb)           # 1. scores
-            for r in range(nr):                           # 2. masked softmax: mask by rows,
+            gemm_small(qb[:nr], kT[:, :hp], sb)  # 1. scores
+            for r in range(nr):  # 2. masked softmax: mask by rows,
                 i = i0 + r
                 hi = min(i + 1, S) if causal else S
                 _mask_row(sb[r], hi, mask_kind, mask, pos[3] + i * st[3, nb], st[3, nb + 1])
                 _causal_tail(sb[r], hi, hp)
-            _rows_max(sb, hp, mb[:nr])                    # the block's row maxima,
+            _rows_max(sb, hp, mb[:nr])  # the block's row maxima,
             for r in range(nr):
                 dead = mb[r] == -np.inf and not _has_nan(sb[r], hp)
-                shift[r] = np.inf if dead else mb[r]      # nobody to attend to: exp gives 0
-            _exp_block(sb, hp, shift[:nr])                # exp(s - m), 0 for masked keys,
-            for r in range(nr):                           # then each row over its sum
+                shift[r] = np.inf if dead else mb[r]  # nobody to attend to: exp gives 0
+            _exp_block(sb, hp, shift[:nr])  # exp(s - m), 0 for masked keys,
+            for r in range(nr):  # then each row over its sum
                 i = i0 + r
                 row = sb[r]
-                if shift[r] == np.inf:    # zeros, no gradient
+                if shift[r] == np.inf:  # zeros, no gradient
                     lse[b * L + i] = np.inf
                     lse[NL + b * L + i] = 0.0
                     continue
-                total = 0.0               # (float64, whatever the dtype)
+                total = 0.0  # (float64, whatever the dtype)
                 for j in range(hp):
                     total += row[j]
                 inv = 1.0 / total
@@ -301,26 +302,85 @@ def attention_forward_kernel(b_lo, b_hi, q, k, v, mask, out, lse, bshape, st, of
                     row[j] *= inv
                 lse[b * L + i] = mb[r]
                 lse[NL + b * L + i] = inv
-            gemm_small(sb, vm[:hp], ob[:nr])              # 3. O = P V
+            gemm_small(sb, vm[:hp], ob[:nr])  # 3. O = P V
             for r in range(nr):
                 _write(out, pos[4] + (i0 + r) * st[4, nb], st[4, nb + 1], ob[r], Dv, 1, False)
 
 
 @njit(cache=True, parallel=True)
-def attention_forward_kernel_parallel(n_chunks, n_batch, q, k, v, mask, out, lse, bshape, st,
-                                      off, L, S, D, Dv, scale, causal, mask_kind):
+def attention_forward_kernel_parallel(
+    n_chunks,
+    n_batch,
+    q,
+    k,
+    v,
+    mask,
+    out,
+    lse,
+    bshape,
+    st,
+    off,
+    L,
+    S,
+    D,
+    Dv,
+    scale,
+    causal,
+    mask_kind,
+):
     """attention_forward_kernel with the batch split into ``n_chunks`` ranges, one per thread."""
     for c in prange(n_chunks):
-        attention_forward_kernel(c * n_batch // n_chunks, (c + 1) * n_batch // n_chunks,
-                                 q, k, v, mask, out, lse, bshape, st, off,
-                                 L, S, D, Dv, scale, causal, mask_kind)
+        attention_forward_kernel(
+            c * n_batch // n_chunks,
+            (c + 1) * n_batch // n_chunks,
+            q,
+            k,
+            v,
+            mask,
+            out,
+            lse,
+            bshape,
+            st,
+            off,
+            L,
+            S,
+            D,
+            Dv,
+            scale,
+            causal,
+            mask_kind,
+        )
+
+
 # --8<-- [end:attention_cpu_forward]
 
 
 # --8<-- [start:attention_cpu_backward]
 @njit(cache=True, error_model="numpy", fastmath=_FAST)
-def attention_backward_kernel(b_lo, b_hi, q, k, v, mask, out, g, lse, dq, dk, dv, bshape, st,
-                              off, L, S, D, Dv, scale, causal, mask_kind):
+def attention_backward_kernel(
+    b_lo,
+    b_hi,
+    q,
+    k,
+    v,
+    mask,
+    out,
+    g,
+    lse,
+    dq,
+    dk,
+    dv,
+    bshape,
+    st,
+    off,
+    L,
+    S,
+    D,
+    Dv,
+    scale,
+    causal,
+    mask_kind,
+):
     """dQ, dK, dV of attention for batch entries b_lo..b_hi-1, *added* into dq, dk, dv.
 
     Operands as in attention_forward_kernel, with t = 5 the output's gradient g
@@ -340,7 +400,7 @@ def attention_backward_kernel(b_lo, b_hi, q, k, v, mask, out, g, lse, dq, dk, dv
     NL = lse.size // 2
     pos = np.empty(9, _I64)
     dt = q.dtype
-    kT = np.empty((D, S), dt)             # K^T, K and V^T of the head
+    kT = np.empty((D, S), dt)  # K^T, K and V^T of the head
     km = np.empty((S, D), dt)
     vT = np.empty((Dv, S), dt)
     dkm = np.empty((S, D), dt)
@@ -348,10 +408,10 @@ def attention_backward_kernel(b_lo, b_hi, q, k, v, mask, out, g, lse, dq, dk, dv
     qb = np.empty((_BR, D), dt)
     dob = np.empty((_BR, Dv), dt)
     dqb = np.empty((_BR, D), dt)
-    ob = np.empty(Dv, dt)                 # one row of the output
+    ob = np.empty(Dv, dt)  # one row of the output
     di = np.empty(_BR)
-    sbuf = np.empty(_BR * S, dt)          # S, then P
-    dpbuf = np.empty(_BR * S, dt)         # dP, then dS
+    sbuf = np.empty(_BR * S, dt)  # S, then P
+    dpbuf = np.empty(_BR * S, dt)  # dP, then dS
     for b in range(b_lo, b_hi):
         _batch_positions(b, bshape, st, off, pos)
         _load(k, pos[1], st[1, nb], st[1, nb + 1], S, D, kT, True)
@@ -385,7 +445,7 @@ def attention_backward_kernel(b_lo, b_hi, q, k, v, mask, out, g, lse, dq, dk, dv
                     hi = 0
                 _mask_row(sb[r], hi, mask_kind, mask, pos[3] + i * st[3, nb], st[3, nb + 1])
                 _causal_tail(sb[r], hi, hp)
-            _exp_block(sb, hp, lse[b * L + i0:b * L + i0 + nr])  # exp(s - m) (0 where masked)
+            _exp_block(sb, hp, lse[b * L + i0 : b * L + i0 + nr])  # exp(s - m) (0 where masked)
             for r in range(nr):
                 i = i0 + r
                 row = sb[r]
@@ -393,12 +453,12 @@ def attention_backward_kernel(b_lo, b_hi, q, k, v, mask, out, g, lse, dq, dk, dv
                 inv = lse[NL + b * L + i]
                 dr = di[r]
                 for j in range(hp):
-                    pj = row[j] * inv     # p_ij, as the forward made it
+                    pj = row[j] * inv  # p_ij, as the forward made it
                     row[j] = pj
                     dsr[j] = pj * (dsr[j] - dr)
-            gemm_small(sb.T, dob[:nr], dvm[:hp])          # dV += P^T dO
-            gemm_small(dpb, km[:hp], dqb[:nr])            # dQ += dS K      (scale below)
-            gemm_small(dpb.T, qb[:nr], dkm[:hp])          # dK += dS^T (Q * scale)
+            gemm_small(sb.T, dob[:nr], dvm[:hp])  # dV += P^T dO
+            gemm_small(dpb, km[:hp], dqb[:nr])  # dQ += dS K      (scale below)
+            gemm_small(dpb.T, qb[:nr], dkm[:hp])  # dK += dS^T (Q * scale)
             for r in range(nr):
                 _write(dq, pos[6] + (i0 + r) * st[6, nb], st[6, nb + 1], dqb[r], D, scale, True)
         for j in range(S):
@@ -407,14 +467,59 @@ def attention_backward_kernel(b_lo, b_hi, q, k, v, mask, out, g, lse, dq, dk, dv
 
 
 @njit(cache=True, parallel=True)
-def attention_backward_kernel_parallel(n_chunks, n_batch, q, k, v, mask, out, g, lse, dq, dk, dv,
-                                       bshape, st, off, L, S, D, Dv, scale, causal, mask_kind):
+def attention_backward_kernel_parallel(
+    n_chunks,
+    n_batch,
+    q,
+    k,
+    v,
+    mask,
+    out,
+    g,
+    lse,
+    dq,
+    dk,
+    dv,
+    bshape,
+    st,
+    off,
+    L,
+    S,
+    D,
+    Dv,
+    scale,
+    causal,
+    mask_kind,
+):
     """attention_backward_kernel with the batch split into ``n_chunks`` ranges, one per
     thread (only when no two batch entries share a gradient's storage)."""
     for c in prange(n_chunks):
-        attention_backward_kernel(c * n_batch // n_chunks, (c + 1) * n_batch // n_chunks,
-                                  q, k, v, mask, out, g, lse, dq, dk, dv, bshape, st, off,
-                                  L, S, D, Dv, scale, causal, mask_kind)
+        attention_backward_kernel(
+            c * n_batch // n_chunks,
+            (c + 1) * n_batch // n_chunks,
+            q,
+            k,
+            v,
+            mask,
+            out,
+            g,
+            lse,
+            dq,
+            dk,
+            dv,
+            bshape,
+            st,
+            off,
+            L,
+            S,
+            D,
+            Dv,
+            scale,
+            causal,
+            mask_kind,
+        )
+
+
 # --8<-- [end:attention_cpu_backward]
 
 # Below this many multiply-adds (about 100 us on one core) attention stays on the
@@ -431,14 +536,31 @@ def _threads(work, n_batch):
     return min(get_num_threads(), n_batch)
 
 
-def attention_forward(q, k, v, mask, out, lse, bshape, st, off, L, S, D, Dv, scale, causal,
-                      mask_kind):
+def attention_forward(
+    q, k, v, mask, out, lse, bshape, st, off, L, S, D, Dv, scale, causal, mask_kind
+):
     """Run attention_forward_kernel over the whole batch ``bshape`` (on numba's threads when
     the work is large). ``mask`` is a storage, or None with ``mask_kind`` 0; ``st`` and
     ``off`` are the (5, nb + 2) strides and 5 offsets of q, k, v, mask and out."""
     n_batch = numel(bshape)
-    args = (q, k, v, _NO_MASK if mask is None else mask, out, lse, np.array(bshape, _I64),
-            st, off, L, S, D, Dv, float(scale), bool(causal), mask_kind)
+    args = (
+        q,
+        k,
+        v,
+        _NO_MASK if mask is None else mask,
+        out,
+        lse,
+        np.array(bshape, _I64),
+        st,
+        off,
+        L,
+        S,
+        D,
+        Dv,
+        float(scale),
+        bool(causal),
+        mask_kind,
+    )
     chunks = _threads(n_batch * L * S * (D + Dv) // (2 if causal else 1), n_batch)
     if chunks > 1:
         attention_forward_kernel_parallel(chunks, n_batch, *args)
@@ -446,17 +568,59 @@ def attention_forward(q, k, v, mask, out, lse, bshape, st, off, L, S, D, Dv, sca
         attention_forward_kernel(0, n_batch, *args)
 
 
-def attention_backward(q, k, v, mask, out, g, lse, dq, dk, dv, bshape, st, off, L, S, D, Dv,
-                       scale, causal, mask_kind, shared):
+def attention_backward(
+    q,
+    k,
+    v,
+    mask,
+    out,
+    g,
+    lse,
+    dq,
+    dk,
+    dv,
+    bshape,
+    st,
+    off,
+    L,
+    S,
+    D,
+    Dv,
+    scale,
+    causal,
+    mask_kind,
+    shared,
+):
     """Run attention_backward_kernel over the whole batch; on one thread when ``shared``
     (two batch entries add into the same gradient storage), else on numba's threads when
     the work is large. Operands as in :func:`attention_forward`, with t = 5 the output's
     gradient and t = 6, 7, 8 dq, dk, dv in ``st`` and ``off``."""
     n_batch = numel(bshape)
-    args = (q, k, v, _NO_MASK if mask is None else mask, out, g, lse, dq, dk, dv,
-            np.array(bshape, _I64), st, off, L, S, D, Dv, float(scale), bool(causal), mask_kind)
-    chunks = 1 if shared else _threads(
-        2 * n_batch * L * S * (D + Dv) // (2 if causal else 1), n_batch)
+    args = (
+        q,
+        k,
+        v,
+        _NO_MASK if mask is None else mask,
+        out,
+        g,
+        lse,
+        dq,
+        dk,
+        dv,
+        np.array(bshape, _I64),
+        st,
+        off,
+        L,
+        S,
+        D,
+        Dv,
+        float(scale),
+        bool(causal),
+        mask_kind,
+    )
+    chunks = (
+        1 if shared else _threads(2 * n_batch * L * S * (D + Dv) // (2 if causal else 1), n_batch)
+    )
     if chunks > 1:
         attention_backward_kernel_parallel(chunks, n_batch, *args)
     else:

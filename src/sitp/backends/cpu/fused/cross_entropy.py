@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
 from numba import njit
 
 
@@ -48,21 +47,21 @@ def cross_entropy_kernel(z, n_rows, C, target, w, ignore_index, eps, loss, p, st
             continue
         if t < 0 or t >= C:
             return r
-        m = z[o]                          # pass 1: the row max, for a stable exp
-        for c in range(1, C):             # (m keeps z's dtype: float32 rows use expf)
+        m = z[o]  # pass 1: the row max, for a stable exp
+        for c in range(1, C):  # (m keeps z's dtype: float32 rows use expf)
             v = z[o + c]
             if v > m or v != v:
                 m = v
-        s = 0.0                           # pass 2: exp(z - m) and their sum (in float64)
+        s = 0.0  # pass 2: exp(z - m) and their sum (in float64)
         for c in range(C):
             e = math.exp(z[o + c] - m)
             p[o + c] = e
             s += e
         wz = 0.0
-        if eps != 0.0:                    # sum of w * (z - m), for the smoothing term, in
-            for c in range(C):            # float64: z - m of float32 rows overflows past 3.4e38
+        if eps != 0.0:  # sum of w * (z - m), for the smoothing term, in
+            for c in range(C):  # float64: z - m of float32 rows overflows past 3.4e38
                 wz += w[c] * (np.float64(z[o + c]) - np.float64(m))
-        inv = 1.0 / s                     # pass 3: normalize
+        inv = 1.0 / s  # pass 3: normalize
         for c in range(C):
             p[o + c] *= inv
         ls = math.log(s)
@@ -75,6 +74,8 @@ def cross_entropy_kernel(z, n_rows, C, target, w, ignore_index, eps, loss, p, st
     stats[0] = total
     stats[1] = weight
     return -1
+
+
 # --8<-- [end:cross_entropy_kernel]
 
 
@@ -107,4 +108,6 @@ def cross_entropy_backward_kernel(p, n_rows, C, target, w, ignore_index, eps, g,
         for c in range(C):
             dz[o + c] = p[o + c] * a - b * w[c]
         dz[o + t] -= gr * (1.0 - eps) * w[t]
+
+
 # --8<-- [end:cross_entropy_backward_kernel]

@@ -42,9 +42,9 @@ from sitp.backends.cpu.vecmath import FASTMATH, erf_f32, exp_f32
 
 _F = np.float32
 HALF, ONE, TWO = _F(0.5), _F(1.0), _F(2.0)
-SQRT1_2 = _F(1 / math.sqrt(2.0))            # 1 / sqrt 2
+SQRT1_2 = _F(1 / math.sqrt(2.0))  # 1 / sqrt 2
 INV_SQRT_2PI = _F(1 / math.sqrt(2 * math.pi))  # phi(0)
-K = _F(math.sqrt(2 / math.pi))              # the tanh approximation's constants
+K = _F(math.sqrt(2 / math.pi))  # the tanh approximation's constants
 A = _F(0.044715)
 A3 = _F(3 * 0.044715)
 X2_MAX = _F(1e4)  # x^2 clamp in gelu_tanh': keeps the polynomial finite where s (1 - s) is 0
@@ -101,7 +101,7 @@ def gelu_tanh_grad_f32(v):
     """
     e = _exp_m2u(v)
     s = ONE / (ONE + e)
-    c = e * s if s > HALF else ONE - s        # 1 - s, accurately on both sides
+    c = e * s if s > HALF else ONE - s  # 1 - s, accurately on both sides
     v2 = v * v
     v2 = X2_MAX if v2 > X2_MAX else v2
     return s + TWO * v * s * c * K * (ONE + A3 * v2)
@@ -115,7 +115,9 @@ def gelu_f64(v):
 
 @njit(cache=True, inline="always", error_model="numpy")
 def gelu_grad_f64(v):
-    return 0.5 * (1.0 + math.erf(v / math.sqrt(2.0))) + v * math.exp(-0.5 * v * v) * 0.3989422804014327
+    return (
+        0.5 * (1.0 + math.erf(v / math.sqrt(2.0))) + v * math.exp(-0.5 * v * v) * 0.3989422804014327
+    )
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -154,6 +156,8 @@ def gelu_kernel(x, out, approximate):
         else:
             for i in range(n):
                 out[i] = gelu_f64(x[i])
+
+
 # --8<-- [end:gelu_kernel]
 
 
@@ -176,6 +180,8 @@ def gelu_backward_kernel(x, g, dx, approximate):
         else:
             for i in range(n):
                 dx[i] = g[i] * gelu_grad_f64(x[i])
+
+
 # --8<-- [end:gelu_backward_kernel]
 
 

@@ -67,4 +67,6 @@ def gru_gates_backward_kernel(g, h, r, z, n, hn, H, dgi, dgh, dh):
             da_r = da_n * hn[k] * rr * (1.0 - rr)
             dgi[g3 + j], dgi[g3 + H + j], dgi[g3 + 2 * H + j] = da_r, da_z, da_n
             dgh[g3 + j], dgh[g3 + H + j], dgh[g3 + 2 * H + j] = da_r, da_z, da_n * rr
+
+
 # --8<-- [end:gru_gates_kernel]

@@ -31,7 +31,7 @@ def layer_norm_kernel(x, n_rows, n, w, b, has_w, has_b, eps, y, mean, rstd):
     (more accurate than E[x^2] - E[x]^2 when the mean is large).
     """
     for r in range(n_rows):
-        xr, yr = x[r * n:(r + 1) * n], y[r * n:(r + 1) * n]  # slices: no negative-index checks
+        xr, yr = x[r * n : (r + 1) * n], y[r * n : (r + 1) * n]  # slices: no negative-index checks
         s = 0.0
         for j in range(n):
             s += xr[j]
@@ -43,7 +43,7 @@ def layer_norm_kernel(x, n_rows, n, w, b, has_w, has_b, eps, y, mean, rstd):
         rs = 1.0 / math.sqrt(ss / n + eps)
         mean[r] = mu
         rstd[r] = rs
-        if has_w and has_b:                  # one branch-free loop per case
+        if has_w and has_b:  # one branch-free loop per case
             for j in range(n):
                 yr[j] = (xr[j] - mu) * rs * w[j] + b[j]
         elif has_w:
@@ -55,6 +55,8 @@ def layer_norm_kernel(x, n_rows, n, w, b, has_w, has_b, eps, y, mean, rstd):
         else:
             for j in range(n):
                 yr[j] = (xr[j] - mu) * rs
+
+
 # --8<-- [end:layer_norm_kernel]
 
 
@@ -68,8 +70,19 @@ def layer_norm_parallel(x, n_rows, n, w, b, has_w, has_b, eps, y, mean, rstd, n_
     """layer_norm_kernel on n_chunks bands of rows at once, one per thread."""
     for c in prange(n_chunks):
         r0, r1 = c * n_rows // n_chunks, (c + 1) * n_rows // n_chunks
-        layer_norm_kernel(x[r0 * n:r1 * n], r1 - r0, n, w, b, has_w, has_b, eps,
-                          y[r0 * n:r1 * n], mean[r0:r1], rstd[r0:r1])
+        layer_norm_kernel(
+            x[r0 * n : r1 * n],
+            r1 - r0,
+            n,
+            w,
+            b,
+            has_w,
+            has_b,
+            eps,
+            y[r0 * n : r1 * n],
+            mean[r0:r1],
+            rstd[r0:r1],
+        )
 
 
 # --8<-- [start:layer_norm_backward_kernel]
@@ -88,7 +101,7 @@ def layer_norm_backward_kernel(x, g, n_rows, n, w, has_w, mean, rstd, dx, dw, db
     if not has_w:
         w = np.ones(n, x.dtype)
     for r in range(n_rows):
-        xr, gr, dxr = x[r * n:(r + 1) * n], g[r * n:(r + 1) * n], dx[r * n:(r + 1) * n]
+        xr, gr, dxr = x[r * n : (r + 1) * n], g[r * n : (r + 1) * n], dx[r * n : (r + 1) * n]
         mu = mean[r]
         rs = rstd[r]
         a = 0.0
@@ -105,6 +118,8 @@ def layer_norm_backward_kernel(x, g, n_rows, n, w, has_w, mean, rstd, dx, dw, db
         for j in range(n):
             xh = (xr[j] - mu) * rs
             dxr[j] = rs * (gr[j] * w[j] - a - xh * c)
+
+
 # --8<-- [end:layer_norm_backward_kernel]
 
 

@@ -29,4 +29,6 @@ def column_sum(g, out):
             acc[j] += g_i[j]
     for j in range(g.shape[1]):
         out[j] = acc[j]
+
+
 # --8<-- [end:column_sum]

@@ -47,7 +47,7 @@ def masked_softmax_kernel(s, n_rows, n, L, scale, causal, mask_kind, mask, m_sta
             p[o + j] = v
             if v > m or v != v:
                 m = v
-        if m == -np.inf:                  # nobody to attend to
+        if m == -np.inf:  # nobody to attend to
             for j in range(n):
                 p[o + j] = 0.0
             continue
@@ -58,6 +58,8 @@ def masked_softmax_kernel(s, n_rows, n, L, scale, causal, mask_kind, mask, m_sta
             total += e
         for j in range(n):
             p[o + j] /= total
+
+
 # --8<-- [end:masked_softmax_kernel]
 
 
@@ -76,7 +78,8 @@ def masked_softmax(s, shape, scale, causal, mask_kind, mask, mask_strides, mask_
     if mask_kind == 0:
         m, starts, step = np.zeros(1, s.dtype), np.zeros(1, _I64), 0
     else:
-        starts = K.positions(np.asarray(shape[:-1], _I64), np.asarray(mask_strides[:-1], _I64),
-                             mask_offset)
+        starts = K.positions(
+            np.asarray(shape[:-1], _I64), np.asarray(mask_strides[:-1], _I64), mask_offset
+        )
         m, step = mask, mask_strides[-1]
     masked_softmax_kernel(s, rows, S, L, float(scale), causal, mask_kind, m, starts, step, p)
