@@ -24,6 +24,7 @@ HERE = Path(__file__).resolve().parent
 def receptive_field_figure(path, T: int = 8, dilations=(1, 2, 4)):
     """Draws the dilated causal stack; returns the input positions that reach the last output."""
     import matplotlib  # late: matplotlib is slow to import; only figures need it
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # late: matplotlib is slow to import; only figures need it
 
@@ -37,8 +38,15 @@ def receptive_field_figure(path, T: int = 8, dilations=(1, 2, 4)):
     for level in range(levels):
         for t in range(T):
             on = t in reach[level]
-            ax.scatter([t], [level], s=180, zorder=3, color="#3050c0" if on else "white",
-                       edgecolors="#3050c0" if on else "#999999", linewidths=1.2)
+            ax.scatter(
+                [t],
+                [level],
+                s=180,
+                zorder=3,
+                color="#3050c0" if on else "white",
+                edgecolors="#3050c0" if on else "#999999",
+                linewidths=1.2,
+            )
         if level > 0:
             d = dilations[level - 1]
             for t in range(T):
@@ -47,8 +55,13 @@ def receptive_field_figure(path, T: int = 8, dilations=(1, 2, 4)):
                     if s < 0:
                         continue
                     bold = t in reach[level] and s in reach[level - 1]
-                    ax.plot([s, t], [level - 1, level], color="#3050c0" if bold else "#cccccc",
-                            lw=2.0 if bold else 0.8, zorder=2 if bold else 1)
+                    ax.plot(
+                        [s, t],
+                        [level - 1, level],
+                        color="#3050c0" if bold else "#cccccc",
+                        lw=2.0 if bold else 0.8,
+                        zorder=2 if bold else 1,
+                    )
     names = ["input (characters)"] + [f"dilation {d}" for d in dilations]
     ax.set_yticks(range(levels), names)
     ax.set_xticks(range(T), [f"t-{T - 1 - t}" if t < T - 1 else "t" for t in range(T)])
@@ -68,14 +81,19 @@ def runs_from_records(runs_dir) -> dict:
     out = {}
     for name in ("mlp", "wavenet"):
         record = json.loads((Path(runs_dir) / name / "record.json").read_text())
-        out[name] = {"model_config": record["model_config"], "train_config": record["train_config"],
-                     "num_params": record["num_params"], "eval": record["history"]["eval"],
-                     "final": record["final"]}
+        out[name] = {
+            "model_config": record["model_config"],
+            "train_config": record["train_config"],
+            "num_params": record["num_params"],
+            "eval": record["history"]["eval"],
+            "final": record["final"],
+        }
     return out
 
 
 def loss_figure(runs: dict, path):
     import matplotlib  # late: matplotlib is slow to import; only figures need it
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # late: matplotlib is slow to import; only figures need it
 
@@ -84,10 +102,21 @@ def loss_figure(runs: dict, path):
     for name, run in runs.items():
         color, label = styles[name]
         steps = [e["step"] for e in run["eval"]]
-        ax.plot(steps, [e["train"] for e in run["eval"]], "o--", color=color, alpha=0.6,
-                label=f"{label}: train")
-        ax.plot(steps, [e["val"] for e in run["eval"]], "s-", color=color,
-                label=f"{label}: val ({run['num_params']:,} params)")
+        ax.plot(
+            steps,
+            [e["train"] for e in run["eval"]],
+            "o--",
+            color=color,
+            alpha=0.6,
+            label=f"{label}: train",
+        )
+        ax.plot(
+            steps,
+            [e["val"] for e in run["eval"]],
+            "s-",
+            color=color,
+            label=f"{label}: val ({run['num_params']:,} params)",
+        )
     ax.set_xlabel("step (batch 32)")
     ax.set_ylabel("cross-entropy (nats)")
     ax.set_title("python -m sitp train: AdamW, warmup + cosine")

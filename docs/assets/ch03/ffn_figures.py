@@ -3,7 +3,8 @@
 * ``ffn-lr.png``: the learning-rate sweep. One run of plain SGD whose rate grows
   exponentially from 1e-3 to 1 over ``steps`` minibatches; the loss of each minibatch
   against the rate it was taken with.
-* ``ffn-loss.png`` (and its numbers, ``ffn-loss.json``): a training run of the MLP (context 3, embedding 10, hidden 200) with
+* ``ffn-loss.png`` (and its numbers, ``ffn-loss.json``): a training run of the MLP (context 3,
+  embedding 10, hidden 200) with
   SGD at rate 0.1, divided by 10 for the last quarter of the steps; the minibatch loss
   (mean over 100 steps) and the loss on the whole training and validation splits.
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
 import time
 from pathlib import Path
@@ -36,8 +36,11 @@ def data(block_size: int = 3):
     words = load_names("offline")
     vocab = Vocab(words)
     train_words, val_words, _ = split_words(words, seed=42)
-    return (vocab, build_context_dataset(train_words, vocab, block_size),
-            build_context_dataset(val_words, vocab, block_size))
+    return (
+        vocab,
+        build_context_dataset(train_words, vocab, block_size),
+        build_context_dataset(val_words, vocab, block_size),
+    )
 
 
 def lr_sweep(steps: int = 1000, lo: float = 1e-3, hi: float = 1.0, seed: int = 0):
@@ -81,7 +84,10 @@ def train_curve(steps: int = 12000, eval_every: int = 1000, lr: float = 0.1, see
     model = MLP(MLPConfig(vocab_size=len(vocab)))
     opt = sitp.optim.SGD(model.parameters(), lr=lr)
     gen = sitp.Generator().manual_seed(seed + 1)
-    history = {"train_step": [], "eval": [(0, evaluate(model, Xtr, Ytr), evaluate(model, Xva, Yva))]}
+    history = {
+        "train_step": [],
+        "eval": [(0, evaluate(model, Xtr, Ytr), evaluate(model, Xva, Yva))],
+    }
     for step in range(1, steps + 1):
         if step == 3 * steps // 4 + 1:
             for group in opt.param_groups:
@@ -99,6 +105,7 @@ def train_curve(steps: int = 12000, eval_every: int = 1000, lr: float = 0.1, see
 
 def draw_lr(lrs, losses, path):
     import matplotlib  # late: matplotlib is slow to import; only figures need it
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # late: matplotlib is slow to import; only figures need it
 
@@ -106,7 +113,7 @@ def draw_lr(lrs, losses, path):
     ax.plot(lrs, losses, lw=0.6, color="#999999", label="minibatch loss")
     k = 25
     smooth = np.convolve(losses, np.ones(k) / k, mode="valid")
-    ax.plot(lrs[k - 1:], smooth, color="#3050c0", label=f"mean of {k}")
+    ax.plot(lrs[k - 1 :], smooth, color="#3050c0", label=f"mean of {k}")
     ax.set_xscale("log")
     ax.set_ylim(2.0, 4.0)
     ax.set_xlabel("learning rate")
@@ -121,6 +128,7 @@ def draw_lr(lrs, losses, path):
 
 def draw_curve(history, path):
     import matplotlib  # late: matplotlib is slow to import; only figures need it
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # late: matplotlib is slow to import; only figures need it
 
@@ -129,8 +137,12 @@ def draw_curve(history, path):
     losses = np.array(history["train_step"])
     n = len(losses) // k * k
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=120)
-    ax.plot(steps[:n].reshape(-1, k).mean(1), losses[:n].reshape(-1, k).mean(1),
-            color="#999999", label=f"minibatch loss (mean of {k})")
+    ax.plot(
+        steps[:n].reshape(-1, k).mean(1),
+        losses[:n].reshape(-1, k).mean(1),
+        color="#999999",
+        label=f"minibatch loss (mean of {k})",
+    )
     ev = np.array(history["eval"])
     ax.plot(ev[:, 0], ev[:, 1], "o-", color="#3050c0", label="train split")
     ax.plot(ev[:, 0], ev[:, 2], "s-", color="#d05020", label="validation split")
@@ -154,11 +166,21 @@ def main(out_dir=HERE, sweep_steps: int = 1000, steps: int = 12000, eval_every: 
     model, vocab, history = train_curve(steps, eval_every)
     draw_curve(history, out_dir / "ffn-loss.png")
     step, tr, va = history["eval"][-1]
-    (out_dir / "ffn-loss.json").write_text(json.dumps(
-        {"machine": platform.processor() or platform.machine(), "steps": steps,
-         "seconds": round(time.time() - t0), "eval": history["eval"]}, indent=1))
-    print(f"{platform.processor() or platform.machine()}: {steps} steps in {time.time() - t0:.0f} s; "
-          f"final train {tr:.4f}, val {va:.4f}")
+    (out_dir / "ffn-loss.json").write_text(
+        json.dumps(
+            {
+                "machine": platform.processor() or platform.machine(),
+                "steps": steps,
+                "seconds": round(time.time() - t0),
+                "eval": history["eval"],
+            },
+            indent=1,
+        )
+    )
+    print(
+        f"{platform.processor() or platform.machine()}: {steps} steps in {time.time() - t0:.0f} s; "
+        f"final train {tr:.4f}, val {va:.4f}"
+    )
     return [out_dir / "ffn-lr.png", out_dir / "ffn-loss.png"], history
 
 

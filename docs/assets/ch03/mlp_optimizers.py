@@ -20,23 +20,27 @@ import platform
 import time
 from pathlib import Path
 
+import numpy as np
+
 import sitp
 from sitp.data import Vocab, build_context_dataset, load_names, split_words
 from sitp.models.mlp import MLP, MLPConfig
-import numpy as np
 
 HERE = Path(__file__).resolve().parent
 BATCH = 32
 EVAL_EVERY = 250
-MEAN_OVER = 50   # the training loss is saved as means over 50 steps
+MEAN_OVER = 50  # the training loss is saved as means over 50 steps
 
 # name -> (optimizer class, keyword arguments, warmup steps or None for a constant rate)
 RUNS = {
     "SGD, lr 0.1": (sitp.optim.SGD, dict(lr=0.1), None),
     "SGD + momentum 0.9, lr 0.02": (sitp.optim.SGD, dict(lr=0.02, momentum=0.9), None),
     "AdamW, lr 0.01": (sitp.optim.AdamW, dict(lr=0.01, weight_decay=0.01), None),
-    "AdamW, lr 0.01, warmup 100 + cosine": (sitp.optim.AdamW,
-                                            dict(lr=0.01, weight_decay=0.01), 100),
+    "AdamW, lr 0.01, warmup 100 + cosine": (
+        sitp.optim.AdamW,
+        dict(lr=0.01, weight_decay=0.01),
+        100,
+    ),
 }
 
 
@@ -44,8 +48,11 @@ def data():
     words = load_names()
     vocab = Vocab(words)
     train_words, val_words, _ = split_words(words, seed=42)
-    return vocab, build_context_dataset(train_words, vocab, 3), build_context_dataset(
-        val_words, vocab, 3)
+    return (
+        vocab,
+        build_context_dataset(train_words, vocab, 3),
+        build_context_dataset(val_words, vocab, 3),
+    )
 
 
 def train(opt_class, kwargs, warmup, steps, vocab, train_set, val_set):
@@ -57,7 +64,8 @@ def train(opt_class, kwargs, warmup, steps, vocab, train_set, val_set):
     sched = None
     if warmup is not None:
         sched = sitp.optim.lr_scheduler.get_cosine_schedule_with_warmup(
-            opt, warmup, steps, min_lr_ratio=0.1)
+            opt, warmup, steps, min_lr_ratio=0.1
+        )
     gen = sitp.Generator().manual_seed(1)
     at, val, train_losses = [], [], []
     for step in range(steps + 1):
@@ -83,7 +91,9 @@ def machine() -> str:
     name = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
-            name = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+            name = next(
+                line.split(":", 1)[1].strip() for line in f if line.startswith("model name")
+            )
     except (OSError, StopIteration):
         pass
     return f"{name}, {os.cpu_count()} cores, {platform.system()}"
@@ -91,19 +101,29 @@ def machine() -> str:
 
 def main(steps: int = 3000, out_dir: Path = HERE) -> dict:
     vocab, train_set, val_set = data()
-    results = {"config": dict(steps=steps, batch=BATCH, model="MLPConfig() (11,897 params)",
-                              data="sitp.data.load_names() census names, split seed 42"),
-               "machine": machine(),
-               "runs": {}}
+    results = {
+        "config": dict(
+            steps=steps,
+            batch=BATCH,
+            model="MLPConfig() (11,897 params)",
+            data="sitp.data.load_names() census names, split seed 42",
+        ),
+        "machine": machine(),
+        "runs": {},
+    }
     for name, (cls, kwargs, warmup) in RUNS.items():
         t0 = time.perf_counter()
         at, val, train_losses = train(cls, kwargs, warmup, steps, vocab, train_set, val_set)
-        means = [sum(train_losses[i:i + MEAN_OVER]) / len(train_losses[i:i + MEAN_OVER])
-                 for i in range(0, len(train_losses), MEAN_OVER)]
+        means = [
+            sum(train_losses[i : i + MEAN_OVER]) / len(train_losses[i : i + MEAN_OVER])
+            for i in range(0, len(train_losses), MEAN_OVER)
+        ]
         results["runs"][name] = dict(
-            eval_steps=at, val_loss=[round(v, 5) for v in val],
+            eval_steps=at,
+            val_loss=[round(v, 5) for v in val],
             train_loss_means=[round(m, 5) for m in means],
-            seconds=round(time.perf_counter() - t0, 1))
+            seconds=round(time.perf_counter() - t0, 1),
+        )
         print(f"{name:40s} val {val[-1]:.4f}  ({results['runs'][name]['seconds']} s)")
     (Path(out_dir) / "mlp-optimizers.json").write_text(json.dumps(results, indent=1) + "\n")
     plot(results, Path(out_dir) / "mlp-optimizers.svg")
@@ -120,7 +140,7 @@ def plot(results: dict, path: Path) -> None:
     fig, (ax_train, ax_val) = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
     for name, run in results["runs"].items():
         means = run["train_loss_means"]
-        mid = MEAN_OVER * np.arange(len(means)) + MEAN_OVER / 2   # the middle of each window
+        mid = MEAN_OVER * np.arange(len(means)) + MEAN_OVER / 2  # the middle of each window
         ax_train.plot(mid, means, lw=1.2, label=name)
         ax_val.plot(run["eval_steps"], run["val_loss"], "o-", ms=3, lw=1.2, label=name)
     ax_train.set_title(f"training loss (mean over {MEAN_OVER} minibatches)", fontsize=10)

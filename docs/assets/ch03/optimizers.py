@@ -18,7 +18,7 @@ import numpy as np
 import sitp
 
 HERE = Path(__file__).resolve().parent
-H = (1.0, 25.0)          # the curvatures: condition number 25
+H = (1.0, 25.0)  # the curvatures: condition number 25
 MINIMUM = (1.0, 1.0)
 START = (-2.0, -0.5)
 
@@ -57,13 +57,15 @@ def schedules(steps: int = 100, base_lr: float = 1.0) -> dict[str, np.ndarray]:
     """The learning rate at each step of three schedules, read from sitp's schedulers."""
     lr_scheduler = sitp.optim.lr_scheduler
     makers = {
-        "StepLR(step_size=30, gamma=0.5)":
-            lambda opt: lr_scheduler.StepLR(opt, step_size=30, gamma=0.5),
-        "CosineAnnealingLR(T_max=100)":
-            lambda opt: lr_scheduler.CosineAnnealingLR(opt, T_max=steps),
-        "warmup 10 + cosine, min_lr_ratio 0.1":
-            lambda opt: lr_scheduler.get_cosine_schedule_with_warmup(
-                opt, 10, steps, min_lr_ratio=0.1),
+        "StepLR(step_size=30, gamma=0.5)": lambda opt: lr_scheduler.StepLR(
+            opt, step_size=30, gamma=0.5
+        ),
+        "CosineAnnealingLR(T_max=100)": lambda opt: lr_scheduler.CosineAnnealingLR(
+            opt, T_max=steps
+        ),
+        "warmup 10 + cosine, min_lr_ratio 0.1": lambda opt: (
+            lr_scheduler.get_cosine_schedule_with_warmup(opt, 10, steps, min_lr_ratio=0.1)
+        ),
     }
     out = {}
     for name, make in makers.items():
@@ -88,8 +90,9 @@ def main(out_dir: Path = HERE, ext: str = "svg") -> list[Path]:
     out_dir = Path(out_dir)
     written = []
 
-    fig, (ax, ax_loss) = plt.subplots(1, 2, figsize=(10, 4.2),
-                                      gridspec_kw={"width_ratios": [1.25, 1]})
+    fig, (ax, ax_loss) = plt.subplots(
+        1, 2, figsize=(10, 4.2), gridspec_kw={"width_ratios": [1.25, 1]}
+    )
     xs, ys = np.meshgrid(np.linspace(-2.5, 2.0, 200), np.linspace(-1.0, 2.0, 200))
     zs = 0.5 * (H[0] * (xs - 1) ** 2 + H[1] * (ys - 1) ** 2)
     ax.contour(xs, ys, zs, levels=np.geomspace(0.02, 60, 12), colors="0.75", linewidths=0.8)

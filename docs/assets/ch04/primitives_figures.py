@@ -27,7 +27,9 @@ LAYERS, WIDTH, BATCH = 6, 100, 500
 GAINS = {"gain 0.5 (too small)": 0.5, "gain 5/3 (tanh)": 5 / 3, "gain 3 (too large)": 3.0}
 
 
-def deep_tanh(gain: float, layers: int = LAYERS, width: int = WIDTH, seed: int = 0) -> nn.Sequential:
+def deep_tanh(
+    gain: float, layers: int = LAYERS, width: int = WIDTH, seed: int = 0
+) -> nn.Sequential:
     """``layers`` blocks of Linear -> Tanh, weights N(0, gain^2 / fan_in), biases zero."""
     sitp.manual_seed(seed)
     blocks = []
@@ -61,6 +63,7 @@ def activation_stats(gain: float, layers: int = LAYERS, width: int = WIDTH, batc
 
 def main(out_dir=HERE):
     import matplotlib  # late: matplotlib is slow to import; only figures need it
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # late: matplotlib is slow to import; only figures need it
 
@@ -72,20 +75,30 @@ def main(out_dir=HERE):
         for i, (a, gr) in enumerate(zip(acts, grads)):
             sat = (np.abs(a) > 0.97).mean()
             counts, edges = np.histogram(a, bins=60, range=(-1, 1), density=True)
-            axes[0, col].plot((edges[1:] + edges[:-1]) / 2, counts, color=colors[i],
-                              label=f"layer {i + 1}: std {a.std():.2f}, sat {sat:.0%}")
+            axes[0, col].plot(
+                (edges[1:] + edges[:-1]) / 2,
+                counts,
+                color=colors[i],
+                label=f"layer {i + 1}: std {a.std():.2f}, sat {sat:.0%}",
+            )
             lim = 4 * max(np.abs(grads[-1]).std(), 1e-12)
             counts, edges = np.histogram(gr, bins=60, range=(-lim, lim), density=True)
-            axes[1, col].plot((edges[1:] + edges[:-1]) / 2, counts, color=colors[i],
-                              label=f"layer {i + 1}: std {gr.std():.2g}")
+            axes[1, col].plot(
+                (edges[1:] + edges[:-1]) / 2,
+                counts,
+                color=colors[i],
+                label=f"layer {i + 1}: std {gr.std():.2g}",
+            )
         axes[0, col].set_title(title)
         axes[0, col].set_xlabel("tanh output")
         axes[1, col].set_xlabel("gradient of the tanh output")
         for r in (0, 1):
             axes[r, col].legend(fontsize=6.5, loc="upper center")
             axes[r, col].set_yticks([])
-    fig.suptitle(f"{LAYERS} layers of Linear({WIDTH}, {WIDTH}) + Tanh, weights N(0, gain²/fan_in), "
-                 f"batch {BATCH}")
+    fig.suptitle(
+        f"{LAYERS} layers of Linear({WIDTH}, {WIDTH}) + Tanh, weights N(0, gain²/fan_in), "
+        f"batch {BATCH}"
+    )
     fig.tight_layout()
     path = out_dir / "primitives-activations.png"
     fig.savefig(path)
