@@ -407,9 +407,7 @@ def plot_losses(record: dict, png_path=None, terminal: bool = True) -> None:
     ys = [sum(train[i * window : (i + 1) * window]) / window for i in range(len(train) // window)]
     title = f"{record['model']}: loss per step"
     try:  # the Agg canvas directly: no pyplot, so a notebook's backend is left alone
-        from matplotlib.backends.backend_agg import (
-            FigureCanvasAgg,  # late: matplotlib is slow to import
-        )
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # late: matplotlib is slow
         from matplotlib.figure import Figure  # late: matplotlib is slow to import
     except ImportError:  # optional: no loss.png without it
         png_path = None

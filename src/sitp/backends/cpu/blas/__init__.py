@@ -14,7 +14,7 @@ allocate the result and pick a kernel by size.
 
 Example:
     >>> import numpy as np
-    >>> from sitp import blas
+    >>> from sitp.backends.cpu import blas
     >>> a = np.arange(6, dtype=np.float32).reshape(2, 3)
     >>> b = np.ones((3, 2), dtype=np.float32)
     >>> blas.matmul(a, b)
