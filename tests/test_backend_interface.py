@@ -263,3 +263,10 @@ def test_no_operand_functions_return_bare_storages(be):
     for s in (B.fill((2,), 0, float64), B.empty((2,), float64), B.arange(0, 2, 1, float64)):
         assert not hasattr(s, "_shape") and s.size == 2
     assert math.isnan(inspect.signature(B.unary).parameters["p0"].default)
+
+
+def test_the_cpu_backend_does_not_import_numba_cuda():
+    """numba-cuda is an extra: every module of backends/cpu must import without it."""
+    for path in sorted((SRC / "sitp" / "backends" / "cpu").rglob("*.py")):
+        mods = list(_imports(path))
+        assert not any(m.startswith(("numba.cuda", "sitp.backends.cuda")) for m in mods), path

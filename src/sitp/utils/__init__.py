@@ -1,4 +1,5 @@
-"""``sitp.utils``: data loading for PyTorch scripts, as ``torch.utils``.
+"""``sitp.utils``: data loading for PyTorch scripts, as ``torch.utils`` (chapter 3.1 feeds the
+MLP through it; 3.5's GPT recipes use it too).
 
 Part of the PyTorch mirror (layer 5 of docs/layout.md).
 """

@@ -1,4 +1,4 @@
-"""The layers of ``sitp.nn``, one concept per file."""
+"""The layers of ``sitp.nn``, one concept per file (chapters 3.1 to 3.5 build them, 4.2 fuses them)."""
 
 from sitp.nn.modules.activation import GELU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
 from sitp.nn.modules.container import ModuleDict, ModuleList, Sequential
