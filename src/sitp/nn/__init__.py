@@ -31,6 +31,7 @@ from sitp.nn.modules import (
     Tanh,
     Unflatten,
 )
+from sitp.nn.modules.normalization import RMSNorm
 from sitp.nn.parameter import Parameter
 
 

@@ -302,23 +302,54 @@ def _layer_norm_composed(x, k, weight, bias, eps):
     return y if bias is None else y + bias
 
 
+# --8<-- [start:rms_norm]
 def rms_norm(input: Tensor, normalized_shape, weight=None, eps=None) -> Tensor:
-    """x / sqrt(mean(x^2) + eps) * weight over the last dims (a composition of ops).
+    """Divide by the root mean square over the last ``len(normalized_shape)`` dims, then scale.
 
-    ``eps=None`` means the dtype's machine epsilon, as in PyTorch.
+    y = x / sqrt(mean(x^2) + eps) * weight: layer norm without the mean and the bias
+    (Zhang and Sennrich, 2019). ``eps=None`` means the input dtype's machine epsilon,
+    as in PyTorch. The output has the input's dtype. A composition of ops, so autograd
+    derives the backward and it runs on any backend.
+
+    >>> import sitp
+    >>> import sitp.nn.functional as F
+    >>> F.rms_norm(sitp.tensor([[3.0, -4.0]]), (2,))  # rms = sqrt((9 + 16) / 2)
+    tensor([[0.8485, -1.1314]])
     """
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     k = len(shape)
-    if input.ndim < k or tuple(input.shape[input.ndim - k :]) != shape:
+    if k == 0:
+        raise RuntimeError(
+            "Expected normalized_shape to be at least 1-dimensional, i.e., containing at "
+            "least one element, but got normalized_shape = []"
+        )
+    if input.ndim < k:  # ValueError here, RuntimeError below: torch's types
+        raise ValueError(
+            f"Input tensor must have at least {k} dimensions, but got {input.ndim} "
+            f"(normalized_shape={list(shape)}, input of size {list(input.shape)})"
+        )
+    if tuple(input.shape[input.ndim - k :]) != shape:
         raise RuntimeError(
             f"Given normalized_shape={list(shape)}, expected input with shape [*, "
             f"{', '.join(map(str, shape))}], but got input of size {list(input.shape)}"
         )
+    if weight is not None and tuple(weight.shape) != shape:
+        raise RuntimeError(
+            f"Expected weight to be of same shape as normalized_shape, but got weight of "
+            f"shape {list(weight.shape)} and normalized_shape = {list(shape)}"
+        )
+    if not input.dtype.is_floating_point:
+        raise NotImplementedError(f'"rms_norm" not implemented for {input.dtype}')
     if eps is None:
         eps = float(np.finfo(input.dtype.np).eps)
     dims = tuple(range(input.ndim - k, input.ndim))
-    out = input * ((input * input).mean(dims, keepdim=True) + eps).rsqrt()
-    return out if weight is None else out * weight
+    y = input * ((input * input).mean(dims, keepdim=True) + eps).rsqrt()
+    if weight is not None:
+        y = y * weight
+    return y if y.dtype == input.dtype else y.to(input.dtype)
+
+
+# --8<-- [end:rms_norm]
 
 
 # --8<-- [start:conv1d]

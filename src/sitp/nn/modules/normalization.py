@@ -1,4 +1,4 @@
-"""``LayerNorm`` and ``BatchNorm1d``."""
+"""``LayerNorm``, ``RMSNorm`` and ``BatchNorm1d``."""
 
 from __future__ import annotations
 
@@ -42,6 +42,54 @@ class LayerNorm(Module):
 
     def forward(self, x):
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        )
+
+
+class RMSNorm(Module):
+    """Divide by the root mean square over the last dims, then scale (``F.rms_norm``).
+
+    Layer norm without the mean subtraction and the bias: one learnable gain per
+    entry of ``normalized_shape`` (ones at first), or none when
+    ``elementwise_affine=False``. ``eps=None`` means the input dtype's machine epsilon.
+
+    >>> import sitp
+    >>> norm = sitp.nn.RMSNorm(4)
+    >>> y = norm(sitp.tensor([[1.0, -1.0, 1.0, -1.0]]) * 3)
+    >>> y
+    tensor([[1., -1., 1., -1.]], grad_fn=<MulBackward>)
+    """
+
+    def __init__(
+        self,
+        normalized_shape,
+        eps: float | None = None,
+        elementwise_affine: bool = True,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(normalized_shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(ones(self.normalized_shape, dtype=dtype, device=device))
+        else:
+            self.register_parameter("weight", None)
+
+    def reset_parameters(self) -> None:
+        """Gains back to ones."""
+        if self.weight is not None:
+            with no_grad():
+                self.weight.fill_(1.0)
+
+    def forward(self, x):
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
 
     def extra_repr(self) -> str:
         return (
