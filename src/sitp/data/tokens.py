@@ -25,7 +25,7 @@ a corpus larger than RAM trains as easily as a small one.
 On disk, a directory holds ``shard_000000.bin``, ``shard_000001.bin``, ... (no header:
 the bytes are the ``uint16`` ids, little-endian) and ``meta.json``, the sidecar that
 says what they are: the format, the vocabulary size, the tokenizer's id, and each
-shard's split, number of tokens and number of bytes of text. Each file is written
+shard's split, number of tokens and number of bytes of text (:func:`text_bytes`). Each file is written
 atomically (temporary file, then rename) and ``meta.json`` last, so a directory with a
 ``meta.json`` is complete. Asking again for the same corpus, tokenizer and sharding
 finds the matching ``meta.json`` and skips the encoding.
@@ -113,7 +113,10 @@ class ByteTokenizer:
         return list(text.encode("utf-8"))
 
     def decode(self, ids) -> str:
-        return bytes(_ints(ids)).decode("utf-8", errors="replace")
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    def decode_bytes(self, ids) -> bytes:
+        return bytes(_ints(ids))
 
 
 def _ints(ids) -> list[int]:
@@ -134,6 +137,20 @@ def tokenizer_id(tokenizer) -> str:
     pieces = [tokenizer.decode([i]) for i in range(tokenizer.vocab_size)]
     digest = hashlib.sha256(json.dumps(pieces).encode("utf-8")).hexdigest()
     return f"{type(tokenizer).__name__}-{digest[:16]}"
+
+
+def text_bytes(tokenizer, ids: list[int]) -> int:
+    """How many bytes of UTF-8 text the ids stand for.
+
+    ``len(tokenizer.decode_bytes(ids))`` when the tokenizer has ``decode_bytes``
+    (tiktoken's name for it; :class:`ByteTokenizer` has it), which is exact for any
+    cut of the ids; else ``len(decode(ids).encode("utf-8"))``, exact for a character
+    tokenizer, and for a byte-level one unless the ids begin or end inside a character.
+    """
+    decode_bytes = getattr(tokenizer, "decode_bytes", None)
+    if decode_bytes is not None:
+        return len(decode_bytes(ids))
+    return len(tokenizer.decode(ids).encode("utf-8"))
 
 
 def _check_tokenizer(tokenizer) -> None:
@@ -167,7 +184,8 @@ class _ShardWriter:
         if shard_size < 2:
             raise ValueError(f"shard_size must be at least 2 tokens, got {shard_size}")
         self.out_dir, self.tokenizer, self.shard_size = out_dir, tokenizer, shard_size
-        self.pending: list[np.ndarray] = []
+        self.pending: list[np.ndarray] = []  # token ids not yet in a shard
+        self.special: list[np.ndarray] = []  # which of them are separators
         self.num_pending = 0
         self.shards: list[Shard] = []
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -175,7 +193,8 @@ class _ShardWriter:
         for old in out_dir.glob("shard_*.bin"):  # an earlier encoding's shards
             old.unlink()
 
-    def add(self, ids, split: str) -> None:
+    def add(self, ids, split: str, special: bool = False) -> None:
+        """Appends token ids; ``special`` ones (a separator) count no bytes of text."""
         ids_N = np.asarray(ids, dtype=np.int64).reshape(-1)
         if ids_N.size and (ids_N.min() < 0 or ids_N.max() >= self.tokenizer.vocab_size):
             raise ValueError(
@@ -183,6 +202,7 @@ class _ShardWriter:
                 f"{ids_N.min()}..{ids_N.max()}"
             )
         self.pending.append(ids_N.astype(DTYPE))
+        self.special.append(np.full(ids_N.size, special))
         self.num_pending += ids_N.size
         while self.num_pending >= self.shard_size:
             self.flush(split, self.shard_size)
@@ -191,13 +211,14 @@ class _ShardWriter:
         """Writes the first ``count`` pending tokens (all of them by default) as a shard."""
         if self.num_pending == 0:
             return
-        tokens_N = np.concatenate(self.pending)
+        tokens_N, special_N = np.concatenate(self.pending), np.concatenate(self.special)
         count = tokens_N.size if count is None else count
-        shard_N, rest_N = tokens_N[:count], tokens_N[count:]
-        self.pending, self.num_pending = [rest_N], rest_N.size
+        shard_N = tokens_N[:count]
+        self.pending, self.special = [tokens_N[count:]], [special_N[count:]]
+        self.num_pending = tokens_N.size - count
         name = f"shard_{len(self.shards):06d}.bin"
         write_atomically(self.out_dir / name, shard_N.tobytes())
-        num_bytes = len(self.tokenizer.decode(shard_N.tolist()).encode("utf-8"))
+        num_bytes = text_bytes(self.tokenizer, shard_N[~special_N[:count]].tolist())
         self.shards.append(Shard(name, split, int(shard_N.size), num_bytes))
 
     def finish(self, key: dict) -> TokenShards:
@@ -253,7 +274,7 @@ def write_shards(
         shard_size: tokens per shard (the default, 2**24, is a 32 MiB file).
         val_shards: how many shards, from the end, are the validation split.
         separator: a token id written before each document (an end-of-text token), or
-            None for none.
+            None for none; it counts no bytes of text.
         source: a name of the corpus that changes when it does (a hash). With it, a
             directory already encoded from the same source, tokenizer and sharding is
             reused (``.reused`` is then True) and ``documents`` is not read; without
@@ -279,7 +300,7 @@ def write_shards(
     writer = _ShardWriter(out_dir, tokenizer, shard_size)
     for text in documents:
         if separator is not None:
-            writer.add([separator], "train")
+            writer.add([separator], "train", special=True)
         writer.add(tokenizer.encode(text), "train")
     writer.flush("train")
     if len(writer.shards) <= val_shards:
@@ -581,6 +602,7 @@ __all__ = [
     "encode_text",
     "estimate_bpb",
     "prepare_shakespeare",
+    "text_bytes",
     "tokenizer_id",
     "write_shards",
 ]

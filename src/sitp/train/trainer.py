@@ -7,6 +7,11 @@ This is the loop behind ``python -m sitp train`` (see :mod:`sitp.train.cli`)::
         logits, loss = model(X[ix_B], Y[ix_B])
         optimizer.zero_grad(); loss.backward(); optimizer.step(); scheduler.step()
 
+With ``grad_accum = K`` the batch of B is run as K micro-batches of B/K, each loss
+weighted by its share of the targets, and the gradients add up in ``.grad`` before the
+one optimizer step: the step of the whole batch, in a K-th of the activation memory
+(:meth:`Trainer.accumulate_gradients`).
+
 The optimizer is AdamW (betas 0.9/0.99, weight decay 0.01, as makemore). For the GPT
 the decay is in a parameter group of its own, as nanoGPT's ``configure_optimizers``:
 matrices and embeddings (parameters of two or more dimensions) decay, biases and
@@ -66,6 +71,7 @@ class TrainConfig:
     model: str = "gpt"  # a key of sitp.models.MODELS
     steps: int = 1000  # optimizer steps in all (a resumed run continues to this)
     batch_size: int = 32  # B: names (sequence models) or windows (context models)
+    grad_accum: int = 1  # K: the batch is run as K micro-batches of B/K, one optimizer step
     lr: float | None = None  # peak AdamW rate; None: the model's default (MODELS[...].lr)
     weight_decay: float = 0.01  # AdamW's decoupled decay
     warmup: int | None = None  # linear warmup steps; None: min(100, steps // 10)
@@ -205,6 +211,11 @@ class Trainer:
         if config.model not in MODELS:
             raise UsageError(f"unknown model {config.model!r}; choose one of {', '.join(MODELS)}")
         check_device(config.device)
+        if config.grad_accum < 1 or config.batch_size % config.grad_accum:
+            raise UsageError(
+                f"grad_accum must be a positive divisor of batch_size {config.batch_size}, "
+                f"got {config.grad_accum}"
+            )
         ckpt._safetensors()  # fail now, not after the training, if it is missing
         self.out_dir = Path(out_dir)
         self.spec = MODELS[config.model]
@@ -322,15 +333,43 @@ class Trainer:
         """One minibatch: forward, backward, AdamW update, schedule. Returns the loss."""
         X, Y = self.splits.tensors["train"]
         ix_B = sitp.randint(0, len(X), (self.config.batch_size,), generator=self.batch_gen)
-        _, loss = self.model(X[ix_B], Y[ix_B])
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = self.accumulate_gradients(X[ix_B], Y[ix_B])
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1
-        return loss.item()
+        return loss
 
     # --8<-- [end:train_step]
+
+    # --8<-- [start:grad_accum]
+    def accumulate_gradients(self, X_B, Y_B) -> float:
+        """Backward over the batch in ``grad_accum`` micro-batches; returns the batch's loss.
+
+        Each micro-batch's mean loss is weighted by its share of the batch's targets
+        (those not ``IGNORE_INDEX``) before its backward pass, so the gradients that
+        add up in ``.grad`` are those of the whole batch's mean loss; with no padding
+        the weight is 1/K. (Exact for every model without batch statistics: BatchNorm
+        normalises each micro-batch by its own mean.)
+        """
+        K = self.config.grad_accum
+        if K == 1:
+            _, loss = self.model(X_B, Y_B)
+            loss.backward()
+            return loss.item()
+        M = len(X_B) // K  # micro-batch size
+        counts = [int((Y_B[k * M : (k + 1) * M] != IGNORE_INDEX).sum().item()) for k in range(K)]
+        total, loss_sum = sum(counts), 0.0
+        for k in range(K):
+            if total and not counts[k]:  # all padding: nothing to learn, and 0/0 as a loss
+                continue
+            _, loss = self.model(X_B[k * M : (k + 1) * M], Y_B[k * M : (k + 1) * M])
+            share = counts[k] / total if total else 1.0 / K
+            (loss * share).backward()  # .grad accumulates across micro-batches
+            loss_sum += loss.item() * share
+        return loss_sum
+
+    # --8<-- [end:grad_accum]
 
     def evaluate(self, split: str, limit: int | None = None) -> float:
         X, Y = self.splits.tensors[split]
