@@ -92,6 +92,42 @@ COMPARE = {
     )
 }
 REDUCE = {name: i for i, name in enumerate(["sum", "prod", "max", "min", "any", "all"])}
+
+
+def reduce_dtype(op, dtype, bool_, int64):
+    """The result dtype of reduction ``op`` over ``dtype``, as torch: any/all give bool,
+    sum/prod of bool or integers give int64, the rest keep the input's dtype."""
+    if op in ("any", "all"):
+        return bool_
+    if dtype in (bool_, int64) and op in ("sum", "prod"):
+        return int64
+    return dtype
+
+
+def check_reduce(op, n, shape) -> None:
+    """max/min over an empty dimension has no value: torch's IndexError."""
+    if n == 0 and op in ("max", "min"):
+        raise IndexError(
+            f"{op}(): cannot reduce over a dimension of size 0 (input shape {tuple(shape)})"
+        )
+
+
+def softmax_backward_row(y, g, o, n, log, out):
+    """One row of softmax's backward (``log``: of log_softmax), starting at ``o``: the
+    vector-Jacobian product ``y * (g - sum(g * y))`` (``g - exp(y) * sum(g)``)."""
+    acc = 0.0
+    if log:
+        for j in range(n):
+            acc += g[o + j]
+        for j in range(n):
+            out[o + j] = g[o + j] - math.exp(y[o + j]) * acc
+    else:
+        for j in range(n):
+            acc += g[o + j] * y[o + j]
+        for j in range(n):
+            out[o + j] = y[o + j] * (g[o + j] - acc)
+
+
 # --8<-- [end:opcodes]
 
 

@@ -35,6 +35,7 @@ from sitp.backends.scalar import BINARY, COMPARE, REDUCE, UNARY  # noqa: F401 (t
 unary = njit(cache=True, inline="always")(scalar.unary)
 binary = njit(cache=True, inline="always")(scalar.binary)
 compare = njit(cache=True, inline="always")(scalar.compare)
+_softmax_backward_row = njit(cache=True, inline="always")(scalar.softmax_backward_row)
 
 
 # --8<-- [start:map_kernel]
@@ -285,18 +286,7 @@ def softmax_backward_kernel(y, g, n_rows, n, log, out):
     All arrays are contiguous (n_rows, n).
     """
     for r in range(n_rows):
-        o = r * n
-        acc = 0.0
-        if log:
-            for j in range(n):
-                acc += g[o + j]
-            for j in range(n):
-                out[o + j] = g[o + j] - math.exp(y[o + j]) * acc
-        else:
-            for j in range(n):
-                acc += g[o + j] * y[o + j]
-            for j in range(n):
-                out[o + j] = y[o + j] * (g[o + j] - acc)
+        _softmax_backward_row(y, g, r * n, n, log, out)
 
 
 # --8<-- [start:take_kernel]

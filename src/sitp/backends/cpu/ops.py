@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from sitp.backends import layout
+from sitp.backends import scalar as S
 from sitp.backends.cpu import blas
 from sitp.backends.cpu import kernels as K
 from sitp.backends.layout import (
@@ -176,15 +177,8 @@ def reduce(op: str, x, dims, keepdim=False, out_dtype=None):
     """Reduce ``x`` over ``dims`` (a tuple of normalized dims)."""
     kept, xs, starts, step, n = _rows_last(x, dims)
     if out_dtype is None:
-        out_dtype = (
-            bool_
-            if op in ("any", "all")
-            else (int64 if x.dtype in (bool_, int64) and op in ("sum", "prod") else x.dtype)
-        )
-    if n == 0 and op in ("max", "min"):
-        raise IndexError(
-            f"{op}(): cannot reduce over a dimension of size 0 (input shape {tuple(x._shape)})"
-        )
+        out_dtype = S.reduce_dtype(op, x.dtype, bool_, int64)
+    S.check_reduce(op, n, x._shape)
     out = _new(kept, out_dtype, x)
     zero = (
         np.float64(0)

@@ -54,6 +54,7 @@ TPB = 128  # threads per block for the one-thread-per-entry kernels
 _unary = cuda.jit(device=True)(S.unary)
 _binary = cuda.jit(device=True)(S.binary)
 _compare = cuda.jit(device=True)(S.compare)
+_softmax_backward_row = cuda.jit(device=True)(S.softmax_backward_row)
 
 
 def _blocks(n: int) -> int:
@@ -215,18 +216,7 @@ def softmax_rows_k(x, n, log, out):
 def softmax_backward_rows_k(y, g, n, log, out):
     r = cuda.grid(1)
     if r * n < y.size:
-        base = r * n
-        acc = 0.0
-        if log:
-            for j in range(n):
-                acc += g[base + j]
-            for j in range(n):
-                out[base + j] = g[base + j] - math.exp(y[base + j]) * acc
-        else:
-            for j in range(n):
-                acc += g[base + j] * y[base + j]
-            for j in range(n):
-                out[base + j] = y[base + j] * (g[base + j] - acc)
+        _softmax_backward_row(y, g, r * n, n, log, out)
 
 
 @cuda.jit
@@ -517,15 +507,8 @@ def _rows(x, dims):
 def reduce(op, x, dims, keepdim=False, out_dtype=None):
     kept, xs, n = _rows(x, dims)
     if out_dtype is None:
-        out_dtype = (
-            bool_
-            if op in ("any", "all")
-            else (int64 if x.dtype in (bool_, int64) and op in ("sum", "prod") else x.dtype)
-        )
-    if n == 0 and op in ("max", "min"):
-        raise IndexError(
-            f"{op}(): cannot reduce over a dimension of size 0 (input shape {tuple(x._shape)})"
-        )
+        out_dtype = S.reduce_dtype(op, x.dtype, bool_, int64)
+    S.check_reduce(op, n, x._shape)
     acc_dtype = (
         float64
         if out_dtype.is_floating_point and op in ("sum", "prod")

@@ -65,7 +65,7 @@ def cross_entropy_kernel(z, n_rows, C, target, w, ignore_index, eps, loss, p, st
         for c in range(C):
             p[o + c] *= inv
         ls = math.log(s)
-        row = (1.0 - eps) * w[t] * (ls - (z[o + t] - m))
+        row = (1.0 - eps) * w[t] * (ls - (np.float64(z[o + t]) - np.float64(m)))
         if eps != 0.0:
             row += eps / C * (w_all * ls - wz)
         loss[r] = row
