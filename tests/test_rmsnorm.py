@@ -135,3 +135,39 @@ def test_errors_like_torch(name):
         case(sitp)
     for s in names:
         assert s in str(got.value), (str(got.value), s)
+
+
+@pytest.mark.parametrize("with_weight", [False, True])
+@pytest.mark.parametrize(
+    "shape,norm", [((256, 256), (256,)), ((0, 4), (4,)), ((3, 5), (3, 5))], ids=str
+)
+def test_fused_kernel_on_large_empty_and_strided_input(shape, norm, with_weight):
+    """The input is a transposed view (the kernel gets a contiguous copy); 256 x 256
+    takes the threaded forward; (0, 4) has no rows."""
+    r = np.random.default_rng(5)
+    a = r.standard_normal(shape).astype(np.float32)
+    xs = sitp.tensor(a.T.copy()).t().requires_grad_()
+    xt = torch.tensor(a).requires_grad_()
+    w = (1 + r.standard_normal(norm)).astype(np.float32)
+    ws, wt = _pair(w) if with_weight else (None, None)
+    ys, yt = F.rms_norm(xs, norm, ws), TF.rms_norm(xt, norm, wt)
+    if a.size:
+        assert "RMSNormBackward" in repr(ys)  # the fused node, not the composition
+    g = r.standard_normal(shape).astype(np.float32)
+    ys.backward(sitp.tensor(g))
+    yt.backward(torch.tensor(g))
+    np.testing.assert_allclose(np_of(ys), yt.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np_of(xs.grad), xt.grad.numpy(), rtol=1e-4, atol=1e-5)
+    if with_weight:
+        np.testing.assert_allclose(np_of(ws.grad), wt.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_fused_kernel_equals_the_composition():
+    """A weight of another dtype takes the composed path: the two agree."""
+    r = np.random.default_rng(6)
+    x, w = r.standard_normal((4, 6)), r.standard_normal(6)
+    xs = sitp.tensor(x).requires_grad_()
+    fused = F.rms_norm(xs, (6,), sitp.tensor(w))
+    composed = F.rms_norm(xs, (6,), sitp.tensor(w.astype(np.float32)))
+    assert "RMSNormBackward" in repr(fused) and "RMSNormBackward" not in repr(composed)
+    np.testing.assert_allclose(np_of(fused), np_of(composed), rtol=1e-6)

@@ -60,7 +60,7 @@ class RMSNorm(Module):
     >>> norm = sitp.nn.RMSNorm(4)
     >>> y = norm(sitp.tensor([[1.0, -1.0, 1.0, -1.0]]) * 3)
     >>> y
-    tensor([[1., -1., 1., -1.]], grad_fn=<MulBackward>)
+    tensor([[1., -1., 1., -1.]], grad_fn=<RMSNormBackward>)
     """
 
     def __init__(
