@@ -23,6 +23,7 @@ from sitp.nn.modules import (
     ModuleDict,
     ModuleList,
     ReLU,
+    RMSNorm,
     RNNCell,
     Sequential,
     Sigmoid,
@@ -31,7 +32,6 @@ from sitp.nn.modules import (
     Tanh,
     Unflatten,
 )
-from sitp.nn.modules.normalization import RMSNorm
 from sitp.nn.parameter import Parameter
 
 

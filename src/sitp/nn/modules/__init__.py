@@ -6,6 +6,6 @@ from sitp.nn.modules.conv import Conv1d
 from sitp.nn.modules.dropout import Dropout
 from sitp.nn.modules.linear import Flatten, Identity, Linear, Unflatten
 from sitp.nn.modules.module import Module
-from sitp.nn.modules.normalization import BatchNorm1d, LayerNorm
+from sitp.nn.modules.normalization import BatchNorm1d, LayerNorm, RMSNorm
 from sitp.nn.modules.rnn import GRUCell, RNNCell
 from sitp.nn.modules.sparse import Embedding

@@ -8,6 +8,7 @@ backward in one more), on numpy arrays, with no Tensor and no autograd:
 * ``gelu`` -- GELU and its derivative, vectorised with ``sitp.backends.cpu.vecmath``;
 * ``attention`` -- flash-style attention, forward and backward, on strided storages;
 * ``layer_norm`` -- mean, rstd and the affine map per row, and the backward;
+* ``rms_norm`` -- the root mean square and the gain per row, and the backward;
 * ``cross_entropy`` -- log-softmax, NLL, label smoothing and class weights per row;
 * ``softmax`` -- the masked softmax of attention's scores (used with dropout);
 * ``gru`` -- the GRU cell's gates, forward and backward;
