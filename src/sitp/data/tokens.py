@@ -431,12 +431,14 @@ class TokenShards:
     def num_bytes(self, split: str) -> int:
         return sum(s.num_bytes for s in self.split(split))
 
-    def memmap(self, shard: Shard) -> np.memmap:
+    def open(self, shard: Shard) -> np.memmap:
         """The shard's tokens, mapped read-only: nothing is read until it is indexed."""
+        return np.memmap(self.root / shard.file, dtype=DTYPE, mode="r", shape=(shard.num_tokens,))
+
+    def memmap(self, shard: Shard) -> np.memmap:
+        """:meth:`open`, kept for the next call (each map holds a file descriptor)."""
         if shard.file not in self._maps:
-            self._maps[shard.file] = np.memmap(
-                self.root / shard.file, dtype=DTYPE, mode="r", shape=(shard.num_tokens,)
-            )
+            self._maps[shard.file] = self.open(shard)
         return self._maps[shard.file]
 
     # --8<-- [start:get_batch]
@@ -514,6 +516,7 @@ class ShardStream:
         if not self.files:
             raise ValueError(f"no {split!r} shard holds a batch of {self.B} x {self.T} + 1 tokens")
         self.shard, self.pos = 0, 0
+        self._tokens, self._open = None, None  # the one shard mapped now
 
     def __iter__(self) -> Iterator:
         return self
@@ -528,8 +531,9 @@ class ShardStream:
                     self.pos = self.files[self.shard].num_tokens
                     raise StopIteration
                 self.shard = 0
-        tokens = self.shards.memmap(self.files[self.shard])
-        buf = np.asarray(tokens[self.pos : self.pos + need], dtype=np.int64)
+        if self._open != self.shard:  # map the new shard; the old map is released
+            self._tokens, self._open = self.shards.open(self.files[self.shard]), self.shard
+        buf = np.asarray(self._tokens[self.pos : self.pos + need], dtype=np.int64)
         self.pos += self.B * self.T
         x_BT = sitp.tensor(buf[:-1].reshape(self.B, self.T))
         y_BT = sitp.tensor(buf[1:].reshape(self.B, self.T))

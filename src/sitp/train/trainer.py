@@ -350,7 +350,8 @@ class Trainer:
         (those not ``IGNORE_INDEX``) before its backward pass, so the gradients that
         add up in ``.grad`` are those of the whole batch's mean loss; with no padding
         the weight is 1/K. (Exact for every model without batch statistics: BatchNorm
-        normalises each micro-batch by its own mean.)
+        normalises each micro-batch by its own mean. With dropout, the masks are drawn
+        per micro-batch, so they differ from K = 1's.)
         """
         K = self.config.grad_accum
         if K == 1:
