@@ -260,6 +260,34 @@ def test_bad_requests_are_one_line_errors(gpt_run, tmp_path, capsys):
         ["train", "--model", "gpt", "--out", str(tmp_path / "z"), "--set", "n_layers=2"],
         "n_layers",
     )
+    one_line_error(
+        capsys,
+        [
+            "train",
+            "--model",
+            "mlp",
+            "--out",
+            str(tmp_path / "k"),
+            "--batch-size",
+            "5",
+            "--grad-accum",
+            "2",
+            "--steps",
+            "1",
+        ],
+        "grad_accum",
+    )
+
+
+def test_grad_accum_from_the_command_line(tmp_path):
+    """--grad-accum K reaches the trainer, is saved with the run and kept on resume."""
+    out = tmp_path / "ga"
+    args = ["train", "--model", "mlp", "--steps", "3", "--batch-size", "8", "--grad-accum", "2"]
+    assert main(args + ["--out", str(out), "--quiet"]) == 0
+    record = json.loads((out / "record.json").read_text())
+    assert record["train_config"]["grad_accum"] == 2
+    assert main(["train", "--resume", "--out", str(out), "--steps", "4", "--quiet"]) == 0
+    assert json.loads((out / "record.json").read_text())["train_config"]["grad_accum"] == 2
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage-json", "swap-weights"])

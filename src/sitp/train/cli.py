@@ -113,6 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--device", default=None, help="cpu (default) or cuda")
     t.add_argument("--batch-size", type=_POSITIVE_INT, default=None, help="minibatch size (32)")
     t.add_argument(
+        "--grad-accum",
+        type=_POSITIVE_INT,
+        default=None,
+        metavar="K",
+        help="split each minibatch into K micro-batches, one optimizer step (1)",
+    )
+    t.add_argument(
         "--lr",
         type=_POSITIVE_FLOAT,
         default=None,
@@ -207,6 +214,7 @@ def train_command(args) -> int:
         numba.set_num_threads(args.threads)
     options = {
         "batch_size": args.batch_size,
+        "grad_accum": args.grad_accum,
         "lr": args.lr,
         "weight_decay": args.weight_decay,
         "warmup": args.warmup,
