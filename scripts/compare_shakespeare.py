@@ -1,0 +1,206 @@
+"""nanoGPT's CPU recipe on tinyshakespeare characters, trained by sitp and by PyTorch.
+
+Usage::
+
+    python scripts/compare_shakespeare.py                     # the whole recipe, 2000 steps
+    python scripts/compare_shakespeare.py --iters 200 --eval-every 100   # a quick look
+    python scripts/compare_shakespeare.py --json docs/part3/shakespeare-anchor.json
+
+nanoGPT's README trains a small GPT on the 65 characters of tinyshakespeare on a laptop
+CPU: 4 layers, 4 heads, width 128, block 64, batch 12, 2000 iterations, no dropout, no
+biases, AdamW at 1e-3 (betas 0.9/0.99, weight decay 0.1 on the matrices), 100 warmup
+steps and a cosine decay to 1e-4, gradients clipped at norm 1. It reports a validation
+loss of about 1.88.
+
+This script builds that model from one file, ``sitp.models.gpt``, for both libraries
+(PyTorch runs the same source through ``sitp.models.port``), gives PyTorch's copy sitp's
+initial weights, draws every minibatch once (nanoGPT's ``get_batch``: random windows of
+the training split, from a ``sitp.Generator``) and feeds the same batches to both. It
+prints the validation loss of each (the mean over the whole validation split, cut into
+windows of 64 characters: less noisy than nanoGPT's 20 random batches) at every
+``--eval-every`` steps, the training speed of each, and a sample from sitp's model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_torch import cpu_name  # noqa: E402  (the same machine line as the ladder's)
+
+
+def lr_factor(step: int, warmup: int, steps: int, lr: float, min_lr: float) -> float:
+    """nanoGPT's schedule as a multiplier of ``lr``: linear warmup, then half a cosine
+    from ``lr`` down to ``min_lr`` at ``steps``."""
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    ratio = min(1.0, (step - warmup) / max(1, steps - warmup))
+    return (min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)) / lr
+
+
+def param_groups(model, weight_decay: float) -> list[dict]:
+    """nanoGPT's two groups: parameters of two or more dims decay, the others do not."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+
+
+def windows(data: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """The split cut into consecutive (input, target) windows of ``block`` tokens."""
+    n = (len(data) - 1) // block
+    x = data[: n * block].reshape(n, block)
+    y = data[1 : n * block + 1].reshape(n, block)
+    return x.astype(np.int64), y.astype(np.int64)
+
+
+def evaluate(lib, model, xv: np.ndarray, yv: np.ndarray, batch: int = 256) -> float:
+    """The mean loss per character over the whole validation split."""
+    model.eval()
+    total = 0.0
+    with lib.no_grad():
+        for i in range(0, len(xv), batch):
+            xb, yb = lib.tensor(xv[i : i + batch]), lib.tensor(yv[i : i + batch])
+            total += model(xb, yb)[1].item() * len(xb)
+    model.train()
+    return total / len(xv)
+
+
+def train(lib, model, batches, args, xv, yv, label: str) -> dict:
+    """nanoGPT's loop: AdamW, the schedule, clipping; evaluation outside the timed steps."""
+    opt = lib.optim.AdamW(
+        param_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, 0.99), eps=1e-8
+    )
+    sched = lib.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: lr_factor(s, args.warmup, args.iters, args.lr, args.min_lr)
+    )
+    curve, seconds = [], 0.0
+    for step, (xb, yb) in enumerate(batches):
+        if step % args.eval_every == 0:
+            curve.append((step, evaluate(lib, model, xv, yv)))
+            print(f"  {label} step {step:5d}: val {curve[-1][1]:.4f}", flush=True)
+        t0 = time.perf_counter()
+        _, loss = model(lib.tensor(xb), lib.tensor(yb))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        lib.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+        opt.step()
+        sched.step()
+        seconds += time.perf_counter() - t0
+    curve.append((len(batches), evaluate(lib, model, xv, yv)))
+    print(f"  {label} step {len(batches):5d}: val {curve[-1][1]:.4f}", flush=True)
+    return {"curve": curve, "val": curve[-1][1], "seconds": seconds,
+            "ms_per_step": 1e3 * seconds / len(batches), "last_train_loss": loss.item()}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--iters", type=int, default=2000)
+    parser.add_argument("--batch-size", type=int, default=12)
+    parser.add_argument("--block-size", type=int, default=64)
+    parser.add_argument("--n-layer", type=int, default=4)
+    parser.add_argument("--n-head", type=int, default=4)
+    parser.add_argument("--n-embd", type=int, default=128)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--min-lr", type=float, default=1e-4)
+    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--weight-decay", type=float, default=0.1)
+    parser.add_argument("--grad-clip", type=float, default=1.0)
+    parser.add_argument("--eval-every", type=int, default=250)
+    parser.add_argument("--seed", type=int, default=1337)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads for numba and torch (default: numba's default)")
+    parser.add_argument("--sample", type=int, default=300, help="characters to sample (0: none)")
+    parser.add_argument("--json", default=None, help="also write the results here")
+    args = parser.parse_args(argv)
+
+    import numba
+    import torch
+
+    import sitp
+    from sitp.data import load_tinyshakespeare
+    from sitp.data.tokens import CharTokenizer
+    from sitp.models.port import load_module
+
+    threads = args.threads or numba.get_num_threads()
+    numba.set_num_threads(threads)
+    torch.set_num_threads(threads)
+    machine = (f"{cpu_name()}, {os.cpu_count()} logical CPUs; threads: numba {threads}, "
+               f"torch {torch.get_num_threads()}; torch {torch.__version__}")
+    print(f"machine: {machine}; load average {os.getloadavg()[0]:.1f}")
+
+    text = load_tinyshakespeare()
+    tok = CharTokenizer(text)
+    data = np.array(tok.encode(text), dtype=np.int64)
+    n_train = int(0.9 * len(data))  # nanoGPT's prepare.py: the first 90% trains
+    train_data, val_data = data[:n_train], data[n_train:]
+    xv, yv = windows(val_data, args.block_size)
+    B, T = args.batch_size, args.block_size
+    g = sitp.Generator().manual_seed(args.seed)
+    batches = []
+    for _ in range(args.iters):  # nanoGPT's get_batch, drawn once for both libraries
+        ix = sitp.randint(0, len(train_data) - T, (B,), generator=g).numpy()
+        batches.append((np.stack([train_data[i : i + T] for i in ix]),
+                        np.stack([train_data[i + 1 : i + 1 + T] for i in ix])))
+
+    fields = dict(block_size=T, vocab_size=tok.vocab_size, n_layer=args.n_layer,
+                  n_head=args.n_head, n_embd=args.n_embd, dropout=0.0, bias=False)
+    s_gpt, t_gpt = load_module("gpt", "sitp"), load_module("gpt", "torch")
+    sitp.manual_seed(args.seed)
+    smodel = s_gpt.GPT(s_gpt.GPTConfig(**fields))
+    tmodel = t_gpt.GPT(t_gpt.GPTConfig(**fields))
+    tmodel.load_state_dict({k: torch.tensor(v.numpy().copy())
+                            for k, v in smodel.state_dict().items()})
+    n_params = sum(p.numel() for p in smodel.parameters())
+    print(f"\nGPT: {args.n_layer} layers, {args.n_head} heads, width {args.n_embd}, block {T}, "
+          f"vocab {tok.vocab_size}, no biases, {n_params:,} parameters; batch {B}, "
+          f"{args.iters} steps; val split {len(val_data):,} characters\n")
+
+    results = {}
+    for name, lib, model in (("sitp", sitp, smodel), ("torch", torch, tmodel)):
+        results[name] = train(lib, model, batches, args, xv, yv, name)
+
+    s, t = results["sitp"], results["torch"]
+    tokens = B * T
+    print(f"\nAfter {args.iters} steps (same init, same batches); machine: {machine}\n")
+    print("| library | val loss | ms/step | tokens/s | train time |")
+    print("|---|---:|---:|---:|---:|")
+    for name in ("sitp", "torch"):
+        r = results[name]
+        print(f"| {name} | {r['val']:.4f} | {r['ms_per_step']:.1f} | "
+              f"{1e3 * tokens / r['ms_per_step']:,.0f} | {r['seconds']:.0f} s |")
+    speed = t["ms_per_step"] / s["ms_per_step"]
+    print(f"\nval loss difference sitp - torch: {s['val'] - t['val']:+.4f}; "
+          f"sitp / torch speed: {speed:.2f}; load average after: {os.getloadavg()[0]:.1f}")
+
+    sample = ""
+    if args.sample:
+        g = sitp.Generator().manual_seed(args.seed)
+        idx = sitp.tensor([[tok.encode("\n")[0]]])
+        smodel.eval()
+        with sitp.no_grad():
+            for _ in range(args.sample):
+                logits, _ = smodel(idx[:, -T:])
+                probs = logits[:, -1, :].softmax(-1)
+                idx = sitp.cat([idx, sitp.multinomial(probs, 1, generator=g)], dim=1)
+        sample = tok.decode(idx[0].tolist())
+        print(f"\nA sample from sitp's model ({args.sample} characters, temperature 1):\n")
+        print(sample)
+    if args.json:
+        out = {"machine": machine, "config": vars(args), "params": n_params,
+               "results": results, "speed_ratio": speed, "sample": sample}
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
