@@ -395,3 +395,22 @@ def test_good_edge_values_pass_the_parser():
         ["train", "--out", "d", "--weight-decay", "0", "--warmup", "0", "--lr", "3e-4"]
     )
     assert (args.weight_decay, args.warmup, args.lr) == (0.0, 0, 3e-4)
+
+
+def test_tokenizer_train_saves_a_tokenizer_that_loads(tmp_path, capsys):
+    from sitp.tokenizers import BPETokenizer
+
+    text = tmp_path / "corpus.txt"
+    text.write_text("the cat sat on the mat; the hat is flat\n" * 20, encoding="utf-8")
+    out = tmp_path / "bpe"
+    args = ["tokenizer", "train", "--data", str(text), "--vocab-size", "270", "--out", str(out)]
+    assert main(args) == 0
+    assert "14 merges learned" in capsys.readouterr().out
+    tok = BPETokenizer.load(out)
+    assert tok.vocab_size == 270 and tok.decode(tok.encode("the cat")) == "the cat"
+    one_line_error(capsys, args[:5] + ["256", "--out", str(out)], "--vocab-size")
+    one_line_error(
+        capsys,
+        ["tokenizer", "train", "--data", str(tmp_path / "none"), "--out", str(out)],
+        "not shakespeare, names or a text file",
+    )

@@ -7,6 +7,10 @@ Train a model, resume it, sample names from it::
     python -m sitp sample runs/gpt --num 20 --temperature 0.8 --top-k 10
     python -m sitp sample --out runs/gpt          # the same directory, named as train names it
 
+Train a byte-level BPE tokenizer (section 5.1) and save it::
+
+    python -m sitp tokenizer train --data shakespeare --vocab-size 512 --out runs/bpe512
+
 ``train`` shows a progress bar with the running loss, prints the train and
 validation losses every ``--eval-every`` steps and the test loss at the end,
 checkpoints to ``--out`` every ``--save-every`` steps (see :mod:`sitp.train.checkpoint`),
@@ -27,14 +31,16 @@ import argparse
 import json
 import math
 import sys
+import time
 from pathlib import Path
 
 import numba
 
-from sitp.data import load_names, split_words
+from sitp.data import load_names, load_tinyshakespeare, split_words
 from sitp.models import MODELS
 from sitp.models.sampling import sample_names
 from sitp.random import Generator, seed
+from sitp.tokenizers import BPETokenizer
 from sitp.train.checkpoint import CheckpointError, load_checkpoint
 from sitp.train.trainer import TrainConfig, Trainer, UsageError, check_device, plot_losses
 
@@ -178,7 +184,65 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--max-len", type=_POSITIVE_INT, default=30, help="cut names at this length (30)"
     )
+
+    k = sub.add_parser(
+        "tokenizer",
+        help="train a byte-level BPE tokenizer (section 5.1)",
+        description="Tokenizers for text corpora (section 5.1).",
+    )
+    ksub = k.add_subparsers(dest="action", required=True, metavar="ACTION", parser_class=_Parser)
+    kt = ksub.add_parser(
+        "train",
+        help="learn BPE merges from a corpus and save them",
+        description="Learn byte-level BPE merges from a corpus; save them to --out "
+        "(tokenizer.json, read back by sitp.tokenizers.BPETokenizer.load).",
+    )
+    kt.add_argument(
+        "--data",
+        default="shakespeare",
+        metavar="CORPUS",
+        help="shakespeare (tinyshakespeare, default), names, or the path of a UTF-8 text file",
+    )
+    kt.add_argument(
+        "--vocab-size", type=_POSITIVE_INT, default=512, help="tokens, the 256 bytes included (512)"
+    )
+    kt.add_argument("--out", required=True, metavar="DIR", help="where tokenizer.json goes")
     return parser
+
+
+def _corpus_text(data: str) -> str:
+    """The text of ``--data``: a corpus sitp downloads, or a file."""
+    if data == "shakespeare":
+        return load_tinyshakespeare()
+    if data == "names":
+        return "\n".join(load_names("offline")) + "\n"
+    path = Path(data)
+    if not path.is_file():
+        raise UsageError(f"--data: {data!r} is not shakespeare, names or a text file")
+    return path.read_text(encoding="utf-8")
+
+
+def tokenizer_command(args) -> int:
+    """``sitp tokenizer train``: learn the merges, save them, report the compression."""
+    text = _corpus_text(args.data)
+    if args.vocab_size <= 256:
+        raise UsageError(
+            f"--vocab-size must leave room for merges above the 256 bytes, got {args.vocab_size}"
+        )
+    t0 = time.perf_counter()
+    try:
+        tok = BPETokenizer.train(text, args.vocab_size)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    seconds = time.perf_counter() - t0
+    path = tok.save(args.out)
+    n_bytes = len(text.encode("utf-8"))
+    n_tokens = len(tok.encode_ordinary(text))
+    print(
+        f"{args.vocab_size - 256} merges learned from {n_bytes:,} bytes in {seconds:.1f} s; "
+        f"{n_bytes / n_tokens:.2f} bytes per token; saved to {path}"
+    )
+    return 0
 
 
 def _parse_sets(items: list[str]) -> dict:
@@ -328,6 +392,8 @@ def main(argv=None) -> int:
     try:
         if args.command == "train":
             return train_command(args)
+        if args.command == "tokenizer":
+            return tokenizer_command(args)
         return sample_command(args)
     except (UsageError, CheckpointError) as error:
         return _fail(f"sitp {args.command}: error: {error}")
