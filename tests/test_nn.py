@@ -1,5 +1,7 @@
 """sitp.nn modules against torch.nn with the same weights; Module bookkeeping."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -198,6 +200,35 @@ def test_clip_grad_norm_matches_torch():
     nt = torch.nn.utils.clip_grad_norm_(t.parameters(), 1.0)
     assert abs(ns.item() - nt.item()) / nt.item() < 1e-5
     assert_close(s.weight.grad, t.weight.grad, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, float("inf")])
+def test_clip_grad_norm_of_many_gradients_matches_torch(norm_type):
+    """The fused 2-norm (one float64 pass per gradient) and the op path for other norms,
+    on gradients of odd sizes, one of them not contiguous and one float64, against torch."""
+    rng = np.random.default_rng(7)
+    arrays = [rng.standard_normal(n).astype(np.float32) for n in (1, 7, 1031, 40_000)]
+    arrays.append(rng.standard_normal(33))  # float64
+    sp = [sitp.tensor(a, requires_grad=True) for a in arrays]
+    tp = [torch.tensor(a, requires_grad=True) for a in arrays]
+    for p, a in zip(sp, arrays):
+        p.grad = sitp.tensor(a * 3)
+    sp[2].grad = sitp.tensor(np.repeat(arrays[2] * 3, 2)).view(-1, 2)[:, 0]  # a strided view
+    for p, a in zip(tp, arrays):
+        p.grad = torch.tensor(a * 3)
+    ns = nn.utils.clip_grad_norm_(sp, 0.5, norm_type=norm_type)
+    nt = torch.nn.utils.clip_grad_norm_(tp, 0.5, norm_type=norm_type)
+    assert abs(ns.item() - nt.item()) <= 1e-5 * nt.item()
+    for p, q in zip(sp, tp):
+        assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_clip_grad_norm_reports_a_nan_gradient():
+    p = sitp.tensor([1.0, 2.0], requires_grad=True)
+    p.grad = sitp.tensor([float("nan"), 1.0])
+    assert math.isnan(nn.utils.clip_grad_norm_([p], 1.0).item())
+    with pytest.raises(RuntimeError, match="non-finite"):
+        nn.utils.clip_grad_norm_([p], 1.0, error_if_nonfinite=True)
 
 
 def test_dataloader_batches_and_seeded_shuffle():

@@ -6,6 +6,16 @@ import math
 
 from sitp._tensor.creation import tensor
 from sitp.autograd.grad_mode import no_grad
+from sitp.backends.cpu.fused.norms import sum_of_squares
+from sitp.backends.cpu.ops import flat
+
+
+def _norm_pow(g, norm_type: float) -> float:
+    """``sum(|g|**norm_type)`` as a Python float: one fused pass for the 2-norm of a
+    contiguous CPU gradient (``sitp/backends/cpu/fused/norms.py``), ops otherwise."""
+    if norm_type == 2.0 and not g.is_cuda and g.is_contiguous() and g.dtype.is_floating_point:
+        return sum_of_squares(flat(g))
+    return (g.double().abs() ** norm_type).sum().item()
 
 
 @no_grad()
@@ -24,9 +34,7 @@ def clip_grad_norm_(
     if norm_type == math.inf:
         total = max(g.abs().max().item() for g in grads)
     else:
-        total = sum((g.double().abs() ** norm_type).sum().item() for g in grads) ** (
-            1.0 / norm_type
-        )
+        total = sum(_norm_pow(g, norm_type) for g in grads) ** (1.0 / norm_type)
     if error_if_nonfinite and not math.isfinite(total):
         raise RuntimeError(f"The total norm of order {norm_type} for gradients is non-finite")
     coef = max_norm / (total + 1e-6)

@@ -12,7 +12,8 @@ backward in one more), on numpy arrays, with no Tensor and no autograd:
 * ``cross_entropy`` -- log-softmax, NLL, label smoothing and class weights per row;
 * ``softmax`` -- the masked softmax of attention's scores (used with dropout);
 * ``gru`` -- the GRU cell's gates, forward and backward;
-* ``adam`` -- one Adam(W) step over a parameter and its moments.
+* ``adam`` -- one Adam(W) step over a parameter and its moments;
+* ``norms`` -- the sum of squares of a gradient, for clipping.
 
 Their autograd nodes (the ``Function`` classes) are in ``sitp.nn._functions``; the Adam
 kernel is called by ``sitp.optim.adam``. The GPU versions of layer norm and
