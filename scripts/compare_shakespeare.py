@@ -19,6 +19,12 @@ the training split, from a ``sitp.Generator``) and feeds the same batches to bot
 prints the validation loss of each (the mean over the whole validation split, cut into
 windows of 64 characters: less noisy than nanoGPT's 20 random batches) at every
 ``--eval-every`` steps, the training speed of each, and a sample from sitp's model.
+
+Each library trains in an interpreter of its own (this script run with ``--child``): the
+parent draws the batches and sitp's initial weights into a temporary directory, and each
+child reads them. In one process, numba's and PyTorch's thread pools would run after
+each other's spinning threads and slow each other down, and the timing would say more
+about the order of the runs than about the libraries.
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -102,6 +110,45 @@ def train(lib, model, batches, args, xv, yv, label: str) -> dict:
             "ms_per_step": 1e3 * seconds / len(batches), "last_train_loss": loss.item()}
 
 
+def child(args) -> int:
+    """Train one library on the batches and weights the parent wrote to ``args.work``."""
+    work = Path(args.work)
+    meta = json.loads((work / "meta.json").read_text())
+    batches = np.load(work / "batches.npz")
+    val = np.load(work / "val.npz")
+    init = np.load(work / "init.npz")
+    if args.child == "torch":
+        import torch as lib
+
+        lib.set_num_threads(meta["threads"])
+    else:
+        import numba
+
+        import sitp as lib
+
+        numba.set_num_threads(meta["threads"])
+    from sitp.models.port import load_module
+
+    gpt = load_module("gpt", args.child)
+    model = gpt.GPT(gpt.GPTConfig(**meta["fields"]))
+    model.load_state_dict({k: lib.tensor(init[k]) for k in init.files})
+    pairs = list(zip(batches["x"], batches["y"]))
+    result = train(lib, model, pairs, args, val["x"], val["y"], args.child)
+    if args.child == "sitp" and args.sample:
+        g = lib.Generator().manual_seed(args.seed)
+        idx = lib.tensor([[meta["newline"]]])
+        T = meta["fields"]["block_size"]
+        model.eval()
+        with lib.no_grad():
+            for _ in range(args.sample):
+                logits, _ = model(idx[:, -T:])
+                probs = logits[:, -1, :].softmax(-1)
+                idx = lib.cat([idx, lib.multinomial(probs, 1, generator=g)], dim=1)
+        result["sample_ids"] = idx[0].tolist()
+    (work / f"{args.child}.json").write_text(json.dumps(result))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--iters", type=int, default=2000)
@@ -121,7 +168,11 @@ def main(argv=None) -> int:
                         help="threads for numba and torch (default: numba's default)")
     parser.add_argument("--sample", type=int, default=300, help="characters to sample (0: none)")
     parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--child", choices=["sitp", "torch"], help=argparse.SUPPRESS)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child:
+        return child(args)
 
     import numba
     import torch
@@ -154,24 +205,36 @@ def main(argv=None) -> int:
 
     fields = dict(block_size=T, vocab_size=tok.vocab_size, n_layer=args.n_layer,
                   n_head=args.n_head, n_embd=args.n_embd, dropout=0.0, bias=False)
-    s_gpt, t_gpt = load_module("gpt", "sitp"), load_module("gpt", "torch")
+    s_gpt = load_module("gpt", "sitp")
     sitp.manual_seed(args.seed)
     smodel = s_gpt.GPT(s_gpt.GPTConfig(**fields))
-    tmodel = t_gpt.GPT(t_gpt.GPTConfig(**fields))
-    tmodel.load_state_dict({k: torch.tensor(v.numpy().copy())
-                            for k, v in smodel.state_dict().items()})
     n_params = sum(p.numel() for p in smodel.parameters())
     print(f"\nGPT: {args.n_layer} layers, {args.n_head} heads, width {args.n_embd}, block {T}, "
           f"vocab {tok.vocab_size}, no biases, {n_params:,} parameters; batch {B}, "
           f"{args.iters} steps; val split {len(val_data):,} characters\n")
 
     results = {}
-    for name, lib, model in (("sitp", sitp, smodel), ("torch", torch, tmodel)):
-        results[name] = train(lib, model, batches, args, xv, yv, name)
+    with tempfile.TemporaryDirectory() as work:
+        w = Path(work)
+        np.savez(w / "init.npz", **{k: v.numpy() for k, v in smodel.state_dict().items()})
+        np.savez(w / "batches.npz", x=np.stack([b[0] for b in batches]),
+                 y=np.stack([b[1] for b in batches]))
+        np.savez(w / "val.npz", x=xv, y=yv)
+        (w / "meta.json").write_text(json.dumps(
+            {"fields": fields, "threads": threads, "newline": tok.encode("\n")[0]}))
+        passed = [a for a in (argv if argv is not None else sys.argv[1:])]
+        for name in ("sitp", "torch"):
+            # PyTorch's child keeps glibc's malloc settings: sitp's tuning (sitp/backends/
+            # cpu/memory.py, applied when sitp is imported) is not PyTorch's to have
+            env = dict(os.environ, **({"SITP_MALLOC_TUNING": "0"} if name == "torch" else {}))
+            subprocess.run([sys.executable, __file__, *passed, "--child", name, "--work", work],
+                           check=True, env=env)
+            results[name] = json.loads((w / f"{name}.json").read_text())
 
     s, t = results["sitp"], results["torch"]
     tokens = B * T
-    print(f"\nAfter {args.iters} steps (same init, same batches); machine: {machine}\n")
+    print(f"\nAfter {args.iters} steps (same init, same batches; each library in its own "
+          f"process); machine: {machine}\n")
     print("| library | val loss | ms/step | tokens/s | train time |")
     print("|---|---:|---:|---:|---:|")
     for name in ("sitp", "torch"):
@@ -182,17 +245,8 @@ def main(argv=None) -> int:
     print(f"\nval loss difference sitp - torch: {s['val'] - t['val']:+.4f}; "
           f"sitp / torch speed: {speed:.2f}; load average after: {os.getloadavg()[0]:.1f}")
 
-    sample = ""
-    if args.sample:
-        g = sitp.Generator().manual_seed(args.seed)
-        idx = sitp.tensor([[tok.encode("\n")[0]]])
-        smodel.eval()
-        with sitp.no_grad():
-            for _ in range(args.sample):
-                logits, _ = smodel(idx[:, -T:])
-                probs = logits[:, -1, :].softmax(-1)
-                idx = sitp.cat([idx, sitp.multinomial(probs, 1, generator=g)], dim=1)
-        sample = tok.decode(idx[0].tolist())
+    sample = tok.decode(s.pop("sample_ids", []))
+    if sample:
         print(f"\nA sample from sitp's model ({args.sample} characters, temperature 1):\n")
         print(sample)
     if args.json:
