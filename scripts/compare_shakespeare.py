@@ -178,6 +178,7 @@ def main(argv=None) -> int:
     import torch
 
     import sitp
+    from sitp import _target
     from sitp.data import load_tinyshakespeare
     from sitp.data.tokens import CharTokenizer
     from sitp.models.port import load_module
@@ -185,7 +186,8 @@ def main(argv=None) -> int:
     threads = args.threads or numba.get_num_threads()
     numba.set_num_threads(threads)
     torch.set_num_threads(threads)
-    machine = (f"{cpu_name()}, {os.cpu_count()} logical CPUs; threads: numba {threads}, "
+    machine = (f"{cpu_name()} ({_target.isa_name()}, sitp compiled for {_target.cpu_name()}), "
+               f"{os.cpu_count()} logical CPUs; threads: numba {threads}, "
                f"torch {torch.get_num_threads()}; torch {torch.__version__}")
     print(f"machine: {machine}; load average {os.getloadavg()[0]:.1f}")
 
