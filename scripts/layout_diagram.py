@@ -35,7 +35,7 @@ LAYERS = [
      "2.1, 2.2, 4.1", "#fee6ce"),
     ("5  PyTorch mirror", [("", "nn  optim  utils.data  linalg  serialization", 1)],
      "3, 4.2", "#dadaeb"),
-    ("6  applications", [("", "models  data  train  bench  examples  exercises", 1)],
+    ("6  applications", [("", "models  data  train  tokenizers  bench  examples  exercises", 1)],
      "1, 3", "#f2f2f2"),
 ]
 

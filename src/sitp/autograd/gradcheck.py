@@ -240,9 +240,12 @@ def gradcheck(
             other outputs' gradients undefined (None); False raises NotImplementedError.
         check_grad_dtypes: also check that each gradient has its input's dtype.
         check_backward_ad: False checks nothing but that ``func`` runs.
-        check_batched_grad, check_batched_forward_grad, check_forward_ad, fast_mode,
-            masked: torch's other modes; sitp has none of them and raises
-            NotImplementedError when one is asked for.
+        check_batched_grad: a mode of torch's that sitp lacks (True raises
+            NotImplementedError), as are the next four.
+        check_batched_forward_grad: see ``check_batched_grad``.
+        check_forward_ad: see ``check_batched_grad``.
+        fast_mode: see ``check_batched_grad``.
+        masked: see ``check_batched_grad``.
 
     Returns:
         True if every derivative agrees.
