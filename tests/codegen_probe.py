@@ -70,18 +70,27 @@ def gemm_kernels():
 def training_step():
     """A tiny GPT-style step, so that the loop-vectorised kernels get compiled."""
     from sitp import nn
-    from sitp.backends.cpu.fused import adam, attention, cross_entropy, gelu, layer_norm
+    from sitp.backends.cpu.fused import (
+        adam,
+        attention,
+        cross_entropy,
+        gelu,
+        layer_norm,
+        norms,
+        rms_norm,
+    )
     from sitp.nn import functional as F
 
     sitp.manual_seed(0)
     B, T, C, V = 2, 8, 32, 17
     emb, lin1, lin2 = nn.Embedding(V, C), nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
-    ln, head = nn.LayerNorm(C), nn.Linear(C, V)
+    ln, rms, head = nn.LayerNorm(C), nn.RMSNorm(C), nn.Linear(C, V)
     params = [
         *emb.parameters(),
         *lin1.parameters(),
         *lin2.parameters(),
         *ln.parameters(),
+        *rms.parameters(),
         *head.parameters(),
     ]
     opt = sitp.optim.AdamW(params, lr=1e-3)
@@ -90,9 +99,10 @@ def training_step():
     q = x.view(B, T, 2, C // 2).transpose(1, 2)
     a = F.scaled_dot_product_attention(q, q, q, is_causal=True).transpose(1, 2).reshape(B, T, C)
     h = lin2(F.gelu(lin1(x + a)))
-    logits = head(h + x)
+    logits = head(rms(h + x))
     loss = F.cross_entropy(logits.view(B * T, V), idx.view(B * T)) + logits.softmax(-1).sum() * 0
     loss.backward()
+    nn.utils.clip_grad_norm_(params, 1.0)
     opt.step()
     from sitp.backends.cpu import kernels as K
 
@@ -109,6 +119,9 @@ def training_step():
         "attention_forward_kernel": attention.attention_forward_kernel,
         "attention_backward_kernel": attention.attention_backward_kernel,
         "adam_kernel": adam.adam_kernel,
+        "rms_norm_kernel": rms_norm.rms_norm_kernel,
+        "rms_norm_backward_kernel": rms_norm.rms_norm_backward_kernel,
+        "sum_of_squares": norms.sum_of_squares,
     }
 
 
