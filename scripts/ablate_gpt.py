@@ -33,6 +33,7 @@ import numpy as np
 import sitp
 from sitp.bench import cpu_model
 from sitp.data import get_batch, load_tinyshakespeare
+from sitp.data.tokens import CharTokenizer
 from sitp.models.gpt import GPT, GPTConfig, muon_and_adamw
 from sitp.train.trainer import param_groups
 
@@ -136,15 +137,14 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
 
     text = load_tinyshakespeare()
-    chars = sorted(set(text))
-    stoi = {c: i for i, c in enumerate(chars)}
-    ids = np.array([stoi[c] for c in text], dtype=np.int64)
+    tok = CharTokenizer(text)
+    ids = np.array(tok.encode(text), dtype=np.int64)
     n = int(0.9 * len(ids))
-    data = ids[:n], ids[n:], len(chars)
+    data = ids[:n], ids[n:], tok.vocab_size
     print(f"CPU: {cpu_model()} ({os.cpu_count()} cores), sitp {sitp.__version__}")
     print(
         f"tinyshakespeare characters: {len(ids):,} (train {n:,}, val {len(ids) - n:,}), "
-        f"V = {len(chars)}; GPT {args.layers} layers, {args.heads} heads, width "
+        f"V = {tok.vocab_size}; GPT {args.layers} layers, {args.heads} heads, width "
         f"{args.width}, block {args.block}, batch {args.batch}, {args.steps} steps "
         f"(warmup {args.warmup}, cosine to 0.1x), AdamW lr {args.lr}, Muon lr "
         f"{args.muon_lr}; val over {args.eval_batches} batches"

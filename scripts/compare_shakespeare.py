@@ -41,8 +41,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_torch import cpu_name  # noqa: E402  (the same machine line as the ladder's)
 
 
 def lr_factor(step: int, warmup: int, steps: int, lr: float, min_lr: float) -> float:
@@ -53,14 +51,6 @@ def lr_factor(step: int, warmup: int, steps: int, lr: float, min_lr: float) -> f
     ratio = min(1.0, (step - warmup) / max(1, steps - warmup))
     return (min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)) / lr
 
-
-def param_groups(model, weight_decay: float) -> list[dict]:
-    """nanoGPT's two groups: parameters of two or more dims decay, the others do not."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    return [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
 
 
 def windows(data: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
@@ -84,7 +74,10 @@ def evaluate(lib, model, xv: np.ndarray, yv: np.ndarray, batch: int = 256) -> fl
 
 
 def train(lib, model, batches, args, xv, yv, label: str) -> dict:
-    """nanoGPT's loop: AdamW, the schedule, clipping; evaluation outside the timed steps."""
+    """nanoGPT's loop: AdamW, the schedule, clipping; evaluation outside the timed steps.
+    Its two AdamW groups are the trainer's (matrices and embeddings decay)."""
+    from sitp.train.trainer import param_groups
+
     opt = lib.optim.AdamW(
         param_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, 0.99), eps=1e-8
     )
@@ -179,6 +172,7 @@ def main(argv=None) -> int:
 
     import sitp
     from sitp import _target
+    from sitp.bench import cpu_model
     from sitp.data import load_tinyshakespeare
     from sitp.data.tokens import CharTokenizer
     from sitp.models.port import load_module
@@ -186,7 +180,7 @@ def main(argv=None) -> int:
     threads = args.threads or numba.get_num_threads()
     numba.set_num_threads(threads)
     torch.set_num_threads(threads)
-    machine = (f"{cpu_name()} ({_target.isa_name()}, sitp compiled for {_target.cpu_name()}), "
+    machine = (f"{cpu_model()} ({_target.isa_name()}, sitp compiled for {_target.cpu_name()}), "
                f"{os.cpu_count()} logical CPUs; threads: numba {threads}, "
                f"torch {torch.get_num_threads()}; torch {torch.__version__}")
     print(f"machine: {machine}; load average {os.getloadavg()[0]:.1f}")

@@ -22,23 +22,10 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import platform
-import subprocess
 import sys
 import time
 
 import numpy as np
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def make_lambda(warmup: int, steps: int):
@@ -235,11 +222,12 @@ def main(argv=None) -> int:
     import torch
 
     import sitp  # noqa: F401
+    from sitp.bench import cpu_model
 
     threads = args.threads or numba.get_num_threads()
     numba.set_num_threads(threads)
     torch.set_num_threads(threads)
-    print(f"machine: {cpu_name()}, {os.cpu_count()} logical CPUs; threads: numba {threads}, "
+    print(f"machine: {cpu_model()}, {os.cpu_count()} logical CPUs; threads: numba {threads}, "
           f"torch {torch.get_num_threads()}; torch {torch.__version__}; "
           f"load average {os.getloadavg()[0]:.1f}")
     if not args.skip_train:
