@@ -30,7 +30,10 @@ import sitp.cuda  # noqa: E402,F401
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import pytest  # noqa: E402
+
 from hooks.fences import make_parser  # noqa: E402
+from sitp.data.download import data_dir_copy, tinyshakespeare_path  # noqa: E402
 
 # tests/test_book.py runs pytest-markdown-docs on sample pages with `pytester`.
 pytest_plugins = ["pytester"]
@@ -56,3 +59,37 @@ def pytest_runtest_teardown(item):
     backend = mpl.get_backend()
     mpl.rcdefaults()
     mpl.rcParams["backend"] = backend
+
+
+# Pages that read tinyshakespeare through sitp.data need the file: from $SITP_DATA_DIR
+# (make test points it at ../shared/data when that folder exists), from sitp's cache, or
+# from the network. Tests and CI have no internet, so on a clone without ../shared those
+# pages' fences and copy-run test are skipped, as the corpus tests in tests/ are.
+_CORPUS_CALLS = ("load_tinyshakespeare(", "prepare_shakespeare(", "download_tinyshakespeare(")
+
+
+def _corpus_on_disk() -> bool:
+    return data_dir_copy("tinyshakespeare.txt") is not None or tinyshakespeare_path().is_file()
+
+
+def _page_of(item):
+    """The Markdown page an item runs: a fence of pytest-markdown-docs, or a copy-run."""
+    page = getattr(getattr(item, "callspec", None), "params", {}).get("page")
+    path = Path(page) if page is not None else Path(str(item.path))
+    return path if path.suffix == ".md" and path.is_file() else None
+
+
+def pytest_collection_modifyitems(config, items):
+    if _corpus_on_disk():
+        return
+    needs = {}
+    for item in items:
+        page = _page_of(item)
+        if page is None:
+            continue
+        if page not in needs:
+            needs[page] = any(call in page.read_text(encoding="utf-8") for call in _CORPUS_CALLS)
+        if needs[page]:
+            item.add_marker(
+                pytest.mark.skip(reason="tinyshakespeare is not on disk: set SITP_DATA_DIR")
+            )
