@@ -45,9 +45,83 @@ def toposort(root: Node) -> list[Node]:
 # --8<-- [end:toposort]
 
 
+# --8<-- [start:hooks]
+_post_accumulate_hooks = {}  # id(leaf) -> (weak reference to the leaf, [hook, ...])
+_callbacks = None  # during backward(): what queue_callback() asked to run at its end
+
+
+class RemovableHandle:
+    """What registering a hook returns: ``remove()`` unregisters it (as torch's)."""
+
+    def __init__(self, hooks: list, hook) -> None:
+        self._hooks, self._hook = hooks, hook
+
+    def remove(self) -> None:
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)
+
+
+def register_post_accumulate_grad_hook(leaf: Tensor, hook) -> RemovableHandle:
+    """Call ``hook(leaf)`` in every ``backward()`` once the leaf's ``.grad`` holds all of
+    that pass's gradient (torch's ``Tensor.register_post_accumulate_grad_hook``).
+
+    DistributedDataParallel (chapter 7) starts reducing a parameter's gradient here,
+    while the rest of backward runs. ``grad()`` does not call these hooks, as in torch.
+    """
+    if leaf.grad_fn is not None:
+        raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+    if not leaf.requires_grad:
+        raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+    key = id(leaf)
+    if key not in _post_accumulate_hooks:
+        ref = weakref.ref(leaf, lambda _, key=key: _post_accumulate_hooks.pop(key, None))
+        _post_accumulate_hooks[key] = (ref, [])
+    hooks = _post_accumulate_hooks[key][1]
+    hooks.append(hook)
+    return RemovableHandle(hooks, hook)
+
+
+def queue_callback(callback) -> None:
+    """Run ``callback()`` when the current ``backward()`` ends, after every leaf's hooks
+    (torch's ``Variable._execution_engine.queue_callback``)."""
+    if _callbacks is None:
+        raise RuntimeError("Final callbacks can only be installed during backward pass.")
+    _callbacks.append(callback)
+
+
+def _hooked_uses(order) -> dict:
+    """For each leaf with post-accumulate hooks: how many edges of the graph reach it."""
+    uses = {}
+    for node in order:
+        for t in node.inputs:
+            if t is not None and t.grad_fn is None and id(t) in _post_accumulate_hooks:
+                uses[id(t)] = uses.get(id(t), 0) + 1
+    return uses
+
+
+def _release(node, uses) -> None:
+    """``node`` has passed its gradients on: a hooked leaf whose last edge this was is
+    complete, and its hooks run."""
+    for t in node.inputs:
+        if t is not None and id(t) in uses:
+            uses[id(t)] -= 1
+            if uses[id(t)] == 0:
+                del uses[id(t)]
+                _run_hooks(t)
+
+
+def _run_hooks(leaf) -> None:
+    for hook in list(_post_accumulate_hooks[id(leaf)][1]):
+        hook(leaf)
+
+
+# --8<-- [end:hooks]
+
+
 # --8<-- [start:backward]
-def backward(tensor, gradient=None, retain_graph: bool = False) -> None:
-    """Accumulate d(tensor)/d(leaf) into every leaf's ``.grad``."""
+def backward(tensor, gradient=None, retain_graph: bool = False, hooks: bool = True) -> None:
+    """Accumulate d(tensor)/d(leaf) into every leaf's ``.grad``; with ``hooks``, run each
+    leaf's post-accumulate hooks once its gradient is complete."""
 
     if not tensor.requires_grad:
         raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
@@ -66,12 +140,17 @@ def backward(tensor, gradient=None, retain_graph: bool = False) -> None:
         )
     if tensor.grad_fn is None:  # a leaf: d(leaf)/d(leaf) = 1
         _accumulate(tensor, gradient)
+        if hooks and id(tensor) in _post_accumulate_hooks:
+            with no_grad():
+                _run_hooks(tensor)
         return
 
     grads = {}  # node -> d(output)/d(node's output); a list for a node with several outputs
     _add_grad(grads, tensor, gradient)
+    order = toposort(tensor.grad_fn)
+    uses = _hooked_uses(order) if hooks and _post_accumulate_hooks else None
     with no_grad():
-        for node in toposort(tensor.grad_fn):
+        for node in order:
             if node.freed:
                 raise RuntimeError(
                     "Trying to backward through the graph a second time (or directly access "
@@ -80,6 +159,8 @@ def backward(tensor, gradient=None, retain_graph: bool = False) -> None:
                 )
             g = grads.pop(id(node), None)
             if g is None:
+                if uses:
+                    _release(node, uses)
                 continue
             if node.n_outputs > 1:  # backward gets one gradient per output
                 g = tuple(g)
@@ -100,6 +181,8 @@ def backward(tensor, gradient=None, retain_graph: bool = False) -> None:
                     _accumulate(t, gi)
                 else:  # an interior node: sum its uses
                     _add_grad(grads, t, gi)
+            if uses:  # a hooked leaf whose last gradient this was runs its hooks
+                _release(node, uses)
             if not retain_graph:
                 node.ctx = None
                 node.freed = True
@@ -142,7 +225,20 @@ def _accumulate(leaf, g) -> None:
 # --8<-- [end:backward]
 
 
-_engine_backward = backward  # the engine above: one tensor and its gradient
+_walk = backward  # the engine above: one tensor and its gradient
+
+
+def _engine_backward(tensor, gradient=None, retain_graph: bool = False) -> None:
+    """The engine, then the callbacks that hooks queued during it (``queue_callback``):
+    what ``Tensor.backward`` and ``torch.autograd.backward`` run."""
+    global _callbacks
+    outer, _callbacks = _callbacks, []
+    try:
+        _walk(tensor, gradient, retain_graph)
+        while _callbacks:  # a callback may queue another
+            _callbacks.pop(0)()
+    finally:
+        _callbacks = outer
 
 
 class _Roots(Function):
@@ -304,7 +400,7 @@ def grad(
     for t in others.values():
         t.grad = None
     try:
-        _engine_backward(outputs, grad_outputs, retain_graph=retain_graph)
+        _walk(outputs, grad_outputs, retain_graph=retain_graph, hooks=False)
         result = tuple(t.grad for t in inputs)
         if not allow_unused and any(g is None for g in result):
             raise RuntimeError(
