@@ -16,7 +16,12 @@ A checkpoint directory holds three files:
 * ``record.json`` — everything else: the model's name and config, the training
   options, the step, the vocabulary, the random generators' states, the optimizer's
   parameter groups, the scheduler's state, the loss history, and the SHA-256 of the
-  two other files.
+  other files.
+
+A run may add files of its own (``extra_files``): a text run keeps a copy of its BPE
+tokenizer, ``tokenizer.json``, so that the directory alone is enough to sample from.
+They are written the same way, before ``record.json``, and their digests are in it
+(:func:`read_extra_file` checks them).
 
 Every file is written atomically: the bytes go to a temporary file in the same
 directory, are flushed to disk (``fsync``), and only then does :func:`os.replace`
@@ -95,7 +100,14 @@ def _unpack_optimizer(arrays: dict[str, np.ndarray], meta: dict) -> dict:
     return {"state": state, "param_groups": meta["param_groups"]}
 
 
-def save_checkpoint(out_dir: str | os.PathLike, model, optimizer, scheduler, record: dict) -> dict:
+def save_checkpoint(
+    out_dir: str | os.PathLike,
+    model,
+    optimizer,
+    scheduler,
+    record: dict,
+    extra_files: dict[str, bytes] | None = None,
+) -> dict:
     """Writes the model, the optimizer and ``record`` to ``out_dir``, each atomically.
 
     Args:
@@ -104,6 +116,8 @@ def save_checkpoint(out_dir: str | os.PathLike, model, optimizer, scheduler, rec
         optimizer: its ``state_dict()`` is saved (tensors and JSON apart).
         scheduler: an LR scheduler or None; its ``state_dict()`` goes in the record.
         record: JSON-serialisable facts about the run (see :mod:`sitp.train.trainer`).
+        extra_files: more files of the run, by name (e.g. ``{"tokenizer.json": ...}``),
+            written before the record, which names their digests.
 
     Returns:
         The record as written, with ``format``, ``optimizer``, ``scheduler`` and
@@ -116,16 +130,25 @@ def save_checkpoint(out_dir: str | os.PathLike, model, optimizer, scheduler, rec
     model_bytes = st_save(weights, metadata={"format": "pt"})
     opt_arrays, opt_meta = _pack_optimizer(optimizer.state_dict())
     opt_bytes = st_save(opt_arrays, metadata={"format": "pt"})
+    extra_files = dict(extra_files or {})
+    for name in extra_files:
+        if name in (MODEL_FILE, OPTIMIZER_FILE, RECORD_FILE) or Path(name).name != name:
+            raise ValueError(f"extra_files: {name!r} is not a free plain file name")
+    files = {MODEL_FILE: _sha256(model_bytes), OPTIMIZER_FILE: _sha256(opt_bytes)}
+    files.update({name: _sha256(data) for name, data in extra_files.items()})
     record = dict(
         record,
         format=FORMAT,
         optimizer=opt_meta,
         scheduler=scheduler.state_dict() if scheduler is not None else None,
-        files={MODEL_FILE: _sha256(model_bytes), OPTIMIZER_FILE: _sha256(opt_bytes)},
+        files=files,
     )
     record_bytes = json.dumps(record, indent=1).encode("utf-8")  # fails before any write
     write_atomically(out / MODEL_FILE, model_bytes)
     write_atomically(out / OPTIMIZER_FILE, opt_bytes)
+    for name, data in extra_files.items():
+        if not (out / name).is_file() or (out / name).read_bytes() != data:
+            write_atomically(out / name, data)
     write_atomically(out / RECORD_FILE, record_bytes)  # last: it commits the checkpoint
     return record
 
@@ -184,6 +207,27 @@ def _read_tensors(path: Path, digest: str | None) -> dict[str, np.ndarray]:
         raise CheckpointError(f"corrupt checkpoint: cannot read {path}: {error}") from None
 
 
+def read_extra_file(out_dir: str | os.PathLike, record: dict, name: str) -> bytes:
+    """The bytes of a file saved through ``extra_files``, checked against the record's digest.
+
+    Raises:
+        CheckpointError: if the record names no such file, or it is missing or altered.
+    """
+    digest = record.get("files", {}).get(name)
+    if digest is None:
+        raise CheckpointError(f"corrupt checkpoint: {RECORD_FILE} names no {name}")
+    path = Path(out_dir) / name
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CheckpointError(f"corrupt checkpoint: {name} is missing from {out_dir}") from None
+    if _sha256(data) != digest:
+        raise CheckpointError(
+            f"corrupt checkpoint: {path} does not match {RECORD_FILE} (SHA-256 differs)"
+        )
+    return data
+
+
 def load_checkpoint(out_dir: str | os.PathLike) -> Checkpoint:
     """Reads a checkpoint written by :func:`save_checkpoint`, checking every digest.
 
@@ -208,6 +252,7 @@ __all__ = [
     "has_checkpoint",
     "load_checkpoint",
     "load_record",
+    "read_extra_file",
     "save_checkpoint",
     "write_atomically",
 ]

@@ -1,48 +1,81 @@
-"""The command line: ``python -m sitp`` (or ``sitp``) trains and samples the ladder models.
+"""The command line: ``python -m sitp`` (or ``sitp``) trains and samples the book's models.
 
-Train a model, resume it, sample names from it::
+Train a ladder model on names, resume it, sample names from it (Parts I and II)::
 
     python -m sitp train --model gpt --steps 2000 --out runs/gpt
     python -m sitp train --model gpt --steps 4000 --out runs/gpt --resume
     python -m sitp sample runs/gpt --num 20 --temperature 0.8 --top-k 10
     python -m sitp sample --out runs/gpt          # the same directory, named as train names it
 
-Train a byte-level BPE tokenizer (section 5.1) and save it::
+Train a byte-level BPE tokenizer (section 5.1), a GPT on text with it or with characters,
+and sample text through the KV-cache engine (section 5.4)::
 
     python -m sitp tokenizer train --data shakespeare --vocab-size 512 --out runs/bpe512
+    python -m sitp train --model gpt --data shakespeare --tokenizer runs/bpe512 \
+        --set block_size=64 --set rope=true --set norm=rmsnorm --out runs/shakespeare
+    python -m sitp sample runs/shakespeare --prompt "ROMEO:" --max-new-tokens 300
 
-``train`` shows a progress bar with the running loss, prints the train and
-validation losses every ``--eval-every`` steps and the test loss at the end,
-checkpoints to ``--out`` every ``--save-every`` steps (see :mod:`sitp.train.checkpoint`),
-and draws the loss curve in the terminal and in ``OUT/loss.png``.
+A run is a text run when it names a ``--tokenizer`` (``char``, or the directory of a
+saved BPE), or when ``--data`` is ``shakespeare`` (whose default tokenizer is ``char``);
+``--data`` is then ``shakespeare`` or the path of a UTF-8 text file. Without either it
+trains on names, as in Parts I and II. The text is cut 90/10 by character (nanoGPT's
+split of tinyshakespeare), each part encoded into token shards under ``OUT/tokens``;
+batches are random windows of ``block_size + 1`` tokens, and the evaluations report the
+loss and the bits per byte (see :mod:`sitp.train.trainer`). The run directory keeps
+what sampling needs: the model config and the tokenizer (its characters in
+``record.json``, or a copy of the BPE file, ``tokenizer.json``) beside the checkpoint.
 
-``sample`` prints names, then the share of them that are not in the training
-set (the innovation rate).
+``--set FIELD=VALUE`` sets a field of the model's config (for the GPT: ``block_size``,
+``n_layer``, ``n_head``, ``n_embd``, ``dropout``, ``bias`` and section 5.3's ``rope``,
+``norm``, ``norm_params``, ``qk_norm``, ``mlp``, ``tie_weights``, ``logit_softcap``);
+the value is parsed as the field's type (``true``/``false`` for a switch), and a field
+the config lacks (the error lists those it has) or a value it refuses is a one-line error.
+
+``train`` shows a progress bar with the running loss and the tokens per second, prints
+the train and validation losses every ``--eval-every`` steps and the final ones at the
+end (and the test loss of names), checkpoints to ``--out`` every ``--save-every`` steps
+(see :mod:`sitp.train.checkpoint`), and draws the loss curve in the terminal and in
+``OUT/loss.png``.
+
+``sample`` prints names, then the share of them that are not in the training set (the
+innovation rate); from a text run it prints the prompt and ``--max-new-tokens`` tokens
+drawn after it (default prompt: a newline), and the tokens per second on stderr.
 
 A bad request — an unknown model, a missing or damaged checkpoint, a checkpoint of
 another model, a device this build lacks, a number out of its range (a temperature
-that is not finite and positive, a top-k below 1, a negative seed) — prints one line
-on stderr and exits with status 2.
+that is not finite and positive, a top-k below 1, a negative seed), an unknown
+``--set`` field, a prompt that is empty or has a character the tokenizer lacks —
+prints one line on stderr and exits with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import numba
 
-from sitp.data import load_names, load_tinyshakespeare, split_words
+import sitp
+from sitp.data import load_names, split_words
 from sitp.models import MODELS
+from sitp.models.engine import Engine
 from sitp.models.sampling import sample_names
 from sitp.random import Generator, seed
 from sitp.tokenizers import BPETokenizer
 from sitp.train.checkpoint import CheckpointError, load_checkpoint
-from sitp.train.trainer import TrainConfig, Trainer, UsageError, check_device, plot_losses
+from sitp.train.trainer import (
+    TrainConfig,
+    Trainer,
+    UsageError,
+    check_device,
+    corpus_text,
+    plot_losses,
+    tokenizer_from_record,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -94,7 +127,8 @@ _NON_NEGATIVE_FLOAT = _number(float, 0)
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="sitp",
-        description="Train and sample the makemore ladder of models on names, with sitp.",
+        description="Train and sample the book's models with sitp: the makemore ladder "
+        "on names, a GPT on text.",
     )
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser
@@ -103,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser(
         "train",
         help="train a model (or resume one) and checkpoint it",
-        description="Train a model on names; checkpoint to --out.",
+        description="Train a model on names, or a GPT on text (with --tokenizer); "
+        "checkpoint to --out.",
     )
     t.add_argument(
         "--model", choices=list(MODELS), default=None, help="which model (required unless --resume)"
@@ -141,8 +176,22 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--data",
         default=None,
-        metavar="PATH|offline|makemore",
-        help="names corpus (offline: the census names that install with sitp)",
+        metavar="CORPUS",
+        help="names: offline (the census names that install with sitp, default), makemore "
+        "or a names file; text: shakespeare (tinyshakespeare) or a UTF-8 text file",
+    )
+    t.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="char|DIR",
+        help="train on text: char (one token per character) or a directory written by "
+        "'sitp tokenizer train' (default for --data shakespeare: char)",
+    )
+    t.add_argument(
+        "--eval-batches",
+        type=_NON_NEGATIVE_INT,
+        default=None,
+        help="text: batches of each split read per evaluation (20; 0: all)",
     )
     t.add_argument(
         "--eval-every", type=_NON_NEGATIVE_INT, default=None, help="steps between evaluations (100)"
@@ -155,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="FIELD=VALUE",
-        help="override a model config field, e.g. --set n_layer=2 (repeatable)",
+        help="set a model config field, e.g. --set n_layer=2 --set rope=true (repeatable)",
     )
     t.add_argument(
         "--threads",
@@ -167,13 +216,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser(
         "sample",
-        help="sample names from a checkpoint",
+        help="sample names or text from a checkpoint",
         description="Print names sampled from a trained model, then the share "
-        "that are new (not in the training set).",
+        "that are new (not in the training set); or, from a text run, a prompt and the "
+        "text drawn after it.",
     )
     s.add_argument("dir", metavar="DIR", nargs="?", help="checkpoint directory written by train")
     s.add_argument("--out", metavar="DIR", default=None, help="the same, as train names it")
-    s.add_argument("--num", type=_POSITIVE_INT, default=20, help="how many names (20)")
+    s.add_argument("--num", type=_POSITIVE_INT, default=None, help="names: how many (20)")
     s.add_argument(
         "--temperature", type=_POSITIVE_FLOAT, default=1.0, help="softmax temperature (1.0)"
     )
@@ -182,7 +232,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--seed", type=_NON_NEGATIVE_INT, default=None, help="seed of the draws")
     s.add_argument(
-        "--max-len", type=_POSITIVE_INT, default=30, help="cut names at this length (30)"
+        "--max-len", type=_POSITIVE_INT, default=None, help="names: cut at this length (30)"
+    )
+    s.add_argument("--prompt", default=None, help="text: the text to continue (default: a newline)")
+    s.add_argument(
+        "--max-new-tokens",
+        type=_POSITIVE_INT,
+        default=None,
+        help="text: tokens to draw after the prompt (300)",
     )
 
     k = sub.add_parser(
@@ -210,21 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _corpus_text(data: str) -> str:
-    """The text of ``--data``: a corpus sitp downloads, or a file."""
-    if data == "shakespeare":
-        return load_tinyshakespeare()
-    if data == "names":
-        return "\n".join(load_names("offline")) + "\n"
-    path = Path(data)
-    if not path.is_file():
-        raise UsageError(f"--data: {data!r} is not shakespeare, names or a text file")
-    return path.read_text(encoding="utf-8")
-
-
 def tokenizer_command(args) -> int:
     """``sitp tokenizer train``: learn the merges, save them, report the compression."""
-    text = _corpus_text(args.data)
+    text = corpus_text(args.data)
     if args.vocab_size <= 256:
         raise UsageError(
             f"--vocab-size must leave room for merges above the 256 bytes, got {args.vocab_size}"
@@ -245,28 +290,56 @@ def tokenizer_command(args) -> int:
     return 0
 
 
-def _parse_sets(items: list[str]) -> dict:
+_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+
+
+def parse_sets(items: list[str], model: str) -> dict:
+    """``--set FIELD=VALUE`` items as config fields of ``model``, each of its field's type.
+
+    Raises:
+        UsageError: for an item without ``=``, a field the config lacks, ``vocab_size``
+            (the data sets it), a value of the wrong type, or one the config refuses.
+    """
+    spec = MODELS[model]
+    defaults = spec.make_config()
+    kinds = {f.name: type(getattr(defaults, f.name)) for f in fields(defaults)}
     out = {}
     for item in items:
-        if "=" not in item:
-            raise SystemExit(_fail(f"sitp train: error: --set expects FIELD=VALUE, got {item!r}"))
-        key, value = item.split("=", 1)
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set expects FIELD=VALUE, got {item!r}")
+        if key not in kinds:
+            raise UsageError(
+                f"--set: {model} has no config field {key!r}; its fields: {', '.join(kinds)}"
+            )
+        if key == "vocab_size":
+            raise UsageError("--set vocab_size: the data sets it (its characters or tokenizer)")
+        out[key] = _field_value(key, text, kinds[key])
+    try:
+        spec.make_config(**out)  # the config's own checks (n_embd divisible by n_head, ...)
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"--set: {error}") from None
     return out
 
 
+def _field_value(key: str, text: str, kind: type):
+    if kind is bool:
+        if text.lower() not in _TRUE | _FALSE:
+            raise UsageError(f"--set {key}: expected true or false, got {text!r}")
+        return text.lower() in _TRUE
+    if kind in (int, float):
+        try:
+            value = kind(text)
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            raise UsageError(f"--set {key}: expected {what}, got {text!r}") from None
+        if not math.isfinite(value):
+            raise UsageError(f"--set {key}: must be finite, got {text!r}")
+        return value
+    return text
+
+
 def train_command(args) -> int:
-    for name in ("steps", "batch_size", "eval_every", "save_every", "warmup"):
-        value = getattr(args, name)
-        if value is not None and value < (1 if name in ("steps", "batch_size") else 0):
-            raise UsageError(
-                f"--{name.replace('_', '-')} must be "
-                f"{'positive' if name in ('steps', 'batch_size') else 'non-negative'}, "
-                f"got {value}"
-            )
     if args.device is not None:
         check_device(args.device)
     if args.threads is not None:
@@ -285,12 +358,19 @@ def train_command(args) -> int:
         "eval_every": args.eval_every,
         "save_every": args.save_every,
         "device": args.device,
+        "eval_batches": args.eval_batches,
     }
     if args.resume:
         if args.set:
             raise UsageError("--set cannot change the model of a run being resumed")
         trainer = Trainer.resume(
-            args.out, steps=args.steps, model=args.model, seed=args.seed, data=args.data, **options
+            args.out,
+            steps=args.steps,
+            model=args.model,
+            seed=args.seed,
+            data=args.data,
+            tokenizer=args.tokenizer,
+            **options,
         )
         if trainer.step >= trainer.config.steps:
             print(
@@ -301,49 +381,62 @@ def train_command(args) -> int:
     else:
         if args.model is None:
             raise UsageError("--model is required (or --resume to continue a run)")
+        tokenizer = args.tokenizer
+        if tokenizer is None and args.data == "shakespeare":
+            tokenizer = "char"  # tinyshakespeare is text: its characters by default
         given = {k: v for k, v in options.items() if v is not None}
+        data = args.data or ("shakespeare" if tokenizer is not None else "offline")
         config = TrainConfig(
             model=args.model,
             steps=args.steps or 1000,
             seed=42 if args.seed is None else args.seed,
-            data=args.data or "offline",
+            data=data,
+            tokenizer=tokenizer,
             **given,
         )
-        overrides = _parse_sets(args.set)
-        if overrides:
-            try:
-                MODELS[args.model].make_config(**overrides)
-            except TypeError as error:
-                raise UsageError(f"--set: {error}") from None
+        overrides = parse_sets(args.set, args.model)
         trainer = Trainer.fresh(config, args.out, overrides)
     if not args.quiet:
-        num = sum(p.numel() for p in trainer.model.parameters())
-        print(
-            f"{trainer.config.model}: {num:,} parameters, {len(trainer.splits.vocab)} tokens, "
-            f"{len(trainer.splits.words['train']):,} training names "
-            f"({trainer.config.data}); lr {trainer.config.lr:g}, batch "
-            f"{trainer.config.batch_size}"
-        )
+        print(describe_run(trainer))
     record = trainer.run(progress=not args.quiet)
     plot_losses(record, Path(args.out) / "loss.png", terminal=not args.quiet)
     return 0
+
+
+def describe_run(trainer) -> str:
+    """One line: the model, its size and its data."""
+    cfg, num = trainer.config, sum(p.numel() for p in trainer.model.parameters())
+    head = f"{cfg.model}: {num:,} parameters"
+    tail = f"lr {cfg.lr:g}, batch {cfg.batch_size}"
+    if trainer.text is None:
+        return (
+            f"{head}, {len(trainer.splits.vocab)} tokens, "
+            f"{len(trainer.splits.words['train']):,} training names ({cfg.data}); {tail}"
+        )
+    shards = trainer.text.shards
+    return (
+        f"{head}, {trainer.text.tokenizer.vocab_size} tokens ({cfg.tokenizer}), "
+        f"{shards.num_tokens('train'):,} training and {shards.num_tokens('val'):,} validation "
+        f"tokens ({cfg.data}); {tail}, block {trainer.model_config.block_size}"
+    )
 
 
 def sample_command(args) -> int:
     if (args.dir is None) == (args.out is None):
         raise UsageError("give the checkpoint directory once: sitp sample DIR (or --out DIR)")
     args.dir = args.dir or args.out
-    if args.num < 1:
-        raise UsageError(f"--num must be positive, got {args.num}")
-    if args.temperature <= 0:
-        raise UsageError(f"--temperature must be positive, got {args.temperature}")
-    if args.top_k is not None and args.top_k < 1:
-        raise UsageError(f"--top-k must be positive, got {args.top_k}")
     point = load_checkpoint(args.dir)
     record = point.record
     spec = MODELS.get(record.get("model"))
     if spec is None:
         raise CheckpointError(f"corrupt checkpoint: unknown model {record.get('model')!r}")
+    text_run = record.get("tokenizer") is not None
+    wrong = ("--num", "--max-len") if text_run else ("--prompt", "--max-new-tokens")
+    for option in wrong:
+        if getattr(args, option[2:].replace("-", "_")) is not None:
+            kind = "names" if text_run else "text"
+            this = "a text" if text_run else "a names"
+            raise UsageError(f"{option} is for {kind} runs; {args.dir} holds {this} run")
     try:
         model = spec.build(record["model_config"])
     except (TypeError, KeyError, ValueError) as error:
@@ -351,15 +444,14 @@ def sample_command(args) -> int:
     point.load_model(model)
     model.eval()
     generator = Generator()
-    if args.seed is not None:
-        generator.manual_seed(args.seed)
-    else:
-        generator.manual_seed(seed())
+    generator.manual_seed(seed() if args.seed is None else args.seed)
+    if text_run:
+        return _sample_text(args, model, record, generator)
     names = sample_names(
         model,
         record["vocab"],
-        args.num,
-        max_len=args.max_len,
+        args.num or 20,
+        max_len=args.max_len or 30,
         temperature=args.temperature,
         top_k=args.top_k,
         generator=generator,
@@ -383,6 +475,48 @@ def sample_command(args) -> int:
         f"the training set)"
     )
     return 0
+
+
+def _sample_text(args, model, record, generator) -> int:
+    """A text run's sample: the prompt and ``--max-new-tokens`` tokens drawn after it."""
+    tokenizer, _ = tokenizer_from_record(args.dir, record)
+    prompt = "\n" if args.prompt is None else args.prompt
+    if not prompt:
+        raise UsageError("--prompt is empty; give at least one character to continue")
+    try:
+        ids = tokenizer.encode(prompt)
+    except ValueError as error:
+        raise UsageError(f"--prompt: {error}") from None
+    n = 300 if args.max_new_tokens is None else args.max_new_tokens
+    t0 = time.perf_counter()
+    ids = generate_text(model, ids, n, args.temperature, args.top_k, generator)
+    seconds = time.perf_counter() - t0
+    print(tokenizer.decode(ids))
+    print(f"{n} tokens in {seconds:.2f} s ({n / seconds:.0f} tokens/s)", file=sys.stderr)
+    return 0
+
+
+def generate_text(model, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+    """The token ids ``ids`` extended by ``max_new_tokens``, drawn with the KV-cache Engine.
+
+    The cache holds ``block_size`` positions. When a pass has filled it, the last
+    ``block_size // 2`` tokens are prefilled again as a fresh context (at positions
+    0, 1, ..., as every training window began) and decoding goes on; a prompt longer
+    than ``block_size`` is cut to its last ``block_size`` tokens. Each pass is
+    exact; only the context shrinks at the seams.
+    """
+    engine, T = Engine(model), model.block_size
+    ids, keep, left = list(ids), len(ids), max_new_tokens
+    while left:
+        context = ids[-min(keep, T) :]
+        n = min(left, T - len(context) + 1)  # the prompt and n - 1 fed-back tokens fit
+        for next_B1, _ in engine.stream(
+            sitp.tensor([context]), n, temperature=temperature, top_k=top_k, generator=generator
+        ):
+            ids.append(int(next_B1.item()))
+        left -= n
+        keep = max(1, T // 2)
+    return ids
 
 
 def main(argv=None) -> int:

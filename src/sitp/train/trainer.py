@@ -1,11 +1,24 @@
-"""Training a ladder model on names, with checkpoints you can resume bit for bit.
+"""Training a ladder model on names, or a GPT on text, with checkpoints you can resume bit for bit.
 
 This is the loop behind ``python -m sitp train`` (see :mod:`sitp.train.cli`)::
 
     for step in range(start, steps):
-        ix_B = randint(0, N, (B,), generator=batch_gen)   # a random minibatch
-        logits, loss = model(X[ix_B], Y[ix_B])
+        X_B, Y_B = next_batch()                            # a random minibatch
+        logits, loss = model(X_B, Y_B)
         optimizer.zero_grad(); loss.backward(); optimizer.step(); scheduler.step()
+
+A run reads one of two kinds of data (:meth:`Trainer.next_batch`):
+
+* names (chapters 3.1–3.5): the corpus split 80/10/10 by name, each part built into
+  tensors (X, Y) once; a batch is B random rows, ``randint(0, N, (B,), generator=batch_gen)``;
+* text (chapter 5, ``TrainConfig.tokenizer`` set): the corpus cut 90/10 by character
+  as nanoGPT's ``prepare.py`` cuts tinyshakespeare, each part encoded with the
+  tokenizer into ``uint16`` shards under ``OUT/tokens`` (:func:`sitp.data.tokens.encode_text`:
+  the training shards first, then the validation ones, none mixing the two); a batch
+  is B random windows of T + 1 tokens (:meth:`~sitp.data.tokens.TokenShards.get_batch`).
+  Evaluation reads the first ``eval_batches`` batches of each split in order
+  and reports the loss and the bits per byte of the text those targets stand for
+  (:func:`evaluate_text`); the final validation figure reads the whole split.
 
 With ``grad_accum = K`` the batch of B is run as K micro-batches of B/K, each loss
 weighted by its share of the targets, and the gradients add up in ``.grad`` before the
@@ -32,7 +45,9 @@ and changes no state, so it may happen at any step.) Resuming with a larger
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import math
 import sys
 import time
@@ -47,9 +62,19 @@ from sitp.data import (
     build_context_dataset,
     build_sequence_dataset,
     load_names,
+    load_tinyshakespeare,
     split_words,
 )
+from sitp.data.tokens import (
+    CharTokenizer,
+    ShardStream,
+    TokenShards,
+    bits_per_byte,
+    encode_text,
+    text_bytes,
+)
 from sitp.models import MODELS
+from sitp.tokenizers import BPETokenizer
 from sitp.train import checkpoint as ckpt
 
 try:
@@ -58,6 +83,9 @@ except ImportError:  # tqdm is optional: no progress bar without it
     tqdm = None
 
 SPLIT_SEED = 42  # the makemore split; --seed changes the initialisation and batches only
+TEXT_MODELS = frozenset({"gpt"})  # the models a text run can train
+VAL_FRACTION = 0.1  # text: the last tenth of the characters is the validation split
+TOKENIZER_FILE = "tokenizer.json"  # a text run's copy of its BPE, in the run directory
 
 
 class UsageError(Exception):
@@ -76,10 +104,12 @@ class TrainConfig:
     weight_decay: float = 0.01  # AdamW's decoupled decay
     warmup: int | None = None  # linear warmup steps; None: min(100, steps // 10)
     seed: int = 42  # seeds the initialisation and the batch order
-    data: str = "offline"  # "offline", "makemore", or a path to a names file
+    data: str = "offline"  # names: "offline", "makemore", a path; text: "shakespeare", a path
     eval_every: int = 100  # steps between train/val evaluations (0: only at the end)
     save_every: int = 500  # steps between checkpoints (0: only at the end)
     device: str = "cpu"
+    tokenizer: str | None = None  # text runs: "char" or a directory with a BPE; None: names
+    eval_batches: int = 20  # text: batches of each split per evaluation, in order (0: all)
 
     def resolved(self) -> "TrainConfig":
         """A copy with the model-dependent defaults filled in."""
@@ -130,7 +160,139 @@ def load_splits(data: str, kind: str, block_size: int) -> Splits:
     return Splits(vocab, parts, tensors)
 
 
+# ---------------------------------------------------------------------- text data
+def corpus_text(data: str) -> str:
+    """The text of a corpus: ``shakespeare`` (tinyshakespeare), ``names``, or a UTF-8 file."""
+    if data == "shakespeare":
+        return load_tinyshakespeare()
+    if data == "names":
+        return "\n".join(load_names("offline")) + "\n"
+    path = Path(data)
+    if not path.is_file():
+        raise UsageError(f"--data: {data!r} is not shakespeare, names or a text file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"--data: cannot read {data} as UTF-8 text ({error})") from None
+
+
+def load_tokenizer(spec: str, text: str):
+    """The tokenizer a text run names: ``"char"`` (the characters of ``text``), or the
+    directory (or ``tokenizer.json``) of a BPE saved by ``sitp tokenizer train``.
+
+    Returns:
+        ``(tokenizer, saved)``: ``saved`` is the BPE file's bytes (None for ``char``).
+    """
+    if spec == "char":
+        return CharTokenizer(text), None
+    path = Path(spec)
+    path = path / TOKENIZER_FILE if path.is_dir() else path
+    if not path.is_file():
+        raise UsageError(
+            f"--tokenizer: {spec!r} is neither 'char' nor a directory holding {TOKENIZER_FILE} "
+            f"(write one with: python -m sitp tokenizer train --out DIR)"
+        )
+    return _bpe_from_bytes(path.read_bytes(), path), path.read_bytes()
+
+
+def _bpe_from_bytes(data: bytes, path) -> BPETokenizer:
+    try:
+        state = json.loads(data.decode("utf-8"))
+        tokenizer = BPETokenizer(state["merges"], state["special_tokens"], state["pattern"])
+        if state.get("format") != "sitp-bpe":
+            raise ValueError("not a sitp-bpe file")
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
+        raise UsageError(f"--tokenizer: {path} is not a saved sitp BPE ({error})") from None
+    # the shards' cache key: the merges, not only the tokens they make
+    tokenizer.name = f"bpe-{hashlib.sha256(data).hexdigest()[:16]}"
+    return tokenizer
+
+
+def tokenizer_from_record(out_dir, record: dict):
+    """The tokenizer a text run saved: its characters in the record, or its BPE file.
+
+    Returns:
+        ``(tokenizer, saved)`` as :func:`load_tokenizer`.
+    """
+    info = record.get("tokenizer") or {}
+    if info.get("kind") == "char" and isinstance(info.get("chars"), str):
+        return CharTokenizer(info["chars"]), None
+    if info.get("kind") == "bpe":
+        data = ckpt.read_extra_file(out_dir, record, TOKENIZER_FILE)
+        try:
+            return _bpe_from_bytes(data, Path(out_dir) / TOKENIZER_FILE), data
+        except UsageError as error:
+            raise ckpt.CheckpointError(f"corrupt checkpoint: {error}") from None
+    raise ckpt.CheckpointError(f"corrupt checkpoint: bad tokenizer entry {info!r}")
+
+
+@dataclass
+class TextData:
+    """A text corpus encoded into shards: what a text run samples its windows from."""
+
+    tokenizer: object  # CharTokenizer or BPETokenizer
+    saved: bytes | None  # the BPE file kept in the run directory (None: char)
+    shards: TokenShards
+    source_sha256: str  # of the corpus text, so a resume can tell it has not changed
+
+    def tokenizer_record(self) -> dict:
+        if self.saved is None:
+            return {"kind": "char", "chars": "".join(self.tokenizer.chars)}
+        return {"kind": "bpe", "file": TOKENIZER_FILE, "vocab_size": self.tokenizer.vocab_size}
+
+
+def load_text_data(
+    data: str, tokenizer, saved: bytes | None, out_dir, batch_size: int, block_size: int
+) -> TextData:
+    """Encodes the corpus ``data`` into ``out_dir/tokens`` (once; a resume reuses it)."""
+    text = corpus_text(data)
+    try:
+        shards = encode_text(text, tokenizer, Path(out_dir) / "tokens", val_fraction=VAL_FRACTION)
+    except ValueError as error:
+        raise UsageError(f"cannot encode {data!r}: {' '.join(str(error).split())}") from None
+    need = batch_size * block_size + 1
+    for split in ("train", "val"):
+        have = max(s.num_tokens for s in shards.split(split))
+        if have < need:
+            raise UsageError(
+                f"the {split} part of {data!r} has {have:,} tokens; a batch of "
+                f"{batch_size} x {block_size} + 1 needs {need:,}: use a longer text, or a "
+                f"smaller --batch-size or block_size"
+            )
+    sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return TextData(tokenizer, saved, shards, sha)
+
+
 # --------------------------------------------------------------------- evaluation
+@sitp.no_grad()
+def evaluate_text(
+    model, data: TextData, split: str, batch_size: int, block_size: int, max_batches=0
+) -> dict:
+    """Loss and bits per byte of a split, read in order from its start (no random numbers).
+
+    ``max_batches`` batches of B x T targets (0: the whole split). The bits per byte
+    count the bytes of text that exactly those targets decode to.
+
+    Returns:
+        ``{"loss": nats per token, "bpb": bits per byte}``.
+    """
+    was_training = model.training
+    model.eval()
+    device = next(iter(model.parameters())).device
+    stream = ShardStream(data.shards, split, batch_size, block_size, loop=False)
+    total, count, num_bytes = 0.0, 0, 0
+    for i, (x_BT, y_BT) in enumerate(stream):
+        if max_batches and i == max_batches:
+            break
+        num_bytes += text_bytes(data.tokenizer, y_BT.numpy().reshape(-1).tolist())
+        _, loss = model(x_BT.to(device), y_BT.to(device))
+        total += loss.item() * y_BT.numel()
+        count += y_BT.numel()
+    model.train(was_training)
+    mean = total / count
+    return {"loss": mean, "bpb": bits_per_byte(mean, count, num_bytes)}
+
+
 @sitp.no_grad()
 def evaluate(model, X, Y, batch_size: int = 1024) -> float:
     """The mean loss per predicted character over all of (X, Y), in eval mode.
@@ -203,29 +365,57 @@ def check_device(device: str) -> None:
 class Trainer:
     """A model, its data, optimizer, scheduler and generators: one training run.
 
-    Build it with :meth:`fresh` or :meth:`resume`, then call :meth:`run`.
+    Build it with :meth:`fresh` or :meth:`resume`, then call :meth:`run`. A names run
+    has ``splits`` (and ``text`` None); a text run has ``text`` (and ``splits`` None).
+
+    Args:
+        config: the options; ``config.tokenizer`` set makes it a text run.
+        out_dir: the run directory (checkpoints; a text run's shards in ``tokens/``).
+        model_config: fields of the model's config to override.
+        tokenizer: a text run's tokenizer and its saved BPE bytes, ``(tok, bytes | None)``;
+            by default built from ``config.tokenizer``.
     """
 
-    def __init__(self, config: TrainConfig, out_dir, model_config: dict | None = None):
+    def __init__(
+        self, config: TrainConfig, out_dir, model_config: dict | None = None, tokenizer=None
+    ):
         self.config = config = config.resolved()
         if config.model not in MODELS:
             raise UsageError(f"unknown model {config.model!r}; choose one of {', '.join(MODELS)}")
+        if config.tokenizer is not None and config.model not in TEXT_MODELS:
+            raise UsageError(
+                f"text corpora train {', '.join(sorted(TEXT_MODELS))} only, not {config.model!r}"
+            )
         check_device(config.device)
         if config.grad_accum < 1 or config.batch_size % config.grad_accum:
             raise UsageError(
                 f"grad_accum must be a positive divisor of batch_size {config.batch_size}, "
                 f"got {config.grad_accum}"
             )
+        if config.eval_batches < 0:
+            raise UsageError(f"eval_batches must be non-negative, got {config.eval_batches}")
         ckpt._safetensors()  # fail now, not after the training, if it is missing
         self.out_dir = Path(out_dir)
         self.spec = MODELS[config.model]
         try:
             probe = self.spec.make_config(**(model_config or {}))  # for block_size
-        except TypeError as error:
+        except (TypeError, ValueError) as error:
             raise UsageError(f"bad {config.model} config: {error}") from None
-        self.splits = load_splits(config.data, self.spec.data, probe.block_size)
-        fields_ = {**asdict(probe), "vocab_size": len(self.splits.vocab)}
+        self.splits, self.text = None, None
+        if config.tokenizer is None:
+            self.splits = load_splits(config.data, self.spec.data, probe.block_size)
+            vocab_size = len(self.splits.vocab)
+        else:
+            if tokenizer is None:
+                text = corpus_text(config.data)
+                tokenizer = load_tokenizer(config.tokenizer, text)
+            self.text = load_text_data(
+                config.data, *tokenizer, self.out_dir, config.batch_size, probe.block_size
+            )
+            vocab_size = self.text.tokenizer.vocab_size
+        fields_ = {**asdict(probe), "vocab_size": vocab_size}
         self.model_config = self.spec.make_config(**fields_)
+        self.batch_tokens = 0  # targets in the last batch (the progress bar's tokens/s)
         sitp.manual_seed(config.seed)
         try:
             self.model = self.spec.build(self.model_config)
@@ -243,6 +433,7 @@ class Trainer:
         self.history: dict[str, list] = {"train": [], "eval": []}
         if config.device != "cpu":
             self.model.to(config.device)
+        if config.device != "cpu" and self.splits is not None:
             self.splits.tensors = {
                 k: (X.to(config.device), Y.to(config.device))
                 for k, (X, Y) in self.splits.tensors.items()
@@ -279,19 +470,27 @@ class Trainer:
             for f in fields(TrainConfig)
             if f.name in record["train_config"]
         }
-        for key in ("seed", "data", "lr", "weight_decay", "warmup"):  # fixed by the run
-            if overrides.get(key) is not None and overrides[key] != saved[key]:
+        for key in ("seed", "data", "lr", "weight_decay", "warmup", "tokenizer"):  # fixed
+            if overrides.get(key) is not None and overrides[key] != saved.get(key):
                 raise UsageError(
                     f"cannot change --{key.replace('_', '-')} when resuming "
-                    f"(the checkpoint has {saved[key]!r})"
+                    f"(the checkpoint has {saved.get(key)!r})"
                 )
         saved.update({k: v for k, v in overrides.items() if v is not None})
         if steps is not None:
             saved["steps"] = steps
-        self = cls(TrainConfig(**saved), out_dir, record["model_config"])
-        if self.splits.vocab.itos != record["vocab"]:
+        tokenizer = None
+        if saved.get("tokenizer") is not None:  # the run's own copy, not the original
+            tokenizer = tokenizer_from_record(out_dir, record)
+        self = cls(TrainConfig(**saved), out_dir, record["model_config"], tokenizer)
+        if self.splits is not None and self.splits.vocab.itos != record["vocab"]:
             raise UsageError(
                 f"the names of {saved['data']!r} have another vocabulary than the checkpoint's"
+            )
+        if self.text is not None and self.text.source_sha256 != record.get("corpus_sha256"):
+            raise UsageError(
+                f"the text of {saved['data']!r} has changed since the run began "
+                f"(its SHA-256 differs from the checkpoint's)"
             )
         point.load_model(self.model)
         try:
@@ -310,13 +509,20 @@ class Trainer:
 
     def record(self, **extra) -> dict:
         """The JSON record of the run at this step."""
+        if self.text is None:
+            data = {"vocab": self.splits.vocab.itos, "split_seed": SPLIT_SEED}
+        else:
+            data = {
+                "tokenizer": self.text.tokenizer_record(),
+                "corpus_sha256": self.text.source_sha256,
+                "val_fraction": VAL_FRACTION,
+            }
         return {
             "model": self.config.model,
             "model_config": asdict(self.model_config),
             "train_config": asdict(self.config),
             "step": self.step,
-            "vocab": self.splits.vocab.itos,
-            "split_seed": SPLIT_SEED,
+            **data,
             "num_params": sum(p.numel() for p in self.model.parameters()),
             "rng": {"default": sitp.get_rng_state(), "batch": self.batch_gen.get_state()},
             "history": self.history,
@@ -324,17 +530,40 @@ class Trainer:
         }
 
     def save(self, **extra) -> None:
+        """Checkpoints the run (with a text run's BPE file beside it), atomically."""
+        files = {}
+        if self.text is not None and self.text.saved is not None:
+            files[TOKENIZER_FILE] = self.text.saved
         ckpt.save_checkpoint(
-            self.out_dir, self.model, self.optimizer, self.scheduler, self.record(**extra)
+            self.out_dir, self.model, self.optimizer, self.scheduler, self.record(**extra), files
         )
+
+    def next_batch(self):
+        """The next training minibatch ``(X_B, Y_B)``, drawn with the batch generator.
+
+        Names: B random rows of the training tensors. Text: B random windows of the
+        training shards, ``(B, T)`` inputs and the ``(B, T)`` targets one token on.
+        """
+        B = self.config.batch_size
+        if self.text is not None:
+            T = self.model_config.block_size
+            X_B, Y_B = self.text.shards.get_batch("train", B, T, generator=self.batch_gen)
+            self.batch_tokens = B * T
+            if self.config.device != "cpu":
+                X_B, Y_B = X_B.to(self.config.device), Y_B.to(self.config.device)
+            return X_B, Y_B
+        X, Y = self.splits.tensors["train"]
+        ix_B = sitp.randint(0, len(X), (B,), generator=self.batch_gen)
+        X_B, Y_B = X[ix_B], Y[ix_B]
+        self.batch_tokens = int((Y_B != IGNORE_INDEX).sum().item())  # not the padding
+        return X_B, Y_B
 
     # --8<-- [start:train_step]
     def train_step(self) -> float:
         """One minibatch: forward, backward, AdamW update, schedule. Returns the loss."""
-        X, Y = self.splits.tensors["train"]
-        ix_B = sitp.randint(0, len(X), (self.config.batch_size,), generator=self.batch_gen)
+        X_B, Y_B = self.next_batch()
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.accumulate_gradients(X[ix_B], Y[ix_B])
+        loss = self.accumulate_gradients(X_B, Y_B)
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1
@@ -373,16 +602,52 @@ class Trainer:
     # --8<-- [end:grad_accum]
 
     def evaluate(self, split: str, limit: int | None = None) -> float:
+        """The mean loss of a split (names: all of it, or its first ``limit`` rows;
+        text: its first ``limit`` batches, or ``eval_batches`` of them)."""
+        if self.text is not None:
+            return self.evaluate_text(split, limit)["loss"]
         X, Y = self.splits.tensors[split]
         if limit is not None:  # a fixed slice: no random numbers drawn
             X, Y = X[:limit], Y[:limit]
         return evaluate(self.model, X, Y)
 
+    def evaluate_text(self, split: str, max_batches: int | None = None) -> dict:
+        """A text run's ``{"loss", "bpb"}`` on a split (``eval_batches`` batches by default)."""
+        max_batches = self.config.eval_batches if max_batches is None else max_batches
+        B, T = self.config.batch_size, self.model_config.block_size
+        return evaluate_text(self.model, self.text, split, B, T, max_batches)
+
+    def eval_entry(self, final: bool = False) -> dict:
+        """One evaluation for the history: the train and val losses (and text's bits
+        per byte). ``final``: a text run's val over the whole split."""
+        if self.text is None:
+            return {"step": self.step, "train": self.evaluate("train"), "val": self.evaluate("val")}
+        train = self.evaluate_text("train")
+        val = self.evaluate_text("val", 0 if final else None)
+        return {
+            "step": self.step,
+            "train": train["loss"],
+            "val": val["loss"],
+            "train_bpb": train["bpb"],
+            "val_bpb": val["bpb"],
+        }
+
+    @staticmethod
+    def describe_eval(entry: dict) -> str:
+        line = f"step {entry['step']}: train loss {entry['train']:.4f}, val loss {entry['val']:.4f}"
+        if "val_bpb" in entry:
+            line += f" ({entry['val_bpb']:.4f} bits per byte)"
+        return line
+
     def run(self, log: Callable[[str], None] = print, progress: bool = True) -> dict:
         """Trains from ``self.step`` to ``config.steps``, evaluating and saving as configured.
 
+        The progress bar shows the running loss and the tokens per second (the targets
+        trained on: real characters of names, B x T of text).
+
         Returns:
-            The final record (with ``final``: the train/val/test losses).
+            The final record (with ``final``: the train/val/test losses of names; the
+            train/val losses and bits per byte of text).
         """
         cfg = self.config
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -400,14 +665,16 @@ class Trainer:
             )
             log = bar.write
         running = None
-        t0, start = time.perf_counter(), self.step
+        t0, start, tokens = time.perf_counter(), self.step, 0
         while self.step < cfg.steps:
             loss = self.train_step()
             self.history["train"].append(loss)
+            tokens += self.batch_tokens
             running = loss if running is None else 0.95 * running + 0.05 * loss
             if bar is not None:
+                rate = tokens / max(time.perf_counter() - t0, 1e-9)
                 bar.update(1)
-                bar.set_postfix(loss=f"{running:.4f}", refresh=False)
+                bar.set_postfix(loss=f"{running:.4f}", tok_s=f"{rate:,.0f}", refresh=False)
             if not math.isfinite(loss):
                 raise FloatingPointError(f"the loss is {loss} at step {self.step}; lower --lr")
             if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.steps:
@@ -417,24 +684,32 @@ class Trainer:
         if bar is not None:
             bar.close()
         elapsed = time.perf_counter() - t0
-        final = {split: self.evaluate(split) for split in ("train", "val", "test")}
-        self.history["eval"].append(
-            {"step": self.step, "train": final["train"], "val": final["val"]}
-        )
-        record = self.record(final=final)
-        ckpt.save_checkpoint(self.out_dir, self.model, self.optimizer, self.scheduler, record)
+        record = self.finish()
         steps_run = self.step - start
         if steps_run:
-            log(f"{steps_run} steps in {elapsed:.1f} s ({steps_run / elapsed:.1f} steps/s)")
-        log(f"step {self.step}: train loss {final['train']:.4f}, val loss {final['val']:.4f}")
-        log(f"test loss {final['test']:.4f}")
+            log(
+                f"{steps_run} steps in {elapsed:.1f} s ({steps_run / elapsed:.1f} steps/s, "
+                f"{tokens / elapsed:,.0f} tokens/s)"
+            )
+        log(self.describe_eval(self.history["eval"][-1]))
+        if "test" in record["final"]:
+            log(f"test loss {record['final']['test']:.4f}")
         return record
 
+    def finish(self) -> dict:
+        """The final evaluation, into the history and a last checkpoint; returns the record."""
+        entry = self.eval_entry(final=True)
+        self.history["eval"].append(entry)
+        final = {k: v for k, v in entry.items() if k != "step"}
+        if self.text is None:
+            final["test"] = self.evaluate("test")
+        self.save(final=final)
+        return self.record(final=final)
+
     def _log_eval(self, log) -> None:
-        train = self.evaluate("train")
-        val = self.evaluate("val")
-        self.history["eval"].append({"step": self.step, "train": train, "val": val})
-        log(f"step {self.step}: train loss {train:.4f}, val loss {val:.4f}")
+        entry = self.eval_entry()
+        self.history["eval"].append(entry)
+        log(self.describe_eval(entry))
 
 
 # ------------------------------------------------------------------------ plots
@@ -498,11 +773,17 @@ def terminal_plot(xs, ys, evals, title: str, width: int = 80, height: int = 20) 
 
 __all__ = [
     "GROUPED_DECAY",
+    "TEXT_MODELS",
+    "TextData",
     "TrainConfig",
     "Trainer",
     "UsageError",
+    "corpus_text",
     "evaluate",
+    "evaluate_text",
     "load_splits",
+    "load_text_data",
+    "load_tokenizer",
     "param_groups",
     "plot_losses",
 ]
