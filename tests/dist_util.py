@@ -1,0 +1,129 @@
+"""Running code on several MPI ranks from a test: :func:`run_ranks` and :data:`requires_mpi`.
+
+    from dist_util import requires_mpi, run_ranks
+
+    @requires_mpi
+    def test_sum():
+        out = run_ranks('''
+            import sitp, sitp.distributed as dist
+            dist.init_process_group()
+            x = sitp.ones(3); dist.all_reduce(x)
+            assert x.tolist() == [2.0] * 3
+            print("ok", dist.get_rank())
+        ''')
+        assert out.stdout.count("ok") == 2
+
+The code runs under ``python -m sitp.distributed.run`` (the launcher the reader uses),
+bounded twice: the launcher's ``--timeout`` kills the job, and if the launcher itself
+does not return, the harness kills its whole process group. Either way the test fails
+with everything the ranks printed, so nothing hangs and nothing is hidden.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def mpirun() -> str | None:
+    """The mpirun the launcher would use (see ``sitp/distributed/run.py``), or None."""
+    env = os.environ.get("SITP_MPIRUN")
+    if env:
+        return env
+    beside = Path(sys.executable).parent / "mpirun"
+    return str(beside) if beside.exists() else shutil.which("mpirun")
+
+
+def mpi_missing() -> str | None:
+    """Why the distributed tests cannot run here (None when they can)."""
+    if importlib.util.find_spec("mpi4py") is None:
+        return "mpi4py is not installed (pip install 'sitp[distributed]')"
+    if mpirun() is None:
+        return "no mpirun (pip install 'sitp[distributed]' installs the mpich wheel's)"
+    return None
+
+
+#: Skip a test where mpi4py or mpirun is missing, with the reason.
+requires_mpi = pytest.mark.skipif(mpi_missing() is not None, reason=str(mpi_missing()))
+
+
+def _script(code_or_path, tmp: Path) -> Path:
+    if isinstance(code_or_path, Path) or (
+        isinstance(code_or_path, str) and code_or_path.endswith(".py") and "\n" not in code_or_path
+    ):
+        return Path(code_or_path)
+    path = tmp / "ranks.py"
+    path.write_text(textwrap.dedent(code_or_path))
+    return path
+
+
+def output(proc) -> str:
+    """A finished process's stdout and stderr, for a failure message."""
+    return f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
+
+
+def run_ranks(
+    code_or_path,
+    nproc: int = 2,
+    timeout: float = 60,
+    env: dict | None = None,
+    args=(),
+    check: bool = True,
+    launcher_args=(),
+    cwd=None,
+    module: bool = False,
+) -> subprocess.CompletedProcess:
+    """Run a script (a path, or the code itself) on ``nproc`` ranks with the launcher.
+
+    Args:
+        code_or_path: a ``Path`` or a ``.py`` path, or Python source (dedented).
+        nproc: ranks (``--nproc-per-node``).
+        timeout: seconds the job may take (the launcher's ``--timeout``).
+        env: variables added to the environment.
+        args: the script's arguments.
+        check: fail the test, showing the output, if the job exits nonzero.
+        launcher_args: more options for ``python -m sitp.distributed.run``.
+        cwd: the working directory (default: the repository).
+        module: ``code_or_path`` names a module, run as ``-m module`` (torchrun's ``-m``).
+
+    Returns:
+        The CompletedProcess, with ``stdout`` and ``stderr`` as text.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        script = ["-m", code_or_path] if module else [str(_script(code_or_path, Path(tmp)))]
+        cmd = [sys.executable, "-m", "sitp.distributed.run", "--nproc-per-node", str(nproc)]
+        cmd += ["--timeout", str(timeout), *launcher_args, *script, *map(str, args)]
+        full_env = {**os.environ, **(env or {})}
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd or ROOT,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            out, err = proc.communicate(timeout=timeout + 30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            pytest.fail(
+                f"the launcher did not return within {timeout + 30:g} s; killed it\n"
+                f"--- stdout ---\n{out}\n--- stderr ---\n{err}"
+            )
+    done = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    if check and done.returncode != 0:
+        pytest.fail(f"{nproc} ranks exited with status {done.returncode}\n{output(done)}")
+    return done
