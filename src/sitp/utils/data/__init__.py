@@ -7,7 +7,7 @@ the API page "data" shows them beside chapter 3.1's datasets. Part of the PyTorc
 mirror (layer 5 of docs/layout.md).
 """
 
-from sitp.utils.data import dataloader, dataset, sampler  # noqa: F401
+from sitp.utils.data import dataloader, dataset, distributed, sampler  # noqa: F401
 from sitp.utils.data.dataloader import DataLoader, default_collate, default_convert, get_worker_info
 from sitp.utils.data.dataset import (
     ConcatDataset,
@@ -17,6 +17,7 @@ from sitp.utils.data.dataset import (
     TensorDataset,
     random_split,
 )
+from sitp.utils.data.distributed import DistributedSampler
 from sitp.utils.data.sampler import (
     BatchSampler,
     RandomSampler,
@@ -31,6 +32,7 @@ __all__ = [
     "ConcatDataset",
     "DataLoader",
     "Dataset",
+    "DistributedSampler",
     "IterableDataset",
     "RandomSampler",
     "Sampler",
