@@ -66,23 +66,23 @@ class ReduceOp(enum.Enum):
     BXOR = 7
 
 
-def _mpi_op(op, dtype):
-    """The MPI operation for ``op`` on tensors of ``dtype``. MPI reduces bools only with
-    its logical operations, so SUM and MAX on a bool tensor are an OR, MIN and PRODUCT an
-    AND (what they compute on 0 and 1 clipped to a bool)."""
-    if not isinstance(op, ReduceOp):
-        raise TypeError(f"op must be a sitp.distributed.ReduceOp (got {op!r})")
-    if op is ReduceOp.AVG and not dtype.is_floating_point:
-        raise ValueError(
-            f"ReduceOp.AVG needs a floating-point tensor (got {dtype}): MPI has no average, "
-            "sitp sums and divides; use ReduceOp.SUM for integers"
-        )
-    if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and dtype.is_floating_point:
-        raise ValueError(f"ReduceOp.{op.name} needs an integer or bool tensor (got {dtype})")
-    if dtype.name == "bool":
-        if op is ReduceOp.AVG:
-            raise ValueError("ReduceOp.AVG needs a floating-point tensor (got bool)")
-        return {
+_OPS: dict = {}  # ReduceOp -> MPI.Op, and for bool tensors (filled below, when MPI imports)
+_BOOL_OPS: dict = {}
+if MPI is not None:
+    _OPS.update(
+        {
+            ReduceOp.SUM: MPI.SUM,
+            ReduceOp.AVG: MPI.SUM,
+            ReduceOp.PRODUCT: MPI.PROD,
+            ReduceOp.MIN: MPI.MIN,
+            ReduceOp.MAX: MPI.MAX,
+            ReduceOp.BAND: MPI.BAND,
+            ReduceOp.BOR: MPI.BOR,
+            ReduceOp.BXOR: MPI.BXOR,
+        }
+    )
+    _BOOL_OPS.update(
+        {
             ReduceOp.SUM: MPI.LOR,
             ReduceOp.MAX: MPI.LOR,
             ReduceOp.BOR: MPI.LOR,
@@ -90,17 +90,28 @@ def _mpi_op(op, dtype):
             ReduceOp.PRODUCT: MPI.LAND,
             ReduceOp.BAND: MPI.LAND,
             ReduceOp.BXOR: MPI.LXOR,
-        }[op]
-    return {
-        ReduceOp.SUM: MPI.SUM,
-        ReduceOp.AVG: MPI.SUM,
-        ReduceOp.PRODUCT: MPI.PROD,
-        ReduceOp.MIN: MPI.MIN,
-        ReduceOp.MAX: MPI.MAX,
-        ReduceOp.BAND: MPI.BAND,
-        ReduceOp.BOR: MPI.BOR,
-        ReduceOp.BXOR: MPI.BXOR,
-    }[op]
+        }
+    )
+_BITWISE = (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
+
+
+def _mpi_op(op, dtype):
+    """The MPI operation for ``op`` on tensors of ``dtype``. MPI reduces bools only with
+    its logical operations, so SUM and MAX on a bool tensor are an OR, MIN and PRODUCT an
+    AND (what they compute on 0 and 1 clipped to a bool)."""
+    if dtype.is_floating_point:
+        if op is ReduceOp.SUM or op is ReduceOp.AVG:
+            return MPI.SUM
+        if op in _BITWISE:
+            raise ValueError(f"ReduceOp.{op.name} needs an integer or bool tensor (got {dtype})")
+    if not isinstance(op, ReduceOp):
+        raise TypeError(f"op must be a sitp.distributed.ReduceOp (got {op!r})")
+    if op is ReduceOp.AVG and not dtype.is_floating_point:
+        raise ValueError(
+            f"ReduceOp.AVG needs a floating-point tensor (got {dtype}): MPI has no average, "
+            "sitp sums and divides; use ReduceOp.SUM for integers"
+        )
+    return (_BOOL_OPS if dtype.name == "bool" else _OPS)[op]
 
 
 # ---------------------------------------------------------------- process groups
