@@ -1,10 +1,10 @@
 """The MLP language model of Bengio et al. (2003), as in makemore part 2 (chapter 3.1).
 
-The last ``block_size`` characters are looked up in an embedding table C,
+The last ``block_size`` characters are looked up in an embedding table E,
 their vectors concatenated, passed through one tanh hidden layer, and
 projected to the logits of the next character:
 
-    logits = tanh(concat(C[x_1], ..., C[x_T]) W1 + b1) W2 + b2
+    logits = tanh(concat(E[x_1], ..., E[x_T]) W1 + b1) W2 + b2
 
 This file is PyTorch code with ``sitp`` in its import lines (see
 :mod:`sitp.models.port`).
@@ -30,7 +30,7 @@ class MLPConfig:
     block_size: int = 3  # T: characters of context (makemore: 3)
     vocab_size: int = 27  # V
     n_embd: int = 10  # C: width of a character's embedding
-    n_hidden: int = 200  # H: width of the tanh hidden layer
+    n_hidden: int = 200  # S: width of the tanh hidden layer
 
 
 # --8<-- [start:mlp]
@@ -41,7 +41,7 @@ class MLP(nn.Module):
         super().__init__()
         self.config = config
         self.block_size = config.block_size
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd)  # C: (V, C)
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)  # the table E: (V, C)
         self.hidden = nn.Linear(config.block_size * config.n_embd, config.n_hidden)
         self.lm_head = nn.Linear(config.n_hidden, config.vocab_size)
         with torch.no_grad():  # makemore part 3: small output logits, so loss starts at log V
@@ -51,9 +51,9 @@ class MLP(nn.Module):
     def forward(self, X_BT, targets_B=None):
         B, T = X_BT.size()
         emb_BTC = self.wte(X_BT)  # (B, T, C)
-        x_BD = emb_BTC.view(B, -1)  # (B, T*C): the context, concatenated
-        h_BH = torch.tanh(self.hidden(x_BD))  # (B, H)
-        logits_BV = self.lm_head(h_BH)  # (B, V)
+        x_B_TC = emb_BTC.view(B, -1)  # (B, T*C): the context, concatenated
+        h_BS = torch.tanh(self.hidden(x_B_TC))  # (B, S)
+        logits_BV = self.lm_head(h_BS)  # (B, V)
         loss = None
         if targets_B is not None:
             loss = F.cross_entropy(logits_BV, targets_B)

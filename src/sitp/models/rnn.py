@@ -31,7 +31,7 @@ class RNNConfig:
     block_size: int = 32  # longest sequence sampled (the recurrence itself has no limit)
     vocab_size: int = 27  # V
     n_embd: int = 64  # C: width of a character's embedding
-    n_embd2: int = 64  # H: width of the hidden state
+    n_embd2: int = 64  # S: width of the hidden state
     cell_type: str = "rnn"  # "rnn" (tanh RNNCell) or "gru" (GRUCell)
 
 
@@ -57,13 +57,13 @@ class RNN(nn.Module):
     def forward(self, idx_BT, targets_BT=None):
         B, T = idx_BT.size()
         emb_BTC = self.wte(idx_BT)  # (B, T, C)
-        h_BH = self.start.expand((B, -1))  # (B, H): the same start for every row
+        h_BS = self.start.expand((B, -1))  # (B, S): the same start for every row
         hiddens = []
         for x_BC in emb_BTC.unbind(1):  # the recurrence: one step per character
-            h_BH = self.cell(x_BC, h_BH)  # (B, H)
-            hiddens.append(h_BH)
-        hidden_BTH = torch.stack(hiddens, 1)  # (B, T, H)
-        logits_BTV = self.lm_head(hidden_BTH)  # (B, T, V)
+            h_BS = self.cell(x_BC, h_BS)  # (B, S)
+            hiddens.append(h_BS)
+        hidden_BTS = torch.stack(hiddens, 1)  # (B, T, S)
+        logits_BTV = self.lm_head(hidden_BTS)  # (B, T, V)
         loss = None
         if targets_BT is not None:  # -1 marks padding after a name's end
             loss = F.cross_entropy(

@@ -32,7 +32,7 @@ class WaveNetConfig:
     block_size: int = 8  # T: characters of context; a power of 2 (one level per halving)
     vocab_size: int = 27  # V
     n_embd: int = 24  # C: width of a character's embedding
-    n_hidden: int = 128  # H: width of every level
+    n_hidden: int = 128  # S: width of every level
 
 
 # --8<-- [start:level]
@@ -51,7 +51,7 @@ class FlattenConsecutive(nn.Module):
 class Level(nn.Module):
     """One level of the tree: FlattenConsecutive(2) -> Linear -> BatchNorm1d -> Tanh.
 
-    BatchNorm1d normalises each of the H features over the batch *and* the
+    BatchNorm1d normalises each of the S features over the batch *and* the
     positions, as makemore's own BatchNorm1d does for 3-d input; PyTorch's
     expects (N, C, L), so the positions are folded into the batch first.
     """
@@ -63,11 +63,11 @@ class Level(nn.Module):
         self.bn = nn.BatchNorm1d(n_hidden)
 
     def forward(self, x_BTC):
-        x_BTD = self.flatten(x_BTC)  # (B, T/2, 2C)
-        h_BTH = self.linear(x_BTD)  # (B, T/2, H)
-        B, T, H = h_BTH.size()
-        h_NH = self.bn(h_BTH.reshape(B * T, H))  # statistics over batch and time
-        return torch.tanh(h_NH.view(B, T, H))
+        x_BT_2C = self.flatten(x_BTC)  # (B, T/2, 2C)
+        h_BTS = self.linear(x_BT_2C)  # (B, T/2, S)
+        B, T, S = h_BTS.size()
+        h_NS = self.bn(h_BTS.reshape(B * T, S))  # statistics over batch and time
+        return torch.tanh(h_NS.view(B, T, S))
 
 
 # --8<-- [end:level]
@@ -93,7 +93,7 @@ class WaveNet(nn.Module):
     def forward(self, X_BT, targets_B=None):
         x = self.wte(X_BT)  # (B, 8, C)
         for level in self.levels:
-            x = level(x)  # (B, 4, H), (B, 2, H), (B, 1, H)
+            x = level(x)  # (B, 4, S), (B, 2, S), (B, 1, S)
         logits_BV = self.lm_head(x[:, 0, :])  # (B, V)
         loss = None
         if targets_B is not None:
