@@ -6,7 +6,7 @@ the layers of chapter 3's models are built here, their kernels in ``sitp.backend
 
 import warnings as _warnings
 
-from sitp.nn import functional, init, utils
+from sitp.nn import functional, init, parallel, utils
 from sitp.nn.modules import (
     GELU,
     BatchNorm1d,
