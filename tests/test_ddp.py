@@ -187,6 +187,20 @@ def check_zero():
     else:
         with pytest.raises(RuntimeError, match="consolidate_state_dict"):
             zero.state_dict()
+    # resumed from that state, with the learning rate changed as a scheduler would,
+    # ZeRO takes the same next step as the AdamW that was not interrupted
+    sd = [zero.state_dict() if rank == 0 else None]
+    dist.broadcast_object_list(sd, src=0)
+    resumed = ZeRO(model.parameters(), sitp.optim.AdamW, **kw)
+    resumed.load_state_dict(sd[0])
+    for opt in (resumed, ref_opt):
+        opt.param_groups[0]["lr"] = 5e-3
+    _loss(ddp, "mlp", X[0, rank * B : (rank + 1) * B], Y[0, rank * B : (rank + 1) * B]).backward()
+    resumed.step()
+    _loss(ref, "mlp", X[0], Y[0]).backward()
+    ref_opt.step()
+    diff = max(diff, _max_diff(model.parameters(), ref.parameters()))
+    assert diff <= 1e-12, f"resumed ZeRO-1 differs from AdamW by {diff:.3g}"
     return diff
 
 
