@@ -8,7 +8,8 @@ rank then times all_reduce, all_gather (into one tensor) and broadcast of float3
 from 1 KB to ``--max-mb`` MB, both ways in turn: mpi4py's ``Allreduce``, ``Allgather``,
 ``Bcast`` on numpy arrays, and sitp's ``all_reduce``, ``all_gather_into_tensor``,
 ``broadcast`` on sitp tensors. Each figure is the median of 7 samples, each sample the
-mean over enough back-to-back calls to last about 20 ms, the slowest rank's time counted.
+mean over enough back-to-back calls to last about 20 ms, the slowest rank's time counted;
+mpi4py's and sitp's samples take turns, so that a busy machine slows both alike.
 
 Bus bandwidth, as nccl-tests defines it, makes the three comparable with the links'
 speed: for a message of m bytes on n ranks, all_reduce moves 2(n-1)/n * m per rank,
@@ -69,25 +70,29 @@ def launch_seconds(nproc: int, repeats: int = 3) -> tuple[float, float]:
     return times["launch"], times["alone"]
 
 
-def timed(comm, call, budget_s: float = 0.02, samples: int = 7) -> float:
-    """Median seconds per call, the slowest rank's (every rank returns the same)."""
-    call()  # warm-up
-    comm.Barrier()
-    t0 = time.perf_counter()
-    call()
-    one = np.array([time.perf_counter() - t0])
-    comm.Allreduce(MPI.IN_PLACE, one, op=MPI.MAX)
-    reps = max(1, min(1000, int(budget_s / max(one[0], 1e-7))))
-    out = []
-    for _ in range(samples):
+def timed(comm, calls, budget_s: float = 0.02, samples: int = 7) -> list[float]:
+    """Median seconds per call of each of ``calls``, the slowest rank's (every rank returns
+    the same). The calls take turns, sample by sample, so that both see the same load."""
+    reps = []
+    for call in calls:
+        call()  # warm-up
         comm.Barrier()
         t0 = time.perf_counter()
-        for _ in range(reps):
-            call()
-        t = np.array([(time.perf_counter() - t0) / reps])
-        comm.Allreduce(MPI.IN_PLACE, t, op=MPI.MAX)
-        out.append(t[0])
-    return statistics.median(out)
+        call()
+        one = np.array([time.perf_counter() - t0])
+        comm.Allreduce(MPI.IN_PLACE, one, op=MPI.MAX)
+        reps.append(max(1, min(1000, int(budget_s / max(one[0], 1e-7)))))
+    out = [[] for _ in calls]
+    for _ in range(samples):
+        for call, n, got in zip(calls, reps, out):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                call()
+            t = np.array([(time.perf_counter() - t0) / n])
+            comm.Allreduce(MPI.IN_PLACE, t, op=MPI.MAX)
+            got.append(t[0])
+    return [statistics.median(got) for got in out]
 
 
 def fit_alpha_beta(sizes, times) -> tuple[float, float]:
@@ -110,12 +115,15 @@ def ranks_main(max_mb: float) -> None:
         t = sitp.zeros(k)
         ga, gt = np.zeros(n * k, np.float32), sitp.zeros(n * k)
         row = {"bytes": nbytes}
-        row["ar_raw"] = timed(comm, lambda: comm.Allreduce(MPI.IN_PLACE, a, op=MPI.SUM))
-        row["ar_sitp"] = timed(comm, lambda: dist.all_reduce(t))
-        row["ag_raw"] = timed(comm, lambda: comm.Allgather(a, ga))
-        row["ag_sitp"] = timed(comm, lambda: dist.all_gather_into_tensor(gt, t))
-        row["bc_raw"] = timed(comm, lambda: comm.Bcast(a, root=0))
-        row["bc_sitp"] = timed(comm, lambda: dist.broadcast(t, src=0))
+        row["ar_raw"], row["ar_sitp"] = timed(
+            comm, [lambda: comm.Allreduce(MPI.IN_PLACE, a, op=MPI.SUM), lambda: dist.all_reduce(t)]
+        )
+        row["ag_raw"], row["ag_sitp"] = timed(
+            comm, [lambda: comm.Allgather(a, ga), lambda: dist.all_gather_into_tensor(gt, t)]
+        )
+        row["bc_raw"], row["bc_sitp"] = timed(
+            comm, [lambda: comm.Bcast(a, root=0), lambda: dist.broadcast(t, src=0)]
+        )
         rows.append(row)
         if r == 0:
             print(f"  measured {nbytes / 1024:g} KB", file=sys.stderr, flush=True)
@@ -128,7 +136,9 @@ def report(rows, n: int) -> None:
     factor = {"ar": 2 * (n - 1) / n, "ag": (n - 1) / n, "bc": 1.0}
     print(f"\nfloat32 messages, {n} ranks on one machine; CPU: {cpu_model()}")
     print(f"MPI: {MPI.Get_library_version().splitlines()[0].strip()}; mpi4py {mpi4py.__version__}")
-    print("time: median of 7 samples, slowest rank; busbw: bus bandwidth in GB/s")
+    print(
+        "time: median of 7 samples (mpi4py's and sitp's in turn), slowest rank; busbw: bus bandwidth in GB/s"
+    )
     head = f"{'size':>8}"
     for name in ("all_reduce", "all_gather", "broadcast"):
         head += f" | {name + ' us (mpi4py/sitp)':>27} {'busbw':>11} {'ratio':>5}"

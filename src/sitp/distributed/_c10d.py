@@ -157,11 +157,9 @@ class _NonMember:
 
 
 class GroupMember:
-    NON_GROUP_MEMBER = _NonMember()
+    """torch's ``GroupMember.NON_GROUP_MEMBER`` (the default group is ``group.WORLD``)."""
 
-    @classmethod
-    def _world(cls):
-        return _WORLD
+    NON_GROUP_MEMBER = _NonMember()
 
 
 class _GroupNamespace:
