@@ -16,6 +16,7 @@ after 20 steps agree to 1e-12; in float32 to float32's rounding (allclose).
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 
@@ -353,3 +354,28 @@ def test_buckets_in_reverse_parameter_order():
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def test_torch_signatures_and_refusals():
+    """Every parameter name of torch's constructors is accepted; outside a process group
+    the constructors say what to call first; torch's options sitp lacks are refused."""
+    import torch  # here, not at the top: the ranks, which run this file, need no torch
+    import torch.distributed.optim
+    import torch.nn.parallel
+
+    for ours, theirs in (
+        (DDP, torch.nn.parallel.DistributedDataParallel),
+        (ZeRO, torch.distributed.optim.ZeroRedundancyOptimizer),
+    ):
+        want = set(inspect.signature(theirs.__init__).parameters)
+        assert want <= set(inspect.signature(ours.__init__).parameters), ours
+    model = sitp.nn.Linear(2, 2)
+    assert not dist.is_initialized()
+    with pytest.raises(ValueError, match="init_process_group"):
+        DDP(model)
+    with pytest.raises(ValueError, match="init_process_group"):
+        ZeRO(model.parameters(), sitp.optim.AdamW, lr=0.1)
+    with pytest.raises(NotImplementedError, match="static_graph"):
+        DDP(model, static_graph=True)
+    with pytest.raises(TypeError, match="optimizer class"):
+        ZeRO(model.parameters(), "AdamW", lr=0.1)

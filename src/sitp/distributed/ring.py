@@ -42,22 +42,22 @@ def ring_all_reduce(tensor):
 
         inbox = creation.empty(n // p + 1, dtype=flat.dtype, device=flat.device)
 
-        def pass_right(send_k, recv_k):
-            """Send chunk send_k to the right; return chunk recv_k as the left sent it."""
-            got = inbox[: chunk(recv_k).numel()]
+        def exchange(send_k, into):
+            """Send chunk send_k to the right while receiving into ``into`` from the left."""
             request = dist.isend(chunk(send_k), dst=right)  # started, not waited for:
-            dist.recv(got, src=left)  # every rank sends and receives at once
+            dist.recv(into, src=left)  # every rank sends and receives at once
             request.wait()
-            return got
+            return into
 
         # reduce-scatter: at step s, pass on the partial sum of chunk r - s, and add
         # into chunk r - s - 1 what the left neighbour has summed of it so far
         for s in range(p - 1):
-            chunk(r - s - 1).add_(pass_right(r - s, r - s - 1))
+            mine = chunk(r - s - 1)
+            mine.add_(exchange(r - s, inbox[: mine.numel()]))
         # rank r now holds the whole sum of chunk r + 1; all-gather: pass the whole
-        # sums round the ring, each overwriting the partial one it reaches
+        # sums round the ring, each received straight over the partial one it replaces
         for s in range(p - 1):
-            chunk(r - s).copy_(pass_right(r - s + 1, r - s))
+            exchange(r - s + 1, chunk(r - s))
         if dense is not tensor:
             tensor.copy_(dense)
     return tensor

@@ -19,7 +19,10 @@ callback queued on the engine (:func:`sitp.autograd.engine.queue_callback`) wait
 them at the end of ``backward()`` and writes the averages into ``.grad``. Waiting there,
 rather than at the optimizer step, means that whatever reads the gradients between
 ``backward()`` and ``step()`` (``clip_grad_norm_``, a printed gradient norm) sees the
-averaged ones, as under torch.
+averaged ones, as under torch. MPI advances a non-blocking collective only while the
+process is inside an MPI call (MPICH runs no progress thread unless
+``MPICH_ASYNC_PROGRESS=1``), so each hook also asks the buckets in flight whether they
+have finished (``MPI_Test``), which moves them along.
 
 Shortcuts, each said where it is taken: the buckets are laid out in reverse parameter
 order from the first step (torch starts in parameter order and rebuilds them after the
