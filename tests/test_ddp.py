@@ -106,8 +106,12 @@ def check_ddp_equals_one_process(kind, dtype, tol, **ddp_kwargs):
     mine = slice(rank * B, (rank + 1) * B)
     for s in range(STEPS):
         _loss(ddp, kind, X[s, mine], Y[s, mine]).backward()
+        if ddp.gradient_as_bucket_view:  # .grad is its bucket's memory: no copy back
+            flats = {id(b.flat._storage) for b in ddp._buckets}
+            assert all(id(p.grad._storage) in flats for p in model.parameters())
         opt.step()
-        opt.zero_grad()
+        # zeroing in place keeps the bucket views (set_to_none drops them: they come back)
+        opt.zero_grad(set_to_none=not ddp.gradient_as_bucket_view or s % 2 == 1)
         _loss(ref, kind, X[s], Y[s]).backward()
         ref_opt.step()
         ref_opt.zero_grad()
