@@ -15,11 +15,14 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
+import sitp
 import sitp.train.checkpoint
 import sitp.train.trainer
 from sitp.data.tokens import DTYPE, TokenShards
+from sitp.models import MODELS
 from sitp.tokenizers import BPETokenizer
-from sitp.train.cli import main
+from sitp.train.checkpoint import load_checkpoint
+from sitp.train.cli import generate_text, main
 
 SHARED = Path(os.environ.get("SITP_DATA_DIR", "/nonexistent")) / "tinyshakespeare.txt"
 needs_shared = pytest.mark.skipif(not SHARED.is_file(), reason="no SITP_DATA_DIR copy")
@@ -177,6 +180,25 @@ def test_sample_is_seeded_and_starts_with_the_prompt(char_run, capsys):
     assert "40 tokens in" in first.err and "tokens/s" in first.err
     assert main(argv[:-6] + ["--seed", "4"]) == 0
     assert capsys.readouterr().out != first.out
+
+
+def test_long_samples_match_recomputation(char_run):
+    """Past block_size the engine re-primes its cache with the last block_size // 2 tokens;
+    each token equals the argmax of a full forward pass over the same window."""
+    record = record_of(char_run)
+    model = MODELS["gpt"].build(record["model_config"])
+    load_checkpoint(char_run).load_model(model)
+    model.eval()
+    T, prompt = model.block_size, [5, 9, 2]
+    got = generate_text(model, prompt, 40, temperature=0.0)
+    ids, start = list(prompt), 0
+    while len(ids) < len(prompt) + 40:
+        if len(ids) - start > T:  # the window is full: keep its second half
+            start = len(ids) - T // 2
+        with sitp.no_grad():
+            logits_BTV, _ = model(sitp.tensor([ids[start:]]))
+        ids.append(int(logits_BTV[0, -1].argmax().item()))
+    assert got == ids
 
 
 def test_progress_reports_tokens_per_second(char_run, tmp_path, capsys):
