@@ -26,6 +26,7 @@ import pytest
 import sitp
 import sitp.distributed as dist
 from dist_util import mpi_missing, run_ranks
+from sitp.autograd import engine
 from sitp.distributed.optim import ZeroRedundancyOptimizer as ZeRO
 from sitp.distributed.ring import ring_all_reduce
 from sitp.models.gpt import GPT, GPTConfig
@@ -279,6 +280,35 @@ def check_unused_parameters():
     np.testing.assert_allclose(model.extra.weight.grad.numpy(), own.numpy() / 2, atol=1e-15)
 
 
+def check_overlap():
+    """A full bucket's all_reduce starts inside backward, before earlier layers' gradients
+    exist: the order of events, seen from hooks that run after DDP's own."""
+    model = _mlp(sitp.float64)
+    ddp = DDP(model, bucket_cap_mb=0.0002)  # two buckets: the last layer's, the first's
+    events = []
+    for name, p in model.named_parameters():
+        engine.register_post_accumulate_grad_hook(p, lambda p, name=name: events.append(name))
+    launch = dist.all_reduce
+
+    def recorded(tensor, *args, **kwargs):
+        events.append(f"all_reduce({tensor.numel()})")
+        return launch(tensor, *args, **kwargs)
+
+    dist.all_reduce = recorded  # the module DDP calls through
+    try:
+        ddp(sitp.zeros(2, 6, dtype=sitp.float64)).sum().backward()
+    finally:
+        dist.all_reduce = launch
+    # bucket 0 holds the last layer (2.weight, 2.bias: 48 + 3 elements), bucket 1 the
+    # first (96 + 16): bucket 0's all_reduce is under way before the first layer's
+    # gradients are computed
+    assert sorted(events) == sorted(
+        ["2.weight", "2.bias", "0.weight", "0.bias", "all_reduce(51)", "all_reduce(112)"]
+    ), events
+    first_layer = min(events.index("0.weight"), events.index("0.bias"))
+    assert events.index("all_reduce(51)") < first_layer < events.index("all_reduce(112)"), events
+
+
 def check_buffers():
     rank = dist.get_rank()
     model = _mlp(sitp.float64)
@@ -311,6 +341,8 @@ def main() -> None:
     ok("ring")
     check_unused_parameters()
     ok("unused")
+    check_overlap()
+    ok("overlap")
     check_buffers()
     ok("buffers")
     dist.destroy_process_group()
@@ -326,6 +358,7 @@ CHECKS = [
     "zero",
     "ring",
     "unused",
+    "overlap",
     "buffers",
 ]
 
