@@ -403,6 +403,7 @@ def conv1d(
             f"conv1d(): calculated padded input size per channel: ({Lp}). Kernel size: "
             f"({dilation * (K_ - 1) + 1}, dilated). Kernel size can't be greater than actual input size"
         )
+    # --8<-- [start:conv1d_unfold]
     if left or right:
         x = pad(x, (left, right))  # (N, C_in, Lp)
     dev = x.device
@@ -418,6 +419,7 @@ def conv1d(
     if bias is not None:
         out = out + bias.unsqueeze(1)
     return out.squeeze(0) if unbatched else out
+    # --8<-- [end:conv1d_unfold]
 
 
 # --8<-- [end:conv1d]

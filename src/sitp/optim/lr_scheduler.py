@@ -170,6 +170,7 @@ class CosineAnnealingLR(LRScheduler):
 
 
 # --8<-- [start:warmup_cosine]
+# --8<-- [start:warmup_cosine_factor]
 def _warmup_cosine(
     step: int,
     *,
@@ -184,6 +185,9 @@ def _warmup_cosine(
     progress = min(progress, 1.0)  # after the schedule: stay at the bottom
     cosine = 0.5 * (1.0 + math.cos(math.pi * num_cycles * 2.0 * progress))
     return min_lr_ratio + (1.0 - min_lr_ratio) * max(0.0, cosine)
+
+
+# --8<-- [end:warmup_cosine_factor]
 
 
 def get_cosine_schedule_with_warmup(

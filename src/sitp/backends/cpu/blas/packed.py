@@ -213,6 +213,7 @@ def _tile_codegen(rows, nvec):
             init.append(phi)
         builder.cbranch(builder.icmp_signed(">", k, i64(0)), loop, done)
 
+        # --8<-- [start:tile_fma_step]
         builder.position_at_end(loop)  # one step p of the sum of outer products
         p = builder.phi(i64)
         tile = [[builder.phi(vty) for _ in range(nvec)] for _ in range(rows)]
@@ -238,6 +239,7 @@ def _tile_codegen(rows, nvec):
                 tile[i][v].add_incoming(init[v], init_bb)
                 tile[i][v].add_incoming(new[i][v], end)
         builder.cbranch(builder.icmp_signed("<", p_next, k), loop, done)
+        # --8<-- [end:tile_fma_step]
 
         builder.position_at_end(done)  # the tile, written out once
         final = []
