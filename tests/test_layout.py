@@ -39,7 +39,13 @@ LATE_ALLOWED = (
 #: (module, import): late imports allowed in one module only. sitp.cuda reads numba's
 #: config after it has chosen the simulator (NUMBA_ENABLE_CUDASIM), which numba reads
 #: when it is first imported.
-LATE_ALLOWED_IN = {("sitp.cuda", "numba.config"), ("sitp.cuda", "numba")}
+LATE_ALLOWED_IN = {
+    ("sitp.cuda", "numba.config"),
+    ("sitp.cuda", "numba"),
+    # sitp.distributed initialises MPI in init_process_group, not when sitp is imported.
+    ("sitp.distributed._c10d", "mpi4py.MPI"),
+    ("sitp.distributed._c10d", "mpi4py"),
+}
 #: The largest circle of modules that import each other.
 MAX_CYCLE = 3
 

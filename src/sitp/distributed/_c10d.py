@@ -17,15 +17,16 @@ in-place op does.
 MPI has no average: ``ReduceOp.AVG`` is a sum followed by a division by the group's
 size, on floating-point tensors only.
 
-Importing this module imports ``mpi4py.MPI``, which initialises MPI (a process started
-without ``mpirun`` becomes a world of one, an MPI "singleton"). Without mpi4py the module
-still imports; :func:`is_available` is then False and :func:`init_process_group` says
-what to install.
+MPI is initialised by :func:`init_process_group`, which imports ``mpi4py.MPI`` (a process
+started without ``mpirun`` becomes a world of one, an MPI "singleton"); importing sitp
+does not touch it. Without mpi4py the module still imports; :func:`is_available` is then
+False and :func:`init_process_group` says what to install.
 """
 
 from __future__ import annotations
 
 import enum
+import importlib.util
 import os
 
 import numpy as np
@@ -36,13 +37,9 @@ from sitp._tensor.tensor import Tensor
 from sitp.autograd.grad_mode import no_grad
 from sitp.strides import contiguous_strides
 
-try:
-    from mpi4py import MPI
-
-    _MPI_MISSING = None
-except (ImportError, RuntimeError) as e:  # mpi4py absent, or no MPI library under it
-    MPI = None
-    _MPI_MISSING = f"{type(e).__name__}: {e}"
+#: mpi4py's MPI module, imported by init_process_group (importing it initialises MPI, which
+#: ``import sitp`` should not do: it costs about 0.1 s and makes the process an MPI one).
+MPI = None
 
 _NOT_INIT = (
     "Default process group has not been initialized, please make sure to call init_process_group."
@@ -66,9 +63,24 @@ class ReduceOp(enum.Enum):
     BXOR = 7
 
 
-_OPS: dict = {}  # ReduceOp -> MPI.Op, and for bool tensors (filled below, when MPI imports)
+_OPS: dict = {}  # ReduceOp -> MPI.Op, and for bool tensors (filled by _load_mpi)
 _BOOL_OPS: dict = {}
-if MPI is not None:
+
+
+def _load_mpi() -> None:
+    """Import mpi4py's MPI (initialising MPI) and fill the tables of operations."""
+    global MPI
+    if MPI is not None:
+        return
+    try:
+        from mpi4py import MPI as mpi  # late: importing it initialises MPI (see MPI above)
+    except (ImportError, RuntimeError) as e:  # mpi4py absent, or no MPI library under it
+        raise RuntimeError(
+            "sitp.distributed needs mpi4py and an MPI library (pip install "
+            "'sitp[distributed]' installs mpi4py and the mpich wheel); importing them "
+            f"failed: {type(e).__name__}: {e}"
+        ) from None
+    MPI = mpi
     _OPS.update(
         {
             ReduceOp.SUM: MPI.SUM,
@@ -92,6 +104,8 @@ if MPI is not None:
             ReduceOp.BXOR: MPI.LXOR,
         }
     )
+
+
 _BITWISE = (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
 
 
@@ -195,17 +209,18 @@ def _pg(g) -> ProcessGroup | None:
 
 
 def is_available() -> bool:
-    """Whether sitp.distributed can run: mpi4py and an MPI library import."""
-    return MPI is not None
+    """Whether sitp.distributed can run: mpi4py is installed (asked without importing it,
+    which would initialise MPI)."""
+    return MPI is not None or importlib.util.find_spec("mpi4py") is not None
 
 
 def is_mpi_available() -> bool:
-    return MPI is not None
+    return is_available()
 
 
 def is_gloo_available() -> bool:
-    """ "gloo" is accepted by init_process_group and runs on MPI (see there)."""
-    return MPI is not None
+    """Whether "gloo" can be used: it is accepted by init_process_group and runs on MPI."""
+    return is_available()
 
 
 def is_nccl_available() -> bool:
@@ -274,11 +289,7 @@ def init_process_group(
                 f"unknown backend {backend!r}: sitp.distributed runs on MPI and accepts "
                 f"{', '.join(map(repr, BACKENDS))} (all of them use MPI)"
             )
-    if MPI is None:
-        raise RuntimeError(
-            "sitp.distributed needs mpi4py and an MPI library (pip install 'sitp[distributed]' "
-            f"installs mpi4py and the mpich wheel); importing them failed: {_MPI_MISSING}"
-        )
+    _load_mpi()
     comm = MPI.COMM_WORLD
     size, me = comm.Get_size(), comm.Get_rank()
     launch = (
