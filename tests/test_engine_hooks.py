@@ -81,3 +81,18 @@ def test_refusals_match_torch():
         (tx * 2).register_post_accumulate_grad_hook(lambda p: None)
     with pytest.raises(RuntimeError, match="only be installed during backward"):
         torch.autograd.Variable._execution_engine.queue_callback(lambda: None)
+
+
+def test_tensor_method_is_the_engine_hook():
+    """``Tensor.register_post_accumulate_grad_hook`` is torch's method: it fires once per
+    backward with the leaf, sees the whole gradient, and its handle removes it."""
+    w = sitp.tensor([1.0, 2.0], requires_grad=True)
+    seen = []
+    handle = w.register_post_accumulate_grad_hook(lambda t: seen.append(t.grad.tolist()))
+    ((w * 3).sum() + (w * w).sum()).backward()
+    assert seen == [[5.0, 7.0]]
+    handle.remove()
+    (w * 3).sum().backward()
+    assert seen == [[5.0, 7.0]]
+    with pytest.raises(RuntimeError, match="non-leaf"):
+        (w * 2).register_post_accumulate_grad_hook(lambda t: None)

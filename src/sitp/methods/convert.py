@@ -94,3 +94,9 @@ class TensorConvert:
             _autograd.backward(self, gradient, retain_graph=bool(retain_graph), inputs=inputs)
             return
         _autograd._engine_backward(self, gradient, bool(retain_graph))
+
+    def register_post_accumulate_grad_hook(self, hook):
+        """Call ``hook(self)`` in each ``backward()`` once this leaf's ``.grad`` holds the
+        whole pass's gradient; returns a handle whose ``remove()`` unregisters it
+        (torch's method of the same name; see :mod:`sitp.autograd.engine`)."""
+        return _autograd.register_post_accumulate_grad_hook(self, hook)
