@@ -145,6 +145,7 @@ def backward(tensor, gradient=None, retain_graph: bool = False, hooks: bool = Tr
                 _run_hooks(tensor)
         return
 
+    # --8<-- [start:backward_loop]
     grads = {}  # node -> d(output)/d(node's output); a list for a node with several outputs
     _add_grad(grads, tensor, gradient)
     order = toposort(tensor.grad_fn)
@@ -186,6 +187,7 @@ def backward(tensor, gradient=None, retain_graph: bool = False, hooks: bool = Tr
             if not retain_graph:
                 node.ctx = None
                 node.freed = True
+    # --8<-- [end:backward_loop]
 
 
 def _add_grad(grads, t, g) -> None:

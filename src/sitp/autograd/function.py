@@ -15,6 +15,7 @@ from sitp.autograd.grad_mode import _state, is_grad_enabled
 
 
 # --8<-- [start:function]
+# --8<-- [start:context]
 class Context:
     """What a forward pass leaves for its backward pass.
 
@@ -42,6 +43,9 @@ class Context:
             v[i] = None
 
 
+# --8<-- [end:context]
+
+
 def _check_versions(node) -> None:
     """Raise, as torch does, if a tensor saved for ``node``'s backward was modified in place."""
     ctx = node.ctx
@@ -62,6 +66,7 @@ def _check_versions(node) -> None:
             )
 
 
+# --8<-- [start:function_record]
 class Node:
     """One op in the recorded graph (what PyTorch shows as ``grad_fn``)."""
 
@@ -141,6 +146,7 @@ class Function:
         return out
 
 
+# --8<-- [end:function_record]
 # --8<-- [end:function]
 
 
