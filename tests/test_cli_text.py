@@ -94,7 +94,16 @@ def test_char_run_keeps_its_tokenizer_and_config(char_run, corpus):
     )  # fmt: skip
     assert config["vocab_size"] == len(record["tokenizer"]["chars"])
     assert [e["step"] for e in record["history"]["eval"]] == [4, 8]
-    assert set(record["final"]) == {"train", "val", "train_bpb", "val_bpb"}
+    assert set(record["final"]) == {
+        "train",
+        "val",
+        "train_bpb",
+        "val_bpb",
+        "val_all",
+        "val_all_bpb",
+    }
+    # every evaluation reads the same first 3 batches: the final entry is the last point
+    assert record["final"]["val"] == record["history"]["eval"][-1]["val"]
     # ASCII text, one token a character: a byte per token, so bpb = nats / ln 2
     for entry in record["history"]["eval"]:
         assert entry["val_bpb"] == pytest.approx(entry["val"] / math.log(2), rel=1e-12)
@@ -113,7 +122,7 @@ def test_bpe_run_copies_the_tokenizer_and_counts_bytes(bpe_run, bpe_dir):
     record = record_of(bpe_run)
     assert record["tokenizer"]["kind"] == "bpe" and "tokenizer.json" in record["files"]
     assert record["model_config"]["vocab_size"] == 300 and record["model_config"]["qk_norm"]
-    # the final val reads the whole split in batches of B x T targets, in order: count the
+    # the whole val split is read in batches of B x T targets, in order: count the
     # bytes of exactly those targets from the shard file, and convert the loss here
     tok = BPETokenizer.load(bpe_dir)
     shards = TokenShards(bpe_run / "tokens")
@@ -123,7 +132,8 @@ def test_bpe_run_copies_the_tokenizer_and_counts_bytes(bpe_run, bpe_dir):
     n = (len(tokens) - 1) // per_batch * per_batch
     num_bytes = len(tok.decode_bytes(tokens[1 : 1 + n].tolist()))
     final = record["final"]
-    assert final["val_bpb"] == pytest.approx(final["val"] * n / num_bytes / math.log(2), rel=1e-9)
+    expected = final["val_all"] * n / num_bytes / math.log(2)
+    assert final["val_all_bpb"] == pytest.approx(expected, rel=1e-9)
     assert num_bytes > n  # BPE tokens are longer than a byte on average
 
 

@@ -21,7 +21,8 @@ saved BPE), or when ``--data`` is ``shakespeare`` (whose default tokenizer is ``
 trains on names, as in Parts I and II. The text is cut 90/10 by character (nanoGPT's
 split of tinyshakespeare), each part encoded into token shards under ``OUT/tokens``;
 batches are random windows of ``block_size + 1`` tokens, and the evaluations report the
-loss and the bits per byte (see :mod:`sitp.train.trainer`). The run directory keeps
+loss and the bits per byte on the first ``--eval-batches`` batches of each split, and at
+the end on the whole validation split (see :mod:`sitp.train.trainer`). The run directory keeps
 what sampling needs: the model config and the tokenizer (its characters in
 ``record.json``, or a copy of the BPE file, ``tokenizer.json``) beside the checkpoint.
 

@@ -16,9 +16,10 @@ A run reads one of two kinds of data (:meth:`Trainer.next_batch`):
   tokenizer into ``uint16`` shards under ``OUT/tokens`` (:func:`sitp.data.tokens.encode_text`:
   the training shards first, then the validation ones, none mixing the two); a batch
   is B random windows of T + 1 tokens (:meth:`~sitp.data.tokens.TokenShards.get_batch`).
-  Evaluation reads the first ``eval_batches`` batches of each split in order
-  and reports the loss and the bits per byte of the text those targets stand for
-  (:func:`evaluate_text`); the final validation figure reads the whole split.
+  Every evaluation reads the same first ``eval_batches`` batches of each split, in
+  order, so the points of the curve compare, and reports the loss and the bits per
+  byte of the text those targets stand for (:func:`evaluate_text`); at the end the
+  whole validation split is read as well (``final["val_all"]``).
 
 With ``grad_accum = K`` the batch of B is run as K micro-batches of B/K, each loss
 weighted by its share of the targets, and the gradients add up in ``.grad`` before the
@@ -617,13 +618,13 @@ class Trainer:
         B, T = self.config.batch_size, self.model_config.block_size
         return evaluate_text(self.model, self.text, split, B, T, max_batches)
 
-    def eval_entry(self, final: bool = False) -> dict:
+    def eval_entry(self) -> dict:
         """One evaluation for the history: the train and val losses (and text's bits
-        per byte). ``final``: a text run's val over the whole split."""
+        per byte, on the first ``eval_batches`` batches of each split)."""
         if self.text is None:
             return {"step": self.step, "train": self.evaluate("train"), "val": self.evaluate("val")}
         train = self.evaluate_text("train")
-        val = self.evaluate_text("val", 0 if final else None)
+        val = self.evaluate_text("val")
         return {
             "step": self.step,
             "train": train["loss"],
@@ -692,17 +693,26 @@ class Trainer:
                 f"{tokens / elapsed:,.0f} tokens/s)"
             )
         log(self.describe_eval(self.history["eval"][-1]))
-        if "test" in record["final"]:
-            log(f"test loss {record['final']['test']:.4f}")
+        final = record["final"]
+        if "test" in final:
+            log(f"test loss {final['test']:.4f}")
+        if "val_all" in final:
+            log(
+                f"the whole val split: loss {final['val_all']:.4f} "
+                f"({final['val_all_bpb']:.4f} bits per byte)"
+            )
         return record
 
     def finish(self) -> dict:
         """The final evaluation, into the history and a last checkpoint; returns the record."""
-        entry = self.eval_entry(final=True)
+        entry = self.eval_entry()
         self.history["eval"].append(entry)
         final = {k: v for k, v in entry.items() if k != "step"}
         if self.text is None:
             final["test"] = self.evaluate("test")
+        else:  # every batch of the validation split, in order
+            whole = self.evaluate_text("val", 0)
+            final.update(val_all=whole["loss"], val_all_bpb=whole["bpb"])
         self.save(final=final)
         return self.record(final=final)
 
