@@ -103,8 +103,10 @@ def value_letters(model, layer):
 
     A value v is added to the residual stream; the final LayerNorm subtracts the mean of
     its coordinates and multiplies by its gain before ``lm_head`` scores it, so the
-    letters that v promotes are ``lm_head(gain * (v - mean(v)))`` (the division by the
-    stream's standard deviation scales every logit alike and does not change the order).
+    letters that v promotes are read as ``lm_head(gain * (v - mean(v)))``. That is exact
+    for a stream that holds v alone (less the shift's logits, and up to the factor
+    1 / std(v)); in a real stream the LayerNorm also removes the part of v along the
+    normalised stream, which this reading ignores, as Geva et al.'s projection does.
     """
     _, _, values_SC = memory(model.transformer.h[layer])
     gain_C = model.transformer.ln_f.weight.detach()
