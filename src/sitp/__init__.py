@@ -71,6 +71,7 @@ from sitp.random import (
 from sitp.serialization import load, save
 
 from sitp import linalg, nn, optim, utils  # isort: skip  (the mirror builds on the above)
+from sitp.compile import compile  # isort: skip  # noqa: A004  (6: above the mirror)
 
 
 int = int64  # noqa: A001  (sitp has one integer type)

@@ -1,0 +1,153 @@
+"""Running a captured graph on new inputs (6.1, 6.3).
+
+A :class:`Program` turns a :class:`~sitp.compile.graph.Graph` into a list of steps, each
+a Python closure over an *environment* (Value id -> the array that holds it in this
+call). A backend call is replayed by calling the same backend function on tensors made
+over this call's arrays with the recorded layouts; a generated kernel is called on the
+arrays directly. Nothing is recorded for autograd: the graph already holds the backward.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sitp._tensor.tensor import Tensor
+from sitp.autograd.function import Context
+from sitp.backends.cpu import ops as _cpu
+from sitp.compile import capture
+from sitp.compile.graph import ArrRef, CtxArg, Graph, HostIndex, Node, Ref
+
+
+def backend_function(name: str):
+    """The real function a node calls: ``unary`` -> the CPU backend's, ``gelu.x`` -> the
+    fused module's (unwrapped, in case a trace is running)."""
+    if "." in name:
+        short, fn = name.split(".")
+        mod = next(m for m in capture._FUSED_MODULES if m.__name__.endswith("." + short))
+        f = getattr(mod, fn)
+    else:
+        f = getattr(_cpu, name)
+    return getattr(f, "__wrapped__", f)
+
+
+def make(a, env):
+    """The argument of a replayed call: a tensor or a raw view over this call's arrays."""
+    if isinstance(a, Ref):
+        return a.cls._make(env[a.value.id], a.shape, a.strides, a.offset, a.dtype)
+    if isinstance(a, ArrRef):
+        return capture.view_of(env[a.value.id], a)
+    if isinstance(a, CtxArg):
+        return env[a.value.id]
+    if isinstance(a, HostIndex):
+        rows = [_cpu.as_numpy(make(r, env)).reshape(-1) for r in a.refs]
+        return np.ascontiguousarray(np.stack(rows), dtype=np.int64)
+    if isinstance(a, (list, tuple)):
+        return type(a)(make(b, env) for b in a)
+    return a
+
+
+def _bind(template, r, node, env):
+    if isinstance(template, Ref):
+        if template.value.producer is node and template.value in node.outputs:
+            env[template.value.id] = r._storage
+    elif isinstance(template, ArrRef):
+        if template.value in node.outputs:
+            env[template.value.id] = r
+    elif isinstance(template, tuple):
+        for t, x in zip(template, r):
+            _bind(t, x, node, env)
+
+
+def layer_function(name: str):
+    cls_name, which = name.split(".")
+    cls = next(c for c in capture.layer_classes() if c.__name__ == cls_name)
+    raw = cls.__dict__[which]
+    f = raw.__func__ if isinstance(raw, staticmethod) else raw
+    return getattr(f, "__wrapped__", f)
+
+
+def layer_step(node: Node):
+    fn = layer_function(node.fn)
+    args, kwargs = node.args, node.kwargs
+    forward = node.fn.endswith(".forward")
+    cv = node.outputs[0] if forward else None
+
+    def step(env):
+        if forward:
+            ctx = Context()
+            if cv.array is not None:
+                ctx.needs_input_grad = cv.array
+            env[cv.id] = ctx
+        r = fn(*make(args, env), **{k: make(v, env) for k, v in kwargs.items()})
+        _bind(node.result, r, node, env)
+
+    return step
+
+
+def step_of(node: Node):
+    if node.fn.endswith((".forward", ".backward")) and node.fn[0].isupper():
+        return layer_step(node)
+    return call_step(node)
+
+
+def call_step(node: Node):
+    fn = backend_function(node.fn)
+    args, kwargs, writes = node.args, node.kwargs, node.writes
+
+    def step(env):
+        for old, new in writes:
+            env[new.id] = env[old.id]
+        r = fn(*make(args, env), **{k: make(v, env) for k, v in kwargs.items()})
+        _bind(node.result, r, node, env)
+
+    return step
+
+
+class Program:
+    """The steps of a graph, and how to bind inputs and read outputs."""
+
+    def __init__(self, graph: Graph, steps=None):
+        self.graph = graph
+        self.steps = steps if steps is not None else [step_of(n) for n in graph.nodes]
+        self.consts = [(v.id, v.array, v.kind == "scratch") for v in graph.consts]
+        self._leaf = {}
+
+    def run(self, inputs: list) -> tuple:
+        """Run on the flat list of input tensors; returns (output structure, grads)."""
+        env = {}
+        for v in self.graph.inputs:
+            env[v.id] = inputs[v.index]._storage
+        for vid, arr, scratch in self.consts:
+            env[vid] = arr.copy() if scratch else arr
+        for step in self.steps:
+            step(env)
+        out = _rebuild(self.graph.output, env)
+        grads = {i: _tensor(r, env) for i, r in self.graph.grads.items() if i >= 0}
+        self._leaf = {i: _tensor(r, env) for i, r in self.graph.grads.items() if i < 0}
+        return out, grads
+
+    leaves: list = []
+
+    def leaf_grads(self, grads):
+        """(leaf, grad) for the leaves of a closure that the last run computed."""
+        return [(self.leaves[-1 - i], g) for i, g in self._leaf.items()]
+
+
+def _tensor(r: Ref, env) -> Tensor:
+    return r.cls._make(env[r.value.id], r.shape, r.strides, r.offset, r.dtype)
+
+
+def _rebuild(o, env):
+    if isinstance(o, Ref):
+        return _tensor(o, env)
+    if isinstance(o, list):
+        return [_rebuild(b, env) for b in o]
+    if isinstance(o, tuple):
+        return tuple(_rebuild(b, env) for b in o)
+    if isinstance(o, dict):
+        return {k: _rebuild(b, env) for k, b in o.items()}
+    return o
+
+
+def empty_like_value(v) -> np.ndarray:
+    return np.empty(v.size, v.np_dtype)
