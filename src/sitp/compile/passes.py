@@ -1,12 +1,321 @@
-"""The passes (6.2): dead code, common subexpressions, constants, fusion, memory."""
+"""The passes (6.2), each a function from a graph to a (smaller) graph, in this order:
+
+1. :func:`fold_constants`: a pure call whose inputs are all constants made inside the
+   function (``fill``, ``arange``, or folded before) is evaluated once, at compile time;
+2. :func:`eliminate_common`: two pure calls of one function on the same views of the same
+   buffers become one;
+3. :func:`eliminate_dead`: a call none of whose results reaches an output (a returned
+   tensor, a ``.grad``, an input written in place) is dropped;
+4. :func:`fuse`: chains of pointwise calls (``unary``, ``binary``, ``compare``, ``where``,
+   ``copy``), and a reduction fed by such a chain, become one generated kernel each; a
+   pointwise result that only fused kernels read is never written to memory;
+5. :func:`plan_memory`: the buffers of the fused kernels' intermediate results share
+   memory when their lifetimes do not overlap (a greedy allocator by size and dtype).
+
+:func:`compile_graph` runs them and builds the :class:`~sitp.compile.runtime.Program`.
+"""
 
 from __future__ import annotations
 
-from sitp.compile.runtime import Program
+import os
+
+import numpy as np
+
+from sitp.compile import codegen
+from sitp.compile.graph import ArrRef, CtxArg, Graph, HostIndex, Node, Ref
+from sitp.compile.runtime import Program, step_of
+
+FUSABLE_REDUCE = frozenset({"sum", "prod", "max", "min", "any", "all"})
+_KERNEL_DTYPES = frozenset({"float32", "float64", "int64", "bool"})
 
 
-def compile_graph(g, fuse=True, debug_dir=None, only=None):
+# ------------------------------------------------------------------ helpers
+def _written(g: Graph) -> set:
+    """Ids of the Values that some node writes in place (their memory changes later)."""
+    return {old.id for n in g.nodes for old, _ in n.writes}
+
+
+def _substitute(g: Graph, rep: dict) -> None:
+    """Point every read of a Value in ``rep`` (id -> Value) at its replacement."""
+
+    def fix(a):
+        if isinstance(a, (Ref, ArrRef, CtxArg)) and a.value.id in rep:
+            a.value = rep[a.value.id]
+        elif isinstance(a, HostIndex):
+            for r in a.refs:
+                fix(r)
+        elif isinstance(a, (list, tuple)):
+            for b in a:
+                fix(b)
+        elif isinstance(a, dict):
+            for b in a.values():
+                fix(b)
+
+    for n in g.nodes:
+        fix(n.args)
+        fix(n.kwargs)
+        n.writes = [(rep.get(old.id, old), new) for old, new in n.writes]
+    fix(g.output)
+    fix(list(g.grads.values()))
+
+
+def _key(a):
+    if isinstance(a, (Ref, ArrRef, HostIndex, CtxArg)):
+        return a.key()
+    if isinstance(a, (list, tuple)):
+        return tuple(_key(b) for b in a)
+    if isinstance(a, np.ndarray):
+        return ("nd", a.dtype.str, a.shape, a.tobytes())
+    if isinstance(a, float) and a != a:
+        return "nan"
+    if hasattr(a, "name") and not isinstance(a, (int, float, str)):
+        return ("dtype", a.name)
+    return a
+
+
+# ------------------------------------------------------------------ passes
+def fold_constants(g: Graph) -> int:
+    """Evaluate pure calls on constants made inside the function; returns how many."""
+    written = _written(g)
+    const = {}  # value id -> array, for values known at compile time
+    kept, folded = [], 0
+    for n in g.nodes:
+        ins = n.inputs()
+        if n.fn in ("fill", "arange") and not n.writes:
+            env = {}
+            step_of(n)(env)
+            for v in n.outputs:
+                if v.id not in written:
+                    const[v.id] = env[v.id]
+            kept.append(n)
+            continue
+        if n.pure and ins and all(v.id in const for v in ins) and n.outputs:
+            env = dict(const)
+            step_of(n)(env)
+            for v in n.outputs:
+                v.kind, v.array, v.producer = "const", env[v.id], None
+                g.consts.append(v)
+                if v.id not in written:
+                    const[v.id] = env[v.id]
+            folded += 1
+            continue
+        kept.append(n)
+    g.nodes = kept
+    return folded
+
+
+def eliminate_common(g: Graph) -> int:
+    """Merge pure calls with equal arguments (common subexpressions); returns how many."""
+    written = _written(g)
+    seen, rep, kept, merged = {}, {}, [], 0
+    for n in g.nodes:
+        if rep:
+            _substitute_node(n, rep)
+        if n.pure and n.outputs and not any(v.id in written for v in n.outputs):
+            k = (n.fn, _key(n.args), _key(tuple(sorted(n.kwargs.items()))))
+            first = seen.get(k)
+            if first is not None and len(first.outputs) == len(n.outputs):
+                for a, b in zip(n.outputs, first.outputs):
+                    rep[a.id] = b
+                merged += 1
+                continue
+            seen[k] = n
+        kept.append(n)
+    g.nodes = kept
+    if rep:
+        _substitute(g, rep)
+    return merged
+
+
+def _substitute_node(n: Node, rep: dict) -> None:
+    tmp = Graph()
+    tmp.nodes = [n]
+    _substitute(tmp, rep)
+
+
+def eliminate_dead(g: Graph) -> int:
+    """Drop calls whose results reach no output; returns how many."""
+    live = g.live_values()
+    kept = []
+    for n in reversed(g.nodes):
+        side = any(new.root().kind in ("input", "const") for _, new in n.writes)
+        if side or any(v.id in live for v in n.made()) or n.fn.endswith(".backward"):
+            kept.append(n)
+            live |= {v.id for v in n.inputs()}
+    dropped = len(g.nodes) - len(kept)
+    g.nodes = kept[::-1]
+    return dropped
+
+
+def _fusable(n: Node) -> bool:
+    if n.writes or len(n.outputs) != 1 or not isinstance(n.result, Ref):
+        return False
+    if n.result.dtype.name not in _KERNEL_DTYPES:
+        return False
+    if any(r.dtype.name not in _KERNEL_DTYPES for r in n.refs() if isinstance(r, Ref)):
+        return False
+    if n.is_pointwise:
+        return all(isinstance(r, Ref) for r in n.refs())
+    if n.fn == "reduce":
+        return n.args[0] in FUSABLE_REDUCE and isinstance(n.args[1], Ref)
+    return False
+
+
+def fuse(g: Graph) -> list:
+    """Replace fusable chains by generated kernels; returns the kernels."""
+    live = g.live_values()
+    written = _written(g)
+    users = g.users()
+    fusable = {n.id for n in g.nodes if _fusable(n)}
+    producer = {n.outputs[0].id: n for n in g.nodes if n.id in fusable}
+
+    def inlinable(v) -> bool:
+        """A pointwise result that every reader can recompute instead of loading."""
+        n = producer.get(v.id)
+        if n is None or not n.is_pointwise or v.id in live or v.id in written:
+            return False
+        for u in users.get(v.id, []):
+            if u.id not in fusable:
+                return False
+            for r in u.refs():
+                if r.value is v and not (
+                    r.contiguous_whole() and tuple(r.shape) == tuple(n.result.shape)
+                ):
+                    return False
+        # the leaves it reads must not change before a reader runs
+        return not any(w.id in written for w in n.inputs())
+
+    virtual = {vid: n for vid, n in producer.items() if inlinable(n.outputs[0])}
+    kernels, new_nodes = [], []
+    for n in g.nodes:
+        if n.id not in fusable:
+            new_nodes.append(n)
+            continue
+        if n.outputs[0].id in virtual:
+            continue  # computed inside the kernels that read it
+        members, stack, seen = [], [n], set()
+        while stack:
+            m = stack.pop()
+            if m.id in seen:
+                continue
+            seen.add(m.id)
+            members.append(m)
+            for v in m.inputs():
+                if v.id in virtual:
+                    stack.append(virtual[v.id])
+        members.sort(key=lambda m: m.id)
+        k = Kernel(n, members, {vid: virtual[vid] for vid in virtual if virtual[vid] in members})
+        k.source = codegen.generate(k)
+        node = Node(
+            n.id, "kernel", tuple(Ref(v, (v.size,), (1,), 0, None, None) for v in k.leaves), {}
+        )
+        node.outputs = [k.out]
+        node.result = n.result
+        node.kernel = k
+        k.out.producer = node
+        new_nodes.append(node)
+        kernels.append(k)
+    g.nodes = new_nodes
+    return kernels
+
+
+Kernel = codegen.Kernel
+
+
+def plan_memory(g: Graph) -> dict:
+    """Assign the kernels' intermediate buffers to shared slots (greedy, by size and dtype).
+
+    A buffer is planned when only generated kernels read it (an opaque call may keep a
+    reference: a layer's Context saves its input) and it is not an output. Returns
+    ``{"plan": {value id: slot}, "slots": [(size, dtype)], "bytes_before", "bytes_after"}``.
+    """
+    live = g.live_values()
+    written = _written(g)
+    last, readers_ok = {}, {}
+    for i, n in enumerate(g.nodes):
+        for v in n.inputs():
+            last[v.id] = i
+            readers_ok[v.id] = readers_ok.get(v.id, True) and n.fn == "kernel"
+    plan, slots, free = {}, [], {}
+    before = 0
+    for i, n in enumerate(g.nodes):
+        if n.fn == "kernel":
+            v = n.outputs[0]
+            if v.id not in live and v.id not in written and readers_ok.get(v.id, False):
+                before += v.nbytes
+                k = (v.size, v.np_dtype.str)
+                if free.get(k):
+                    plan[v.id] = free[k].pop()
+                else:
+                    plan[v.id] = len(slots)
+                    slots.append(k)
+        for v in n.inputs():
+            if last.get(v.id) == i and v.id in plan:
+                free.setdefault((v.size, v.np_dtype.str), []).append(plan[v.id])
+    after = sum(size * np.dtype(dt).itemsize for size, dt in slots)
+    return {"plan": plan, "slots": slots, "bytes_before": before, "bytes_after": after}
+
+
+# ------------------------------------------------------------------ the program
+def kernel_step(node: Node, fn, slot):
+    leaves = [v.id for v in node.kernel.leaves]
+    out = node.outputs[0]
+    size, dt = out.size, out.np_dtype
+
+    def step(env):
+        if slot is None:
+            buf = np.empty(size, dt)
+        else:
+            buf = env["slots"][slot]
+            if buf is None:
+                buf = env["slots"][slot] = np.empty(size, dt)
+        fn(*[env[i] for i in leaves], buf)
+        env[out.id] = buf
+
+    return step
+
+
+PASSES = ("fold", "cse", "dce", "fuse", "plan")
+
+
+def compile_graph(g: Graph, fuse=True, debug_dir=None, only=None):
+    """Run the passes on ``g``; returns (Program, report of counts and bytes)."""
+    on = set(PASSES if only is None else only)
+    if not fuse:
+        on -= {"fuse", "plan"}
     report = {"ops_before": len(g.nodes)}
-    prog = Program(g)
-    report["steps_after"] = len(prog.steps)
+    if debug_dir:
+        _write(debug_dir, "graph_captured.txt", g.tabular())
+    report["folded"] = fold_constants(g) if "fold" in on else 0
+    report["cse"] = eliminate_common(g) if "cse" in on else 0
+    report["dead"] = eliminate_dead(g) if "dce" in on else 0
+    kernels = fuse_graph(g) if "fuse" in on else []
+    report["kernels"] = len(kernels)
+    plan = (
+        plan_memory(g)
+        if "plan" in on
+        else {"plan": {}, "slots": [], "bytes_before": 0, "bytes_after": 0}
+    )
+    report.update(bytes_before=plan["bytes_before"], bytes_after=plan["bytes_after"])
+    steps = []
+    for n in g.nodes:
+        if n.fn == "kernel":
+            fn = codegen.load(n.kernel.source, n.kernel.name)
+            steps.append(kernel_step(n, fn, plan["plan"].get(n.outputs[0].id)))
+        else:
+            steps.append(step_of(n))
+    prog = Program(g, steps, n_slots=len(plan["slots"]))
+    report["steps_after"] = len(steps)
+    if debug_dir:
+        _write(debug_dir, "graph_compiled.txt", g.tabular())
+        for k in kernels:
+            _write(debug_dir, f"{k.name}.py", k.source)
     return prog, report
+
+
+fuse_graph = fuse
+
+
+def _write(d, name, text):
+    with open(os.path.join(d, name), "w") as f:
+        f.write(text + ("" if text.endswith("\n") else "\n"))

@@ -106,15 +106,15 @@ def call_step(node: Node):
 class Program:
     """The steps of a graph, and how to bind inputs and read outputs."""
 
-    def __init__(self, graph: Graph, steps=None):
-        self.graph = graph
+    def __init__(self, graph: Graph, steps=None, n_slots=0):
+        self.graph, self.n_slots = graph, n_slots
         self.steps = steps if steps is not None else [step_of(n) for n in graph.nodes]
         self.consts = [(v.id, v.array, v.kind == "scratch") for v in graph.consts]
         self._leaf = {}
 
     def run(self, inputs: list) -> tuple:
         """Run on the flat list of input tensors; returns (output structure, grads)."""
-        env = {}
+        env = {"slots": [None] * self.n_slots}
         for v in self.graph.inputs:
             env[v.id] = inputs[v.index]._storage
         for vid, arr, scratch in self.consts:

@@ -1,0 +1,401 @@
+"""Code generation (6.3): Python source for a numba kernel per fused group.
+
+A :class:`Kernel` computes one buffer: a pointwise expression over its index space (the
+root's shape), or a reduction of such an expression over some dims (the reduction is the
+epilogue of the chain: ``sum(exp(x - m), -1)`` is one loop nest). The leaves are the
+buffers the group reads, each through its view's strides and offset, written into the
+source as constants; a broadcast operand simply drops the dims it is broadcast along.
+
+The source is plain Python, to be read: one loop per dim, ``prange`` on the outermost
+when the index space is large, one line per fused op, each cast to the op's dtype as the
+eager backend's store does. The scalar functions are those of ``sitp/backends/scalar.py``
+(the same ones the eager kernels inline), so a compiled float64 chain gives eager's bits.
+The CPU source is written to a file named by its hash under the package's numba cache
+directory (``sitp/_env.py``: a directory keyed by the CPU and the kernel sources), and
+compiled with ``njit(cache=True)``, so a second session loads it from disk. The same
+generator writes a Numba CUDA kernel (``target="cuda"``): one thread per output entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+import sys
+
+import numpy as np
+
+from sitp import _env
+from sitp.backends.scalar import BINARY, COMPARE, UNARY
+
+PARALLEL_MIN = 1 << 16  # entries of the index space from which the outer loop is a prange
+
+_NP = {
+    "float32": "np.float32",
+    "float64": "np.float64",
+    "int64": "np.int64",
+    "bool": "np.bool_",
+}
+_DIRECT_UNARY = {
+    "neg": "(-{x})",
+    "exp": "math.exp({x})",
+    "tanh": "math.tanh({x})",
+    "square": "({x} * {x})",
+    "sin": "math.sin({x})",
+    "cos": "math.cos({x})",
+    "abs": "abs({x})",
+}
+_DIRECT_BINARY = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})"}
+_DIRECT_COMPARE = {
+    "eq": "({a} == {b})",
+    "ne": "({a} != {b})",
+    "lt": "({a} < {b})",
+    "le": "({a} <= {b})",
+    "gt": "({a} > {b})",
+    "ge": "({a} >= {b})",
+}
+
+
+def _lit(p) -> str:
+    if isinstance(p, float) and math.isnan(p):
+        return "math.nan"
+    if isinstance(p, float) and math.isinf(p):
+        return "math.inf" if p > 0 else "-math.inf"
+    return repr(float(p)) if isinstance(p, float) else repr(p)
+
+
+def dtype_name(d) -> str:
+    return d.name if hasattr(d, "name") and not isinstance(d, np.dtype) else str(d)
+
+
+class Kernel:
+    """One generated kernel: ``nodes`` fused into a loop nest writing ``out`` (a Value).
+
+    ``leaves`` are the Values it reads, in parameter order; ``root`` is the last node (a
+    pointwise op or a reduce); ``virtual`` maps a fused value's id to its node.
+    """
+
+    def __init__(self, root, nodes, virtual):
+        self.root, self.nodes, self.virtual = root, list(nodes), dict(virtual)
+        self.out = root.outputs[0]
+        self.leaves = []
+        self.name = f"k{root.id}"
+        self.fn = None
+        self.source = None
+
+    def summary(self) -> str:
+        ops = " -> ".join(n.op for n in self.nodes)
+        return f"{self.name}({', '.join(v.name for v in self.leaves)}): {ops}"
+
+
+class _Emitter:
+    """Builds the body of one kernel: a line per op, memoised by (node, index)."""
+
+    def __init__(self, kernel: Kernel):
+        self.k = kernel
+        self.lines: list[str] = []
+        self.memo: dict = {}
+        self.params: dict = {}  # leaf value id -> parameter name
+
+    def param(self, value) -> str:
+        if value.id not in self.params:
+            self.params[value.id] = f"a{len(self.params)}"
+            self.k.leaves.append(value)
+        return self.params[value.id]
+
+    def ref(self, r, idx) -> str:
+        """The entry of view ``r`` at index ``idx`` (one index expression per dim of r)."""
+        node = self.k.virtual.get(r.value.id)
+        if node is not None:
+            return self.node(node, idx)
+        terms = [str(r.offset)] if r.offset else []
+        for i, st, n in zip(idx, r.strides, r.shape):
+            if i == "0" or st == 0 or n == 1:
+                continue
+            terms.append(i if st == 1 else f"{i} * {st}")
+        pos = " + ".join(terms) or "0"
+        key = ("leaf", r.value.id, pos)
+        if key not in self.memo:
+            name = f"x{len(self.memo)}"
+            self.lines.append(f"{name} = {self.param(r.value)}[{pos}]")
+            self.memo[key] = name
+        return self.memo[key]
+
+    def operand(self, r, idx, shape) -> str:
+        """Operand ``r`` of an op whose result has ``shape``, read at ``idx`` (broadcast)."""
+        lead = len(shape) - len(r.shape)
+        sub = tuple(
+            idx[lead + j] if r.shape[j] == shape[lead + j] else "0" for j in range(len(r.shape))
+        )
+        return self.ref(r, sub)
+
+    def node(self, n, idx) -> str:
+        key = (n.id, tuple(idx))
+        if key in self.memo:
+            return self.memo[key]
+        shape = n.result.shape
+        fn, a = n.fn, n.args
+        if fn == "unary":
+            x = self.operand(a[1], idx, shape)
+            p0 = a[2] if len(a) > 2 else n.kwargs.get("p0", math.nan)
+            p1 = a[3] if len(a) > 3 else n.kwargs.get("p1", math.nan)
+            op = a[0]
+            if op in _DIRECT_UNARY:
+                e = _DIRECT_UNARY[op].format(x=x)
+            else:
+                e = f"unary({UNARY[op]}, {x}, {_lit(p0)}, {_lit(p1)})"
+        elif fn == "binary":
+            x, y = self.operand(a[1], idx, shape), self.operand(a[2], idx, shape)
+            op = a[0]
+            e = (
+                _DIRECT_BINARY[op].format(a=x, b=y)
+                if op in _DIRECT_BINARY
+                else f"binary({BINARY[op]}, {x}, {y})"
+            )
+        elif fn == "compare":
+            x, y = self.operand(a[1], idx, shape), self.operand(a[2], idx, shape)
+            op = a[0]
+            e = (
+                _DIRECT_COMPARE[op].format(a=x, b=y)
+                if op in _DIRECT_COMPARE
+                else f"compare({COMPARE[op]}, {x}, {y})"
+            )
+        elif fn == "where":
+            c = self.operand(a[0], idx, shape)
+            x, y = self.operand(a[1], idx, shape), self.operand(a[2], idx, shape)
+            e = f"({x} if {c} else {y})"
+        elif fn == "copy":
+            e = self.operand(a[0], idx, shape)
+        else:  # pragma: no cover - the fusion pass only fuses the ops above
+            raise ValueError(f"cannot generate code for {fn}")
+        name = f"t{n.id}"
+        self.lines.append(f"{name} = {_NP[n.result.dtype.name]}({e})  # {n.op}")
+        self.memo[key] = name
+        return name
+
+
+def _contig(shape):
+    st, acc = [], 1
+    for n in reversed(shape):
+        st.append(acc)
+        acc *= n
+    return tuple(reversed(st))
+
+
+def _pos(idx, shape) -> str:
+    terms = []
+    for i, st, n in zip(idx, _contig(shape), shape):
+        if n == 1:
+            continue
+        terms.append(i if st == 1 else f"{i} * {st}")
+    return " + ".join(terms) or "0"
+
+
+_INIT = {
+    "sum": "0",
+    "prod": "1",
+    "max": "-math.inf",
+    "min": "math.inf",
+    "any": "False",
+    "all": "True",
+}
+
+
+def _reduce_parts(root):
+    """(op, input view, reduced dims, accumulator init, combine line) of a reduce node."""
+    op, x, dims = root.args[0], root.args[1], tuple(root.args[2])
+    out_dt = root.result.dtype.name
+    if op in ("sum", "prod"):
+        acc_t = "np.float64" if out_dt in ("float32", "float64") else "np.int64"
+        init = f"{acc_t}({_INIT[op]})"
+    elif op in ("max", "min"):
+        xd = x.dtype.name
+        if xd in ("float32", "float64"):
+            init = f"{_NP[xd]}({_INIT[op]})"
+        else:
+            info = np.iinfo(np.int64)
+            init = f"np.int64({info.min if op == 'max' else info.max})"
+    else:
+        init = _INIT[op]
+    return op, x, dims, init
+
+
+def _combine(op, v) -> str:
+    if op == "sum":
+        return f"acc += {v}"
+    if op == "prod":
+        return f"acc *= {v}"
+    if op == "max":
+        return f"if {v} > acc or {v} != {v}:\n    acc = {v}"
+    if op == "min":
+        return f"if {v} < acc or {v} != {v}:\n    acc = {v}"
+    if op == "any":
+        return f"acc = acc or ({v} != 0)"
+    return f"acc = acc and ({v} != 0)"
+
+
+def _indent(lines, depth):
+    out = []
+    for line in lines:
+        for part in line.split("\n"):
+            out.append("    " * depth + part)
+    return out
+
+
+def generate(kernel: Kernel, target: str = "cpu") -> str:
+    """The source of ``kernel`` for ``target`` ("cpu": ``@njit``, "cuda": ``@cuda.jit``)."""
+    kernel.leaves = []
+    em = _Emitter(kernel)
+    root = kernel.root
+    out_dt = _NP[root.result.dtype.name]
+    if root.fn == "reduce":
+        op, x, dims, init = _reduce_parts(root)
+        space = x.shape
+        kept = [d for d in range(len(space)) if d not in dims]
+        idx = tuple(f"i{d}" for d in range(len(space)))
+        v = (
+            em.ref(x, idx)
+            if x.value.id not in kernel.virtual
+            else em.node(kernel.virtual[x.value.id], idx)
+        )
+        body = em.lines
+        kept_shape = tuple(space[d] for d in kept)
+        store = f"out[{_pos(tuple(f'i{d}' for d in kept), kept_shape)}] = {out_dt}(acc)"
+        outer, inner = kept, [d for d in dims]
+        n_outer = int(np.prod([space[d] for d in kept])) if kept else 1
+    else:
+        space = root.result.shape
+        idx = tuple(f"i{d}" for d in range(len(space)))
+        v = em.node(root, idx)
+        body = em.lines
+        store = f"out[{_pos(idx, space)}] = {v}"
+        outer, inner, init = list(range(len(space))), [], None
+        n_outer = int(np.prod(space)) if space else 1
+    params = ", ".join(em.params.values())
+    params = f"{params}, out" if params else "out"
+    total = int(np.prod(space)) if space else 1
+    if target == "cuda":
+        return _cuda_source(kernel, space, outer, inner, init, body, store, v, params, root)
+    par = total >= PARALLEL_MIN and outer
+    lines = [
+        "import math",
+        "",
+        "import numpy as np",
+        "from numba import njit, prange",
+        "",
+        "from sitp.backends.cpu.kernels import binary, compare, unary",
+        "",
+        "",
+        f"@njit(cache=True{', parallel=True' if par else ''})",
+        f"def {kernel.name}({params}):",
+        f'    """{kernel.summary()}"""',
+    ]
+    depth = 1
+    for j, d in enumerate(outer):
+        rng = "prange" if (par and j == 0) else "range"
+        lines.append("    " * depth + f"for i{d} in {rng}({space[d]}):")
+        depth += 1
+    if not outer and not inner:
+        lines.append("    " * depth + "i_ = 0")
+    if root.fn == "reduce":
+        lines.append("    " * depth + f"acc = {init}")
+        d0 = depth
+        for d in inner:
+            lines.append("    " * depth + f"for i{d} in range({space[d]}):")
+            depth += 1
+        lines += _indent(body, depth)
+        lines += _indent([_combine(op, v)], depth)
+        lines.append("    " * d0 + store)
+    else:
+        lines += _indent(body, depth)
+        lines.append("    " * depth + store)
+    del n_outer
+    return "\n".join(lines) + "\n"
+
+
+def _cuda_source(kernel, space, outer, inner, init, body, store, v, params, root):
+    """One thread per entry of the outer index space; the reduced dims loop inside."""
+    n = int(np.prod([space[d] for d in outer])) if outer else 1
+    lines = [
+        "import math",
+        "",
+        "import numpy as np",
+        "from numba import cuda",
+        "",
+        "from sitp.backends import scalar",
+        "",
+        "unary = cuda.jit(device=True)(scalar.unary)",
+        "binary = cuda.jit(device=True)(scalar.binary)",
+        "compare = cuda.jit(device=True)(scalar.compare)",
+        "",
+        "",
+        "@cuda.jit",
+        f"def {kernel.name}({params}):",
+        f'    """{kernel.summary()}"""',
+        "    t = cuda.grid(1)",
+        f"    if t >= {n}:",
+        "        return",
+    ]
+    rest = "t"
+    for d in reversed(outer):
+        lines.append(f"    i{d} = {rest} % {space[d]}")
+        lines.append(f"    {rest} = {rest} // {space[d]}")
+    depth = 1
+    if root.fn == "reduce":
+        op = root.args[0]
+        lines.append(f"    acc = {init}")
+        for d in inner:
+            lines.append("    " * depth + f"for i{d} in range({space[d]}):")
+            depth += 1
+        lines += _indent(body, depth)
+        lines += _indent([_combine(op, v)], depth)
+        lines.append("    " + store)
+    else:
+        lines += _indent(body, 1)
+        lines.append("    " + store)
+    return "\n".join(lines) + "\n"
+
+
+_loaded: dict = {}
+
+
+def kernel_dir() -> str:
+    """Where generated kernel sources live: beside numba's cache of the package's kernels."""
+    d = os.path.join(_env.CACHE_DIR, "sitp-compile")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def load(source: str, name: str, target: str = "cpu"):
+    """Compile ``source`` (once per process; numba caches the CPU machine code on disk)."""
+    h = hashlib.sha1(source.encode()).hexdigest()[:16]
+    key = (h, target)
+    if key in _loaded:
+        return _loaded[key]
+    path = os.path.join(kernel_dir(), f"{name}_{target}_{h}.py")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)  # atomic: a concurrent session sees the whole file or none
+    modname = f"sitp_compiled_{h}_{target}"
+    spec = importlib.util.spec_from_file_location(modname, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = mod  # numba's disk cache finds the kernel's globals by module name
+    spec.loader.exec_module(mod)
+    fn = getattr(mod, name)
+    _loaded[key] = fn
+    return fn
+
+
+def cuda_launch(fn, kernel: Kernel, arrays, out):
+    """Launch a generated CUDA kernel (one thread per entry of its outer index space)."""
+    root = kernel.root
+    if root.fn == "reduce":
+        x, dims = root.args[1], tuple(root.args[2])
+        n = int(np.prod([x.shape[d] for d in range(len(x.shape)) if d not in dims])) or 1
+    else:
+        n = int(np.prod(root.result.shape)) or 1
+    threads = 128
+    fn[(n + threads - 1) // threads, threads](*arrays, out)
