@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.metadata
 import json
 import os
 import shutil
@@ -191,8 +192,26 @@ def _install(target: Path) -> None:
             f"import site; site.addsitedir({deps!r})\n"
             f"import sys; sys.path[:] = [p for p in sys.path if p != {str(ROOT / 'src')!r}]\n"
         )
+        _link_prefix_files(Path(deps), staging)
         (staging / "installed-from").write_text(wheel.name + "\n")
         os.replace(staging, target)
+
+
+def _link_prefix_files(deps: Path, prefix: Path) -> None:
+    """Link into ``prefix`` the files that .venv's mpich wheel installed outside
+    site-packages (``bin/mpirun``, ``lib/libmpi``): where a reader's ``pip install
+    "sitp[book]"`` puts them, and where the launcher and mpi4py look (``sys.prefix``).
+    Other wheels' files there are console scripts, which the reader's pip would write
+    for the reader's own interpreter; they are not linked."""
+    for dist in importlib.metadata.distributions(path=[str(deps)], name="mpich"):
+        for f in dist.files or ():
+            if not str(f).startswith(".."):
+                continue
+            source = Path(dist.locate_file(f)).resolve()
+            dest = prefix / source.relative_to(Path(sys.prefix).resolve())
+            if source.is_file() and not dest.exists():
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.symlink_to(source)
 
 
 @pytest.fixture(scope="session")
