@@ -154,6 +154,9 @@ class CompiledFunction:
         program, report = passes.compile_graph(
             g, fuse=self.fuse, debug_dir=self.debug_dir, only=self.passes_on
         )
+        for v in tracer.by_storage.values():
+            v.trace = None  # the trace's buffers are not needed any more
+        tracer.keep = []
         program.leaves = list(tracer.leaves)
         self._add(Entry(key, program=program, report=report, leaves=leaves))
         return result

@@ -151,7 +151,7 @@ class Tracer:
         p = _ptr(a)
         for key, v in self.by_storage.items():
             s = v.trace
-            if s is None or not isinstance(s, np.ndarray) or s.size == 0:
+            if not isinstance(s, np.ndarray) or s.size == 0:
                 continue
             start = _ptr(s)
             if start <= p < start + s.nbytes or (a.size == 0 and p == start):
@@ -316,7 +316,15 @@ class Tracer:
         self.breaks.append(Break(f"{what} reads a tensor's values in Python", user_frame()))
 
     def finish(self) -> None:
-        """Values Python read that did not become index arrays are graph breaks."""
+        """Close the trace. A constant that nothing but the graph holds any more (a Python
+        number the tensor layer wrapped, a tensor made and dropped inside the function)
+        cannot change between calls: it becomes a ``"literal"``, which constant folding
+        may use. Values Python read that did not become index arrays are graph breaks."""
+        self.keep = [a for a in self.keep if not isinstance(a, np.ndarray)]
+        for v in self.graph.consts:
+            # held by v.trace, v.array and getrefcount's argument: no tensor holds it
+            if v.kind == "const" and sys.getrefcount(v.array) <= 3:
+                v.kind = "literal"
         for _, _, where in self.pending:
             self.breaks.append(Break("Tensor values read in Python (a data-dependent step)", where))
         self.pending = []

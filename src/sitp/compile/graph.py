@@ -44,7 +44,7 @@ class Value:
 
     @property
     def name(self) -> str:
-        return {"input": "in", "const": "c", "scratch": "c", "ctx": "ctx"}.get(
+        return {"input": "in", "const": "c", "scratch": "c", "literal": "c", "ctx": "ctx"}.get(
             self.kind, "v"
         ) + str(self.id)
 

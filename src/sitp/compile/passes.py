@@ -77,7 +77,7 @@ def _key(a):
 def fold_constants(g: Graph) -> int:
     """Evaluate pure calls on constants made inside the function; returns how many."""
     written = _written(g)
-    const = {}  # value id -> array, for values known at compile time
+    const = {v.id: v.array for v in g.consts if v.kind == "literal" and v.id not in written}
     kept, folded = [], 0
     for n in g.nodes:
         ins = n.inputs()

@@ -1,0 +1,160 @@
+"""The passes of sitp.compile on small graphs (chapter 6.2), each checked for what it
+removes or fuses and for the program still computing eager's values."""
+
+import os
+
+import numpy as np
+import pytest
+
+import sitp
+from sitp.compile import capture, codegen, passes
+from sitp.compile.runtime import Program, step_of
+
+
+def trace(fn, *inputs):
+    """The graph of ``fn`` on ``inputs``, and eager's result."""
+    tracer = capture.Tracer()
+    for i, t in enumerate(inputs):
+        tracer.add_input(t, i)
+    with capture.tracing(tracer):
+        out = fn(*inputs)
+    tracer.finish()
+    assert not tracer.breaks
+    g = tracer.graph
+    g.output = tracer.ref(out)
+    return g, out
+
+
+def run(g, *inputs, steps=None, n_slots=0):
+    out, _ = Program(g, steps, n_slots).run(list(inputs))
+    return out.numpy()
+
+
+def x64(*shape, seed=0):
+    return sitp.tensor(np.random.default_rng(seed).standard_normal(shape))
+
+
+def test_dead_code_drops_unused_calls():
+    x = x64(3, 4)
+    g, out = trace(lambda x: (x.exp(), x.tanh() * 2)[1], x)
+    n = len(g.nodes)
+    assert passes.eliminate_dead(g) == 1  # the exp reaches no output
+    assert len(g.nodes) == n - 1 and all(node.op != "exp" for node in g.nodes)
+    assert np.array_equal(run(g, x), out.numpy())
+
+
+def test_common_subexpressions_are_computed_once():
+    x = x64(3, 4)
+    g, out = trace(lambda x: x.exp() + x.exp(), x)
+    assert [n.op for n in g.nodes] == ["exp", "exp", "add"]
+    assert passes.eliminate_common(g) == 1
+    assert [n.op for n in g.nodes] == ["exp", "add"]
+    add = g.nodes[1]
+    assert add.args[1].value is add.args[2].value  # both operands read the one exp
+    assert np.array_equal(run(g, x), out.numpy())
+
+
+def test_constants_fold_at_compile_time():
+    x = x64(4)
+
+    def f(x):
+        c = sitp.ones(4, dtype=sitp.float64) * 3.0 + 1.0  # no input reaches it
+        return x * c
+
+    g, out = trace(f, x)
+    before = len(g.nodes)
+    folded = passes.fold_constants(g)
+    passes.eliminate_dead(g)
+    assert folded >= 2 and len(g.nodes) < before
+    assert [n.op for n in g.nodes] == ["mul"]
+    assert np.array_equal(run(g, x), out.numpy())
+    assert np.array_equal(run(g, x64(4, seed=1)), (x64(4, seed=1) * 4.0).numpy())
+
+
+def test_pointwise_chain_with_broadcasting_is_one_kernel():
+    x, b = x64(3, 4), x64(4, seed=1)
+    g, out = trace(lambda x, b: ((x + b).tanh() * x - 1.5).abs(), x, b)
+    kernels = passes.fuse(g)
+    assert len(kernels) == 1 and len(g.nodes) == 1
+    assert [n.op for n in kernels[0].nodes] == ["add", "tanh", "mul", "sub", "abs"]
+    src = kernels[0].source
+    assert "@njit(cache=True)" in src and "a1[i1]" in src  # b is read along dim 1 only
+    steps, _ = _steps(g)
+    assert np.array_equal(run(g, x, b, steps=steps), out.numpy())
+
+
+def test_softmax_chain_fuses_reductions_as_epilogues():
+    x = x64(5, 7)
+
+    def softmax(x):
+        m = x.amax(-1, keepdim=True)
+        e = (x - m).exp()
+        return e / e.sum(-1, keepdim=True)
+
+    g, out = trace(softmax, x)
+    assert len(g.nodes) == 5
+    kernels = passes.fuse(g)
+    # max(x); sum(exp(x - m)) in one loop nest; exp(x - m) / s recomputed, never stored
+    assert [[n.op for n in k.nodes] for k in kernels] == [
+        ["max"],
+        ["sub", "exp", "sum"],
+        ["sub", "exp", "div"],
+    ]
+    steps, _ = _steps(g)
+    np.testing.assert_allclose(run(g, x, steps=steps), out.numpy(), rtol=1e-15, atol=0)
+
+
+def test_memory_plan_reuses_dead_intermediates():
+    x = x64(4, 6)
+
+    def f(x):
+        a = x.sum(-1, keepdim=True)
+        b = (x - a).exp().sum(-1, keepdim=True)
+        c = (x * b).sum(-1, keepdim=True)  # a is dead here: c can take its buffer
+        return (x + c).sum(-1)
+
+    g, out = trace(f, x)
+    passes.fuse(g)
+    plan = passes.plan_memory(g)
+    assert plan["bytes_before"] == 3 * 4 * 8 and plan["bytes_after"] == 2 * 4 * 8
+    assert len(set(plan["plan"].values())) == 2
+    steps, n_slots = _steps(g, plan)
+    np.testing.assert_allclose(run(g, x, steps=steps, n_slots=n_slots), out.numpy(), rtol=1e-14)
+
+
+def test_graph_prints_as_a_table():
+    x = x64(2, 3)
+    g, _ = trace(lambda x: x.t().exp().sum(0), x)
+    text = str(g)
+    lines = text.splitlines()
+    assert lines[0].split() == ["node", "op", "args", "shape", "dtype"]
+    assert any("unary.exp" in line and "in1<3x2:1,3@0>" in line for line in lines)
+    assert lines[-1].startswith("output")
+
+
+def test_cuda_source_runs_under_the_simulator():
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        pytest.skip("the CUDA kernels are checked under the simulator (NUMBA_ENABLE_CUDASIM=1)")
+    x, b = x64(3, 4), x64(4, seed=1)
+    g, out = trace(lambda x, b: ((x - b).exp() * 0.5).sum(-1), x, b)
+    (k,) = passes.fuse(g)
+    src = codegen.generate(k, target="cuda")
+    assert "@cuda.jit" in src and "cuda.grid(1)" in src
+    fn = codegen.load(src, k.name, target="cuda")
+    res = np.empty(3)
+    env = {v.id: (x, b)[v.index]._storage for v in g.inputs}
+    env.update({v.id: v.array for v in g.consts})  # the 0.5
+    codegen.cuda_launch(fn, k, [env[v.id] for v in k.leaves], res)
+    np.testing.assert_allclose(res, out.numpy(), rtol=1e-14)
+
+
+def _steps(g, plan=None):
+    plan = plan or {"plan": {}, "slots": []}
+    steps = []
+    for n in g.nodes:
+        if n.fn == "kernel":
+            fn = codegen.load(n.kernel.source, n.kernel.name)
+            steps.append(passes.kernel_step(n, fn, plan["plan"].get(n.outputs[0].id)))
+        else:
+            steps.append(step_of(n))
+    return steps, len(plan["slots"])
