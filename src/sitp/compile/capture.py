@@ -1,12 +1,17 @@
 """Capture: run the function once on real tensors and record every backend call (6.1).
 
-While :func:`tracing` is active, the functions of the CPU backend (``sitp/backends/cpu/ops.py``,
-the 25 of the interface plus ``linear`` and ``_new``) and of the fused kernels
-(``sitp/backends/cpu/fused/*``) are replaced by recording wrappers. The recording sits at
-the backend, not at ``sitp._tensor.dispatch.of``, because the fused layers of
-``sitp/nn/_functions`` and the creation functions call the CPU backend directly: a hook in
-``dispatch.of`` would not see them, and their results would look like constants. Each
-wrapper runs the real call (the trace computes the true result, so the first call
+While :func:`tracing` is active, the functions of the CPU backend (``sitp/backends/cpu/ops.py``:
+the interface's, plus ``linear`` and ``_new``) are replaced by recording wrappers, and so
+are the ``forward`` and ``backward`` of the fused layers (the ``Function`` classes of
+``sitp/nn/_functions``). The recording sits at the backend module, not in
+``sitp._tensor.dispatch.of``, because the fused layers and the creation functions call the
+CPU backend directly: a hook in ``dispatch.of`` would not see them, and their results would
+look like constants. A fused layer is one opaque node (its forward's ``Context`` is a
+Value its backward reads), because it computes part of its result in Python (the mean of
+the cross-entropy from the kernel's sums). The fused kernels themselves are never
+wrapped: numba functions that call them would see a Python wrapper as a global.
+
+Each wrapper runs the real call (the trace computes the true result, so the first call
 returns eager's values) and appends a :class:`~sitp.compile.graph.Node`. Only the
 outermost call is recorded: a backend function that calls another is one node.
 
@@ -25,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import types
 
 import numpy as np
 
@@ -34,17 +38,6 @@ from sitp._tensor.tensor import Tensor
 from sitp.autograd import engine as _engine
 from sitp.autograd.function import Function
 from sitp.backends.cpu import ops as _cpu
-from sitp.backends.cpu.fused import (
-    attention,
-    cross_entropy,
-    gelu,
-    gru,
-    layer_norm,
-    linear,
-    norms,
-    rms_norm,
-    softmax,
-)
 from sitp.backends.interface import FUNCTIONS
 from sitp.compile.graph import ArrRef, CtxArg, Graph, HostIndex, Node, Ref, Value
 from sitp.nn import utils as _nn_utils
@@ -59,7 +52,6 @@ from sitp.nn._functions import rms_norm as _l_rms_norm
 from sitp.nn._functions import softmax as _l_softmax
 from sitp.optim import adam as _adam
 
-_FUSED_MODULES = (attention, cross_entropy, gelu, gru, layer_norm, linear, norms, rms_norm, softmax)
 # The fused layers (sitp/nn/_functions): each forward and backward is one opaque node, since
 # they compute parts of their results in Python (a loss from the kernel's sums, a scale).
 _LAYER_MODULES = (
@@ -245,16 +237,13 @@ class Tracer:
         )
 
     # ------------------------------------------------------------ recording
-    def call(self, name: str, real, args, kwargs, fused: bool):
+    def call(self, name: str, real, args, kwargs):
         if self.depth:
             return real(*args, **kwargs)
         node = Node(self.graph.new_id(), name, (), {})
         node.where = user_frame()
         node.args = tuple(self._template(a) for a in args)
         node.kwargs = {k: self._template(v) for k, v in kwargs.items()}
-        snap = None
-        if fused:  # which array arguments does the kernel write? compare the bytes
-            snap = [(r, _view(r).copy()) for r in node.refs() if isinstance(r, ArrRef)]
         self.depth += 1
         try:
             result = real(*args, **kwargs)
@@ -262,14 +251,6 @@ class Tracer:
             self.depth -= 1
         if name in _WRITES:
             self._write(node, node.args[_WRITES[name]].value)
-        if snap is not None:
-            written = []
-            for r, before in snap:
-                after = _view(r)
-                if before.tobytes() != after.tobytes() and r.value not in written:
-                    written.append(r.value)
-            for v in written:
-                self._write(node, v)
         node.result = self._result(node, result)
         self.graph.nodes.append(node)
         return result
@@ -346,10 +327,6 @@ def _depends_on_input(v: Value) -> bool:
     return False
 
 
-def _view(r: ArrRef) -> np.ndarray:
-    return view_of(r.value.trace, r)
-
-
 def view_of(storage: np.ndarray, r: ArrRef) -> np.ndarray:
     """Raw view ``r`` of the flat array ``storage``."""
     return np.ndarray(r.shape, r.np_dtype, storage, r.byte_offset, r.strides)
@@ -362,12 +339,12 @@ def active() -> Tracer | None:
     return _active
 
 
-def _wrap(name, real, fused):
+def _wrap(name, real):
     def recorded(*args, **kwargs):
         t = _active
         if t is None:
             return real(*args, **kwargs)
-        return t.call(name, real, args, kwargs, fused)
+        return t.call(name, real, args, kwargs)
 
     recorded.__wrapped__ = real
     recorded.__name__ = getattr(real, "__name__", name)
@@ -448,17 +425,7 @@ def tracing(tracer: Tracer):
     for name in _OPS:
         real = getattr(_cpu, name)
         saved.append((_cpu, name, real))
-        setattr(_cpu, name, _wrap(name, real, False))
-    for mod in _FUSED_MODULES:
-        for name, real in list(vars(mod).items()):
-            if name.startswith("_") or isinstance(real, (types.ModuleType, type)):
-                continue
-            if not callable(real) or getattr(real, "__module__", None) != mod.__name__:
-                if not hasattr(real, "py_func"):
-                    continue
-            short = mod.__name__.rsplit(".", 1)[1]
-            saved.append((mod, name, real))
-            setattr(mod, name, _wrap(f"{short}.{name}", real, True))
+        setattr(_cpu, name, _wrap(name, real))
     for owner, name, why in _BREAKERS:
         real = getattr(owner, name)
         saved.append((owner, name, real))

@@ -46,6 +46,7 @@ _DIRECT_UNARY = {
     "cos": "math.cos({x})",
     "abs": "abs({x})",
 }
+_VEC32 = {"exp": "exp_f32({x})", "tanh": "tanh_f32({x})"}
 _DIRECT_BINARY = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})"}
 _DIRECT_COMPARE = {
     "eq": "({a} == {b})",
@@ -79,10 +80,14 @@ class Kernel:
     def __init__(self, root, nodes, virtual):
         self.root, self.nodes, self.virtual = root, list(nodes), dict(virtual)
         self.out = root.outputs[0]
+        self.extra = []  # pointwise nodes whose values the kernel also stores
         self.leaves = []
         self.name = f"k{root.id}"
         self.fn = None
         self.source = None
+
+    def outs(self) -> list:
+        return [self.out] + [n.outputs[0] for n in self.extra]
 
     def summary(self) -> str:
         ops = " -> ".join(n.op for n in self.nodes)
@@ -145,6 +150,8 @@ class _Emitter:
                 e = _DIRECT_UNARY[op].format(x=x)
             else:
                 e = f"unary({UNARY[op]}, {x}, {_lit(p0)}, {_lit(p1)})"
+            if n.result.dtype.name == "float32" and op in _VEC32:
+                e = _VEC32[op].format(x=x)  # vectorisable; eager calls libm (a few ulp apart)
         elif fn == "binary":
             x, y = self.operand(a[1], idx, shape), self.operand(a[2], idx, shape)
             op = a[0]
@@ -254,12 +261,10 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
         space = x.shape
         kept = [d for d in range(len(space)) if d not in dims]
         idx = tuple(f"i{d}" for d in range(len(space)))
-        v = (
-            em.ref(x, idx)
-            if x.value.id not in kernel.virtual
-            else em.node(kernel.virtual[x.value.id], idx)
-        )
+        v = em.ref(x, idx)
         body = em.lines
+        for j, side in enumerate(kernel.extra):  # also store the reduced values themselves
+            body.append(f"out{j + 1}[{_pos(idx, space)}] = {em.node(side, idx)}")
         kept_shape = tuple(space[d] for d in kept)
         store = f"out[{_pos(tuple(f'i{d}' for d in kept), kept_shape)}] = {out_dt}(acc)"
         outer, inner = kept, [d for d in dims]
@@ -272,8 +277,9 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
         store = f"out[{_pos(idx, space)}] = {v}"
         outer, inner, init = list(range(len(space))), [], None
         n_outer = int(np.prod(space)) if space else 1
+    outs = ", ".join(["out"] + [f"out{j + 1}" for j in range(len(kernel.extra))])
     params = ", ".join(em.params.values())
-    params = f"{params}, out" if params else "out"
+    params = f"{params}, {outs}" if params else outs
     total = int(np.prod(space)) if space else 1
     if target == "cuda":
         return _cuda_source(kernel, space, outer, inner, init, body, store, v, params, root)
@@ -285,6 +291,8 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
         "from numba import njit, prange",
         "",
         "from sitp.backends.cpu.kernels import binary, compare, unary",
+        "from sitp.backends.cpu.vecmath import exp_f32",
+        "from sitp.compile.scalars import tanh_f32",
         "",
         "",
         f"@njit(cache=True{', parallel=True' if par else ''})",
@@ -369,6 +377,9 @@ def kernel_dir() -> str:
 
 def load(source: str, name: str, target: str = "cpu"):
     """Compile ``source`` (once per process; numba caches the CPU machine code on disk)."""
+    # numba's cache does not see an edit of a function the kernel inlines from another
+    # file; the directory does: it is named by a hash of every file that compiles code
+    # (sitp/_target.py's cache key), scalars.py and this file included
     h = hashlib.sha1(source.encode()).hexdigest()[:16]
     key = (h, target)
     if key in _loaded:

@@ -25,6 +25,10 @@ from sitp.compile import codegen
 from sitp.compile.graph import ArrRef, CtxArg, Graph, HostIndex, Node, Ref
 from sitp.compile.runtime import Program, step_of
 
+#: Ops worth storing rather than recomputing in a second kernel.
+COSTLY = frozenset(
+    "exp log tanh sigmoid erf gelu gelu_tanh pow sin cos silu log1p expm1 sqrt rsqrt div".split()
+)
 FUSABLE_REDUCE = frozenset({"sum", "prod", "max", "min", "any", "all"})
 _KERNEL_DTYPES = frozenset({"float32", "float64", "int64", "bool"})
 
@@ -186,33 +190,71 @@ def fuse(g: Graph) -> list:
         return not any(w.id in written for w in n.inputs())
 
     virtual = {vid: n for vid, n in producer.items() if inlinable(n.outputs[0])}
-    kernels, new_nodes = [], []
-    for n in g.nodes:
-        if n.id not in fusable:
-            new_nodes.append(n)
-            continue
-        if n.outputs[0].id in virtual:
-            continue  # computed inside the kernels that read it
-        members, stack, seen = [], [n], set()
+
+    def members_of(root, virt):
+        out, stack, seen = [], [root], set()
         while stack:
             m = stack.pop()
             if m.id in seen:
                 continue
             seen.add(m.id)
-            members.append(m)
-            for v in m.inputs():
-                if v.id in virtual:
-                    stack.append(virtual[v.id])
-        members.sort(key=lambda m: m.id)
-        k = Kernel(n, members, {vid: virtual[vid] for vid in virtual if virtual[vid] in members})
+            out.append(m)
+            stack.extend(virt[v.id] for v in m.inputs() if v.id in virt)
+        return out
+
+    # A costly value (an exp, a tanh) that several kernels would recompute is stored once.
+    roots = [n for n in g.nodes if n.id in fusable and n.outputs[0].id not in virtual]
+    count = {}
+    for r in roots:
+        for m in members_of(r, virtual):
+            if m is not r:
+                count[m.outputs[0].id] = count.get(m.outputs[0].id, 0) + 1
+    for vid, c in count.items():
+        if c > 1 and any(m.op in COSTLY for m in members_of(virtual[vid], virtual)):
+            del virtual[vid]
+    # A stored pointwise value that a reduction reads whole is written by the reduction's
+    # kernel as a second output (softmax: sum(e) and e in one pass), if nothing reads it first.
+    order = {n.id: i for i, n in enumerate(g.nodes)}
+    extra = {}  # reduce node id -> the pointwise node whose value it also stores
+    for r in g.nodes:
+        if r.id not in fusable or r.fn != "reduce":
+            continue
+        x = r.args[1]
+        p = producer.get(x.value.id)
+        if p is None or not p.is_pointwise or x.value.id in virtual or x.value.id in written:
+            continue
+        if not (x.contiguous_whole() and tuple(x.shape) == tuple(p.result.shape)):
+            continue
+        if p.id in {q.id for q in extra.values()}:
+            continue
+        if all(order[u.id] >= order[r.id] for u in users.get(x.value.id, [])):
+            extra[r.id] = p
+    absorbed = {p.id for p in extra.values()}
+    kernels, new_nodes = [], []
+    for n in g.nodes:
+        if n.id not in fusable:
+            new_nodes.append(n)
+            continue
+        if n.outputs[0].id in virtual or n.id in absorbed:
+            continue  # computed inside the kernels that read it
+        virt = dict(virtual)
+        side = extra.get(n.id)
+        if side is not None:
+            virt[side.outputs[0].id] = side
+        members = sorted(members_of(n, virt), key=lambda m: m.id)
+        ids = {m.id for m in members}
+        k = Kernel(n, members, {vid: m for vid, m in virt.items() if m.id in ids})
+        if side is not None:
+            k.extra = [side]
         k.source = codegen.generate(k)
         node = Node(
             n.id, "kernel", tuple(Ref(v, (v.size,), (1,), 0, None, None) for v in k.leaves), {}
         )
-        node.outputs = [k.out]
+        node.outputs = k.outs()
         node.result = n.result
         node.kernel = k
-        k.out.producer = node
+        for v in node.outputs:
+            v.producer = node
         new_nodes.append(node)
         kernels.append(k)
     g.nodes = new_nodes
@@ -239,8 +281,7 @@ def plan_memory(g: Graph) -> dict:
     plan, slots, free = {}, [], {}
     before = 0
     for i, n in enumerate(g.nodes):
-        if n.fn == "kernel":
-            v = n.outputs[0]
+        for v in n.outputs if n.fn == "kernel" else ():
             if v.id not in live and v.id not in written and readers_ok.get(v.id, False):
                 before += v.nbytes
                 k = (v.size, v.np_dtype.str)
@@ -257,20 +298,23 @@ def plan_memory(g: Graph) -> dict:
 
 
 # ------------------------------------------------------------------ the program
-def kernel_step(node: Node, fn, slot):
+def kernel_step(node: Node, fn, plan):
+    """Call a generated kernel on this call's arrays; outputs in planned slots or new."""
     leaves = [v.id for v in node.kernel.leaves]
-    out = node.outputs[0]
-    size, dt = out.size, out.np_dtype
+    outs = [(v.id, v.size, v.np_dtype, plan.get(v.id)) for v in node.outputs]
 
     def step(env):
-        if slot is None:
-            buf = np.empty(size, dt)
-        else:
-            buf = env["slots"][slot]
-            if buf is None:
-                buf = env["slots"][slot] = np.empty(size, dt)
-        fn(*[env[i] for i in leaves], buf)
-        env[out.id] = buf
+        bufs = []
+        for vid, size, dt, slot in outs:
+            if slot is None:
+                buf = np.empty(size, dt)
+            else:
+                buf = env["slots"][slot]
+                if buf is None:
+                    buf = env["slots"][slot] = np.empty(size, dt)
+            env[vid] = buf
+            bufs.append(buf)
+        fn(*[env[i] for i in leaves], *bufs)
 
     return step
 
@@ -301,7 +345,7 @@ def compile_graph(g: Graph, fuse=True, debug_dir=None, only=None):
     for n in g.nodes:
         if n.fn == "kernel":
             fn = codegen.load(n.kernel.source, n.kernel.name)
-            steps.append(kernel_step(n, fn, plan["plan"].get(n.outputs[0].id)))
+            steps.append(kernel_step(n, fn, plan["plan"]))
         else:
             steps.append(step_of(n))
     prog = Program(g, steps, n_slots=len(plan["slots"]))

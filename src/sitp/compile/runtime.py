@@ -19,14 +19,8 @@ from sitp.compile.graph import ArrRef, CtxArg, Graph, HostIndex, Node, Ref
 
 
 def backend_function(name: str):
-    """The real function a node calls: ``unary`` -> the CPU backend's, ``gelu.x`` -> the
-    fused module's (unwrapped, in case a trace is running)."""
-    if "." in name:
-        short, fn = name.split(".")
-        mod = next(m for m in capture._FUSED_MODULES if m.__name__.endswith("." + short))
-        f = getattr(mod, fn)
-    else:
-        f = getattr(_cpu, name)
+    """The CPU backend's function ``name`` (unwrapped, in case a trace is running)."""
+    f = getattr(_cpu, name)
     return getattr(f, "__wrapped__", f)
 
 
