@@ -199,10 +199,10 @@ def load_tokenizer(spec: str, text: str):
 def _bpe_from_bytes(data: bytes, path) -> BPETokenizer:
     try:
         state = json.loads(data.decode("utf-8"))
+        if not isinstance(state, dict) or state.get("format") != "sitp-bpe":
+            raise ValueError("its format is not sitp-bpe")
         tokenizer = BPETokenizer(state["merges"], state["special_tokens"], state["pattern"])
-        if state.get("format") != "sitp-bpe":
-            raise ValueError("not a sitp-bpe file")
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, IndexError) as error:
         raise UsageError(f"--tokenizer: {path} is not a saved sitp BPE ({error})") from None
     # the shards' cache key: the merges, not only the tokens they make
     tokenizer.name = f"bpe-{hashlib.sha256(data).hexdigest()[:16]}"
