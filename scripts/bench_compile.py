@@ -2,16 +2,18 @@
 
 Usage::
 
-    python scripts/bench_compile.py [--reps 20] [--no-torch-compile]
+    python scripts/bench_compile.py [--reps 20] [--no-torch-compile] [--cold]
 
 Three blocks of a GPT's step, each written once with ops so that both libraries run the
 same code: GELU(x W + b) (tanh form), layer norm of a residual sum, and the attention
 softmax chain (scale, causal mask, softmax). Then a small GPT train step (forward and
-backward). For each: the median time of a call (ms), the compile time (the first call)
-reported apart, the graph's ops before and the steps after the passes (of which
-generated kernels), and the bytes the calls read and write, estimated from the graph
-(each operand's entries once, each result once). PyTorch runs in a child process:
-numba's and torch's thread pools interfere when they share one.
+backward; sitp's GPT is built from fused layers, which stay opaque calls). For each: the
+median time of a call (ms); the compile time apart (the first two calls: the trace and
+the passes, then numba's compilation at each kernel's first call; ``--cold`` makes
+sources numba has not cached); the graph's ops before and the steps after the passes
+(of which generated kernels); the bytes the calls read and write, estimated from the
+graph (each operand's entries once, each result once). PyTorch runs in a child
+process: numba's and torch's thread pools interfere when they share one.
 """
 
 from __future__ import annotations
@@ -100,7 +102,8 @@ def run_sitp(reps):
             raw(*args)
             cf = sitp.compile(f)
             t0 = time.perf_counter()
-            cf(*args)
+            cf(*args)  # the trace and the passes
+            cf(*args)  # numba compiles each kernel at its first call
             compile_s = time.perf_counter() - t0
             got, want = cf(*args).numpy(), f(*args).numpy()
             assert np.allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True), name
@@ -136,6 +139,7 @@ def run_sitp(reps):
         fresh(raw)()
         cs = sitp.compile(step)
         t0 = time.perf_counter()
+        fresh(cs)()
         fresh(cs)()
         compile_s = time.perf_counter() - t0
         assert abs(fresh(cs)().item() - fresh(step)().item()) < 1e-5
@@ -177,6 +181,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--no-torch-compile", action="store_true")
+    ap.add_argument(
+        "--cold",
+        action="store_true",
+        help="generate sources numba has not cached, so that the compile time includes numba's",
+    )
     ap.add_argument("--child", choices=["torch"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -192,9 +201,17 @@ def main(argv=None) -> int:
         [sys.executable, __file__, *flags], capture_output=True, text=True, env=env, check=True
     )
     ref = json.loads(out.stdout.strip().splitlines()[-1])
+    if args.cold:  # a comment unique to this run: new sources, which numba has never compiled
+        from sitp.compile import codegen  # late: see run_sitp
+
+        generate, salt = codegen.generate, f"# bench_compile --cold {time.time_ns()}\n"
+        codegen.generate = lambda kernel, target="cpu": generate(kernel, target) + salt
     rows = run_sitp(args.reps)
     print(f"CPU: {cpu_model()}; one thread; float32; B={B} T={T} C={C} heads={H}")
-    print(f"medians of {args.reps} calls in ms (compile time apart, in s)\n")
+    cache = "cold: numba compiles each kernel" if args.cold else "warm: kernels from the disk cache"
+    print(
+        f"medians of {args.reps} calls in ms; compile time (the first two calls) apart, in s ({cache})\n"
+    )
     head = (
         f"{'block':<18} {'sitp':>8} {'compiled':>9} {'x':>5} {'torch':>8} {'inductor':>9}"
         f" {'compile s':>10} {'ind. s':>7} {'ops->steps (kernels)':>22} {'MB eager->compiled':>19}"
