@@ -101,6 +101,14 @@ def test_mlp_forward_and_backward_compiled_equal_eager():
     assert len(cs.entries) == 1
 
 
+def test_closure_parameter_with_outputs_that_require_grad_runs_eagerly():
+    w = t64(3, requires_grad=True)
+    cf = sitp.compile(lambda x: (x * w).sum())
+    out = cf(t64(3, seed=1))
+    out.backward()
+    assert w.grad is not None and "not an argument" in cf.entries[0].reason
+
+
 def test_compiled_module_sees_parameter_updates():
     sitp.manual_seed(0)
     model = MLP()
@@ -123,12 +131,25 @@ def test_gpt_train_step_compiled_equals_eager():
     )
     model = GPT(cfg).double()
     rng = np.random.default_rng(0)
-    x = sitp.tensor(rng.integers(0, 11, (2, 8)))
-    # the module's forward returns tensors that require grad: compiled, it runs eagerly
+    # the compiled module: a forward graph and a backward graph, split from one trace;
+    # backward() outside it runs the backward graph through one autograd Function
     cm = sitp.compile(model)
-    _, loss = cm(x, x)
-    assert cm.entries[0].program is None and "requires grad" in cm.entries[0].reason
-    assert loss.requires_grad
+    for _ in range(2):
+        x = sitp.tensor(rng.integers(0, 11, (2, 8)))
+        y = sitp.tensor(rng.integers(0, 11, (2, 8)))
+        got = []
+        for fn in (model, cm):
+            model.zero_grad(set_to_none=True)
+            logits, loss = fn(x, y)
+            (loss + 0.01 * logits.sum()).backward()
+            grads = [p.grad.numpy().copy() for p in model.parameters()]
+            got.append((logits.detach().numpy(), loss.item(), grads))
+        (le, ll, ge), (lc, lcl, gc) = got
+        np.testing.assert_allclose(lc, le, rtol=1e-6, atol=1e-9)
+        assert abs(ll - lcl) < 1e-6
+        for a, b in zip(ge, gc):
+            np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-9)
+    assert len(cm.entries) == 1 and cm.entries[0].report["saved"] > 0
 
     def step(x, y):
         _, loss = model(x, y)

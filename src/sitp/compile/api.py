@@ -16,9 +16,14 @@ from __future__ import annotations
 import os
 import warnings
 
+import numpy as np
+
 from sitp._tensor.tensor import Tensor
+from sitp.autograd import engine
+from sitp.autograd.function import Function
 from sitp.autograd.grad_mode import is_grad_enabled
 from sitp.compile import capture, passes
+from sitp.compile.graph import Graph, Ref, contiguous
 from sitp.nn.modules.module import Module
 
 cache_size_limit = 8
@@ -111,7 +116,10 @@ class CompiledFunction:
         return self._trace(key, ts, args, kwargs)
 
     def _run(self, program, ts):
-        """Run the program; outputs carry no autograd graph (the backward ran inside)."""
+        """Run the program; outputs carry no autograd graph (the backward ran inside),
+        unless it is a forward and backward pair (:class:`Joint`)."""
+        if isinstance(program, Joint):
+            return program.call(ts)
         out, grads = program.run(ts)
         for i, g in grads.items():
             ts[i].grad = g
@@ -133,12 +141,14 @@ class CompiledFunction:
         reason = None
         outs: list = []
         _flatten(result, outs)
-        backward = any(t.requires_grad and t.grad is not None for t in ts + tracer.leaves)
-        if is_grad_enabled() and not backward and any(t.requires_grad for t in outs):
-            reason = (
-                "an output requires grad: call backward() inside the compiled function "
-                "(its joint forward-and-backward graph is compiled), or compile under no_grad"
-            )
+        if is_grad_enabled() and not tracer.accumulated and any(t.requires_grad for t in outs):
+            if tracer.grad_consts:
+                reason = (
+                    "an output requires grad and the function reads a tensor that requires "
+                    "grad but is not an argument: compile the nn.Module, or pass it in"
+                )
+            elif not tracer.breaks:
+                return self._trace_backward(key, ts, tracer, result, outs)
         if tracer.breaks or reason:
             self._add(Entry(key, breaks=tracer.breaks, reason=reason))
             return result
@@ -159,6 +169,60 @@ class CompiledFunction:
         tracer.keep = []
         program.leaves = list(tracer.leaves)
         self._add(Entry(key, program=program, report=report, leaves=leaves))
+        return result
+
+    def _trace_backward(self, key, ts, tracer, result, outs):
+        """Outputs that require grad: trace their backward too, from placeholder output
+        gradients, and split the joint graph into a forward graph and a backward graph
+        (AOTAutograd's plan). A call then runs the forward graph inside one autograd
+        Function, whose backward runs the backward graph on what the forward saved."""
+        g = tracer.graph
+        g.output = _template(result, tracer)
+        k = len(g.nodes)
+        n_in = len(ts)
+        floats = [o for o in outs if o.dtype.is_floating_point]
+        diff = [j for j, o in enumerate(floats) if o.requires_grad]
+        gouts = []
+        for j in diff:
+            o = floats[j]
+            go = o._make(np.ones(o.numel(), o.dtype.np), o.shape, contiguous(o.shape), 0, o.dtype)
+            tracer.add_input(go, n_in + len(gouts))
+            gouts.append(go)
+        wrt = [t for t in ts if t.requires_grad]
+        with capture.tracing(tracer):
+            total = None
+            for j, go in zip(diff, gouts):
+                term = (floats[j] * go).sum()
+                total = term if total is None else total + term
+            grads = engine.grad(total, wrt, retain_graph=True, materialize_grads=True)
+        tracer.finish()
+        if tracer.breaks:
+            self._add(Entry(key, breaks=tracer.breaks))
+            return result
+        gf, gb = Graph(), Graph()
+        gf.inputs = [v for v in g.inputs if v.index < n_in]
+        gb.inputs = list(g.inputs)
+        gf.consts = gb.consts = g.consts
+        gf.nodes, gb.nodes = g.nodes[:k], g.nodes[k:]
+        gf._next = gb._next = g._next
+        gf.output = g.output
+        gb.output = tuple(tracer.ref(t) for t in grads)
+        made = {v.id for n in gf.nodes for v in n.made()}
+        saved = {v.id for n in gb.nodes for v in n.inputs() if v.id in made}
+        saved |= {r.value.id for r in gb.output_refs() if r.value.id in made}
+        gf.extra_live = saved
+        fwd, rep_f = passes.compile_graph(
+            gf, fuse=self.fuse, debug_dir=self.debug_dir, only=("dce", "fuse", "plan")
+        )
+        bwd, rep_b = passes.compile_graph(gb, fuse=self.fuse, debug_dir=None)
+        for v in tracer.by_storage.values():
+            v.trace = None
+        tracer.keep = []
+        types = [(tuple(floats[j].shape), floats[j].dtype) for j in diff]
+        aot = Joint(fwd, bwd, saved, diff, [t.requires_grad for t in ts], types)
+        report = {k_: rep_f.get(k_, 0) + rep_b.get(k_, 0) for k_ in rep_f}
+        report["saved"] = len(saved)
+        self._add(Entry(key, program=aot, report=report))
         return result
 
     def _add(self, e: Entry) -> None:
@@ -186,6 +250,62 @@ class CompiledFunction:
         if mod is None:
             raise AttributeError(name)
         return getattr(mod, name)
+
+
+class Joint:
+    """A forward graph and a backward graph, split from one joint trace."""
+
+    def __init__(self, fwd, bwd, saved, diff, needs, out_types):
+        self.fwd, self.bwd, self.saved, self.diff, self.needs = fwd, bwd, saved, diff, needs
+        self.out_types = out_types  # (shape, dtype) of each output that requires grad
+        self.graph = fwd.graph
+
+    def call(self, ts):
+        flat = CompiledGraph.apply(self, *ts)
+        flat = flat if isinstance(flat, tuple) else (flat,)
+        it = iter(flat)
+        return _fill(self.fwd.graph.output, it)
+
+
+class CompiledGraph(Function):
+    """The autograd Function of a compiled forward graph; its backward is the backward graph."""
+
+    @staticmethod
+    def forward(ctx, joint, *ts):
+        env = joint.fwd.run_env(list(ts))
+        ctx.joint, ctx.ts = joint, ts
+        ctx.saved_env = {vid: env[vid] for vid in joint.saved}
+        flat: list = []
+        _flatten(joint.fwd.outputs(env), flat)
+        return tuple(flat) if len(flat) != 1 else flat[0]
+
+    @staticmethod
+    def backward(ctx, *gs):
+        joint = ctx.joint
+        if len(gs) == 1 and isinstance(gs[0], (list, tuple)):  # a node with several outputs
+            gs = tuple(gs[0])
+        gouts = []
+        for j, (shape, dtype) in zip(joint.diff, joint.out_types):
+            g = gs[j] if j < len(gs) else None
+            if g is None:  # an output the loss did not use: a zero gradient
+                z = np.zeros(int(np.prod(shape)), dtype.np)
+                g = ctx.ts[0]._make(z, shape, contiguous(shape), 0, dtype)
+            gouts.append(g.contiguous())
+        env = joint.bwd.run_env(list(ctx.ts) + gouts, preset=ctx.saved_env)
+        grads = iter(joint.bwd.outputs(env))
+        return (None,) + tuple(next(grads) if need else None for need in joint.needs)
+
+
+def _fill(template, it):
+    if isinstance(template, Ref):
+        return next(it)
+    if isinstance(template, list):
+        return [_fill(b, it) for b in template]
+    if isinstance(template, tuple):
+        return tuple(_fill(b, it) for b in template)
+    if isinstance(template, dict):
+        return {k: _fill(b, it) for k, b in template.items()}
+    return template
 
 
 def _leaf_guard(t) -> tuple:

@@ -111,6 +111,8 @@ class Tracer:
         self.indices: dict = {}  # id(index array) -> its HostIndex
         self.leaves: list = []  # leaf tensors that require grad, read but not inputs
         self.leaf_guards: list = []  # their layouts when first read
+        self.accumulated = False  # whether the engine accumulated into a leaf's .grad
+        self.grad_consts = False
 
     # ------------------------------------------------------------ values
     def _new_value(self, arr, kind, **kw) -> Value:
@@ -136,6 +138,8 @@ class Tracer:
         return v
 
     def ref(self, t: Tensor) -> Ref:
+        if t.requires_grad and t.grad_fn is None and id(t._storage) not in self.by_storage:
+            self.grad_consts = True  # a leaf that requires grad, read but not an input
         return Ref(self.value_of(t._storage), t._shape, t._strides, t._offset, t.dtype, type(t))
 
     def arr_ref(self, a: np.ndarray) -> ArrRef:
@@ -228,6 +232,7 @@ class Tracer:
 
     def note_leaf(self, t: Tensor) -> None:
         """The engine accumulates into leaf ``t``: a closure's parameter gets its grad."""
+        self.accumulated = True
         v = self.by_storage.get(id(t._storage))
         if v is not None and v.kind == "input" or any(t is u for u in self.leaves):
             return

@@ -238,6 +238,7 @@ class Graph:
         self.nodes: list[Node] = []
         self.output = None  # the return value's structure, with Refs for tensors
         self.grads: dict[int, Ref] = {}
+        self.extra_live: set = set()  # ids of Values another graph reads (saved for backward)
         self._next = 0
 
     def new_id(self) -> int:
@@ -252,7 +253,7 @@ class Graph:
     def live_values(self) -> set:
         """Ids of the Values the caller can see after the call: outputs, grads and the
         last version of every input written in place."""
-        live = {r.value.id for r in self.output_refs()}
+        live = {r.value.id for r in self.output_refs()} | set(self.extra_live)
         for n in self.nodes:
             for old, new in n.writes:
                 if new.root().kind in ("input", "const"):

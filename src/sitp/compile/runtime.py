@@ -106,15 +106,26 @@ class Program:
         self.consts = [(v.id, v.array, v.kind == "scratch") for v in graph.consts]
         self._leaf = {}
 
-    def run(self, inputs: list) -> tuple:
-        """Run on the flat list of input tensors; returns (output structure, grads)."""
+    def run_env(self, inputs: list, preset=None) -> dict:
+        """Run on the flat list of input tensors (and the Values in ``preset``, id ->
+        array: what a forward graph saved for this backward one); returns the environment."""
         env = {"slots": [None] * self.n_slots}
+        if preset:
+            env.update(preset)
         for v in self.graph.inputs:
             env[v.id] = inputs[v.index]._storage
         for vid, arr, scratch in self.consts:
             env[vid] = arr.copy() if scratch else arr
         for step in self.steps:
             step(env)
+        return env
+
+    def outputs(self, env):
+        return _rebuild(self.graph.output, env)
+
+    def run(self, inputs: list) -> tuple:
+        """Run on the flat list of input tensors; returns (output structure, grads)."""
+        env = self.run_env(inputs)
         out = _rebuild(self.graph.output, env)
         grads = {i: _tensor(r, env) for i, r in self.graph.grads.items() if i >= 0}
         self._leaf = {i: _tensor(r, env) for i, r in self.graph.grads.items() if i < 0}
