@@ -186,6 +186,19 @@ def test_new_shape_recompiles_and_the_cache_has_a_limit():
     assert any("cache_size_limit" in str(m.message) for m in w)
 
 
+def test_python_arguments_are_guarded_and_inputs_written_in_place():
+    def f(x, scale):
+        x.mul_(scale)  # writes the caller's tensor
+        return x + 1
+
+    cf = sitp.compile(f, fuse=False)
+    for scale in (2.0, 2.0, 3.0):
+        a, b = t64(4), t64(4)
+        np.testing.assert_array_equal(cf(a, scale).numpy(), f(b, scale).numpy())
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert len(cf.entries) == 2  # one per value of scale
+
+
 def test_graph_break_on_item_runs_eagerly_and_explains(capsys):
     def f(x):
         if x.sum().item() > 0:  # data-dependent control flow

@@ -4,7 +4,8 @@ The first call with a new *input signature* traces the function (``capture.py``)
 passes (``passes.py``) and builds a :class:`~sitp.compile.runtime.Program`; later calls
 with the same signature run the program. The signature is the guard: each input tensor's
 shape, strides, offset, dtype, device, ``requires_grad`` and whether it has a ``.grad``,
-which inputs share a storage, the grad mode, and for a module its ``training`` flag and
+which inputs share a storage, the values of the arguments that are not tensors (they are
+baked into the graph), the grad mode, and for a module its ``training`` flag and
 its parameters and buffers (read afresh on every call, so an optimizer's in-place updates
 are seen). A signature that fails every cached guard compiles again, up to
 ``cache_size_limit`` (8, as torch._dynamo's) programs; beyond it the function runs eagerly,
@@ -98,7 +99,7 @@ class CompiledFunction:
     # ------------------------------------------------------------------ calls
     def __call__(self, *args, **kwargs):
         ts = self._inputs(args, kwargs)
-        key = self._key(ts)
+        key = (self._key(ts), _static((args, kwargs)))
         for e in self.entries:
             if e.key == key and all(_leaf_guard(t) == lg for t, lg in e.leaves):
                 if e.program is None:
@@ -306,6 +307,22 @@ def _fill(template, it):
     if isinstance(template, dict):
         return {k: _fill(b, it) for k, b in template.items()}
     return template
+
+
+def _static(o):
+    """The arguments with each tensor replaced by a mark: the other values (a Python
+    number, a flag) are baked into the graph, so they are part of the guard."""
+    if isinstance(o, Tensor):
+        return "<tensor>"
+    if isinstance(o, (list, tuple)):
+        return (type(o).__name__,) + tuple(_static(b) for b in o)
+    if isinstance(o, dict):
+        return ("dict",) + tuple((k, _static(v)) for k, v in o.items())
+    try:
+        hash(o)
+    except TypeError:
+        return ("id", id(o))
+    return (type(o).__name__, o)
 
 
 def _leaf_guard(t) -> tuple:
