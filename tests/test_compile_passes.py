@@ -169,3 +169,13 @@ def test_tanh_f32_is_accurate():
     assert np.max(np.abs(got - ref) / np.maximum(np.abs(ref), 1e-30)) < 1e-6
     assert tanh_f32(np.float32(np.inf)) == 1 and tanh_f32(np.float32(-np.inf)) == -1
     assert np.isnan(tanh_f32(np.float32(np.nan)))
+
+
+def test_mean_is_a_reduction_with_an_epilogue():
+    x = x64(4, 6)
+    g, out = trace(lambda x: (x * x).mean(-1, keepdim=True).rsqrt(), x)
+    (k,) = passes.fuse(g)  # sum(x * x), then / 6 and rsqrt before the store
+    assert [n.op for n in k.nodes] == ["mul", "sum", "div", "rsqrt"]
+    assert "red = np.float64(acc)" in k.source
+    steps, _ = _steps(g)
+    np.testing.assert_allclose(run(g, x, steps=steps), out.numpy(), rtol=1e-14)

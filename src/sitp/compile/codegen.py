@@ -81,6 +81,7 @@ class Kernel:
         self.root, self.nodes, self.virtual = root, list(nodes), dict(virtual)
         self.out = root.outputs[0]
         self.extra = []  # pointwise nodes whose values the kernel also stores
+        self.epilogue = None  # a pointwise kernel applied to the reduced value before its store
         self.leaves = []
         self.name = f"k{root.id}"
         self.fn = None
@@ -102,6 +103,7 @@ class _Emitter:
         self.lines: list[str] = []
         self.memo: dict = {}
         self.params: dict = {}  # leaf value id -> parameter name
+        self.reduced = None  # (value id, variable) of a reduction's result, in an epilogue
 
     def param(self, value) -> str:
         if value.id not in self.params:
@@ -111,6 +113,8 @@ class _Emitter:
 
     def ref(self, r, idx) -> str:
         """The entry of view ``r`` at index ``idx`` (one index expression per dim of r)."""
+        if self.reduced is not None and r.value.id == self.reduced[0]:
+            return self.reduced[1]
         node = self.k.virtual.get(r.value.id)
         if node is not None:
             return self.node(node, idx)
@@ -266,7 +270,18 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
         for j, side in enumerate(kernel.extra):  # also store the reduced values themselves
             body.append(f"out{j + 1}[{_pos(idx, space)}] = {em.node(side, idx)}")
         kept_shape = tuple(space[d] for d in kept)
-        store = f"out[{_pos(tuple(f'i{d}' for d in kept), kept_shape)}] = {out_dt}(acc)"
+        kept_idx = tuple(f"i{d}" for d in kept)
+        store = f"out[{_pos(kept_idx, kept_shape)}] = {out_dt}(acc)"
+        epi = []
+        if kernel.epilogue is not None:  # pointwise ops on the reduced value, then the store
+            p = kernel.epilogue.root
+            it = iter([f"i{d}" for d in kept if space[d] != 1])
+            pidx = tuple("0" if n == 1 else next(it) for n in p.result.shape)
+            em.lines, em.memo = [], {}
+            em.reduced = (kernel.reduced_id, "red")
+            ev = em.node(p, pidx)
+            epi = [f"red = {out_dt}(acc)"] + em.lines
+            store = f"out[{_pos(kept_idx, kept_shape)}] = {ev}"
         outer, inner = kept, [d for d in dims]
         n_outer = int(np.prod([space[d] for d in kept])) if kept else 1
     else:
@@ -276,13 +291,14 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
         body = em.lines
         store = f"out[{_pos(idx, space)}] = {v}"
         outer, inner, init = list(range(len(space))), [], None
+        epi = []
         n_outer = int(np.prod(space)) if space else 1
     outs = ", ".join(["out"] + [f"out{j + 1}" for j in range(len(kernel.extra))])
     params = ", ".join(em.params.values())
     params = f"{params}, {outs}" if params else outs
     total = int(np.prod(space)) if space else 1
     if target == "cuda":
-        return _cuda_source(kernel, space, outer, inner, init, body, store, v, params, root)
+        return _cuda_source(kernel, space, outer, inner, init, body, epi + [store], v, params, root)
     par = total >= PARALLEL_MIN and outer
     # a sum or product may be regrouped, so that LLVM vectorises it (eager sums in order:
     # the results differ in the last bits); pointwise kernels keep IEEE order exactly
@@ -319,7 +335,7 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
             depth += 1
         lines += _indent(body, depth)
         lines += _indent([_combine(op, v)], depth)
-        lines.append("    " * d0 + store)
+        lines += _indent(epi + [store], d0)
     else:
         lines += _indent(body, depth)
         lines.append("    " * depth + store)
@@ -363,10 +379,10 @@ def _cuda_source(kernel, space, outer, inner, init, body, store, v, params, root
             depth += 1
         lines += _indent(body, depth)
         lines += _indent([_combine(op, v)], depth)
-        lines.append("    " + store)
+        lines += _indent(store, 1)
     else:
         lines += _indent(body, 1)
-        lines.append("    " + store)
+        lines += _indent(store, 1)
     return "\n".join(lines) + "\n"
 
 

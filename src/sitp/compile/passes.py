@@ -257,8 +257,53 @@ def fuse(g: Graph) -> list:
             v.producer = node
         new_nodes.append(node)
         kernels.append(k)
-    g.nodes = new_nodes
-    return kernels
+    g.nodes = _merge_epilogues(new_nodes, kernels, live | written)
+    return [k for k in kernels if not getattr(k, "merged", False)]
+
+
+def _merge_epilogues(nodes, kernels, keep) -> list:
+    """A reduction whose result only one pointwise kernel reads, over the reduced shape
+    (the ``/ n`` of a mean), applies that kernel's ops before its store: one kernel."""
+    pos = {n.id: i for i, n in enumerate(nodes)}
+    readers = {}
+    for n in nodes:
+        for v in n.inputs():
+            readers.setdefault(v.id, []).append(n)
+    drop = set()
+    for kn in nodes:
+        k = kn.kernel
+        if k is None or k.root.fn != "reduce" or k.epilogue is not None or k.extra:
+            continue
+        r = k.out
+        users = readers.get(r.id, [])
+        if r.id in keep or len(users) != 1 or users[0].kernel is None:
+            continue
+        pn = users[0]
+        p = pn.kernel
+        if p.root.fn == "reduce" or p.extra or p.out.size != r.size or pn.id in drop:
+            continue
+        x, dims = k.root.args[1], tuple(k.root.args[2])
+        kept = [n for d, n in enumerate(x.shape) if d not in dims and n != 1]
+        if [n for n in p.root.result.shape if n != 1] != kept:
+            continue
+        if any(
+            v.producer is not None and v.producer in nodes and pos[v.producer.id] > pos[kn.id]
+            for v in p.leaves
+            if v.id != r.id
+        ):
+            continue
+        k.epilogue, k.reduced_id = p, r.id
+        k.virtual.update(p.virtual)
+        k.nodes = k.nodes + p.nodes
+        k.out = p.out
+        k.source = codegen.generate(k)
+        kn.outputs = k.outs()
+        kn.args = tuple(Ref(v, (v.size,), (1,), 0, None, None) for v in k.leaves)
+        kn.result = pn.result
+        p.out.producer = kn
+        p.merged = True
+        drop.add(pn.id)
+    return [n for n in nodes if n.id not in drop]
 
 
 Kernel = codegen.Kernel
