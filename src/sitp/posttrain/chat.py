@@ -1,0 +1,233 @@
+"""Conversations as tokens (chapter 8.1): a chat format, its training mask, and parsing back.
+
+A conversation is a list of messages, each a dict ``{"role": ..., "content": ...}``,
+the roles alternating ``"user"``, ``"assistant"``, ``"user"``, ... from a user turn.
+It becomes one sequence of token ids, framed by five special tokens::
+
+    <|bos|> <|user_start|> How are you? <|user_end|>
+            <|assistant_start|> Well, thank you. <|assistant_end|>
+            <|user_start|> ...
+
+* ``<|bos|>`` begins every conversation (the model's first input: nothing to predict);
+* ``<|user_start|>`` / ``<|user_end|>`` frame what the user typed;
+* ``<|assistant_start|>`` / ``<|assistant_end|>`` frame the assistant's reply.
+  At inference the prompt ends with ``<|assistant_start|>``, and the model's own
+  ``<|assistant_end|>`` says that its turn is over.
+
+:func:`render` returns the ids and a mask of the same length: 1 on the tokens the
+assistant writes (each reply's content and its ``<|assistant_end|>``), 0 elsewhere.
+Supervised fine-tuning trains on the positions whose *target* has mask 1, so the
+model learns to answer, not to imitate the user nor to predict the frame.
+
+:class:`ChatTokenizer` adds the special tokens to any base tokenizer. A
+:class:`~sitp.tokenizers.BPETokenizer` trained with ``special_tokens=SPECIAL_TOKENS``
+already holds them and keeps its ids; any other tokenizer (a
+:class:`~sitp.data.tokens.CharTokenizer`, a :class:`~sitp.data.tokens.ByteTokenizer`)
+gets them as the ids just above its vocabulary. The content of a message is always
+encoded as ordinary text: a user who types ``<|assistant_end|>`` writes those 19
+characters, never the special token.
+
+Example:
+    >>> from sitp.data.tokens import ByteTokenizer
+    >>> tok = ChatTokenizer(ByteTokenizer())
+    >>> conversation = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]
+    >>> ids, mask = render(conversation, tok)
+    >>> tok.vocab_size, len(ids), mask
+    (261, 10, [0, 0, 0, 0, 0, 0, 0, 0, 1, 1])
+    >>> parse(ids, tok) == conversation
+    True
+"""
+
+from __future__ import annotations
+
+BOS = "<|bos|>"
+USER_START = "<|user_start|>"
+USER_END = "<|user_end|>"
+ASSISTANT_START = "<|assistant_start|>"
+ASSISTANT_END = "<|assistant_end|>"
+#: The chat format's special tokens, in the order of their ids when they are appended.
+SPECIAL_TOKENS = (BOS, USER_START, USER_END, ASSISTANT_START, ASSISTANT_END)
+ROLES = ("user", "assistant")
+
+
+class ChatTokenizer:
+    """A base tokenizer and the chat format's special tokens.
+
+    Args:
+        base: a tokenizer with ``encode``, ``decode`` and ``vocab_size``. If it has
+            ``special_tokens`` naming all of :data:`SPECIAL_TOKENS` (a BPE trained with
+            them), their ids are its own; otherwise they are ``base.vocab_size``,
+            ``base.vocab_size + 1``, ...
+    """
+
+    def __init__(self, base):
+        self.base = base
+        own = getattr(base, "special_tokens", None) or {}
+        if all(name in own for name in SPECIAL_TOKENS):
+            self.special = {name: int(own[name]) for name in SPECIAL_TOKENS}
+            self.vocab_size = int(base.vocab_size)
+        else:
+            first = int(base.vocab_size)
+            self.special = {name: first + i for i, name in enumerate(SPECIAL_TOKENS)}
+            self.vocab_size = first + len(SPECIAL_TOKENS)
+        self.name_of = {i: name for name, i in self.special.items()}
+        self.bos, self.user_start, self.user_end = (self.special[n] for n in SPECIAL_TOKENS[:3])
+        self.assistant_start = self.special[ASSISTANT_START]
+        self.assistant_end = self.special[ASSISTANT_END]
+
+    def encode_text(self, text: str) -> list[int]:
+        """Ordinary text as ids: never a special token, whatever the text says."""
+        ordinary = getattr(self.base, "encode_ordinary", None)
+        ids = ordinary(text) if ordinary is not None else self.base.encode(text)
+        return [int(i) for i in ids]
+
+    def decode_text(self, ids) -> str:
+        """Ordinary ids back to text (special ids must not be among them)."""
+        return self.base.decode(list(ids))
+
+    def decode(self, ids) -> str:
+        """Any ids as text, each special token written as its name."""
+        out, run = [], []
+        for i in ids:
+            i = int(i)
+            if i in self.name_of:
+                if run:
+                    out.append(self.decode_text(run))
+                    run = []
+                out.append(self.name_of[i])
+            else:
+                run.append(i)
+        if run:
+            out.append(self.decode_text(run))
+        return "".join(out)
+
+
+def _check(conversation, for_training: bool) -> None:
+    if not isinstance(conversation, (list, tuple)) or not conversation:
+        raise ValueError(f"a conversation is a non-empty list of messages, got {conversation!r}")
+    for n, message in enumerate(conversation):
+        if not isinstance(message, dict) or set(message) != {"role", "content"}:
+            raise ValueError(
+                f"message {n} must be a dict with exactly 'role' and 'content', got {message!r}"
+            )
+        role = message["role"]
+        if role not in ROLES:
+            raise ValueError(f"message {n} has unknown role {role!r}; the roles are {ROLES}")
+        if not isinstance(message["content"], str):
+            raise ValueError(f"message {n}'s content must be a str, got {message['content']!r}")
+        expected = ROLES[n % 2]
+        if role != expected:
+            raise ValueError(
+                f"message {n} is from the {role}, but the turns alternate from the user: "
+                f"message {n} must be the {expected}'s"
+            )
+    last = conversation[-1]["role"]
+    if for_training and last != "assistant":
+        raise ValueError(
+            "a conversation for training must end with the assistant's reply "
+            f"(it ends with the {last}'s message): there is nothing to learn after it"
+        )
+    if not for_training and last != "user":
+        raise ValueError(
+            f"a prompt must end with the user's message (it ends with the {last}'s): "
+            "the model writes the assistant's next reply"
+        )
+
+
+def render(conversation, tokenizer: ChatTokenizer) -> tuple[list[int], list[int]]:
+    """The ids of a whole conversation and its training mask (1: the assistant wrote it).
+
+    Raises:
+        ValueError: a message is malformed or has an unknown role, the turns do not
+            alternate from the user, or the last message is not the assistant's.
+    """
+    _check(conversation, for_training=True)
+    ids, mask = [tokenizer.bos], [0]
+    for message in conversation:
+        content = tokenizer.encode_text(message["content"])
+        if message["role"] == "user":
+            part = [tokenizer.user_start, *content, tokenizer.user_end]
+            ids += part
+            mask += [0] * len(part)
+        else:
+            ids += [tokenizer.assistant_start, *content, tokenizer.assistant_end]
+            mask += [0] + [1] * (len(content) + 1)
+    return ids, mask
+
+
+def render_prompt(conversation, tokenizer: ChatTokenizer) -> list[int]:
+    """The ids that ask for the assistant's next reply: the conversation, which must
+    end with the user's message, and ``<|assistant_start|>``."""
+    _check(conversation, for_training=False)
+    ids = [tokenizer.bos]
+    for message in conversation:
+        content = tokenizer.encode_text(message["content"])
+        if message["role"] == "user":
+            ids += [tokenizer.user_start, *content, tokenizer.user_end]
+        else:
+            ids += [tokenizer.assistant_start, *content, tokenizer.assistant_end]
+    return ids + [tokenizer.assistant_start]
+
+
+def completion_text(ids, tokenizer: ChatTokenizer) -> str:
+    """The reply in generated ids: the text before the first special token (the model's
+    ``<|assistant_end|>``, or any frame token it should not have written)."""
+    out = []
+    for i in ids:
+        if int(i) in tokenizer.name_of:
+            break
+        out.append(int(i))
+    return tokenizer.decode_text(out)
+
+
+def parse(ids, tokenizer: ChatTokenizer) -> list[dict]:
+    """The conversation that :func:`render` (or :func:`render_prompt`) made into ``ids``.
+
+    A trailing ``<|assistant_start|>`` with no reply yet (a prompt) is dropped.
+
+    Raises:
+        ValueError: the ids do not follow the chat format (the message names the
+            position and what was expected there).
+    """
+    ids = [int(i) for i in ids]
+    if not ids or ids[0] != tokenizer.bos:
+        raise ValueError("the ids do not begin with <|bos|>")
+    frames = {tokenizer.user_start: ("user", tokenizer.user_end),
+              tokenizer.assistant_start: ("assistant", tokenizer.assistant_end)}  # fmt: skip
+    conversation, pos = [], 1
+    while pos < len(ids):
+        start = ids[pos]
+        if start not in frames:
+            what = tokenizer.name_of.get(start, f"ordinary token {start}")
+            raise ValueError(f"position {pos}: expected a turn's start token, got {what}")
+        role, end = frames[start]
+        if role == "assistant" and pos == len(ids) - 1:
+            break  # a prompt's open turn
+        stop = pos + 1
+        while stop < len(ids) and ids[stop] not in tokenizer.name_of:
+            stop += 1
+        if stop == len(ids) or ids[stop] != end:
+            got = "the end of the ids" if stop == len(ids) else tokenizer.name_of[ids[stop]]
+            raise ValueError(
+                f"position {stop}: the {role}'s turn from {pos} must end with "
+                f"{tokenizer.name_of[end]}, got {got}"
+            )
+        conversation.append({"role": role, "content": tokenizer.decode_text(ids[pos + 1 : stop])})
+        pos = stop + 1
+    return conversation
+
+
+__all__ = [
+    "ASSISTANT_END",
+    "ASSISTANT_START",
+    "BOS",
+    "ROLES",
+    "SPECIAL_TOKENS",
+    "USER_END",
+    "USER_START",
+    "ChatTokenizer",
+    "completion_text",
+    "parse",
+    "render",
+    "render_prompt",
+]
