@@ -75,12 +75,14 @@ def sft(
     seed: int = 0,
     optimizer=None,
     on_step=None,
+    rng: random.Random | None = None,
 ):
     """Fine-tunes ``model`` on ``conversations`` for ``steps`` AdamW steps; returns the losses.
 
     Each step draws ``batch_size`` conversations at random (a seeded
     :class:`random.Random`); ``on_step(step, loss)``, if given, is called after each.
-    ``optimizer`` defaults to AdamW over all the parameters (pass one to resume).
+    ``optimizer`` defaults to AdamW over all the parameters; pass it, and ``rng`` (the
+    :class:`random.Random` that draws the batches, used instead of ``seed``), to resume.
     """
     if steps < 0 or batch_size < 1:
         raise ValueError(f"steps must be >= 0 and batch_size >= 1, got {steps}, {batch_size}")
@@ -95,7 +97,7 @@ def sft(
         )
     if optimizer is None:
         optimizer = AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    rng = random.Random(seed)
+    rng = random.Random(seed) if rng is None else rng
     model.train()
     losses = []
     for step in range(steps):

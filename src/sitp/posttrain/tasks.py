@@ -89,29 +89,36 @@ class Task:
     def check(self, problem: Problem, answer_text: str) -> bool:
         raise NotImplementedError
 
-    def problems(self, split: str, n: int, seed: int = 0) -> list[Problem]:
+    def problems(self, split: str, n: int, seed: int = 0, at_most: bool = False) -> list[Problem]:
         """``n`` distinct problems of ``split`` ("train" or "heldout"), the same for a seed.
 
+        The draw gives up after 5,000 draws in a row that find no new problem: then
+        ``at_most=True`` returns the fewer problems found (a small task's whole split,
+        all but certainly), and otherwise it raises.
+
         Raises:
-            ValueError: an unknown split, or the split has fewer than ``n`` problems
-                that the generator finds (the task's space is too small).
+            ValueError: an unknown split, or (without ``at_most``) the split has fewer
+                than ``n`` problems that the generator finds.
         """
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
         rng = random.Random(f"{self.name}|{split}|{seed}")
-        out, seen, tries = [], set(), 0
+        out, seen, misses = [], set(), 0
         while len(out) < n:
-            tries += 1
-            if tries > 200 * n + 1000:
-                raise ValueError(
-                    f"{self.name}: found only {len(out)} distinct {split} problems of the "
-                    f"{n} asked for; ask for fewer or make the task larger"
-                )
             problem = Problem(self.name, self.draw(rng))
             if problem in seen or split_of(problem) != split:
+                misses += 1
+                if misses > 5000:
+                    if at_most:
+                        break
+                    raise ValueError(
+                        f"{self.name}: found only {len(out)} distinct {split} problems of "
+                        f"the {n} asked for; ask for fewer or make the task larger"
+                    )
                 continue
+            misses = 0
             seen.add(problem)
             out.append(problem)
         return out

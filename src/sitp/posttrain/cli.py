@@ -1,0 +1,425 @@
+"""The post-training commands (chapter 8): ``sft``, ``rl``, ``eval`` and ``chat``.
+
+Each ``main_*(argv)`` parses its own arguments and returns the exit status: 0, or 2
+after one line on stderr for a bad request (an unknown task, a missing checkpoint, a
+value out of range); ``python -m sitp sft ...`` and the others call them.
+
+* ``sft --init DIR --out OUT --tasks addition2,count --identity`` fine-tunes the
+  GPT of checkpoint DIR (a ``sitp train`` text run or a post-training checkpoint) on
+  the tasks' train problems and the identity conversations, with the loss on the
+  assistant's tokens only. A tokenizer without the chat tokens gets them as new ids,
+  and the model new embedding rows for them.
+* ``rl --init DIR --out OUT --task addition2`` runs GRPO from checkpoint DIR, rewarded
+  by the task's checker; with ``--kl β`` it penalises the KL to DIR's model.
+* ``eval DIR --task addition2`` prints held-out pass@1 (and pass@k) with intervals.
+* ``chat DIR`` reads the user's lines on stdin and streams the replies.
+
+Checkpoints are written atomically by :mod:`sitp.train.checkpoint` every
+``--save-every`` steps and at the end; rerunning ``sft`` or ``rl`` with the same
+``--out`` resumes from the last one exactly (model, optimizer, random state, step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from sitp._tensor.creation import tensor
+from sitp.data.tokens import ByteTokenizer
+from sitp.dtypes import int64
+from sitp.models.engine import Engine
+from sitp.models.gpt import GPT, GPTConfig
+from sitp.optim import AdamW
+from sitp.posttrain.chat import ChatTokenizer, completion_text, render, render_prompt
+from sitp.posttrain.evaluate import evaluate
+from sitp.posttrain.rl import grpo_step
+from sitp.posttrain.sft import sft
+from sitp.posttrain.tasks import get_task, identity_conversations
+from sitp.random import Generator, manual_seed
+from sitp.train import checkpoint as ckpt
+from sitp.train.trainer import TOKENIZER_FILE, UsageError, tokenizer_from_record
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage block), exit status 2."""
+
+    def error(self, message):
+        raise SystemExit(_fail(f"{self.prog}: error: {message}"))
+
+
+def _fail(line: str) -> int:
+    print(" ".join(line.split()), file=sys.stderr)
+    return 2
+
+
+def _positive(kind):
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _non_negative(kind):
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from None
+        if not value >= 0:
+            raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+# ------------------------------------------------------------------ checkpoints
+def load_model(directory):
+    """``(model, chat_tokenizer, record, tokenizer_file_bytes)`` of a GPT checkpoint.
+
+    The model gets embedding rows for the chat tokens if its tokenizer lacked them.
+    """
+    point = ckpt.load_checkpoint(directory)
+    record = point.record
+    if record.get("model") != "gpt":
+        raise UsageError(f"{directory} holds a {record.get('model')!r} run, not a GPT")
+    info = record.get("tokenizer") or {}
+    if info.get("kind") == "bytes":
+        base, saved = ByteTokenizer(), None
+    else:
+        base, saved = tokenizer_from_record(directory, record)
+    tok = ChatTokenizer(base)
+    try:
+        config = GPTConfig(**record["model_config"])
+    except (TypeError, KeyError, ValueError) as error:
+        raise ckpt.CheckpointError(f"corrupt checkpoint: bad model config ({error})") from None
+    model = GPT(config)
+    point.load_model(model)
+    if tok.vocab_size > config.vocab_size:
+        model = extend_vocab(model, tok.vocab_size)
+    return model.eval(), tok, record, saved
+
+
+def extend_vocab(model, vocab_size):
+    """A copy of ``model`` with ``vocab_size`` token rows: the old rows kept, the new ones
+    drawn as GPT-2's init draws them (N(0, 0.02))."""
+    old = model.config
+    new = GPT(GPTConfig(**dict(asdict(old), vocab_size=vocab_size)))
+    state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    target = new.state_dict()
+    for name, value in target.items():
+        array = value.detach().numpy().copy()
+        src = state[name]
+        if src.shape != array.shape:  # wte and lm_head: (V, C)
+            array[: src.shape[0]] = src
+        else:
+            array = src
+        state[name] = array
+    new.load_state_dict({k: tensor(v) for k, v in state.items()})
+    return new
+
+
+def tokenizer_record(tok: ChatTokenizer, saved) -> dict:
+    base = tok.base
+    if isinstance(base, ByteTokenizer):
+        return {"kind": "bytes"}
+    if saved is None:
+        return {"kind": "char", "chars": "".join(base.chars)}
+    return {"kind": "bpe", "file": TOKENIZER_FILE, "vocab_size": base.vocab_size}
+
+
+def save(out, model, optimizer, tok, saved, record):
+    """Writes a post-training checkpoint (atomically, through sitp.train.checkpoint)."""
+    record = dict(record, model="gpt", model_config=asdict(model.config),
+                  tokenizer=tokenizer_record(tok, saved))  # fmt: skip
+    extra = {TOKENIZER_FILE: saved} if saved is not None else None
+    return ckpt.save_checkpoint(out, model, optimizer, None, record, extra)
+
+
+def _resume_or_init(args, stage):
+    """The model, tokenizer, optimizer and record to continue from: OUT's own checkpoint
+    of this stage if there is one, else --init's model and a fresh optimizer."""
+    out = Path(args.out)
+    if ckpt.has_checkpoint(out):
+        model, tok, record, saved = load_model(out)
+        if record.get("stage") != stage:
+            raise UsageError(
+                f"{out} holds a {record.get('stage')!r} checkpoint, not {stage}: "
+                "choose another --out"
+            )
+        optimizer = AdamW(model.parameters(), lr=record["options"]["lr"])
+        optimizer.load_state_dict(ckpt.load_checkpoint(out).optimizer_state)
+        return model, tok, saved, optimizer, record
+    if args.init is None:
+        raise UsageError(f"{out} holds no checkpoint to resume: give --init DIR")
+    model, tok, _, saved = load_model(args.init)
+    optimizer = AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    return model, tok, saved, optimizer, {"stage": stage, "step": 0, "history": []}
+
+
+# ------------------------------------------------------------------------ sft
+def sft_parser():
+    p = _Parser(prog="sitp sft", description="Supervised fine-tuning on conversations.")
+    p.add_argument("--init", metavar="DIR", help="checkpoint to start from")
+    p.add_argument("--out", metavar="DIR", required=True, help="checkpoint directory to write")
+    p.add_argument("--tasks", default="", help="comma-separated task names, e.g. addition2,count")
+    p.add_argument("--identity", action="store_true", help="add the identity conversations")
+    p.add_argument("--problems", type=_positive(int), default=2000, help="train problems per task")
+    p.add_argument("--steps", type=_positive(int), default=200, help="total optimizer steps")
+    p.add_argument("--lr", type=_positive(float), default=1e-3, help="AdamW learning rate")
+    p.add_argument("--batch-size", type=_positive(int), default=16, help="conversations per step")
+    p.add_argument("--seed", type=_non_negative(int), default=0, help="seed of the batches")
+    p.add_argument("--save-every", type=_positive(int), default=100, help="steps between saves")
+    return p
+
+
+def _conversations(task_names, n, identity):
+    convos = []
+    for name in task_names:
+        task = get_task(name)
+        convos += [task.conversation(p) for p in task.problems("train", n, seed=0, at_most=True)]
+    if identity:
+        convos += identity_conversations()
+    if not convos:
+        raise UsageError("no data: give --tasks and/or --identity")
+    return convos
+
+
+def main_sft(argv=None) -> int:
+    args = sft_parser().parse_args(argv)
+    try:
+        names = [t for t in args.tasks.split(",") if t]
+        for name in names:
+            get_task(name)
+        model, tok, saved, optimizer, record = _resume_or_init(args, "sft")
+        if record["step"] == 0:
+            record["options"] = dict(tasks=names, identity=args.identity, problems=args.problems,
+                                     lr=args.lr, batch_size=args.batch_size, seed=args.seed,
+                                     init=args.init)  # fmt: skip
+        opts = record["options"]
+        convos = _conversations(opts["tasks"], opts["problems"], opts["identity"])
+        fits = [c for c in convos if len(render(c, tok)[0]) <= model.block_size + 1]
+        if len(fits) < len(convos):
+            print(f"sitp sft: {len(convos) - len(fits)} of {len(convos)} conversations are "
+                  f"longer than block_size {model.block_size} + 1 tokens; left out",
+                  file=sys.stderr)  # fmt: skip
+        if not fits:
+            raise UsageError(f"no conversation fits in block_size {model.block_size}")
+        convos = fits
+        rng = random.Random(opts["seed"])
+        if "rng" in record:
+            rng.setstate(_tuple(record["rng"]))
+        while record["step"] < args.steps:
+            n = min(args.save_every, args.steps - record["step"])
+            losses = sft(model, convos, tok, n, batch_size=opts["batch_size"],
+                         optimizer=optimizer, rng=rng)  # fmt: skip
+            record["step"] += n
+            record["history"] += losses
+            record["rng"] = rng.getstate()
+            save(args.out, model, optimizer, tok, saved, record)
+            print(f"sft step {record['step']}: loss {np.mean(losses[-10:]):.4f}", flush=True)
+        return 0
+    except (UsageError, ValueError, ckpt.CheckpointError) as error:
+        return _fail(f"sitp sft: error: {error}")
+
+
+def _tuple(state):
+    """random.Random's state back from JSON (lists to tuples)."""
+    return tuple(tuple(x) if isinstance(x, list) else x for x in state)
+
+
+# ------------------------------------------------------------------------- rl
+def rl_parser():
+    p = _Parser(prog="sitp rl", description="GRPO with rewards from a task's checker.")
+    p.add_argument("--init", metavar="DIR", help="checkpoint to start from (the reference)")
+    p.add_argument("--out", metavar="DIR", required=True, help="checkpoint directory to write")
+    p.add_argument("--task", required=True, help="the task to reward, e.g. addition2")
+    p.add_argument("--steps", type=_positive(int), default=50, help="total GRPO steps")
+    p.add_argument("--prompts", type=_positive(int), default=4, help="prompts per step")
+    p.add_argument("--group", type=_positive(int), default=8, help="replies per prompt (>= 2)")
+    p.add_argument("--max-new-tokens", type=_positive(int), default=16, help="reply length cap")
+    p.add_argument("--temperature", type=_positive(float), default=1.0, help="sampling temperature")
+    p.add_argument("--clip", type=_positive(float), default=0.2, help="PPO clip epsilon")
+    p.add_argument("--kl", type=_non_negative(float), default=0.0, help="KL penalty to --init")
+    p.add_argument("--epochs", type=_positive(int), default=1, help="updates per sampled batch")
+    p.add_argument("--lr", type=_positive(float), default=1e-4, help="AdamW learning rate")
+    p.add_argument("--seed", type=_non_negative(int), default=0, help="seed of prompts and draws")
+    p.add_argument("--save-every", type=_positive(int), default=10, help="steps between saves")
+    return p
+
+
+def main_rl(argv=None) -> int:
+    args = rl_parser().parse_args(argv)
+    try:
+        task = get_task(args.task)
+        if args.group < 2:
+            raise UsageError(
+                f"--group must be at least 2 (a group compares replies), got {args.group}"
+            )
+        model, tok, saved, optimizer, record = _resume_or_init(args, "rl")
+        if record["step"] == 0:
+            record["options"] = {k: getattr(args, k) for k in (
+                "init", "task", "prompts", "group", "max_new_tokens", "temperature", "clip",
+                "kl", "epochs", "lr", "seed")}  # fmt: skip
+        opts = record["options"]
+        ref = load_model(opts["init"])[0] if opts["kl"] > 0 else None
+        problems = task.problems("train", 5000, seed=opts["seed"], at_most=True)
+        generator = Generator().manual_seed(opts["seed"])
+        if "rng" in record:
+            generator.set_state(record["rng"])
+        while record["step"] < args.steps:
+            step = record["step"]
+            batch = [problems[(step * opts["prompts"] + i) % len(problems)]
+                     for i in range(opts["prompts"])]  # fmt: skip
+            prompts = [render_prompt([{"role": "user", "content": task.prompt(p)}], tok)
+                       for p in batch]  # fmt: skip
+
+            def reward(i, reply, batch=batch):
+                return float(task.check(batch[i], completion_text(reply, tok)))
+
+            stats = grpo_step(model, optimizer, prompts, reward, group_size=opts["group"],
+                              max_new_tokens=opts["max_new_tokens"],
+                              temperature=opts["temperature"], clip_eps=opts["clip"],
+                              kl_coef=opts["kl"], ref_model=ref, epochs=opts["epochs"],
+                              stop_ids=(tok.assistant_end,), generator=generator)  # fmt: skip
+            record["step"] += 1
+            record["history"].append(stats)
+            print(f"rl step {record['step']}: reward {stats['reward']:.3f} kl {stats['kl']:.4f} "
+                  f"clip {stats['clip_frac']:.3f}", flush=True)  # fmt: skip
+            if record["step"] % args.save_every == 0 or record["step"] == args.steps:
+                record["rng"] = generator.get_state()
+                save(args.out, model, optimizer, tok, saved, record)
+        return 0
+    except (UsageError, ValueError, ckpt.CheckpointError) as error:
+        return _fail(f"sitp rl: error: {error}")
+
+
+# ----------------------------------------------------------------------- eval
+def eval_parser():
+    p = _Parser(prog="sitp eval", description="Held-out pass@k of a checkpoint on a task.")
+    p.add_argument("dir", metavar="DIR", help="checkpoint directory")
+    p.add_argument("--task", required=True, help="e.g. addition2, count, chain2")
+    p.add_argument("--problems", type=_positive(int), default=100, help="held-out problems")
+    p.add_argument("--samples", type=_positive(int), default=1, help="replies per problem")
+    p.add_argument("--k", default="1", help="comma-separated k values for pass@k (<= samples)")
+    p.add_argument("--temperature", type=_non_negative(float), default=0.0, help="0: greedy")
+    p.add_argument("--max-new-tokens", type=_positive(int), default=24, help="reply length cap")
+    p.add_argument("--seed", type=_non_negative(int), default=0, help="seed of the draws")
+    p.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    return p
+
+
+def main_eval(argv=None) -> int:
+    args = eval_parser().parse_args(argv)
+    try:
+        task = get_task(args.task)
+        try:
+            ks = [int(k) for k in args.k.split(",")]
+        except ValueError:
+            raise UsageError(f"--k must be comma-separated integers, got {args.k!r}") from None
+        model, tok, _, _ = load_model(args.dir)
+        problems = task.problems("heldout", args.problems, seed=0)
+        out = evaluate(model, tok, task, problems, n_samples=args.samples, ks=ks,
+                       temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                       generator=Generator().manual_seed(args.seed), seed=args.seed)  # fmt: skip
+        if args.json:
+            print(json.dumps(out))
+        for k in ks:
+            lo, hi = out[f"pass@{k}_ci"]
+            print(f"{task.name} pass@{k}: {out[f'pass@{k}']:.3f} (95% CI {lo:.3f}-{hi:.3f}; "
+                  f"{len(problems)} held-out problems, {args.samples} samples each)")  # fmt: skip
+        return 0
+    except (UsageError, ValueError, ckpt.CheckpointError) as error:
+        return _fail(f"sitp eval: error: {error}")
+
+
+# ----------------------------------------------------------------------- chat
+def chat_parser():
+    p = _Parser(prog="sitp chat", description="Chat with a checkpoint: one message a line.")
+    p.add_argument("dir", metavar="DIR", help="checkpoint directory")
+    p.add_argument("--temperature", type=_non_negative(float), default=0.0, help="0: greedy")
+    p.add_argument("--top-k", type=_positive(int), default=None, help="sample among k likeliest")
+    p.add_argument("--max-new-tokens", type=_positive(int), default=64, help="reply length cap")
+    p.add_argument("--seed", type=_non_negative(int), default=0, help="seed of the draws")
+    return p
+
+
+def stream_reply(model, tok, conversation, max_new_tokens, temperature=0.0, top_k=None,
+                 generator=None, out=sys.stdout):  # fmt: skip
+    """Writes the reply to ``out`` token by token as the engine draws it; returns its text.
+
+    Older turns are dropped (from the front, whole exchanges) until the prompt and
+    at least one new token fit in the model's block.
+    """
+    while True:
+        prompt = render_prompt(conversation, tok)
+        if len(prompt) < model.block_size or len(conversation) == 1:
+            break
+        conversation = conversation[2:]
+    if len(prompt) > model.block_size:
+        raise ValueError(f"the message is {len(prompt)} tokens, more than block_size")
+    n = min(max_new_tokens, model.block_size - len(prompt) + 1)
+    reply, shown = [], ""
+    for next_B1, _ in Engine(model).stream(tensor([prompt], dtype=int64), n, temperature,
+                                            top_k, generator):  # fmt: skip
+        token = int(next_B1.item())
+        if token in tok.name_of:
+            break
+        reply.append(token)
+        text = tok.decode_text(reply)
+        if not text.endswith("\ufffd"):  # a byte tokenizer may be inside a character
+            out.write(text[len(shown) :])
+            out.flush()
+            shown = text
+    text = completion_text(reply, tok)
+    out.write(text[len(shown) :] + "\n")
+    out.flush()
+    return text
+
+
+def main_chat(argv=None, stdin=None) -> int:
+    args = chat_parser().parse_args(argv)
+    stdin = sys.stdin if stdin is None else stdin
+    try:
+        model, tok, _, _ = load_model(args.dir)
+        manual_seed(args.seed)
+        generator = Generator().manual_seed(args.seed)
+        conversation, interactive = [], stdin.isatty()
+        while True:
+            if interactive:
+                print("> ", end="", flush=True)
+            line = stdin.readline()
+            if not line:
+                return 0
+            message = line.rstrip("\n")
+            if not message.strip():
+                continue
+            conversation.append({"role": "user", "content": message})
+            try:
+                reply = stream_reply(model, tok, conversation, args.max_new_tokens,
+                                     args.temperature, args.top_k, generator)  # fmt: skip
+            except ValueError as error:  # a character the tokenizer lacks, or too long
+                conversation.pop()
+                print(f"sitp chat: {' '.join(str(error).split())}", file=sys.stderr)
+                continue
+            conversation.append({"role": "assistant", "content": reply})
+    except (UsageError, ckpt.CheckpointError) as error:
+        return _fail(f"sitp chat: error: {error}")
+    except KeyboardInterrupt:
+        return 130
+
+
+__all__ = ["extend_vocab", "load_model", "main_chat", "main_eval", "main_rl", "main_sft", "save"]
