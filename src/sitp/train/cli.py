@@ -38,6 +38,27 @@ end (and the test loss of names), checkpoints to ``--out`` every ``--save-every`
 (see :mod:`sitp.train.checkpoint`), and draws the loss curve in the terminal and in
 ``OUT/loss.png``.
 
+Train on several processes (chapter 7) by starting ``train`` under the launcher, or
+under MPI's own ``mpirun``; nothing else changes::
+
+    python -m sitp.distributed.run --nproc-per-node 2 -m sitp train --model gpt \
+        --data shakespeare --batch-size 24 --out runs/ddp
+    mpirun -n 2 python -m sitp train --model gpt --batch-size 24 --out runs/ddp2
+
+A ``train`` started among several processes (torchrun's ``WORLD_SIZE``, or ``mpirun``'s
+own variables) joins the process group and wraps the model in
+:class:`~sitp.nn.parallel.DistributedDataParallel`. ``--batch-size`` is the batch of
+all the ranks together: every rank draws the same batch from the one seeded generator
+and trains on its own ``B / ranks`` rows of it, so W ranks take the steps that one
+process takes at the same ``--batch-size`` (to float rounding), a checkpoint is one
+process's, and a run may be resumed on another number of ranks (exactly, when no
+dropout draws on the ranks' generators). ``--batch-size`` must be a multiple of the
+ranks times ``--grad-accum``. Rank 0 alone prints, evaluates and writes the run
+directory (atomically, as always); each rank's generator for dropout is in the
+checkpoint, so a resume on the same number of ranks is exact. Unless ``--threads`` is
+given, the ranks of a machine share its cores for sitp's kernels. An error on any
+rank ends the whole job, with that rank's message.
+
 ``sample`` prints names, then the share of them that are not in the training set (the
 innovation rate); from a text run it prints the prompt and ``--max-new-tokens`` tokens
 drawn after it (default prompt: a newline), and the tokens per second on stderr.
@@ -53,14 +74,17 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
+import traceback
 from dataclasses import fields
 from pathlib import Path
 
 import numba
 
 import sitp
+from sitp import distributed as dist
 from sitp.data import load_names, split_words
 from sitp.models import MODELS
 from sitp.models.engine import Engine
@@ -139,7 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
         "train",
         help="train a model (or resume one) and checkpoint it",
         description="Train a model on names, or a GPT on text (with --tokenizer); "
-        "checkpoint to --out.",
+        "checkpoint to --out. Under 'python -m sitp.distributed.run --nproc-per-node N -m "
+        "sitp train ...' or 'mpirun -n N python -m sitp train ...' the N ranks train "
+        "with DistributedDataParallel; rank 0 prints and writes.",
     )
     t.add_argument(
         "--model", choices=list(MODELS), default=None, help="which model (required unless --resume)"
@@ -153,7 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed", type=_NON_NEGATIVE_INT, default=None, help="initialisation and batch order (42)"
     )
     t.add_argument("--device", default=None, help="cpu (default) or cuda")
-    t.add_argument("--batch-size", type=_POSITIVE_INT, default=None, help="minibatch size (32)")
+    t.add_argument(
+        "--batch-size",
+        type=_POSITIVE_INT,
+        default=None,
+        help="minibatch size (32); on several ranks, of all of them together (each "
+        "trains on batch-size / ranks rows)",
+    )
     t.add_argument(
         "--grad-accum",
         type=_POSITIVE_INT,
@@ -211,7 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--threads",
         type=_POSITIVE_INT,
         default=None,
-        help="threads for sitp's parallel kernels (numba's default: all cores)",
+        help="threads for sitp's parallel kernels (numba's default: all cores; on "
+        "several ranks, the cores divided among a machine's ranks)",
     )
     t.add_argument("--quiet", action="store_true", help="no progress bar, no terminal plot")
 
@@ -340,6 +373,37 @@ def _field_value(key: str, text: str, kind: type):
     return text
 
 
+def _env_int(*names: str) -> int | None:
+    for name in names:
+        value = os.environ.get(name, "")
+        if value.strip().isdigit():
+            return int(value)
+    return None
+
+
+def launched_world_size() -> int:
+    """The number of processes this one was started among: torchrun's and the sitp
+    launcher's ``WORLD_SIZE``, or a bare ``mpirun``'s (MPICH's ``PMI_SIZE``, Open MPI's
+    ``OMPI_COMM_WORLD_SIZE``); 1 for a process started alone."""
+    return _env_int("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE") or 1
+
+
+def start_ranks() -> int:
+    """Joins the process group when started among several processes; returns the world
+    size. Each rank then gets an equal share of the cores for sitp's kernels (as
+    torchrun sets ``OMP_NUM_THREADS=1``), unless ``--threads`` says otherwise."""
+    if launched_world_size() == 1:
+        return 1
+    try:
+        dist.init_process_group()
+    except (RuntimeError, ValueError) as error:
+        raise UsageError(f"cannot join the other processes: {error}") from None
+    local = _env_int("LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
+    local = local or dist.get_world_size()
+    numba.set_num_threads(max(1, numba.config.NUMBA_NUM_THREADS // local))
+    return dist.get_world_size()
+
+
 def train_command(args) -> int:
     if args.device is not None:
         check_device(args.device)
@@ -349,7 +413,11 @@ def train_command(args) -> int:
                 f"--threads must be between 1 and "
                 f"{numba.config.NUMBA_NUM_THREADS}, got {args.threads}"
             )
+    start_ranks()
+    if args.threads is not None:
         numba.set_num_threads(args.threads)
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    quiet = args.quiet or rank > 0  # rank 0 alone prints
     options = {
         "batch_size": args.batch_size,
         "grad_accum": args.grad_accum,
@@ -373,7 +441,7 @@ def train_command(args) -> int:
             tokenizer=args.tokenizer,
             **options,
         )
-        if trainer.step >= trainer.config.steps:
+        if trainer.step >= trainer.config.steps and rank == 0:
             print(
                 f"the run in {args.out} is at step {trainer.step} already; "
                 f"pass a larger --steps to train on",
@@ -397,10 +465,11 @@ def train_command(args) -> int:
         )
         overrides = parse_sets(args.set, args.model)
         trainer = Trainer.fresh(config, args.out, overrides)
-    if not args.quiet:
+    if not quiet:
         print(describe_run(trainer))
-    record = trainer.run(progress=not args.quiet)
-    plot_losses(record, Path(args.out) / "loss.png", terminal=not args.quiet)
+    record = trainer.run(progress=not quiet)
+    if rank == 0:
+        plot_losses(record, Path(args.out) / "loss.png", terminal=not quiet)
     return 0
 
 
@@ -409,6 +478,8 @@ def describe_run(trainer) -> str:
     cfg, num = trainer.config, sum(p.numel() for p in trainer.model.parameters())
     head = f"{cfg.model}: {num:,} parameters"
     tail = f"lr {cfg.lr:g}, batch {cfg.batch_size}"
+    if trainer.world > 1:
+        tail += f" ({trainer.world} ranks x {cfg.batch_size // trainer.world})"
     if trainer.text is None:
         return (
             f"{head}, {len(trainer.splits.vocab)} tokens, "
@@ -525,13 +596,43 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        status = _command(args)
+    except BaseException as error:
+        if not _in_job() or isinstance(error, SystemExit) and not error.code:
+            raise
+        sys.stderr.write("".join(traceback.format_exception(error)))
+        _abort(1)
+    if status and _in_job():
+        _abort(status)
+    if _in_job():
+        dist.destroy_process_group()
+    return status
+
+
+def _command(args) -> int:
+    try:
         if args.command == "train":
             return train_command(args)
         if args.command == "tokenizer":
             return tokenizer_command(args)
         return sample_command(args)
     except (UsageError, CheckpointError) as error:
+        if _in_job() and dist.get_rank() > 0:
+            return _fail(f"sitp {args.command}: error on rank {dist.get_rank()}: {error}")
         return _fail(f"sitp {args.command}: error: {error}")
     except KeyboardInterrupt:
         _fail(f"sitp {args.command}: interrupted; the last checkpoint is kept")
         return 130
+
+
+def _in_job() -> bool:
+    """Whether this process is one rank of several (``train`` joined the process group)."""
+    return dist.is_initialized() and dist.get_world_size() > 1
+
+
+def _abort(status: int) -> None:
+    """Ends every rank of the job: the others may be waiting in a collective that this
+    rank will never join, and a bare ``mpirun`` would wait with them for ever."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    dist.group.WORLD.comm.Abort(status)

@@ -34,6 +34,20 @@ parameter, as makemore does. The rate
 warms up linearly over the first ``warmup`` steps, then decays along half a cosine
 to a tenth of ``lr`` at ``steps``.
 
+On several ranks (a ``train`` started by ``python -m sitp.distributed.run`` or
+``mpirun``, after ``sitp.distributed.init_process_group()``), the model is wrapped in
+:class:`~sitp.nn.parallel.DistributedDataParallel` (``self.net``; ``self.model`` stays the
+bare model, which saving and evaluation use). ``batch_size`` is the batch of all the
+ranks: each rank draws the same batch of B from the same generator and trains on its
+own B/W rows (:meth:`Trainer.next_batch`), with each loss weighted so that DDP's average
+is the gradient of the whole batch's mean loss (:meth:`Trainer.accumulate_gradients_ddp`;
+the first K - 1 micro-batches under ``no_sync()``). W ranks thus take the steps of one
+process at the same ``batch_size``, up to the order in which float sums are rounded.
+Rank 0 alone prints, evaluates and writes checkpoints; the others wait for it. Each
+rank's default generator (dropout's masks) is seeded ``seed + rank`` after the
+initialisation (rank 0's is left as one process has it) and saved, every rank's, in
+``rng.default_ranks``.
+
 Resuming is exact. Everything the next step depends on is in the checkpoint: the
 weights (and BatchNorm's running statistics), AdamW's moments and step counts, the
 scheduler's step, and the states of the two random generators — sitp's default one
@@ -46,6 +60,7 @@ and changes no state, so it may happen at any step.) Resuming with a larger
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -57,6 +72,7 @@ from pathlib import Path
 from typing import Callable
 
 import sitp
+from sitp import distributed as dist
 from sitp.data import (
     IGNORE_INDEX,
     Vocab,
@@ -75,6 +91,7 @@ from sitp.data.tokens import (
     text_bytes,
 )
 from sitp.models import MODELS
+from sitp.nn.parallel import DistributedDataParallel
 from sitp.tokenizers import BPETokenizer
 from sitp.train import checkpoint as ckpt
 
@@ -99,7 +116,7 @@ class TrainConfig:
 
     model: str = "gpt"  # a key of sitp.models.MODELS
     steps: int = 1000  # optimizer steps in all (a resumed run continues to this)
-    batch_size: int = 32  # B: names (sequence models) or windows (context models)
+    batch_size: int = 32  # B: names or windows per step, over all ranks together
     grad_accum: int = 1  # K: the batch is run as K micro-batches of B/K, one optimizer step
     lr: float | None = None  # peak AdamW rate; None: the model's default (MODELS[...].lr)
     weight_decay: float = 0.01  # AdamW's decoupled decay
@@ -393,6 +410,15 @@ class Trainer:
                 f"grad_accum must be a positive divisor of batch_size {config.batch_size}, "
                 f"got {config.grad_accum}"
             )
+        # the ranks of a multi-process run (chapter 7): rank 0 alone prints and writes
+        self.world = dist.get_world_size() if dist.is_initialized() else 1
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
+        if config.batch_size % (self.world * config.grad_accum):
+            raise UsageError(
+                f"batch_size {config.batch_size} is the batch of all {self.world} ranks "
+                f"together: it must be a multiple of ranks x grad_accum = "
+                f"{self.world} x {config.grad_accum}"
+            )
         if config.eval_batches < 0:
             raise UsageError(f"eval_batches must be non-negative, got {config.eval_batches}")
         ckpt._safetensors()  # fail now, not after the training, if it is missing
@@ -410,9 +436,13 @@ class Trainer:
             if tokenizer is None:
                 text = corpus_text(config.data)
                 tokenizer = load_tokenizer(config.tokenizer, text)
+            if self.rank > 0:  # rank 0 writes the shards; the others then reuse them
+                dist.barrier()
             self.text = load_text_data(
                 config.data, *tokenizer, self.out_dir, config.batch_size, probe.block_size
             )
+            if self.rank == 0 and self.world > 1:
+                dist.barrier()
             vocab_size = self.text.tokenizer.vocab_size
         fields_ = {**asdict(probe), "vocab_size": vocab_size}
         self.model_config = self.spec.make_config(**fields_)
@@ -439,6 +469,13 @@ class Trainer:
                 k: (X.to(config.device), Y.to(config.device))
                 for k, (X, Y) in self.splits.tensors.items()
             }
+        # what training calls: the model itself, or DDP around it (which averages the
+        # gradients over the ranks in backward); saving and evaluation use the model
+        self.net = self.model
+        if self.world > 1:
+            if self.rank > 0:  # dropout's masks differ between ranks; rank 0's stream is
+                sitp.manual_seed(config.seed + self.rank)  # the one a single process has
+            self.net = DistributedDataParallel(self.model)
 
     @classmethod
     def fresh(cls, config: TrainConfig, out_dir, model_config: dict | None = None) -> "Trainer":
@@ -502,14 +539,20 @@ class Trainer:
             ) from None
         if record.get("scheduler"):  # its schedule function is the new one (new --steps)
             self.scheduler.load_state_dict(record["scheduler"])
-        sitp.set_rng_state(record["rng"]["default"])
+        ranks = record["rng"].get("default_ranks")
+        if self.world == 1 or ranks is None or len(ranks) != self.world:
+            if self.rank == 0:  # another world size: exact when no rank draws (no dropout)
+                sitp.set_rng_state(record["rng"]["default"])
+        else:
+            sitp.set_rng_state(ranks[self.rank])
         self.batch_gen.set_state(record["rng"]["batch"])
         self.step = record["step"]
         self.history = record["history"]
         return self
 
     def record(self, **extra) -> dict:
-        """The JSON record of the run at this step."""
+        """The JSON record of the run at this step (rank 0's generators; :meth:`save` adds
+        every rank's default generator, ``rng.default_ranks``, in a multi-process run)."""
         if self.text is None:
             data = {"vocab": self.splits.vocab.itos, "split_seed": SPLIT_SEED}
         else:
@@ -531,32 +574,57 @@ class Trainer:
         }
 
     def save(self, **extra) -> None:
-        """Checkpoints the run (with a text run's BPE file beside it), atomically."""
-        files = {}
-        if self.text is not None and self.text.saved is not None:
-            files[TOKENIZER_FILE] = self.text.saved
-        ckpt.save_checkpoint(
-            self.out_dir, self.model, self.optimizer, self.scheduler, self.record(**extra), files
-        )
+        """Checkpoints the run (with a text run's BPE file beside it), atomically.
+
+        Every rank calls it: the ranks' default generators are gathered (dropout's masks
+        differ between ranks), rank 0 alone writes, and the others wait for it. AdamW's
+        state is the same on every rank, so rank 0's is the run's.
+        """
+        record = self.record(**extra)
+        if self.world > 1:
+            states = [None] * self.world
+            dist.all_gather_object(states, sitp.get_rng_state())
+            record["rng"]["default_ranks"] = states
+        if self.rank == 0:
+            files = {}
+            if self.text is not None and self.text.saved is not None:
+                files[TOKENIZER_FILE] = self.text.saved
+            ckpt.save_checkpoint(
+                self.out_dir, self.model, self.optimizer, self.scheduler, record, files
+            )
+        if self.world > 1:
+            dist.barrier()  # no rank goes on (or ends) before the checkpoint is written
 
     def next_batch(self):
         """The next training minibatch ``(X_B, Y_B)``, drawn with the batch generator.
 
         Names: B random rows of the training tensors. Text: B random windows of the
         training shards, ``(B, T)`` inputs and the ``(B, T)`` targets one token on.
+
+        On several ranks every rank draws the same batch of B from the same generator
+        and keeps its own rows, ``[rank B/W, (rank + 1) B/W)`` of W ranks: together they
+        take the step one process takes on the whole batch, and a resume needs only the
+        one generator's state. ``self.batch_count`` is the batch's targets on all ranks.
         """
         B = self.config.batch_size
         if self.text is not None:
             T = self.model_config.block_size
             X_B, Y_B = self.text.shards.get_batch("train", B, T, generator=self.batch_gen)
-            self.batch_tokens = B * T
+            self.batch_tokens = self.batch_count = B * T
             if self.config.device != "cpu":
                 X_B, Y_B = X_B.to(self.config.device), Y_B.to(self.config.device)
-            return X_B, Y_B
-        X, Y = self.splits.tensors["train"]
-        ix_B = sitp.randint(0, len(X), (B,), generator=self.batch_gen)
-        X_B, Y_B = X[ix_B], Y[ix_B]
-        self.batch_tokens = int((Y_B != IGNORE_INDEX).sum().item())  # not the padding
+        else:
+            X, Y = self.splits.tensors["train"]
+            ix_B = sitp.randint(0, len(X), (B,), generator=self.batch_gen)
+            X_B, Y_B = X[ix_B], Y[ix_B]
+            self.batch_tokens = int((Y_B != IGNORE_INDEX).sum().item())  # not the padding
+            self.batch_count = self.batch_tokens
+        if self.world > 1:
+            b = B // self.world
+            X_B, Y_B = (
+                X_B[self.rank * b : (self.rank + 1) * b],
+                Y_B[self.rank * b : (self.rank + 1) * b],
+            )
         return X_B, Y_B
 
     # --8<-- [start:train_step]
@@ -564,7 +632,10 @@ class Trainer:
         """One minibatch: forward, backward, AdamW update, schedule. Returns the loss."""
         X_B, Y_B = self.next_batch()
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.accumulate_gradients(X_B, Y_B)
+        if self.world > 1:  # several ranks: this rank's rows, through DDP
+            loss = self.accumulate_gradients_ddp(X_B, Y_B)
+        else:
+            loss = self.accumulate_gradients(X_B, Y_B)
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1
@@ -601,6 +672,39 @@ class Trainer:
         return loss_sum
 
     # --8<-- [end:grad_accum]
+
+    # --8<-- [start:grad_accum_ddp]
+    def accumulate_gradients_ddp(self, X_B, Y_B) -> float:
+        """This rank's rows of the batch, in ``grad_accum`` micro-batches, under DDP.
+
+        A micro-batch's mean loss is weighted by W x its share of the targets of the
+        whole batch (all ranks): DDP divides the sum of the ranks' gradients by W, so
+        ``.grad`` ends as the gradient of the whole batch's mean loss, as on one process
+        (with no padding every weight is 1/K). The first micro-batches run under
+        ``no_sync()``, so the gradients are exchanged once, in the last backward. The
+        loss returned is the whole batch's (one all-reduce of a number).
+        """
+        K, W = self.config.grad_accum, self.world
+        M = len(X_B) // K  # micro-batch size
+        counts = [int((Y_B[k * M : (k + 1) * M] != IGNORE_INDEX).sum().item()) for k in range(K)]
+        total = self.batch_count  # the targets of every rank's rows
+        last = max((k for k in range(K) if counts[k]), default=None)
+        if last is None:  # every row holds a target (a name's end, a window's next token)
+            raise RuntimeError(f"rank {self.rank}: a batch without a single target")
+        loss_sum = 0.0
+        for k in range(last + 1):
+            if not counts[k]:  # all padding: nothing to learn, and 0/0 as a loss
+                continue
+            X_M, Y_M = X_B[k * M : (k + 1) * M], Y_B[k * M : (k + 1) * M]
+            with self.net.no_sync() if k < last else contextlib.nullcontext():
+                _, loss = self.net(X_M, Y_M)
+                (loss * (W * counts[k] / total)).backward()
+            loss_sum += loss.item() * counts[k] / total
+        mean = sitp.tensor([loss_sum], dtype=sitp.float64)
+        dist.all_reduce(mean)  # the ranks' parts of the batch's mean loss
+        return mean.item()
+
+    # --8<-- [end:grad_accum_ddp]
 
     def evaluate(self, split: str, limit: int | None = None) -> float:
         """The mean loss of a split (names: all of it, or its first ``limit`` rows;
@@ -651,7 +755,10 @@ class Trainer:
             train/val losses and bits per byte of text).
         """
         cfg = self.config
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        if self.rank > 0:  # rank 0 prints, evaluates and writes; the others train
+            log, progress = _silent, False
+        else:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
         bar = None
         if tqdm is None:  # no bar without tqdm
             progress = False
@@ -692,6 +799,8 @@ class Trainer:
                 f"{steps_run} steps in {elapsed:.1f} s ({steps_run / elapsed:.1f} steps/s, "
                 f"{tokens / elapsed:,.0f} tokens/s)"
             )
+        if self.rank > 0:
+            return record
         log(self.describe_eval(self.history["eval"][-1]))
         final = record["final"]
         if "test" in final:
@@ -704,7 +813,14 @@ class Trainer:
         return record
 
     def finish(self) -> dict:
-        """The final evaluation, into the history and a last checkpoint; returns the record."""
+        """The final evaluation, into the history and a last checkpoint; returns the record.
+
+        On several ranks rank 0 evaluates (the model it holds is every rank's); the
+        others only take part in the checkpoint and return a record without ``final``.
+        """
+        if self.rank > 0:
+            self.save()
+            return self.record()
         entry = self.eval_entry()
         self.history["eval"].append(entry)
         final = {k: v for k, v in entry.items() if k != "step"}
@@ -717,9 +833,15 @@ class Trainer:
         return self.record(final=final)
 
     def _log_eval(self, log) -> None:
+        if self.rank > 0:
+            return
         entry = self.eval_entry()
         self.history["eval"].append(entry)
         log(self.describe_eval(entry))
+
+
+def _silent(line: str) -> None:
+    """The log of the ranks other than 0: they print nothing."""
 
 
 # ------------------------------------------------------------------------ plots
