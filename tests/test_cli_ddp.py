@@ -8,6 +8,7 @@ that went on, dropout included (each rank's generator is in the checkpoint); and
 failure on one rank ends the job at once, with its message.
 """
 
+import json
 import subprocess
 import sys
 import time
@@ -158,3 +159,25 @@ def test_a_failure_on_rank_0_alone_ends_the_job(tmp_path, launcher):
     assert "sitp train: error: the train part of" in proc.stderr, output(proc)
     assert "error on rank 1" not in proc.stderr  # rank 1 did not get that far
     assert time.perf_counter() - t0 < 30
+
+
+def test_bench_ddp_smoke(tmp_path):
+    """scripts/bench_ddp.py runs its three ways and writes a record the timeline reads."""
+    (tmp_path / "text.txt").write_text(TEXT * 3)
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, str(Path(__file__).parent.parent / "scripts" / "bench_ddp.py")]
+    cmd += ["--smoke", "--steps", "2", "--warmup", "1", "--data", str(tmp_path / "text.txt")]
+    proc = subprocess.run([*cmd, "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, output(proc)
+    record = json.loads(out.read_text())
+    assert [r["ranks"] for r in record["results"]] == [1, 1, 2]
+    assert [r["threads_per_rank"] for r in record["results"]] == [1, 2, 1]
+    assert all(len(r["step_ms"]) == 2 for r in record["results"])
+    for rank in record["timeline"]["ranks"]:  # each bucket launched, done, then waited for
+        assert rank["forward_start_ms"] <= rank["backward_start_ms"] <= rank["backward_end_ms"]
+        for b in rank["buckets"]:
+            assert b["launch_ms"] <= b["complete_ms"] <= b["wait_returned_ms"]
+            assert b["wait_returned_ms"] <= rank["backward_end_ms"]
+        names = sum(record["ddp_buckets"], [])
+        assert len(rank["grads_ready_ms"]) == len(names) == len(set(names))
+    assert "2 ranks x 1 thread" in proc.stdout
