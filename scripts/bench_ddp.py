@@ -196,7 +196,8 @@ def run_way(ranks: int, threads: int, args, work: str) -> dict:
     else:
         cmd = [sys.executable, "-m", "sitp.distributed.run", "--nproc-per-node", str(ranks)]
         cmd += ["--timeout", str(args.timeout), *me]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout + 60)
+    env = {**os.environ, "NUMBA_NUM_THREADS": str(threads)}  # numba's pool: the threads used
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout + 60, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)]
     if proc.returncode != 0 or not lines:
         raise SystemExit(

@@ -102,6 +102,9 @@ sys.exit(main(sys.argv[1:]))
 
 
 def test_a_run_resumed_on_two_ranks_equals_one_that_went_on(tmp_path):
+    """The interrupted run shards AdamW (--zero) before and after its resume: ZeRO's steps
+    are AdamW's, its checkpoint (gathered on rank 0) is AdamW's whole state, and each rank
+    takes back its share."""
     # dropout: the ranks draw different masks, so each rank's generator must be restored
     common = ["--model", "gpt", *TINY, "--set", "dropout=0.2", "--batch-size", "8", "--quiet"]
     common += ["--steps", "6", "--eval-every", "0", "--save-every", "3"]
@@ -109,13 +112,13 @@ def test_a_run_resumed_on_two_ranks_equals_one_that_went_on(tmp_path):
     crash = run_ranks(
         CRASH_AFTER_SAVE,
         timeout=60,
-        args=["train", *common, "--out", tmp_path / "split"],
+        args=["train", *common, "--zero", "--out", tmp_path / "split"],
         check=False,
     )
     assert crash.returncode != 0, output(crash)
     assert "interrupted; the last checkpoint is kept" in crash.stderr, output(crash)
     assert load_record(tmp_path / "split")["step"] == 3
-    on_two_ranks(["train", "--resume", "--out", tmp_path / "split", "--quiet"])
+    on_two_ranks(["train", "--resume", "--out", tmp_path / "split", "--quiet"])  # still --zero
     a, b = weights(tmp_path / "straight"), weights(tmp_path / "split")
     assert a.keys() == b.keys()
     for k in a:
@@ -126,6 +129,7 @@ def test_a_run_resumed_on_two_ranks_equals_one_that_went_on(tmp_path):
         ).read_bytes()
     ra, rb = load_record(tmp_path / "straight"), load_record(tmp_path / "split")
     assert ra["history"] == rb["history"] and ra["rng"] == rb["rng"]
+    assert rb["train_config"]["zero"] and not ra["train_config"]["zero"]
     assert rb["rng"]["default_ranks"][0] != rb["rng"]["default_ranks"][1]
     # the checkpoint is one process's: it resumes there too
     resume_one = ["train", "--resume", "--steps", "7", "--out", str(tmp_path / "split")]

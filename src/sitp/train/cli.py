@@ -56,8 +56,10 @@ dropout draws on the ranks' generators). ``--batch-size`` must be a multiple of 
 ranks times ``--grad-accum``. Rank 0 alone prints, evaluates and writes the run
 directory (atomically, as always); each rank's generator for dropout is in the
 checkpoint, so a resume on the same number of ranks is exact. Unless ``--threads`` is
-given, the ranks of a machine share its cores for sitp's kernels. An error on any
-rank ends the whole job, with that rank's message.
+given, the ranks of a machine share its cores for sitp's kernels. ``--zero`` shards
+AdamW's state over the ranks (ZeRO-1: the same steps, a W-th of the moments on each
+rank; the checkpoint holds the whole state, so a run resumes with or without it). An
+error on any rank ends the whole job, with that rank's message.
 
 ``sample`` prints names, then the share of them that are not in the training set (the
 innovation rate); from a text run it prints the prompt and ``--max-new-tokens`` tokens
@@ -246,6 +248,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="threads for sitp's parallel kernels (numba's default: all cores; on "
         "several ranks, the cores divided among a machine's ranks)",
     )
+    t.add_argument(
+        "--zero",
+        action="store_true",
+        default=None,
+        help="on several ranks: shard AdamW's state over them (ZeRO-1, the same steps in "
+        "less memory per rank); no effect on one process",
+    )
     t.add_argument("--quiet", action="store_true", help="no progress bar, no terminal plot")
 
     s = sub.add_parser(
@@ -428,6 +437,7 @@ def train_command(args) -> int:
         "save_every": args.save_every,
         "device": args.device,
         "eval_batches": args.eval_batches,
+        "zero": args.zero,
     }
     if args.resume:
         if args.set:
@@ -600,7 +610,9 @@ def main(argv=None) -> int:
     except BaseException as error:
         if not _in_job() or isinstance(error, SystemExit) and not error.code:
             raise
-        sys.stderr.write("".join(traceback.format_exception(error)))
+        prefix = f"[rank {dist.get_rank()}]: "
+        lines = "".join(traceback.format_exception(error)).rstrip("\n").split("\n")
+        sys.stderr.write("".join(prefix + line + "\n" for line in lines))
         _abort(1)
     if status and _in_job():
         _abort(status)

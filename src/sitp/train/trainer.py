@@ -46,7 +46,9 @@ process at the same ``batch_size``, up to the order in which float sums are roun
 Rank 0 alone prints, evaluates and writes checkpoints; the others wait for it. Each
 rank's default generator (dropout's masks) is seeded ``seed + rank`` after the
 initialisation (rank 0's is left as one process has it) and saved, every rank's, in
-``rng.default_ranks``.
+``rng.default_ranks``. With ``zero`` the AdamW state is sharded over the ranks
+(:class:`~sitp.distributed.optim.ZeroRedundancyOptimizer`, ZeRO-1): the same steps, and
+the checkpoint holds the whole state, gathered on rank 0.
 
 Resuming is exact. Everything the next step depends on is in the checkpoint: the
 weights (and BatchNorm's running statistics), AdamW's moments and step counts, the
@@ -90,6 +92,7 @@ from sitp.data.tokens import (
     encode_text,
     text_bytes,
 )
+from sitp.distributed.optim import ZeroRedundancyOptimizer
 from sitp.models import MODELS
 from sitp.nn.parallel import DistributedDataParallel
 from sitp.tokenizers import BPETokenizer
@@ -128,6 +131,7 @@ class TrainConfig:
     device: str = "cpu"
     tokenizer: str | None = None  # text runs: "char" or a directory with a BPE; None: names
     eval_batches: int = 20  # text: batches of each split per evaluation, in order (0: all)
+    zero: bool = False  # several ranks: shard AdamW's state (ZeRO-1); no effect on one
 
     def resolved(self) -> "TrainConfig":
         """A copy with the model-dependent defaults filled in."""
@@ -353,10 +357,17 @@ def param_groups(model, weight_decay: float) -> list[dict]:
 # --8<-- [end:param_groups]
 
 
-def make_optimizer(model, lr: float, weight_decay: float, grouped: bool = False):
-    """AdamW with betas 0.9/0.99; ``grouped``: the two groups of :func:`param_groups`."""
+def make_optimizer(
+    model, lr: float, weight_decay: float, grouped: bool = False, zero: bool = False
+):
+    """AdamW with betas 0.9/0.99; ``grouped``: the two groups of :func:`param_groups`;
+    ``zero``: sharded over the ranks by :class:`~sitp.distributed.optim.ZeroRedundancyOptimizer`
+    (the same steps, each rank keeping the moments of its share only)."""
     params = param_groups(model, weight_decay) if grouped else model.parameters()
-    return sitp.optim.AdamW(params, lr=lr, betas=(0.9, 0.99), eps=1e-8, weight_decay=weight_decay)
+    options = {"lr": lr, "betas": (0.9, 0.99), "eps": 1e-8, "weight_decay": weight_decay}
+    if zero:
+        return ZeroRedundancyOptimizer(params, optimizer_class=sitp.optim.AdamW, **options)
+    return sitp.optim.AdamW(params, **options)
 
 
 def make_scheduler(optimizer, warmup: int, steps: int):
@@ -456,8 +467,13 @@ class Trainer:
                 f"{error or type(error).__name__}"
             ) from None
         self.batch_gen = sitp.Generator().manual_seed(config.seed)
+        self.zero = config.zero and self.world > 1
         self.optimizer = make_optimizer(
-            self.model, config.lr, config.weight_decay, grouped=config.model in GROUPED_DECAY
+            self.model,
+            config.lr,
+            config.weight_decay,
+            grouped=config.model in GROUPED_DECAY,
+            zero=self.zero,
         )
         self.scheduler = make_scheduler(self.optimizer, config.warmup, config.steps)
         self.step = 0
@@ -578,9 +594,13 @@ class Trainer:
 
         Every rank calls it: the ranks' default generators are gathered (dropout's masks
         differ between ranks), rank 0 alone writes, and the others wait for it. AdamW's
-        state is the same on every rank, so rank 0's is the run's.
+        state is the same on every rank, so rank 0's is the run's; ZeRO's shards are
+        gathered on rank 0 first, and saved as the one AdamW's state they make up (so a
+        run may resume with or without ``zero``, on any number of ranks).
         """
         record = self.record(**extra)
+        if self.zero:
+            self.optimizer.consolidate_state_dict(0)
         if self.world > 1:
             states = [None] * self.world
             dist.all_gather_object(states, sitp.get_rng_state())
