@@ -276,3 +276,39 @@ def test_random_pointwise_programs(prog):
     np.testing.assert_allclose(
         cf(x2, b).numpy(), _run_program(prog, x2, b).numpy(), rtol=1e-13, atol=1e-13
     )
+
+
+def test_torch_compile_parameters():
+    """torch.compile's keywords: disable returns the function, fullgraph turns a graph
+    break into an error naming it, backend="eager" replays unfused, and the settings sitp
+    does not have are refused by name."""
+
+    def f(x):
+        return (x * 2).exp()
+
+    assert sitp.compile(f, disable=True) is f
+    x = sitp.randn(5)
+    np.testing.assert_allclose(
+        sitp.compile(f, backend="eager", mode="max-autotune")(x).numpy(), f(x).numpy()
+    )
+    assert sitp.compile(f, backend="eager").fuse is False
+
+    def breaks(x):
+        return x * float(x.sum().item())
+
+    with pytest.raises(RuntimeError, match="fullgraph=True.*item"):
+        sitp.compile(breaks, fullgraph=True)(x)
+    with pytest.raises(NotImplementedError, match="dynamic=True"):
+        sitp.compile(f, dynamic=True)
+    with pytest.raises(ValueError, match="backend 'tvm'"):
+        sitp.compile(f, backend="tvm")
+    with pytest.raises(ValueError, match="mode 'fast'"):
+        sitp.compile(f, mode="fast")
+    with pytest.raises(ValueError, match="epilogue_fusion"):
+        sitp.compile(f, options={"epilogue_fusion": True})
+
+    @sitp.compile(backend="eager")
+    def g(x):
+        return x + 1
+
+    np.testing.assert_allclose(g(x).numpy(), (x + 1).numpy())

@@ -57,10 +57,13 @@ class Entry:
 class CompiledFunction:
     """What :func:`compile` returns: call it as the function (or module) it wraps."""
 
-    def __init__(self, fn, *, fuse=True, debug_dir=None, explain=False, passes_on=None):
+    def __init__(
+        self, fn, *, fuse=True, debug_dir=None, explain=False, passes_on=None, fullgraph=False
+    ):
         self._module = fn if isinstance(fn, Module) else None
         self._fn = fn
         self.fuse, self.debug_dir, self.explain = fuse, debug_dir, explain
+        self.fullgraph = fullgraph
         self.passes_on = passes_on
         self.entries: list[Entry] = []
         self._warned = False
@@ -230,6 +233,9 @@ class CompiledFunction:
         self.entries.append(e)
         if self.explain:
             print(explain_text(self))
+        if self.fullgraph and (e.breaks or e.reason):
+            why = "; ".join(f"{b.where}: {b.reason}" for b in e.breaks) or e.reason
+            raise RuntimeError(f"sitp.compile(fullgraph=True): the graph breaks at {why}")
 
     # -------------------------------------------------------------- inspection
     @property
@@ -360,21 +366,65 @@ def explain_text(cf: CompiledFunction) -> str:
     return "\n".join(lines)
 
 
-def compile(fn=None, *, fuse=True, debug_dir=None, explain=False, **options):  # noqa: A001
-    """Compile ``fn`` (a function or an ``nn.Module``): the result is called as ``fn`` is.
+#: torch.compile's modes. Each is a performance hint there (CUDA graphs, autotuning);
+#: sitp has one way to compile, so every mode compiles the same program.
+MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+#: torch.compile's backends that sitp answers: "inductor" (torch's default) is sitp's
+#: fusing compiler; "eager" and "aot_eager" replay the captured graph without fusion.
+BACKENDS = ("inductor", "sitp", "eager", "aot_eager")
 
-    ``fuse=False`` keeps every backend call (the graph is replayed, not fused);
-    ``debug_dir`` writes each generated kernel's source and each graph there; ``explain``
-    prints, at each compile, what was compiled and where the graph broke.
-    Unknown options (torch's ``mode=``, ``fullgraph=``, ``dynamic=``) are accepted and ignored.
+
+def compile(  # noqa: A001
+    model=None,
+    *,
+    fullgraph: bool = False,
+    dynamic=None,
+    backend="inductor",
+    mode=None,
+    options=None,
+    disable: bool = False,
+    fuse: bool = True,
+    debug_dir=None,
+    explain: bool = False,
+):
+    """Compile ``model`` (a function or an ``nn.Module``): the result is called as it is.
+
+    torch.compile's parameters: ``fullgraph=True`` makes a graph break an error instead of
+    a fall-back to eager; ``backend`` is one of :data:`BACKENDS` ("eager"/"aot_eager"
+    replay the graph unfused); ``mode`` one of :data:`MODES`, all compiling the same
+    program; ``disable=True`` returns ``model`` itself. sitp specialises every graph on
+    its shapes, so ``dynamic=True`` is refused; ``options`` (inductor's settings) must be
+    empty. sitp's own: ``fuse=False`` keeps every backend call (the graph is replayed,
+    not fused); ``debug_dir`` writes each generated kernel's source and each graph there;
+    ``explain`` prints, at each compile, what was compiled and where the graph broke.
     """
-    if fn is None:
-        return lambda f: compile(f, fuse=fuse, debug_dir=debug_dir, explain=explain, **options)
+    if backend not in BACKENDS:
+        raise ValueError(f"sitp.compile: backend {backend!r} is not one of {BACKENDS}")
+    if mode not in MODES:
+        raise ValueError(f"sitp.compile: mode {mode!r} is not one of {MODES}")
+    if dynamic:
+        raise NotImplementedError(
+            "sitp.compile(dynamic=True): sitp specialises each graph on its shapes "
+            "(a new shape compiles a new graph); use dynamic=None or False"
+        )
+    if options:
+        raise ValueError(
+            f"sitp.compile: options {sorted(options)} are inductor's settings, which sitp "
+            "does not have"
+        )
+    fuse = fuse and backend in ("inductor", "sitp")
+    if debug_dir is not None and not disable:
+        os.makedirs(debug_dir, exist_ok=True)
+    settings = dict(fuse=fuse, debug_dir=debug_dir, explain=explain, fullgraph=fullgraph)
+    if model is None:  # used as @sitp.compile(...)
+        return lambda f: f if disable else CompiledFunction(_callable(f), **settings)
+    return model if disable else CompiledFunction(_callable(model), **settings)
+
+
+def _callable(fn):
     if not callable(fn):
         raise TypeError(f"sitp.compile expects a function or an nn.Module, got {type(fn).__name__}")
-    if debug_dir is not None:
-        os.makedirs(debug_dir, exist_ok=True)
-    return CompiledFunction(fn, fuse=fuse, debug_dir=debug_dir, explain=explain)
+    return fn
 
 
 def explain(fn, *args, **kwargs) -> str:
