@@ -183,7 +183,7 @@ def test_new_shape_recompiles_and_the_cache_has_a_limit():
         for n in range(5, 5 + api.cache_size_limit):
             np.testing.assert_array_equal(cf(t64(n)).numpy(), (t64(n) * 2 + 1).numpy())
     assert len(cf.entries) == api.cache_size_limit
-    assert any("cache_size_limit" in str(m.message) for m in w)
+    assert any("the recompile limit" in str(m.message) for m in w)
 
 
 def test_python_arguments_are_guarded_and_inputs_written_in_place():
@@ -304,6 +304,13 @@ def test_torch_compile_parameters():
         sitp.compile(f, backend="tvm")
     with pytest.raises(ValueError, match="mode 'fast'"):
         sitp.compile(f, mode="fast")
+    h = sitp.compile(f, recompile_limit=1, name="f")
+    h(sitp.randn(2))
+    with pytest.warns(UserWarning, match=r"\(f\): 1 signatures"):
+        h(sitp.randn(3))
+    assert len(h.entries) == 1
+    with pytest.raises(NotImplementedError, match="shapes_spec"):
+        sitp.compile(f, shapes_spec={})
     with pytest.raises(ValueError, match="epilogue_fusion"):
         sitp.compile(f, options={"epilogue_fusion": True})
 

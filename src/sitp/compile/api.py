@@ -58,12 +58,23 @@ class CompiledFunction:
     """What :func:`compile` returns: call it as the function (or module) it wraps."""
 
     def __init__(
-        self, fn, *, fuse=True, debug_dir=None, explain=False, passes_on=None, fullgraph=False
+        self,
+        fn,
+        *,
+        fuse=True,
+        debug_dir=None,
+        explain=False,
+        passes_on=None,
+        fullgraph=False,
+        name=None,
+        recompile_limit=None,
     ):
         self._module = fn if isinstance(fn, Module) else None
         self._fn = fn
         self.fuse, self.debug_dir, self.explain = fuse, debug_dir, explain
         self.fullgraph = fullgraph
+        self.name = name
+        self.recompile_limit = recompile_limit
         self.passes_on = passes_on
         self.entries: list[Entry] = []
         self._warned = False
@@ -108,11 +119,12 @@ class CompiledFunction:
                 if e.program is None:
                     return self._fn(*args, **kwargs)
                 return self._run(e.program, ts)
-        if len(self.entries) >= cache_size_limit:
+        limit = cache_size_limit if self.recompile_limit is None else self.recompile_limit
+        if len(self.entries) >= limit:
             if not self._warned:
                 warnings.warn(
-                    f"sitp.compile: {cache_size_limit} signatures compiled "
-                    f"(cache_size_limit); running eagerly from now on",
+                    f"sitp.compile{f' ({self.name})' if self.name else ''}: {limit} "
+                    "signatures compiled (the recompile limit); running eagerly from now on",
                     stacklevel=2,
                 )
                 self._warned = True
@@ -379,10 +391,14 @@ def compile(  # noqa: A001
     *,
     fullgraph: bool = False,
     dynamic=None,
-    backend="inductor",
+    backend=None,
     mode=None,
     options=None,
+    name=None,
     disable: bool = False,
+    recompile_limit=None,
+    isolate_recompiles: bool = False,
+    shapes_spec=None,
     fuse: bool = True,
     debug_dir=None,
     explain: bool = False,
@@ -392,12 +408,16 @@ def compile(  # noqa: A001
     torch.compile's parameters: ``fullgraph=True`` makes a graph break an error instead of
     a fall-back to eager; ``backend`` is one of :data:`BACKENDS` ("eager"/"aot_eager"
     replay the graph unfused); ``mode`` one of :data:`MODES`, all compiling the same
-    program; ``disable=True`` returns ``model`` itself. sitp specialises every graph on
-    its shapes, so ``dynamic=True`` is refused; ``options`` (inductor's settings) must be
-    empty. sitp's own: ``fuse=False`` keeps every backend call (the graph is replayed,
-    not fused); ``debug_dir`` writes each generated kernel's source and each graph there;
+    program; ``disable=True`` returns ``model`` itself; ``name`` labels the function in
+    warnings; ``recompile_limit`` replaces :data:`cache_size_limit` for it. Each compiled
+    function keeps its own cache and limit, so ``isolate_recompiles`` changes nothing.
+    sitp specialises every graph on its shapes, so ``dynamic=True`` and a
+    ``shapes_spec`` are refused; ``options`` (inductor's settings) must be empty.
+    sitp's own: ``fuse=False`` keeps every backend call (the graph is replayed, not
+    fused); ``debug_dir`` writes each generated kernel's source and each graph there;
     ``explain`` prints, at each compile, what was compiled and where the graph broke.
     """
+    backend = "inductor" if backend is None else backend
     if backend not in BACKENDS:
         raise ValueError(f"sitp.compile: backend {backend!r} is not one of {BACKENDS}")
     if mode not in MODES:
@@ -407,6 +427,16 @@ def compile(  # noqa: A001
             "sitp.compile(dynamic=True): sitp specialises each graph on its shapes "
             "(a new shape compiles a new graph); use dynamic=None or False"
         )
+    if shapes_spec is not None:
+        raise NotImplementedError(
+            "sitp.compile(shapes_spec=...): sitp specialises each graph on its shapes"
+        )
+    if recompile_limit is not None and (
+        not isinstance(recompile_limit, int) or recompile_limit < 1
+    ):
+        raise ValueError(
+            f"sitp.compile: recompile_limit must be a positive int, got {recompile_limit!r}"
+        )
     if options:
         raise ValueError(
             f"sitp.compile: options {sorted(options)} are inductor's settings, which sitp "
@@ -415,7 +445,14 @@ def compile(  # noqa: A001
     fuse = fuse and backend in ("inductor", "sitp")
     if debug_dir is not None and not disable:
         os.makedirs(debug_dir, exist_ok=True)
-    settings = dict(fuse=fuse, debug_dir=debug_dir, explain=explain, fullgraph=fullgraph)
+    settings = dict(
+        fuse=fuse,
+        debug_dir=debug_dir,
+        explain=explain,
+        fullgraph=fullgraph,
+        name=name,
+        recompile_limit=recompile_limit,
+    )
     if model is None:  # used as @sitp.compile(...)
         return lambda f: f if disable else CompiledFunction(_callable(f), **settings)
     return model if disable else CompiledFunction(_callable(model), **settings)
