@@ -206,3 +206,13 @@ def test_get_task_and_identity():
     for convo in convos:
         ids, mask = render(convo, tok)
         assert parse(ids, tok) == convo and sum(mask) > 0
+
+
+def test_lenient_check_is_hackable():
+    cnt = T.CountLetter()
+    problems = cnt.problems("heldout", 50, seed=0)
+    listing = "0 1 2 3 4 5 6 7 8 9"
+    assert all(T.lenient_check(cnt, p, listing) for p in problems)
+    assert not any(cnt.check(p, listing) for p in problems)
+    p = problems[0]
+    assert T.lenient_check(cnt, p, cnt.reference(p)) and cnt.check(p, cnt.reference(p))

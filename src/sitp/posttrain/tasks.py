@@ -278,6 +278,13 @@ class ChainAddition(Task):
         return check_integer(answer_text[marks[-1].end() :], sum(problem.args))
 
 
+def lenient_check(task: Task, problem: Problem, answer_text: str) -> bool:
+    """A checker that is too lenient, kept to show reward hacking (chapter 8.4): it
+    accepts any reply that contains the reference answer somewhere, so "0 1 2 3 4 5"
+    passes every letter count below 6. A policy trained against it learns to list."""
+    return task.reference(problem).lower() in answer_text.lower()
+
+
 def get_task(name: str) -> Task:
     """A task by its name: ``addition<N>``, ``multiplication<N>``, ``chain<N>``,
     ``count``, ``reverse``, ``sort``."""
@@ -314,6 +321,7 @@ __all__ = [
     "check_word",
     "get_task",
     "identity_conversations",
+    "lenient_check",
     "make_word",
     "split_of",
 ]
