@@ -2,7 +2,7 @@
 
 Usage::
 
-    python scripts/bench_compile.py [--reps 20] [--no-torch-compile] [--cold]
+    python scripts/bench_compile.py [--reps 20] [--no-torch-compile] [--cold] [--json PATH [--append]]
 
 Three blocks of a GPT's step, each written once with ops so that both libraries run the
 same code: GELU(x W + b) (tanh form), layer norm of a residual sum, and the attention
@@ -177,6 +177,37 @@ def run_torch(reps, use_compile):
     return rows
 
 
+def write_json(path, args, rows, ref, load, cpu) -> None:
+    """Write the run to ``path``: machine, config and a list of runs (``--append`` adds
+    this one to the runs already there), atomically."""
+    config = {"B": B, "T": T, "C": C, "heads": H, "dtype": "float32", "threads": 1}
+    run = {
+        "reps": args.reps,
+        "cache": "cold" if args.cold else "warm",
+        "loadavg_1min": round(load, 2),
+        "rows": {name: {**r, **ref.get(name, {})} for name, r in rows.items()},
+    }
+    record = {
+        "machine": cpu,
+        "config": config,
+        "statistic": "median ms of a call (eager, compiled, torch, inductor); "
+        "compile_s and inductor_compile_s: the first calls, in s; bytes as graph_bytes counts",
+        "runs": [],
+    }
+    if args.append and os.path.exists(path):
+        with open(path) as f:
+            old = json.load(f)
+        if old.get("machine") != cpu or old.get("config") != config:
+            raise SystemExit(f"{path} holds runs of another machine or config; not appending")
+        record["runs"] = old["runs"]
+    record["runs"].append(run)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=20)
@@ -186,12 +217,22 @@ def main(argv=None) -> int:
         action="store_true",
         help="generate sources numba has not cached, so that the compile time includes numba's",
     )
+    ap.add_argument(
+        "--json", metavar="PATH", help="also write the run (machine, config, rows) here"
+    )
+    ap.add_argument(
+        "--append",
+        action="store_true",
+        help="add this run to the runs already in --json PATH (same machine and config)",
+    )
     ap.add_argument("--child", choices=["torch"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(run_torch(args.reps, not args.no_torch_compile)))
         return 0
     from sitp.bench import cpu_model  # late: see run_sitp
+
+    load = os.getloadavg()[0]  # other processes' demand for the cores, as the run starts
 
     flags = ["--child", "torch", "--reps", str(args.reps)]
     if args.no_torch_compile:
@@ -226,6 +267,8 @@ def main(argv=None) -> int:
             f" {str(r['ops']) + ' -> ' + str(r['steps']) + ' (' + str(r['kernels']) + ')':>22}"
             f" {r['bytes_eager'] / 1e6:8.2f} -> {r['bytes_compiled'] / 1e6:7.2f}"
         )
+    if args.json:
+        write_json(args.json, args, rows, ref, load, cpu_model())
     return 0
 
 
