@@ -80,7 +80,9 @@ def test_pointwise_chain_with_broadcasting_is_one_kernel():
     assert len(kernels) == 1 and len(g.nodes) == 1
     assert [n.op for n in kernels[0].nodes] == ["add", "tanh", "mul", "sub", "abs"]
     src = kernels[0].source
-    assert "@njit(cache=True)" in src and "a1[i1]" in src  # b is read along dim 1 only
+    assert (
+        '@njit(cache=True, error_model="numpy")' in src and "a1[i1]" in src
+    )  # b is read along dim 1 only
     steps, _ = _steps(g)
     assert np.array_equal(run(g, x, b, steps=steps), out.numpy())
 
@@ -147,6 +149,32 @@ def test_cuda_source_runs_under_the_simulator():
     env.update({v.id: v.array for v in g.consts})  # the 0.5
     codegen.cuda_launch(fn, k, [env[v.id] for v in k.leaves], res)
     np.testing.assert_allclose(res, out.numpy(), rtol=1e-14)
+
+
+def test_cuda_float32_source_has_its_scalar_helpers():
+    """A float32 kernel names exp_f32 and tanh_f32; the CUDA source defines both."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        pytest.skip("the CUDA kernels are checked under the simulator (NUMBA_ENABLE_CUDASIM=1)")
+    x = sitp.tensor(np.random.default_rng(2).standard_normal((3, 5)).astype(np.float32))
+    g, out = trace(lambda x: (x.tanh() + x.exp()).sum(-1), x)
+    (k,) = passes.fuse(g)
+    src = codegen.generate(k, target="cuda")
+    assert "tanh_f32(" in src and "exp_f32(" in src
+    fn = codegen.load(src, k.name, target="cuda")
+    res = np.empty(3, np.float32)
+    env = {v.id: x._storage for v in g.inputs}
+    env.update({v.id: v.array for v in g.consts})
+    codegen.cuda_launch(fn, k, [env[v.id] for v in k.leaves], res)
+    np.testing.assert_allclose(res, out.numpy(), rtol=1e-5)
+
+
+def test_serial_cpu_kernels_use_numpys_error_model():
+    """Serial generated kernels divide as IEEE says, so their loops vectorise."""
+    x = x64(3, 4)
+    g, _ = trace(lambda x: (x / (x + 1.0)).exp(), x)
+    (k,) = passes.fuse(g)
+    src = codegen.generate(k)
+    assert "parallel=True" not in src and 'error_model="numpy")' in src
 
 
 def _steps(g, plan=None):

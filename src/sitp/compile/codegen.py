@@ -316,7 +316,9 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
         "from sitp.compile.scalars import tanh_f32",
         "",
         "",
-        f"@njit(cache=True{', parallel=True' if par else ''}{fast})",
+        # numpy's error model: a division has no zero test to branch on, so a serial
+        # loop vectorises (Python's model raises ZeroDivisionError, and keeps it scalar)
+        f'@njit(cache=True{", parallel=True" if par else ""}{fast}, error_model="numpy")',
         f"def {kernel.name}({params}):",
         f'    """{kernel.summary()}"""',
     ]
@@ -357,6 +359,16 @@ def _cuda_source(kernel, space, outer, inner, init, body, store, v, params, root
         "unary = cuda.jit(device=True)(scalar.unary)",
         "binary = cuda.jit(device=True)(scalar.binary)",
         "compare = cuda.jit(device=True)(scalar.compare)",
+        "",
+        "",
+        "@cuda.jit(device=True)",
+        "def exp_f32(x):  # the GPU's expf vectorises by itself: no helper of vecmath",
+        "    return math.exp(x)",
+        "",
+        "",
+        "@cuda.jit(device=True)",
+        "def tanh_f32(x):",
+        "    return math.tanh(x)",
         "",
         "",
         "@cuda.jit",
