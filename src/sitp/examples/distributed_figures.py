@@ -8,6 +8,9 @@
 * ``collectives-bandwidth.png``: bus bandwidth against message size for the three
   collectives, and all_reduce's time with the alpha-beta fits (:func:`fit_alpha_beta`,
   one line for every size and one per regime, :func:`fit_regimes`).
+* ``ddp-timeline.png``: one traced step of DDP on 2 ranks, from ``ddp-bench.json``
+  (``scripts/bench_ddp.py``): forward, backward, the moments gradients arrive, and each
+  bucket's all-reduce from launch to completion (:func:`draw_timeline`).
 * ``ring-steps.png``: the ring all-reduce on 4 ranks, step by step, from a simulation of
   the algorithm (:func:`ring_states`) that counts which ranks' values each chunk holds.
 
@@ -33,6 +36,7 @@ ROOT = HERE.parents[2]
 ASSETS = ROOT / "docs" / "assets" / "part3"
 COLLECTIVES_JSON = HERE / "collectives-bench.json"
 RING_JSON = HERE / "ring-bench.json"
+DDP_JSON = HERE / "ddp-bench.json"  # scripts/bench_ddp.py's record
 OPS = {"ar": "all_reduce", "ag": "all_gather", "bc": "broadcast"}
 
 
@@ -315,6 +319,55 @@ def draw_ring(path: Path, p: int = 4) -> Path:
     return path
 
 
+def draw_timeline(run: dict, path: Path) -> Path:
+    """One DDP step per rank: forward and backward as bars, the arrival of each gradient
+    as a tick, each bucket's all-reduce from its launch to its completion beneath."""
+    plt = _matplotlib()
+    ranks = run["timeline"]["ranks"]
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 1.1 * len(ranks)))
+    for r, t in enumerate(ranks):
+        y = (len(ranks) - 1 - r) * 2.0
+        fwd = (t["forward_start_ms"], t["backward_start_ms"] - t["forward_start_ms"])
+        bwd = (t["backward_start_ms"], t["backward_end_ms"] - t["backward_start_ms"])
+        ax.broken_barh([fwd], (y + 0.9, 0.6), color="#9ecae1", label="forward" if r == 0 else None)
+        ax.broken_barh([bwd], (y + 0.9, 0.6), color="#fdae6b", label="backward" if r == 0 else None)
+        ax.vlines(
+            t["grads_ready_ms"],
+            y + 0.8,
+            y + 1.6,
+            color="k",
+            lw=0.5,
+            label="a gradient ready" if r == 0 else None,
+        )
+        for b in t["buckets"]:
+            span = (b["launch_ms"], b["complete_ms"] - b["launch_ms"])
+            ax.broken_barh(
+                [span],
+                (y + 0.15, 0.5),
+                color=f"C{2 + b['bucket']}",
+                label=f"bucket {b['bucket']} all-reduce ({b['bytes'] / 2**20:.2f} MiB)"
+                if r == 0
+                else None,
+            )
+        ax.text(-2, y + 0.8, f"rank {r}", ha="right", va="center")
+    ax.set_yticks([])
+    ax.set_xlabel("milliseconds from the start of the step")
+    ax.set_xlim(left=-12)
+    ax.legend(loc="upper center", fontsize=7, ncol=5, bbox_to_anchor=(0.5, -0.28))
+    cfg = run["config"]
+    ax.set_title(
+        f"DDP on {len(ranks)} ranks: one step of the {cfg['n_layer']}-layer GPT, "
+        f"global batch {cfg['global_batch']} ({run['cpu']})",
+        fontsize=8,
+        pad=34,
+    )
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--record", action="store_true", help="rerun the two benchmarks first")
@@ -325,6 +378,9 @@ def main(argv=None) -> None:
     run = load_collectives()
     print("wrote", draw_bandwidth(run, ASSETS / "collectives-bandwidth.png"))
     print("wrote", draw_ring(ASSETS / "ring-steps.png"))
+    if DDP_JSON.exists():
+        ddp = json.loads(DDP_JSON.read_text())
+        print("wrote", draw_timeline(ddp, ASSETS / "ddp-timeline.png"))
 
 
 if __name__ == "__main__":
