@@ -206,6 +206,8 @@ def test_the_layers_do_not_import_the_root_package():
         "sitp.models",
         "sitp.data",
         "sitp.train",
+        "sitp.tokenizers",
+        "sitp.posttrain",
         "sitp.bench",
         "sitp.examples",
         "sitp.exercises",

@@ -109,3 +109,14 @@ def test_one_line_errors(tmp_path, capsys, main, argv, message):
         code = exit_.code
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_python_m_sitp_runs_the_posttrain_commands(tmp_path):
+    """`python -m sitp eval|sft|rl|chat` reach sitp.posttrain.cli; `sitp --help` names them."""
+    make_init(tmp_path)
+    run = subprocess.run([sys.executable, "-m", "sitp", "eval", str(tmp_path), "--task",
+                          "subtraction"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 2 and "unknown task 'subtraction'" in run.stderr, run.stderr
+    helped = subprocess.run([sys.executable, "-m", "sitp", "--help"], capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    assert all(f"'sitp {verb}'" in helped.stdout for verb in ("sft", "rl", "eval", "chat"))

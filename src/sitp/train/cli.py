@@ -91,6 +91,7 @@ from sitp.data import load_names, split_words
 from sitp.models import MODELS
 from sitp.models.engine import Engine
 from sitp.models.sampling import sample_names
+from sitp.posttrain import cli as posttrain_cli
 from sitp.random import Generator, seed
 from sitp.tokenizers import BPETokenizer
 from sitp.train.checkpoint import CheckpointError, load_checkpoint
@@ -156,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="sitp",
         description="Train and sample the book's models with sitp: the makemore ladder "
         "on names, a GPT on text.",
+        epilog="Post-training (chapter 8) has its own commands, each with --help: "
+        + ", ".join(f"'sitp {verb}'" for verb in POSTTRAIN)
+        + ".",
     )
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser
@@ -601,8 +605,20 @@ def generate_text(model, ids, max_new_tokens, temperature=1.0, top_k=None, gener
     return ids
 
 
+#: Chapter 8's stages, each a command of its own (sitp.posttrain.cli).
+POSTTRAIN = {
+    "sft": posttrain_cli.main_sft,
+    "rl": posttrain_cli.main_rl,
+    "eval": posttrain_cli.main_eval,
+    "chat": posttrain_cli.main_chat,
+}
+
+
 def main(argv=None) -> int:
     """Runs the command line; returns the exit status (0, or 2 for a bad request)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in POSTTRAIN:
+        return POSTTRAIN[argv[0]](argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
