@@ -34,7 +34,7 @@ import sitp
 from sitp.bench import cpu_model
 from sitp.data import get_batch, load_tinyshakespeare
 from sitp.data.tokens import CharTokenizer
-from sitp.models.gpt import GPT, GPTConfig, muon_and_adamw
+from sitp.models.gpt import GPT, MODERN, GPTConfig, muon_and_adamw
 from sitp.train.trainer import param_groups
 
 # each option of section 5.3 as the config fields it sets
@@ -49,16 +49,7 @@ OPTIONS = {
     "untied": {"tie_weights": False},
     "softcap 15": {"logit_softcap": 15.0},
     "muon": {},
-    "all": {
-        "rope": True,
-        "norm": "rmsnorm",
-        "norm_params": False,
-        "bias": False,
-        "qk_norm": True,
-        "mlp": "relu2",
-        "tie_weights": False,
-        "logit_softcap": 15.0,
-    },
+    "all": MODERN,
 }
 USES_MUON = {"muon", "all"}
 

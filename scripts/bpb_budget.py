@@ -66,23 +66,12 @@ import sitp
 from sitp import _target
 from sitp.bench import cpu_model
 from sitp.data import CharTokenizer, get_batch, load_tinyshakespeare
-from sitp.models.gpt import GPT, GPTConfig, muon_and_adamw
+from sitp.models.gpt import GPT, MODERN, GPTConfig, muon_and_adamw
 from sitp.tokenizers import BPETokenizer
 from sitp.train.trainer import param_groups
 
 RECORD = Path(__file__).resolve().parents[1] / "src" / "sitp" / "examples" / "bpb-budget.json"
 
-# the modern options of section 5.3, all on (scripts/ablate_gpt.py's "all")
-MODERN = {
-    "rope": True,
-    "norm": "rmsnorm",
-    "norm_params": False,
-    "bias": False,
-    "qk_norm": True,
-    "mlp": "relu2",
-    "tie_weights": False,
-    "logit_softcap": 15.0,
-}
 # name -> (tokenizer: "char" or a BPE vocabulary size, architecture fields, optimizer)
 CONFIGS = {
     "gpt2, char": ("char", {"bias": False}, "adamw"),

@@ -72,6 +72,19 @@ class GPTConfig:
 
 # --8<-- [end:header]
 
+#: Section 5.3's modern options all on, as GPTConfig fields: ``GPTConfig(**MODERN, ...)``
+#: (the ablation's "all" row; the Muon optimizer is chosen apart from the config).
+MODERN = {
+    "rope": True,
+    "norm": "rmsnorm",
+    "norm_params": False,
+    "bias": False,
+    "qk_norm": True,
+    "mlp": "relu2",
+    "tie_weights": False,
+    "logit_softcap": 15.0,
+}
+
 
 # --8<-- [start:norm]
 def make_norm(config, width):
