@@ -21,7 +21,6 @@ Checkpoints are written atomically by :mod:`sitp.train.checkpoint` every
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
@@ -43,47 +42,20 @@ from sitp.posttrain.sft import sft
 from sitp.posttrain.tasks import get_task, identity_conversations
 from sitp.random import Generator, manual_seed
 from sitp.train import checkpoint as ckpt
+from sitp.train.args import Parser as _Parser
+from sitp.train.args import fail as _fail
+from sitp.train.args import number
 from sitp.train.trainer import TOKENIZER_FILE, UsageError, tokenizer_from_record
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (no usage block), exit status 2."""
-
-    def error(self, message):
-        raise SystemExit(_fail(f"{self.prog}: error: {message}"))
-
-
-def _fail(line: str) -> int:
-    print(" ".join(line.split()), file=sys.stderr)
-    return 2
-
-
 def _positive(kind):
-    def parse(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
-
-    parse.__name__ = kind.__name__
-    return parse
+    """An argparse type: an int of at least 1, or a finite float above 0."""
+    return number(kind, 1 if kind is int else 0, low_open=kind is float)
 
 
 def _non_negative(kind):
-    def parse(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from None
-        if not value >= 0:
-            raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-        return value
-
-    parse.__name__ = kind.__name__
-    return parse
+    """An argparse type: an int or a finite float of at least 0."""
+    return number(kind, 0)
 
 
 # ------------------------------------------------------------------ checkpoints

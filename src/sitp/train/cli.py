@@ -94,6 +94,9 @@ from sitp.models.sampling import sample_names
 from sitp.posttrain import cli as posttrain_cli
 from sitp.random import Generator, seed
 from sitp.tokenizers import BPETokenizer
+from sitp.train.args import Parser as _Parser
+from sitp.train.args import fail as _fail
+from sitp.train.args import number as _number
 from sitp.train.checkpoint import CheckpointError, load_checkpoint
 from sitp.train.trainer import (
     TrainConfig,
@@ -104,47 +107,6 @@ from sitp.train.trainer import (
     plot_losses,
     tokenizer_from_record,
 )
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (no usage block), exit status 2."""
-
-    def error(self, message):
-        raise SystemExit(_fail(f"{self.prog}: error: {message}"))
-
-
-def _fail(line: str) -> int:
-    print(" ".join(line.split()), file=sys.stderr)
-    return 2
-
-
-def _number(kind, low=None, low_open=False):
-    """An argparse ``type=``: parses ``kind`` (int or float), finite, at least ``low``
-    (above it when ``low_open``); a bad value is argparse's one-line error, exit 2."""
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}"
-            ) from None
-        if kind is float and not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
-        if low is not None and (value <= low if low_open else value < low):
-            bound = (
-                f"greater than {low:g}"
-                if low_open
-                else "positive"
-                if low == 1 and kind is int
-                else f"at least {low:g}"
-            )
-            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
-        return value
-
-    parse.__name__ = kind.__name__  # argparse names the type in some messages
-    return parse
-
 
 _POSITIVE_INT = _number(int, 1)
 _NON_NEGATIVE_INT = _number(int, 0)
