@@ -9,12 +9,15 @@ problems no stage trained on.
 
     python scripts/posttrain_demo.py                 # chain1, the default sizes
     python scripts/posttrain_demo.py --task addition2 --block-size 32 --save runs/pt
+    python scripts/posttrain_demo.py --json src/sitp/examples/posttrain-demo.json
 
 The figures vary with the machine's speed only in their timings; the numbers are
 fixed by the seeds.
 """
 
 import argparse
+import json
+import os
 import random
 import time
 from pathlib import Path
@@ -74,7 +77,18 @@ def report(stage, model, tok, task, problems, seconds, max_new):
     print(f"{stage:>8}: pass@1 {out['pass@1']:.3f} (95% Wilson {lo:.3f}-{hi:.3f}) on "
           f"{len(problems)} held-out {task.name} problems; stage took {seconds:.0f} s; "
           f"first reply {out['first_replies'][0]!r}", flush=True)  # fmt: skip
-    return out["pass@1"]
+    return {"stage": stage, "pass@1": out["pass@1"], "pass@1_ci": [lo, hi],
+            "n": len(problems), "seconds": round(seconds, 1),
+            "first_reply": out["first_replies"][0]}  # fmt: skip
+
+
+def write_json(path, record):
+    """The record written atomically: a temporary file beside PATH, then renamed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, path)
 
 
 def main():
@@ -90,8 +104,10 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--block-size", type=int, default=48)
     p.add_argument("--save", metavar="DIR", help="write each stage's checkpoint to DIR/<stage>")
+    p.add_argument("--json", metavar="PATH", help="write config, CPU, stages and rewards to PATH")
     args = p.parse_args()
     task = get_task(args.task)
+    load_start = [round(x, 2) for x in os.getloadavg()]
     tok = ChatTokenizer(ByteTokenizer())
     sitp.manual_seed(args.seed)
     config = GPTConfig(vocab_size=tok.vocab_size, block_size=args.block_size, n_layer=2, n_head=4,
@@ -103,11 +119,11 @@ def main():
     held = task.problems("heldout", args.heldout, seed=0, at_most=True)
     sample = task.problems("train", 200, seed=0, at_most=True)
     max_new = max(len(tok.encode_text(task.reference(q))) for q in sample) + 1  # and the end
-    report("base", model, tok, task, held, 0, max_new)
+    stages = [report("base", model, tok, task, held, 0, max_new)]
 
     t0 = time.perf_counter()
     pretrain(model, tok, task, args.pretrain_steps, 32, 3e-3, args.seed)
-    report("pretrain", model, tok, task, held, time.perf_counter() - t0, max_new)
+    stages.append(report("pretrain", model, tok, task, held, time.perf_counter() - t0, max_new))
     keep(args, "pretrain", model, tok)
 
     t0 = time.perf_counter()
@@ -115,7 +131,7 @@ def main():
     losses = sft(model, convos, tok, args.sft_steps, lr=args.sft_lr, batch_size=32, seed=args.seed)
     print(f"  sft loss {np.mean(losses[:10]):.4f} (first 10 steps) -> "
           f"{np.mean(losses[-10:]):.4f} (last 10)")  # fmt: skip
-    report("sft", model, tok, task, held, time.perf_counter() - t0, max_new)
+    stages.append(report("sft", model, tok, task, held, time.perf_counter() - t0, max_new))
     keep(args, "sft", model, tok)
 
     t0 = time.perf_counter()
@@ -141,8 +157,24 @@ def main():
     if rewards:
         print(f"  rl mean reward: first 10 steps {np.mean(rewards[:10]):.3f}, "
               f"last 10 {np.mean(rewards[-10:]):.3f}")  # fmt: skip
-    report("rl", model, tok, task, held, time.perf_counter() - t0, max_new)
+    stages.append(report("rl", model, tok, task, held, time.perf_counter() - t0, max_new))
     keep(args, "rl", model, tok)
+    if args.json:
+        write_json(args.json, {
+            "script": "scripts/posttrain_demo.py",
+            "config": {**vars(args), "n_layer": config.n_layer, "n_head": config.n_head,
+                       "n_embd": config.n_embd, "parameters": params, "rope": True,
+                       "pretrain_batch": 32, "pretrain_lr": 3e-3, "sft_batch": 32,
+                       "rl_prompts_per_step": 8, "rl_group_size": 8, "max_new_tokens": max_new},
+            "cpu": cpu_model(),
+            "loadavg_start": load_start,
+            "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+            "stages": stages,
+            "sft_loss": {"first10": float(np.mean(losses[:10])),
+                         "last10": float(np.mean(losses[-10:]))},
+            "rl_reward": [float(r) for r in rewards],
+        })  # fmt: skip
+        print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,110 @@
+"""The figures of chapter 8, drawn from ``posttrain-demo.json``.
+
+``scripts/posttrain_demo.py --json`` writes that file: the demo's configuration, the
+CPU it ran on, each stage's held-out pass@1 with its Wilson 95 % interval, and the
+mean reward of every GRPO step.
+
+* ``posttrain-stages.png``: pass@1 after each stage (base, pretrain, SFT, RL), bars
+  with their intervals;
+* ``posttrain-reward.png``: the mean reward of each RL step, with a running mean.
+
+Redraw from the repository root::
+
+    python -m sitp.examples.posttrain_figures
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ASSETS = HERE.parents[2] / "docs" / "assets" / "part3"
+DEMO_JSON = HERE / "posttrain-demo.json"
+
+
+def _matplotlib():
+    import matplotlib  # late: matplotlib is slow to import
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # late: matplotlib is slow to import
+
+    return plt
+
+
+def load(path: Path = DEMO_JSON) -> dict:
+    """The demo's record."""
+    return json.loads(Path(path).read_text())
+
+
+def running_mean(values, window: int = 10) -> np.ndarray:
+    """The mean of each value and the ``window - 1`` before it (fewer at the start)."""
+    v = np.asarray(values, dtype=float)
+    c = np.concatenate([[0.0], np.cumsum(v)])
+    i = np.arange(1, len(v) + 1)
+    lo = np.maximum(0, i - window)
+    return (c[i] - c[lo]) / (i - lo)
+
+
+def draw_stages(run: dict, path: Path) -> Path:
+    """pass@1 after each stage, with its Wilson 95 % interval."""
+    plt = _matplotlib()
+    stages = run["stages"]
+    names = [s["stage"] for s in stages]
+    p = np.array([s["pass@1"] for s in stages])
+    lo = np.array([s["pass@1_ci"][0] for s in stages])
+    hi = np.array([s["pass@1_ci"][1] for s in stages])
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    ax.bar(names, p, color="C0", yerr=[p - lo, hi - p], capsize=6, ecolor="k")
+    for k, v in enumerate(p):
+        ax.text(k, hi[k] + 0.02, f"{v:.3f}", ha="center", va="bottom")
+    cfg = run["config"]
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel("held-out pass@1 (greedy)")
+    ax.set_title(f"{cfg['task']}: {stages[0]['n']} held-out problems, "
+                 f"{cfg['parameters']:,}-parameter GPT", fontsize=10)  # fmt: skip
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def draw_reward(run: dict, path: Path) -> Path:
+    """The mean reward of each GRPO step and its running mean over 10 steps."""
+    plt = _matplotlib()
+    r = np.asarray(run["rl_reward"])
+    cfg = run["config"]
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    steps = np.arange(len(r))
+    ax.plot(steps, r, "o", ms=3, color="C0", alpha=0.6, label="mean reward of the step")
+    ax.plot(steps, running_mean(r), "-", color="C1", label="running mean (10 steps)")
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("reward (share correct)")
+    ax.set_title(f"{cfg['task']}: {cfg['rl_prompts_per_step']} prompts x "
+                 f"{cfg['rl_group_size']} samples a step, lr {cfg['rl_lr']:g}, "
+                 f"T {cfg['rl_temperature']:g}", fontsize=10)  # fmt: skip
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description="Draw chapter 8's figures from posttrain-demo.json.")
+    p.add_argument("--json", type=Path, default=DEMO_JSON)
+    p.add_argument("--out", type=Path, default=ASSETS)
+    args = p.parse_args(argv)
+    run = load(args.json)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for path in (draw_stages(run, args.out / "posttrain-stages.png"),
+                 draw_reward(run, args.out / "posttrain-reward.png")):  # fmt: skip
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
