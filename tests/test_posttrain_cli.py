@@ -11,6 +11,7 @@ from sitp.data.tokens import ByteTokenizer, CharTokenizer
 from sitp.models.gpt import GPT, GPTConfig
 from sitp.posttrain import cli
 from sitp.posttrain.chat import ChatTokenizer
+from sitp.posttrain.tasks import get_task
 
 
 def make_init(path, base=None, vocab_extra=True):
@@ -120,3 +121,17 @@ def test_python_m_sitp_runs_the_posttrain_commands(tmp_path):
     helped = subprocess.run([sys.executable, "-m", "sitp", "--help"], capture_output=True,
                             text=True, timeout=120)  # fmt: skip
     assert all(f"'sitp {verb}'" in helped.stdout for verb in ("sft", "rl", "eval", "chat"))
+
+
+def test_eval_defaults_fit_the_task(tmp_path, capsys):
+    """With no --problems, eval takes all of a split smaller than 100 (chain1 has 95); with
+    no --max-new-tokens, the cap fits the longest correct reply and its end token."""
+    make_init(tmp_path)
+    task = get_task("chain1")
+    problems = task.problems("heldout", 100, seed=0, at_most=True)
+    tok = cli.load_model(tmp_path)[1]
+    longest = max(len(tok.encode_text(task.reference(p))) for p in problems)
+    assert cli.reply_budget(task, problems, tok) >= longest + 1
+    assert cli.main_eval([str(tmp_path), "--task", "chain1"]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(problems)} held-out problems" in out and len(problems) < 100

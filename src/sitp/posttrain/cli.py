@@ -222,7 +222,9 @@ def rl_parser():
     p.add_argument("--steps", type=_positive(int), default=50, help="total GRPO steps")
     p.add_argument("--prompts", type=_positive(int), default=4, help="prompts per step")
     p.add_argument("--group", type=_positive(int), default=8, help="replies per prompt (>= 2)")
-    p.add_argument("--max-new-tokens", type=_positive(int), default=16, help="reply length cap")
+    p.add_argument("--max-new-tokens", type=_positive(int), default=None,
+                   help="reply length cap (default: the task's longest reference reply, "
+                   "its end token and 4 more)")  # fmt: skip
     p.add_argument("--temperature", type=_positive(float), default=1.0, help="sampling temperature")
     p.add_argument("--clip", type=_positive(float), default=0.2, help="PPO clip epsilon")
     p.add_argument("--kl", type=_non_negative(float), default=0.0, help="KL penalty to --init")
@@ -249,6 +251,8 @@ def main_rl(argv=None) -> int:
         opts = record["options"]
         ref = load_model(opts["init"])[0] if opts["kl"] > 0 else None
         problems = task.problems("train", 5000, seed=opts["seed"], at_most=True)
+        if opts["max_new_tokens"] is None:  # resolved once, and kept for a resume
+            opts["max_new_tokens"] = reply_budget(task, problems, tok)
         generator = Generator().manual_seed(opts["seed"])
         if "rng" in record:
             generator.set_state(record["rng"])
@@ -279,16 +283,25 @@ def main_rl(argv=None) -> int:
         return _fail(f"sitp rl: error: {error}")
 
 
+def reply_budget(task, problems, tok) -> int:
+    """A reply length cap that fits every correct reply: the longest reference reply of
+    ``problems`` in tokens, plus the end token and 4 tokens of slack."""
+    return max(len(tok.encode_text(task.reference(p))) for p in problems) + 1 + 4
+
+
 # ----------------------------------------------------------------------- eval
 def eval_parser():
     p = _Parser(prog="sitp eval", description="Held-out pass@k of a checkpoint on a task.")
     p.add_argument("dir", metavar="DIR", help="checkpoint directory")
     p.add_argument("--task", required=True, help="e.g. addition2, count, chain2")
-    p.add_argument("--problems", type=_positive(int), default=100, help="held-out problems")
+    p.add_argument("--problems", type=_positive(int), default=None,
+                   help="held-out problems (default: 100, or all of a smaller split)")  # fmt: skip
     p.add_argument("--samples", type=_positive(int), default=1, help="replies per problem")
     p.add_argument("--k", default="1", help="comma-separated k values for pass@k (<= samples)")
     p.add_argument("--temperature", type=_non_negative(float), default=0.0, help="0: greedy")
-    p.add_argument("--max-new-tokens", type=_positive(int), default=24, help="reply length cap")
+    p.add_argument("--max-new-tokens", type=_positive(int), default=None,
+                   help="reply length cap (default: the longest reference reply of the "
+                   "problems, its end token and 4 more)")  # fmt: skip
     p.add_argument("--seed", type=_non_negative(int), default=0, help="seed of the draws")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     return p
@@ -303,7 +316,12 @@ def main_eval(argv=None) -> int:
         except ValueError:
             raise UsageError(f"--k must be comma-separated integers, got {args.k!r}") from None
         model, tok, _, _ = load_model(args.dir)
-        problems = task.problems("heldout", args.problems, seed=0)
+        if args.problems is None:
+            problems = task.problems("heldout", 100, seed=0, at_most=True)
+        else:
+            problems = task.problems("heldout", args.problems, seed=0)
+        if args.max_new_tokens is None:
+            args.max_new_tokens = reply_budget(task, problems, tok)
         out = evaluate(model, tok, task, problems, n_samples=args.samples, ks=ks,
                        temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                        generator=Generator().manual_seed(args.seed), seed=args.seed)  # fmt: skip
