@@ -1,0 +1,30 @@
+"""The figure modules of chapters 6-8 draw from their recorded JSON (what `python -m
+sitp.examples.<module>` does for the book), into a temporary folder."""
+
+import json
+
+from sitp.examples import compile_figures, distributed_figures, posttrain_figures
+
+
+def _png(path):
+    return path.is_file() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_posttrain_figures(tmp_path):
+    run = posttrain_figures.load()
+    assert [s["stage"] for s in run["stages"]] == ["base", "pretrain", "sft", "rl"]
+    assert _png(posttrain_figures.draw_stages(run, tmp_path / "stages.png"))
+    assert _png(posttrain_figures.draw_reward(run, tmp_path / "reward.png"))
+
+
+def test_distributed_figures(tmp_path):
+    assert _png(distributed_figures.draw_bandwidth(distributed_figures.load_collectives(),
+                                                   tmp_path / "bw.png"))  # fmt: skip
+    assert _png(distributed_figures.draw_ring(tmp_path / "ring.png"))
+    ddp = json.loads(distributed_figures.DDP_JSON.read_text())
+    assert _png(distributed_figures.draw_timeline(ddp, tmp_path / "timeline.png"))
+
+
+def test_compile_figures(tmp_path):
+    bench = json.loads(compile_figures.BENCH_JSON.read_text())
+    assert _png(compile_figures.draw_bytes(bench, tmp_path / "bytes.png"))
