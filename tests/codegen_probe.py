@@ -125,6 +125,22 @@ def training_step():
     }
 
 
+def compiled_kernel():
+    """A kernel that sitp.compile generates (chapter 6): GELU's tanh form on float32,
+    small enough to be serial (no prange), so its loop is the code inspected."""
+    from sitp.compile import codegen
+
+    def gelu(h):
+        return 0.5 * h * (1.0 + ((h + 0.044715 * h * h * h) * 0.7978845608028654).tanh())
+
+    h = sitp.randn(8, 32)
+    cf = sitp.compile(gelu)
+    cf(h)  # the first call traces (and runs eagerly); the second runs the kernel
+    np.testing.assert_allclose(cf(h).numpy(), gelu(h).numpy(), rtol=1e-5, atol=1e-6)
+    (node,) = [n for n in cf.graph.nodes if n.kernel is not None]
+    return {"compiled_gelu": codegen.load(node.kernel.source, node.kernel.name)}
+
+
 def main():
     cfg = sitp.show_config(mode="dicts")
     report = {
@@ -136,6 +152,7 @@ def main():
     dispatchers = gemm_kernels()
     if "--all" in sys.argv:
         dispatchers.update(training_step())
+        dispatchers.update(compiled_kernel())
     report["kernels"] = kernels(dispatchers)
     print(json.dumps(report))
 
