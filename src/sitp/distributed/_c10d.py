@@ -456,6 +456,16 @@ def _check_tensor(t, fn: str, what: str = "tensor") -> None:
         raise TypeError(f"{fn}: {what} must be a sitp.Tensor (got {type(t).__name__})")
 
 
+def _check_world_multiple(fn: str, whole, whole_name: str, part, part_name: str, n: int) -> None:
+    """``whole`` must hold ``n`` (the world size) times ``part``'s elements."""
+    if whole.numel() != n * part.numel():
+        raise ValueError(
+            f"{fn}: {whole_name} of shape {tuple(whole.shape)} must hold world_size ({n}) x "
+            f"{part_name} of shape {tuple(part.shape)} = {n * part.numel()} elements; it has "
+            f"{whole.numel()}"
+        )
+
+
 def _check_like(fn: str, a: Tensor, a_name: str, b: Tensor, b_name: str) -> None:
     if a.dtype is not b.dtype:
         raise TypeError(
@@ -628,12 +638,7 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
         return None
     _check_like(fn, output_tensor, "output_tensor", input_tensor, "input_tensor")
     n = g.size()
-    if output_tensor.numel() != n * input_tensor.numel():
-        raise ValueError(
-            f"{fn}: output_tensor of shape {tuple(output_tensor.shape)} must hold world_size "
-            f"({n}) x input_tensor of shape {tuple(input_tensor.shape)} = "
-            f"{n * input_tensor.numel()} elements; it has {output_tensor.numel()}"
-        )
+    _check_world_multiple(fn, output_tensor, "output_tensor", input_tensor, "input_tensor", n)
     send, recv = _Buf(input_tensor), _Buf(output_tensor, read=False)
 
     def start(blocking):
@@ -653,12 +658,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
         return None
     _check_like(fn, output, "output", input, "input")
     n = g.size()
-    if input.numel() != n * output.numel():
-        raise ValueError(
-            f"{fn}: input of shape {tuple(input.shape)} must hold world_size ({n}) x output "
-            f"of shape {tuple(output.shape)} = {n * output.numel()} elements; it has "
-            f"{input.numel()}"
-        )
+    _check_world_multiple(fn, input, "input", output, "output", n)
     mop = _mpi_op(op, input.dtype)
     send, recv = _Buf(input), _Buf(output, read=False)
     divide = n if op is ReduceOp.AVG else None
