@@ -22,7 +22,7 @@ import numpy as np
 
 import sitp
 from sitp.compile import CompiledFunction
-from sitp.examples.gpt_figures import _matplotlib
+from sitp.examples._plot import pyplot, save
 
 HERE = Path(__file__).resolve().parent
 ASSETS = HERE.parents[2] / "docs" / "assets" / "part3"
@@ -61,7 +61,7 @@ def fusion_groups(fn=ln_residual, rows=512, width=128):
 
 def draw_graph(ops, kernels, path: Path) -> Path:
     """Captured ops on the left, kernels on the right, a line from op to kernel."""
-    plt = _matplotlib()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 5.2))
     n = len(ops)
     y_op = {oid: n - 1 - i for i, (oid, _) in enumerate(ops)}
@@ -97,16 +97,12 @@ def draw_graph(ops, kernels, path: Path) -> Path:
     ax.set_xlim(-0.3, 2.6)
     ax.set_ylim(-0.8, n + 0.6)
     ax.axis("off")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def draw_bytes(bench: dict, path: Path) -> Path:
     """MB moved eager and compiled (left), lowest median ms over the runs (right)."""
-    plt = _matplotlib()
+    plt = pyplot()
     runs = bench["runs"]
     blocks = [b for b in runs[0]["rows"] if b != "GPT train step"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
@@ -141,11 +137,7 @@ def draw_bytes(bench: dict, path: Path) -> Path:
         ax.spines[["top", "right"]].set_visible(False)
         ax.tick_params(axis="x", labelsize=8)
     fig.suptitle(f"{bench['machine']}, one thread, float32", fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def main() -> None:

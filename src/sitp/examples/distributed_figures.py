@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sitp.examples._plot import pyplot, save
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 ASSETS = ROOT / "docs" / "assets" / "part3"
@@ -38,15 +40,6 @@ COLLECTIVES_JSON = HERE / "collectives-bench.json"
 RING_JSON = HERE / "ring-bench.json"
 DDP_JSON = HERE / "ddp-bench.json"  # scripts/bench_ddp.py's record
 OPS = {"ar": "all_reduce", "ag": "all_gather", "bc": "broadcast"}
-
-
-def _matplotlib():
-    import matplotlib  # late: matplotlib is slow to import
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # late: matplotlib is slow to import
-
-    return plt
 
 
 # ------------------------------------------------------------------ reading the tables
@@ -233,7 +226,7 @@ def _size_ticks(ax):
 def draw_bandwidth(run: dict, path: Path) -> Path:
     """Left: bus bandwidth against size, mpi4py solid, sitp dashed. Right: all_reduce's
     time per call and the alpha-beta fits."""
-    plt = _matplotlib()
+    plt = pyplot()
     rows, p = run["rows"], run["nproc"]
     m = np.array([r["bytes"] for r in rows], float)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
@@ -278,17 +271,13 @@ def draw_bandwidth(run: dict, path: Path) -> Path:
     right.grid(alpha=0.3)
     right.legend(fontsize=7)
     right.set_title("t(m) = α + β m, fitted on the relative error", fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def draw_ring(path: Path, p: int = 4) -> Path:
     """The ring all-reduce's states on ``p`` ranks: rows are ranks, columns chunks; a cell
     says whose values it sums ("all": the complete sum, outlined), darker for more."""
-    plt = _matplotlib()
+    plt = pyplot()
     states = ring_states(p)
     cols = (len(states) + 1) // 2
     fig, axes = plt.subplots(2, cols, figsize=(2.6 * cols, 5.6))
@@ -312,17 +301,13 @@ def draw_ring(path: Path, p: int = 4) -> Path:
         ax.set_xticks(range(p), [f"c{k}" for k in range(p)], fontsize=7)
         ax.set_yticks(range(p), [f"rank {r}" for r in range(p)], fontsize=7)
         ax.set_title(caption, fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def draw_timeline(run: dict, path: Path) -> Path:
     """One DDP step per rank: forward and backward as bars, the arrival of each gradient
     as a tick, each bucket's all-reduce from its launch to its completion beneath."""
-    plt = _matplotlib()
+    plt = pyplot()
     ranks = run["timeline"]["ranks"]
     fig, ax = plt.subplots(figsize=(9, 1.2 + 1.1 * len(ranks)))
     for r, t in enumerate(ranks):
@@ -361,11 +346,7 @@ def draw_timeline(run: dict, path: Path) -> Path:
         fontsize=8,
         pad=34,
     )
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def main(argv=None) -> None:

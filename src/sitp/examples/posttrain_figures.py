@@ -21,18 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+from sitp.examples._plot import pyplot, save
+
 HERE = Path(__file__).resolve().parent
 ASSETS = HERE.parents[2] / "docs" / "assets" / "part3"
 DEMO_JSON = HERE / "posttrain-demo.json"
-
-
-def _matplotlib():
-    import matplotlib  # late: matplotlib is slow to import
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # late: matplotlib is slow to import
-
-    return plt
 
 
 def load(path: Path = DEMO_JSON) -> dict:
@@ -51,7 +44,7 @@ def running_mean(values, window: int = 10) -> np.ndarray:
 
 def draw_stages(run: dict, path: Path) -> Path:
     """pass@1 after each stage, with its Wilson 95 % interval."""
-    plt = _matplotlib()
+    plt = pyplot()
     stages = run["stages"]
     names = [s["stage"] for s in stages]
     p = np.array([s["pass@1"] for s in stages])
@@ -66,15 +59,12 @@ def draw_stages(run: dict, path: Path) -> Path:
     ax.set_ylabel("held-out pass@1 (greedy)")
     ax.set_title(f"{cfg['task']}: {stages[0]['n']} held-out problems, "
                  f"{cfg['parameters']:,}-parameter GPT", fontsize=10)  # fmt: skip
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def draw_reward(run: dict, path: Path) -> Path:
     """The mean reward of each GRPO step and its running mean over 10 steps."""
-    plt = _matplotlib()
+    plt = pyplot()
     r = np.asarray(run["rl_reward"])
     cfg = run["config"]
     fig, ax = plt.subplots(figsize=(6, 3.6))
@@ -88,10 +78,7 @@ def draw_reward(run: dict, path: Path) -> Path:
                  f"{cfg['rl_group_size']} samples a step, lr {cfg['rl_lr']:g}, "
                  f"T {cfg['rl_temperature']:g}", fontsize=10)  # fmt: skip
     ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def main(argv=None) -> None:
