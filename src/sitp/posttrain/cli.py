@@ -12,7 +12,8 @@ value out of range); ``python -m sitp sft ...`` and the others call them.
 * ``rl --init DIR --out OUT --task addition2`` runs GRPO from checkpoint DIR, rewarded
   by the task's checker; with ``--kl β`` it penalises the KL to DIR's model.
 * ``eval DIR --task addition2`` prints held-out pass@1 (and pass@k) with intervals.
-* ``chat DIR`` reads the user's lines on stdin and streams the replies.
+* ``chat DIR`` reads the user's lines on stdin and streams the replies; ``chat DIR
+  --web`` serves a page on 127.0.0.1 that streams them (:mod:`sitp.posttrain.web`).
 
 Checkpoints are written atomically by :mod:`sitp.train.checkpoint` every
 ``--save-every`` steps and at the end; rerunning ``sft`` or ``rl`` with the same
@@ -35,6 +36,7 @@ from sitp.dtypes import int64
 from sitp.models.engine import Engine
 from sitp.models.gpt import GPT, GPTConfig
 from sitp.optim import AdamW
+from sitp.posttrain import web
 from sitp.posttrain.chat import ChatTokenizer, completion_text, render, render_prompt
 from sitp.posttrain.evaluate import evaluate
 from sitp.posttrain.rl import grpo_step
@@ -344,15 +346,25 @@ def chat_parser():
     p.add_argument("--top-k", type=_positive(int), default=None, help="sample among k likeliest")
     p.add_argument("--max-new-tokens", type=_positive(int), default=64, help="reply length cap")
     p.add_argument("--seed", type=_non_negative(int), default=0, help="seed of the draws")
+    p.add_argument("--web", action="store_true",
+                   help="serve a chat page on http://127.0.0.1:PORT/, not stdin")  # fmt: skip
+    p.add_argument("--port", type=_non_negative(int), default=8008,
+                   help="the page's port with --web (0: any free one)")  # fmt: skip
     return p
 
 
-def stream_reply(model, tok, conversation, max_new_tokens, temperature=0.0, top_k=None,
-                 generator=None, out=sys.stdout):  # fmt: skip
-    """Writes the reply to ``out`` token by token as the engine draws it; returns its text.
+def reply_pieces(model, tok, conversation, max_new_tokens, temperature=0.0, top_k=None,
+                 generator=None):  # fmt: skip
+    """Yields the assistant's reply to ``conversation`` as text pieces, each as soon as the
+    engine has drawn it; the pieces joined are the reply's text.
 
     Older turns are dropped (from the front, whole exchanges) until the prompt and
-    at least one new token fit in the model's block.
+    at least one new token fit in the model's block. A piece is held back while a byte
+    tokenizer is inside a character.
+
+    Raises:
+        ValueError: (on the first ``next``) the conversation is malformed, a message has a
+            character the tokenizer lacks, or the last message alone exceeds the block.
     """
     while True:
         prompt = render_prompt(conversation, tok)
@@ -360,7 +372,9 @@ def stream_reply(model, tok, conversation, max_new_tokens, temperature=0.0, top_
             break
         conversation = conversation[2:]
     if len(prompt) > model.block_size:
-        raise ValueError(f"the message is {len(prompt)} tokens, more than block_size")
+        raise ValueError(
+            f"the message is {len(prompt)} tokens, more than block_size {model.block_size}"
+        )
     n = min(max_new_tokens, model.block_size - len(prompt) + 1)
     reply, shown = [], ""
     for next_B1, _ in Engine(model).stream(tensor([prompt], dtype=int64), n, temperature,
@@ -371,22 +385,49 @@ def stream_reply(model, tok, conversation, max_new_tokens, temperature=0.0, top_
         reply.append(token)
         text = tok.decode_text(reply)
         if not text.endswith("\ufffd"):  # a byte tokenizer may be inside a character
-            out.write(text[len(shown) :])
-            out.flush()
+            yield text[len(shown) :]
             shown = text
-    text = completion_text(reply, tok)
-    out.write(text[len(shown) :] + "\n")
+    rest = completion_text(reply, tok)[len(shown) :]
+    if rest:
+        yield rest
+
+
+def stream_reply(model, tok, conversation, max_new_tokens, temperature=0.0, top_k=None,
+                 generator=None, out=sys.stdout):  # fmt: skip
+    """Writes the reply to ``out`` piece by piece as the engine draws it (see
+    :func:`reply_pieces`), then a newline; returns its text."""
+    pieces = []
+    for piece in reply_pieces(model, tok, conversation, max_new_tokens, temperature, top_k,
+                              generator):  # fmt: skip
+        out.write(piece)
+        out.flush()
+        pieces.append(piece)
+    out.write("\n")
     out.flush()
-    return text
+    return "".join(pieces)
 
 
 def main_chat(argv=None, stdin=None) -> int:
-    args = chat_parser().parse_args(argv)
+    parser = chat_parser()
+    args = parser.parse_args(argv)
+    if args.port > 65535:
+        parser.error(f"argument --port: must be at most 65535, got {args.port}")
     stdin = sys.stdin if stdin is None else stdin
     try:
         model, tok, _, _ = load_model(args.dir)
         manual_seed(args.seed)
         generator = Generator().manual_seed(args.seed)
+        if args.web:
+
+            def pieces(conversation):
+                return reply_pieces(model, tok, conversation, args.max_new_tokens,
+                                    args.temperature, args.top_k, generator)  # fmt: skip
+
+            try:
+                server = web.make_server(pieces, args.port)
+            except OSError as error:  # the port is taken, or not ours to bind
+                return _fail(f"sitp chat: error: cannot serve on 127.0.0.1:{args.port}: {error}")
+            return web.serve(server)
         conversation, interactive = [], stdin.isatty()
         while True:
             if interactive:
