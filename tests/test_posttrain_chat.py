@@ -115,6 +115,17 @@ def test_errors():
         parse([256, 257, 97, 260], tok)
     with pytest.raises(ValueError, match="expected a turn's start"):
         parse([256, 97], tok)
+    # turns that render refuses, parse refuses too: two user turns, an assistant first
+    user, reply = [257, 97, 258], [259, 98, 260]
+    with pytest.raises(ValueError, match="position 4: turn 1 opens as the user's.*assistant's"):
+        parse([256, *user, *user], tok)
+    with pytest.raises(ValueError, match="position 1: turn 0 opens as the assistant's"):
+        parse([256, *reply], tok)
+    with pytest.raises(ValueError, match="position 7: turn 2 opens as the assistant's"):
+        parse([256, *user, *reply, 259], tok)  # a prompt may only open the assistant's turn
+    assert parse([256, *user, *reply, *user, 259], tok) == [
+        {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "a"}]  # fmt: skip
     with pytest.raises(ValueError, match="not in this CharTokenizer"):
         render([{"role": "user", "content": "Z"}, {"role": "assistant", "content": ""}],
                TOKENIZERS["char"])  # fmt: skip

@@ -186,8 +186,9 @@ def parse(ids, tokenizer: ChatTokenizer) -> list[dict]:
     A trailing ``<|assistant_start|>`` with no reply yet (a prompt) is dropped.
 
     Raises:
-        ValueError: the ids do not follow the chat format (the message names the
-            position and what was expected there).
+        ValueError: the ids do not follow the chat format, or their turns do not
+            alternate from the user's as :func:`render` requires (the message names
+            the position and what was expected there).
     """
     ids = [int(i) for i in ids]
     if not ids or ids[0] != tokenizer.bos:
@@ -201,6 +202,12 @@ def parse(ids, tokenizer: ChatTokenizer) -> list[dict]:
             what = tokenizer.name_of.get(start, f"ordinary token {start}")
             raise ValueError(f"position {pos}: expected a turn's start token, got {what}")
         role, end = frames[start]
+        expected = ROLES[len(conversation) % 2]
+        if role != expected:
+            raise ValueError(
+                f"position {pos}: turn {len(conversation)} opens as the {role}'s, but the "
+                f"turns alternate from the user: it must be the {expected}'s"
+            )
         if role == "assistant" and pos == len(ids) - 1:
             break  # a prompt's open turn
         stop = pos + 1

@@ -42,7 +42,7 @@ from sitp.posttrain.evaluate import evaluate
 from sitp.posttrain.rl import grpo_step
 from sitp.posttrain.sft import sft
 from sitp.posttrain.tasks import get_task, identity_conversations
-from sitp.random import Generator, manual_seed
+from sitp.random import Generator, get_rng_state, manual_seed, randn, set_rng_state
 from sitp.train import checkpoint as ckpt
 from sitp.train.args import Parser as _Parser
 from sitp.train.args import fail as _fail
@@ -87,18 +87,23 @@ def load_model(directory):
     return model.eval(), tok, record, saved
 
 
-def extend_vocab(model, vocab_size):
+def extend_vocab(model, vocab_size, seed=0):
     """A copy of ``model`` with ``vocab_size`` token rows: the old rows kept, the new ones
-    drawn as GPT-2's init draws them (N(0, 0.02))."""
+    drawn as GPT-2's init draws them (N(0, 0.02)), from a generator seeded with ``seed``
+    (so the same checkpoint always gets the same rows, and the global random state is
+    left as it was)."""
     old = model.config
-    new = GPT(GPTConfig(**dict(asdict(old), vocab_size=vocab_size)))
+    saved_state = get_rng_state()
+    new = GPT(GPTConfig(**dict(asdict(old), vocab_size=vocab_size)))  # the structure
+    set_rng_state(saved_state)
+    generator = Generator().manual_seed(seed)
     state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     target = new.state_dict()
     for name, value in target.items():
-        array = value.detach().numpy().copy()
         src = state[name]
-        if src.shape != array.shape:  # wte and lm_head: (V, C)
-            array[: src.shape[0]] = src
+        if src.shape != tuple(value.shape):  # wte and lm_head: (V, C)
+            rows = randn(vocab_size - src.shape[0], src.shape[1], generator=generator)
+            array = np.concatenate([src, (rows * 0.02).numpy().astype(src.dtype)])
         else:
             array = src
         state[name] = array

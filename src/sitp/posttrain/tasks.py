@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import random
 import re
@@ -278,6 +279,57 @@ class ChainAddition(Task):
         return check_integer(answer_text[marks[-1].end() :], sum(problem.args))
 
 
+class Mixture(Task):
+    """Several tasks as one: its problems come from each task in turn, and each problem
+    is asked, answered and checked by the task it belongs to (``problem.task``).
+
+    ``get_task("addition3,reverse")`` builds one; ``sitp rl --task addition3,reverse``
+    trains on both at once. A task whose split runs out (``at_most=True``) leaves the
+    rest of the ``n`` problems to the others.
+
+    Example:
+        >>> mix = get_task("addition2,reverse")
+        >>> [p.task for p in mix.problems("train", 4)]
+        ['addition2', 'reverse', 'addition2', 'reverse']
+    """
+
+    def __init__(self, tasks):
+        tasks = list(tasks)
+        names = [t.name for t in tasks]
+        if len(tasks) < 2 or len(set(names)) < len(names):
+            raise ValueError(f"a mixture needs two or more different tasks, got {names}")
+        self.tasks = dict(zip(names, tasks))
+        self.name = ",".join(names)
+
+    def _task(self, problem: Problem) -> Task:
+        try:
+            return self.tasks[problem.task]
+        except KeyError:
+            raise ValueError(f"{problem.task!r} is not a task of the mixture {self.name}") from None
+
+    def prompt(self, problem):
+        return self._task(problem).prompt(problem)
+
+    def reference(self, problem):
+        return self._task(problem).reference(problem)
+
+    def check(self, problem, answer_text):
+        return self._task(problem).check(problem, answer_text)
+
+    def problems(self, split, n, seed=0, at_most=False):
+        """``n`` problems, taken from the tasks in turn (as many as ``n`` from each, so that
+        a task with a small split leaves its share to the others)."""
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        lists = [t.problems(split, n, seed, at_most=True) for t in self.tasks.values()]
+        out = [p for row in itertools.zip_longest(*lists) for p in row if p is not None][:n]
+        if len(out) < n and not at_most:
+            raise ValueError(
+                f"{self.name}: found only {len(out)} distinct {split} problems of the {n} asked for"
+            )
+        return out
+
+
 def lenient_check(task: Task, problem: Problem, answer_text: str) -> bool:
     """A checker that is too lenient, kept to show reward hacking (chapter 8.4): it
     accepts any reply that contains the reference answer somewhere, so "0 1 2 3 4 5"
@@ -287,7 +339,9 @@ def lenient_check(task: Task, problem: Problem, answer_text: str) -> bool:
 
 def get_task(name: str) -> Task:
     """A task by its name: ``addition<N>``, ``multiplication<N>``, ``chain<N>``,
-    ``count``, ``reverse``, ``sort``."""
+    ``count``, ``reverse``, ``sort``; names joined by commas make a :class:`Mixture`."""
+    if "," in name:
+        return Mixture(get_task(part.strip()) for part in name.split(",") if part.strip())
     fixed = {"count": CountLetter, "reverse": Reverse, "sort": SortLetters}
     if name in fixed:
         return fixed[name]()
@@ -312,6 +366,7 @@ __all__ = [
     "Addition",
     "ChainAddition",
     "CountLetter",
+    "Mixture",
     "Multiplication",
     "Problem",
     "Reverse",

@@ -90,8 +90,10 @@ from sitp import distributed as dist
 from sitp.data import load_names, split_words
 from sitp.models import MODELS
 from sitp.models.engine import Engine
+from sitp.models.gpt import MODERN
 from sitp.models.sampling import sample_names
 from sitp.posttrain import cli as posttrain_cli
+from sitp.posttrain import midtrain as posttrain_midtrain
 from sitp.random import Generator, seed
 from sitp.tokenizers import BPETokenizer
 from sitp.train.args import Parser as _Parser
@@ -184,8 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--tokenizer",
         default=None,
-        metavar="char|DIR",
-        help="train on text: char (one token per character) or a directory written by "
+        metavar="char|bytes|DIR",
+        help="train on text: char (one token per character), bytes (one per UTF-8 byte) or a directory written by "
         "'sitp tokenizer train' (default for --data shakespeare: char)",
     )
     t.add_argument(
@@ -567,8 +569,40 @@ def generate_text(model, ids, max_new_tokens, temperature=1.0, top_k=None, gener
     return ids
 
 
-#: Chapter 8's stages, each a command of its own (sitp.posttrain.cli).
+#: ``sitp pretrain``'s defaults, before the command line's own options (which win): a
+#: GPT with 5.3's modern options on the bytes of tinyshakespeare, wide enough in its
+#: block for every conversation of chapter 8 (the longest identity one is 150 tokens).
+PRETRAIN_DEFAULTS = (
+    "--model", "gpt", "--data", "shakespeare", "--tokenizer", "bytes", "--batch-size", "16",
+    *(f"--set={k}={str(v).lower()}" for k, v in dict(
+        MODERN, n_layer=4, n_head=4, n_embd=128, block_size=160).items()),
+)  # fmt: skip
+
+
+def main_pretrain(argv=None) -> int:
+    """``sitp pretrain``: chapter 8's first stage, ``sitp train`` with :data:`PRETRAIN_DEFAULTS`.
+
+    A byte tokenizer, because a chat model must read whatever a user types (digits,
+    which tinyshakespeare's characters lack, among them). ``--resume`` continues a run
+    as ``sitp train --resume`` does, with the options the run was started with. Any
+    chapter-5 GPT run can also be the next stage's ``--init`` directly, if its
+    tokenizer can write the tasks' text (bytes or a BPE can; characters may not).
+    """
+    argv = list(argv or [])
+    if "-h" in argv or "--help" in argv:
+        print("usage: sitp pretrain --out DIR [sitp train's options]\n\n"
+              + " ".join(main_pretrain.__doc__.split("\n\n")[1].split()) + "\n\nDefaults: "
+              + " ".join(PRETRAIN_DEFAULTS) + "\n")  # fmt: skip
+        return main(["train", "--help"])
+    if "--resume" in argv:
+        return main(["train", *argv])
+    return main(["train", *PRETRAIN_DEFAULTS, *argv])
+
+
+#: Chapter 8's stages, each a command of its own (sitp.posttrain).
 POSTTRAIN = {
+    "pretrain": main_pretrain,
+    "midtrain": posttrain_midtrain.main_midtrain,
     "sft": posttrain_cli.main_sft,
     "rl": posttrain_cli.main_rl,
     "eval": posttrain_cli.main_eval,

@@ -85,6 +85,7 @@ from sitp.data import (
     split_words,
 )
 from sitp.data.tokens import (
+    ByteTokenizer,
     CharTokenizer,
     ShardStream,
     TokenShards,
@@ -129,7 +130,7 @@ class TrainConfig:
     eval_every: int = 100  # steps between train/val evaluations (0: only at the end)
     save_every: int = 500  # steps between checkpoints (0: only at the end)
     device: str = "cpu"
-    tokenizer: str | None = None  # text runs: "char" or a directory with a BPE; None: names
+    tokenizer: str | None = None  # text runs: "char", "bytes" or a BPE directory; None: names
     eval_batches: int = 20  # text: batches of each split per evaluation, in order (0: all)
     zero: bool = False  # several ranks: shard AdamW's state (ZeRO-1); no effect on one
 
@@ -199,14 +200,18 @@ def corpus_text(data: str) -> str:
 
 
 def load_tokenizer(spec: str, text: str):
-    """The tokenizer a text run names: ``"char"`` (the characters of ``text``), or the
-    directory (or ``tokenizer.json``) of a BPE saved by ``sitp tokenizer train``.
+    """The tokenizer a text run names: ``"char"`` (the characters of ``text``), ``"bytes"``
+    (the 256 byte values of UTF-8: any text, the chat chapter's choice), or the directory
+    (or ``tokenizer.json``) of a BPE saved by ``sitp tokenizer train``.
 
     Returns:
-        ``(tokenizer, saved)``: ``saved`` is the BPE file's bytes (None for ``char``).
+        ``(tokenizer, saved)``: ``saved`` is the BPE file's bytes (None for ``char`` and
+        ``bytes``).
     """
     if spec == "char":
         return CharTokenizer(text), None
+    if spec == "bytes":
+        return ByteTokenizer(), None
     path = Path(spec)
     path = path / TOKENIZER_FILE if path.is_dir() else path
     if not path.is_file():
@@ -239,6 +244,8 @@ def tokenizer_from_record(out_dir, record: dict):
     info = record.get("tokenizer") or {}
     if info.get("kind") == "char" and isinstance(info.get("chars"), str):
         return CharTokenizer(info["chars"]), None
+    if info.get("kind") == "bytes":
+        return ByteTokenizer(), None
     if info.get("kind") == "bpe":
         data = ckpt.read_extra_file(out_dir, record, TOKENIZER_FILE)
         try:
@@ -252,12 +259,14 @@ def tokenizer_from_record(out_dir, record: dict):
 class TextData:
     """A text corpus encoded into shards: what a text run samples its windows from."""
 
-    tokenizer: object  # CharTokenizer or BPETokenizer
-    saved: bytes | None  # the BPE file kept in the run directory (None: char)
+    tokenizer: object  # CharTokenizer, ByteTokenizer or BPETokenizer
+    saved: bytes | None  # the BPE file kept in the run directory (None: char, bytes)
     shards: TokenShards
     source_sha256: str  # of the corpus text, so a resume can tell it has not changed
 
     def tokenizer_record(self) -> dict:
+        if isinstance(self.tokenizer, ByteTokenizer):
+            return {"kind": "bytes"}
         if self.saved is None:
             return {"kind": "char", "chars": "".join(self.tokenizer.chars)}
         return {"kind": "bpe", "file": TOKENIZER_FILE, "vocab_size": self.tokenizer.vocab_size}

@@ -1,0 +1,129 @@
+"""Chapter 8's whole pipeline at the book's configuration, one CLI verb per stage, timed.
+
+    pretrain -> midtrain -> sft -> rl, then held-out pass@1 of every task after each stage
+
+Each stage is the command a reader would type (``python -m sitp pretrain ...``, run
+here in-process through ``sitp.train.cli.main``), writing its checkpoint to
+``OUT/<stage>``; rerunning the script with the same ``--out`` resumes a stage that was
+interrupted and skips the finished ones. After every stage the script measures greedy
+pass@1 on each task's held-out problems (Wilson 95 % intervals) and writes it all,
+with the commands, the time of each stage and the machine, to ``--json``.
+
+    python scripts/posttrain_pipeline.py --out runs/chat
+    python scripts/posttrain_pipeline.py --out runs/chat --json src/sitp/examples/posttrain-pipeline.json
+    python scripts/posttrain_pipeline.py --out /tmp/p --small      # a one-minute look
+
+The figures vary with the machine's speed only in their timings; the rest is fixed by
+the seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import time
+from pathlib import Path
+
+from sitp.bench import cpu_model
+from sitp.posttrain.cli import load_model, reply_budget
+from sitp.posttrain.evaluate import evaluate
+from sitp.posttrain.tasks import get_task
+from sitp.train import checkpoint as ckpt
+from sitp.train.cli import main as sitp_main
+
+TASKS = "addition3,multiplication2,count,reverse,sort,chain2"
+
+
+def stage_commands(out: Path, tasks: str, small: bool) -> list[tuple[str, list[str]]]:
+    """The four commands, in order: ``(stage, argv of python -m sitp)``."""
+    if small:  # a smoke test of the script: a tiny model, a few steps each
+        pre = ["--steps", "60", "--set", "n_layer=1", "--set", "n_embd=32", "--set", "n_head=2"]
+        mid, sft, rl = ["--steps", "40"], ["--steps", "40"], ["--steps", "3", "--prompts", "4"]
+    else:
+        pre = ["--steps", "1500"]
+        mid, sft = ["--steps", "1500"], ["--steps", "800", "--batch-size", "32"]
+        rl = ["--steps", "120", "--prompts", "8", "--group", "8"]
+    return [
+        ("pretrain", ["pretrain", "--out", str(out / "pretrain"), "--quiet", *pre]),
+        ("midtrain", ["midtrain", "--init", str(out / "pretrain"), "--out", str(out / "midtrain"),
+                      "--tasks", tasks, "--identity", *mid]),
+        ("sft", ["sft", "--init", str(out / "midtrain"), "--out", str(out / "sft"),
+                 "--tasks", tasks, "--identity", *sft]),
+        ("rl", ["rl", "--init", str(out / "sft"), "--out", str(out / "rl"), "--task", tasks,
+                "--temperature", "0.7", *rl]),
+    ]  # fmt: skip
+
+
+def finished(directory: Path, argv: list[str]) -> bool:
+    """Whether the stage's checkpoint holds all the steps its command asks for."""
+    if not ckpt.has_checkpoint(directory):
+        return False
+    steps = int(argv[argv.index("--steps") + 1])
+    return ckpt.load_checkpoint(directory).record.get("step", 0) >= steps
+
+
+def measure(directory: Path, tasks: list[str], n: int) -> dict:
+    """Greedy held-out pass@1 of the checkpoint for each task."""
+    model, tok, _, _ = load_model(directory)
+    out = {}
+    for name in tasks:
+        task = get_task(name)
+        problems = task.problems("heldout", n, seed=0, at_most=True)
+        result = evaluate(model, tok, task, problems,
+                          max_new_tokens=reply_budget(task, problems, tok))  # fmt: skip
+        lo, hi = result["pass@1_ci"]
+        out[name] = {"pass@1": result["pass@1"], "ci": [lo, hi], "n": len(problems),
+                     "first_reply": result["first_replies"][0]}  # fmt: skip
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="directory of the four stages' checkpoints")
+    p.add_argument("--tasks", default=TASKS, help="comma-separated tasks (all stages use them)")
+    p.add_argument("--heldout", type=int, default=200, help="held-out problems per task")
+    p.add_argument("--small", action="store_true", help="a tiny model and a few steps")
+    p.add_argument("--json", metavar="PATH", help="write the commands, times and pass@1 here")
+    args = p.parse_args()
+    out, tasks = Path(args.out), args.tasks.split(",")
+    load_start = [round(x, 2) for x in os.getloadavg()]
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} logical CPUs; tasks {args.tasks}", flush=True)
+    stages, wall = [], 0.0
+    for stage, argv in stage_commands(out, args.tasks, args.small):
+        print(f"$ python -m sitp {shlex.join(argv)}", flush=True)
+        t0 = time.perf_counter()
+        if not finished(out / stage, argv):
+            status = sitp_main(argv)
+            if status:
+                raise SystemExit(f"{stage} failed with status {status}")
+        seconds = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        scores = measure(out / stage, tasks, args.heldout)
+        eval_seconds = time.perf_counter() - t0
+        wall += seconds + eval_seconds
+        record = ckpt.load_checkpoint(out / stage).record
+        stages.append({"stage": stage, "command": "python -m sitp " + shlex.join(argv),
+                       "seconds": round(seconds, 1), "eval_seconds": round(eval_seconds, 1),
+                       "pass@1": scores, "history": record.get("history")})  # fmt: skip
+        line = ", ".join(f"{t} {s['pass@1']:.3f}" for t, s in scores.items())
+        print(
+            f"{stage}: {seconds:.0f} s, evaluation {eval_seconds:.0f} s; pass@1 {line}", flush=True
+        )
+    print(f"the whole pipeline: {wall / 60:.1f} min", flush=True)
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({
+            "script": "scripts/posttrain_pipeline.py", "tasks": tasks, "heldout": args.heldout,
+            "small": args.small, "cpu": cpu_model(), "logical_cpus": os.cpu_count(),
+            "loadavg_start": load_start, "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+            "minutes": round(wall / 60, 2), "stages": stages}, indent=1) + "\n")  # fmt: skip
+        os.replace(tmp, path)
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
