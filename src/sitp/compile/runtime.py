@@ -97,12 +97,41 @@ def call_step(node: Node):
     return step
 
 
+def release_lists(graph: Graph) -> list:
+    """For each node, the Value ids no later node reads and the caller does not see:
+    the environment drops them after that node, as eager autograd frees a buffer once
+    its last reader ran (the memory goes back to the allocator while it is in cache)."""
+    live = graph.live_values()
+    last = {}
+    for i, n in enumerate(graph.nodes):
+        for v in n.inputs():
+            last[v.id] = i
+        for v in n.made():
+            last.setdefault(v.id, i)  # made but never read: dropped at once
+    drop = [[] for _ in graph.nodes]
+    for vid, i in last.items():
+        if vid not in live:
+            drop[i].append(vid)
+    return drop
+
+
+def _releasing(step, ids):
+    def run(env):
+        step(env)
+        for vid in ids:
+            env.pop(vid, None)
+
+    return run
+
+
 class Program:
     """The steps of a graph, and how to bind inputs and read outputs."""
 
     def __init__(self, graph: Graph, steps=None, n_slots=0):
         self.graph, self.n_slots = graph, n_slots
-        self.steps = steps if steps is not None else [step_of(n) for n in graph.nodes]
+        steps = steps if steps is not None else [step_of(n) for n in graph.nodes]
+        drops = release_lists(graph) if len(steps) == len(graph.nodes) else [()] * len(steps)
+        self.steps = [_releasing(s, d) if d else s for s, d in zip(steps, drops)]
         self.consts = [(v.id, v.array, v.kind == "scratch") for v in graph.consts]
         self._leaf = {}
 
