@@ -148,12 +148,24 @@ class Node:
     and plain values). ``outputs`` are the Values it makes, ``writes`` the (old, new)
     Values it writes in place, ``result`` the structure of its return value."""
 
-    __slots__ = ("id", "fn", "args", "kwargs", "outputs", "writes", "result", "kernel", "where")
+    __slots__ = (
+        "id",
+        "fn",
+        "args",
+        "kwargs",
+        "outputs",
+        "writes",
+        "result",
+        "kernel",
+        "where",
+        "lowered",
+    )
 
     def __init__(self, id, fn, args, kwargs):
         self.id, self.fn, self.args, self.kwargs = id, fn, tuple(args), dict(kwargs)
         self.outputs, self.writes, self.result, self.kernel = [], [], None, None
         self.where = None
+        self.lowered = None  # a factory of the node's step, set by lower.lower_graph
 
     @property
     def op(self) -> str:

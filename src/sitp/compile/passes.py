@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from sitp.compile import codegen
+from sitp.compile import codegen, lower
 from sitp.compile.graph import ArrRef, CtxArg, Graph, HostIndex, Node, Ref
 from sitp.compile.runtime import Program, step_of
 
@@ -364,20 +364,21 @@ def kernel_step(node: Node, fn, plan):
     return step
 
 
-PASSES = ("fold", "cse", "dce", "fuse", "plan")
+PASSES = ("fold", "cse", "dce", "lower", "fuse", "plan")
 
 
 def compile_graph(g: Graph, fuse=True, debug_dir=None, only=None):
     """Run the passes on ``g``; returns (Program, report of counts and bytes)."""
     on = set(PASSES if only is None else only)
     if not fuse:
-        on -= {"fuse", "plan"}
+        on -= {"lower", "fuse", "plan"}
     report = {"ops_before": len(g.nodes)}
     if debug_dir:
         _write(debug_dir, "graph_captured.txt", g.tabular())
     report["folded"] = fold_constants(g) if "fold" in on else 0
     report["cse"] = eliminate_common(g) if "cse" in on else 0
     report["dead"] = eliminate_dead(g) if "dce" in on else 0
+    report["lowered"] = lower.lower_graph(g) if "lower" in on else 0
     kernels = fuse_graph(g) if "fuse" in on else []
     report["kernels"] = len(kernels)
     plan = (
@@ -388,7 +389,9 @@ def compile_graph(g: Graph, fuse=True, debug_dir=None, only=None):
     report.update(bytes_before=plan["bytes_before"], bytes_after=plan["bytes_after"])
     steps = []
     for n in g.nodes:
-        if n.fn == "kernel":
+        if n.lowered is not None:
+            steps.append(n.lowered(n))
+        elif n.fn == "kernel":
             fn = codegen.load(n.kernel.source, n.kernel.name)
             steps.append(kernel_step(n, fn, plan["plan"]))
         else:

@@ -1,0 +1,201 @@
+"""sitp.compile's lowering of fused layers (sitp/compile/lower.py) and the runtime's
+release of dead buffers: compiled against eager sitp and PyTorch, forward and gradients."""
+
+import numpy as np
+import pytest
+import torch
+
+import sitp
+import sitp.nn.functional as F
+from sitp.compile import lower, runtime
+from sitp.models.gpt import GPT, GPTConfig
+
+B, H, T, D = 2, 3, 8, 4
+C = H * D
+
+
+def _arr(shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def _step_sdpa(q, k, v, go, causal):
+    def step():
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        (o * go).sum().backward()
+        return o
+
+    return step
+
+
+def _torch_sdpa(qa, ka, va, goa, causal):
+    q, k, v = (torch.tensor(a, requires_grad=True) for a in (qa, ka, va))
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    (o * torch.tensor(goa)).sum().backward()
+    return o.detach().numpy(), [t.grad.numpy() for t in (q, k, v)]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_lowered_attention_matches_eager_and_torch(causal, dtype):
+    arrs = [_arr((B, H, T, D), s).astype(dtype) for s in range(4)]
+    q, k, v = (sitp.tensor(a, requires_grad=True) for a in arrs[:3])
+    go = sitp.tensor(arrs[3])
+    step = _step_sdpa(q, k, v, go, causal)
+    cs = sitp.compile(step)
+    tol = 1e-12 if dtype == "float64" else 2e-5
+    want_o, want_g = _torch_sdpa(*arrs, causal)
+    for _ in range(3):  # the trace (eager's values), then the compiled program twice
+        for t in (q, k, v):
+            t.grad = None
+        out = cs()
+        np.testing.assert_allclose(out.detach().numpy(), want_o, rtol=tol, atol=tol)
+        for t, w in zip((q, k, v), want_g):
+            np.testing.assert_allclose(t.grad.numpy(), w, rtol=tol, atol=tol)
+    assert cs.entries[0].report["lowered"] == 2  # the forward and the backward node
+    for t in (q, k, v):
+        t.grad = None
+    eager = step()
+    np.testing.assert_allclose(out.detach().numpy(), eager.detach().numpy(), rtol=tol, atol=tol)
+
+
+def _gpt_attention(x, w):
+    """The GPT's attention block: one qkv product, split into heads, causal attention."""
+    qkv = x @ w  # (B, T, 3C)
+    q, k, v = qkv.split(C, dim=2)
+    q = q.view(B, T, H, D).transpose(1, 2)
+    k = k.view(B, T, H, D).transpose(1, 2)
+    v = v.view(B, T, H, D).transpose(1, 2)
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return y.transpose(1, 2).contiguous().view(B, T, C)
+
+
+def test_split_heads_backward_writes_into_one_buffer():
+    xa, wa, ga = _arr((B, T, C), 0), _arr((C, 3 * C), 1), _arr((B, T, C), 2)
+    x, w = sitp.tensor(xa, requires_grad=True), sitp.tensor(wa, requires_grad=True)
+    g = sitp.tensor(ga)
+
+    def step():
+        y = _gpt_attention(x, w)
+        (y * g).sum().backward()
+        return y
+
+    cs = sitp.compile(step)
+    tx, tw = torch.tensor(xa, requires_grad=True), torch.tensor(wa, requires_grad=True)
+    qkv = tx @ tw
+    tq, tk, tv = (t.view(B, T, H, D).transpose(1, 2) for t in qkv.split(C, dim=2))
+    ty = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+    ty = ty.transpose(1, 2).contiguous().view(B, T, C)
+    (ty * torch.tensor(ga)).sum().backward()
+    for _ in range(3):
+        x.grad = w.grad = None
+        y = cs()
+        np.testing.assert_allclose(y.detach().numpy(), ty.detach().numpy(), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-11, atol=1e-11)
+        np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-11, atol=1e-11)
+    # the copies of dQ, dK, dV into the split's gradient buffer left the graph
+    fns = [n.fn for n in cs.graph.nodes]
+    assert "Attention.backward" in fns and "assign" not in fns and "empty" not in fns
+    raw = sitp.compile(step, backend="eager")  # unfused, unlowered: the copies are there
+    x.grad = w.grad = None
+    raw()
+    assert [n.fn for n in raw.graph.nodes].count("assign") == 3
+
+
+def test_attention_that_does_not_fit_stays_opaque():
+    """A mask, or broadcast keys, keeps eager's fused layer (and its values)."""
+    arrs = [_arr(s, i) for i, s in enumerate([(B, H, T, D), (B, 1, T, D), (B, 1, T, D)])]
+    mask = sitp.tensor(np.tril(np.ones((T, T), bool)))
+    q, k, v = (sitp.tensor(a, requires_grad=True) for a in arrs)
+
+    def step():
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        o.sum().backward()
+        return o
+
+    cs = sitp.compile(step)
+    for _ in range(2):
+        for t in (q, k, v):
+            t.grad = None
+        out = cs()
+    assert cs.entries[0].report["lowered"] == 0
+    grads = [t.grad.numpy() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    np.testing.assert_allclose(
+        out.detach().numpy(), step().detach().numpy(), rtol=1e-12, atol=1e-12
+    )
+    for t, w in zip((q, k, v), grads):
+        np.testing.assert_allclose(t.grad.numpy(), w, rtol=1e-12, atol=1e-12)
+
+
+def test_lowered_kernels_reject_nothing_silently_on_strided_views():
+    """The kernels read q, k, v and write the gradients through any row-contiguous
+    strides: views into one (B, T, 3, H, D) buffer give the same values as copies."""
+    rng = np.random.default_rng(5)
+    qkv = rng.standard_normal((B, T, 3, H, D))
+    q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+    qc, kc, vc = (np.ascontiguousarray(a) for a in (q, k, v))
+    scale = 0.5
+    out, p = np.empty((B, H, T, D)), np.empty((B, H, T, T))
+    lower.forward(q, k, v, out, p, scale, True)
+    s = np.einsum("bhid,bhjd->bhij", qc, kc) * scale
+    s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
+    pr = np.exp(s - s.max(-1, keepdims=True))
+    pr /= pr.sum(-1, keepdims=True)
+    np.testing.assert_allclose(p, pr, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(out, pr @ vc, rtol=1e-12, atol=1e-13)
+    g = rng.standard_normal((B, H, T, D))
+    grads = np.empty((B, T, 3, H, D))
+    dq, dk, dv = (grads[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+    lower.backward(q, k, v, p, g, dq, dk, dv, scale, True)
+    dp = g @ vc.transpose(0, 1, 3, 2)
+    ds = pr * (dp - (dp * pr).sum(-1, keepdims=True)) * scale
+    np.testing.assert_allclose(dv, pr.transpose(0, 1, 3, 2) @ g, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(dq, ds @ kc, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(dk, ds.transpose(0, 1, 3, 2) @ qc, rtol=1e-12, atol=1e-13)
+
+
+def test_runtime_releases_buffers_after_their_last_reader():
+    x = sitp.tensor(_arr((4, 5), 0))
+    w = sitp.tensor(_arr((5, 3), 1))
+
+    def f(x, w):
+        h = (x @ w).tanh()
+        return (h @ w.t()).sum(-1)
+
+    cf = sitp.compile(f)
+    cf(x, w)
+    got = cf(x, w)
+    np.testing.assert_array_equal(got.numpy(), f(x, w).numpy())
+    prog = cf.entries[0].program
+    env = prog.run_env([x, w])
+    made = {v.id for n in prog.graph.nodes for v in n.made()}
+    live = prog.graph.live_values()
+    assert made - live  # the graph has intermediates, and none of them is kept
+    assert not (made - live) & set(env)
+    drops = runtime.release_lists(prog.graph)
+    assert sum(len(d) for d in drops) >= len(made - live)
+
+
+def test_gpt_train_step_with_lowered_attention_matches_eager():
+    sitp.manual_seed(0)
+    cfg = GPTConfig(block_size=8, vocab_size=11, n_layer=2, n_head=2, n_embd=8, dropout=0.0)
+    model = GPT(cfg).to(sitp.float64)
+    rng = np.random.default_rng(0)
+    x, y = (sitp.tensor(rng.integers(0, 11, (2, 8))) for _ in range(2))
+
+    def step():
+        _, loss = model(x, y)
+        loss.backward()
+        return loss
+
+    cs = sitp.compile(step)
+    for _ in range(2):
+        model.zero_grad(set_to_none=True)
+        got = cs().item()
+    grads = [p.grad.numpy().copy() for p in model.parameters()]
+    assert cs.entries[0].report["lowered"] == 4  # two layers' attention, both directions
+    model.zero_grad(set_to_none=True)
+    assert abs(step().item() - got) < 1e-12
+    for p, g in zip(model.parameters(), grads):
+        np.testing.assert_allclose(g, p.grad.numpy(), rtol=1e-10, atol=1e-12)
