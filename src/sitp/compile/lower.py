@@ -64,36 +64,51 @@ def _zero_typed(x):
 
 
 @njit(cache=True, inline="always", fastmath=FASTMATH)
-def _softmax_row(row, n, scale):
-    """row[:n] = softmax(scale row[:n]) and row[n:] = 0. The passes after the max run
-    over the whole row (the mask a store of zeros): loops of one length vectorise."""
-    T = row.shape[0]
-    m = row[0]
-    for j in range(n):
-        m = max(m, row[j])
-    m = m * scale
-    zero = _zero(m)
-    for j in range(T):  # (a sum in this loop would keep exp from vectorising)
-        row[j] = _exp(row[j] * scale - m)
-    for j in range(n, T):
-        row[j] = zero
-    total = zero
-    for j in range(T):
-        total += row[j]
-    r = (zero + 1) / total  # (1 / total would be a float64)
-    for j in range(T):
-        row[j] *= r
+def _softmax_block(s, scale, causal, m):
+    """s = softmax(scale s) along rows, row i masked after column i when ``causal``;
+    ``m`` is scratch of one entry per row. Each pass runs over every row before the
+    next starts, and every pass after the max over whole rows (the mask a store of
+    zeros), so that the loops vectorise with few tails."""
+    L, S = s.shape
+    for i in range(L):
+        n = i + 1 if causal else S
+        mi = s[i, 0]
+        for j in range(n):
+            mi = max(mi, s[i, j])
+        m[i] = mi * scale
+    zero = _zero(scale)
+    for i in range(L):
+        mi = m[i]
+        for j in range(S):  # (a sum in this loop would keep exp from vectorising)
+            s[i, j] = _exp(s[i, j] * scale - mi)
+    if causal:
+        for i in range(L):
+            for j in range(i + 1, S):
+                s[i, j] = zero
+    for i in range(L):
+        total = zero
+        for j in range(S):
+            total += s[i, j]
+        m[i] = (zero + 1) / total  # (1 / total would be a float64)
+    for i in range(L):
+        r = m[i]
+        for j in range(S):
+            s[i, j] *= r
 
 
 @njit(cache=True, inline="always", fastmath=FASTMATH)
-def _softmax_grad_row(prow, drow, scale):
-    """drow = scale prow (drow - sum(prow drow)): the masked entries, where prow is 0,
-    become 0 with the rest."""
-    dot = _zero(scale)
-    for j in range(drow.shape[0]):
-        dot += prow[j] * drow[j]
-    for j in range(drow.shape[0]):
-        drow[j] = scale * prow[j] * (drow[j] - dot)
+def _softmax_grad_block(p, d, scale, dot):
+    """d = scale p (d - rowsum(p d)): the masked entries, where p is 0, become 0."""
+    L, S = p.shape
+    for i in range(L):
+        t = _zero(scale)
+        for j in range(S):
+            t += p[i, j] * d[i, j]
+        dot[i] = t
+    for i in range(L):
+        t = dot[i]
+        for j in range(S):
+            d[i, j] = scale * p[i, j] * (d[i, j] - t)
 
 
 @njit(cache=True, parallel=True, fastmath=FASTMATH)
@@ -107,8 +122,7 @@ def forward(q, k, v, out, p, scale, causal):
         kt = np.ascontiguousarray(k[b, h].T)  # (D, T): the product reads B's rows
         s = p[b, h]
         gemm_small_set(q[b, h], kt, s, empty, False)  # S = Q K^T
-        for i in range(T):
-            _softmax_row(s[i], i + 1 if causal else T, scale)
+        _softmax_block(s, scale, causal, np.empty(T, p.dtype))
         gemm_small_set(s, v[b, h], out[b, h], empty, False)  # O = P V
 
 
@@ -125,8 +139,7 @@ def backward(q, k, v, p, g, dq, dk, dv, scale, causal):
         vt = np.ascontiguousarray(v[b, h].T)
         ds = np.empty((T, T), p.dtype)
         gemm_small_set(g[b, h], vt, ds, empty, False)  # dP = dO V^T
-        for i in range(T):
-            _softmax_grad_row(pb[i], ds[i], scale)
+        _softmax_grad_block(pb, ds, scale, np.empty(T, p.dtype))
         gemm_small_set(ds, np.ascontiguousarray(k[b, h]), dq[b, h], empty, False)  # dS K
         gemm_small_set(ds.T, np.ascontiguousarray(q[b, h]), dk[b, h], empty, False)
 
