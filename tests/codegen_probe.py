@@ -64,7 +64,15 @@ def gemm_kernels():
         C = np.zeros((A.shape[0], B.shape[1]), dt)
         blas.gemm_small(A, B, C)
         np.testing.assert_allclose(C, A @ B, rtol=1e-4, atol=1e-4)
-    return {"micro_kernel": blas.micro_kernel, "gemm_small": blas.gemm_small}
+        for A_ in (A, np.asfortranarray(A)):  # A's rows contiguous, then its columns
+            C = np.empty((A.shape[0], B.shape[1]), dt)
+            blas.gemm_small_set(A_, B, C, C[0, :0], False)
+            np.testing.assert_allclose(C, A @ B, rtol=1e-4, atol=1e-4)
+    return {
+        "micro_kernel": blas.micro_kernel,
+        "gemm_small": blas.gemm_small,
+        "gemm_small_set": blas.gemm_small_set,
+    }
 
 
 def training_step():

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from sitp.backends.cpu import blas
+from sitp.backends.cpu.blas.small import gemm_direct_parallel, gemm_small_set
 
 # (M, K, N): not multiples of any tile; one-element; one tile exactly; K = 0
 SHAPES = [
@@ -255,3 +256,35 @@ def test_matmul_bias_of_wrong_shape_is_a_clear_error():
         blas.matmul(A, B, bias=np.ones(4, np.float32))
     with pytest.raises(ValueError, match="dtype float64"):
         blas.matmul(A, B, bias=np.ones(5, np.float64))
+
+
+# Rows and columns on each side of the register tile's edges (MR rows, NR and NR/2
+# columns), for the tiles that store into C and end flush with its last row or column.
+_MR, _NR = blas.MR, blas.NR
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("layout", ["rows", "cols", "strided"])
+def test_gemm_small_set_edges_and_layouts(dtype, layout):
+    """C = A @ B (+ bias) into an uninitialised C, with A's rows contiguous, its columns
+    contiguous (a transposed view) or neither, on one thread and on two."""
+    rng = np.random.default_rng(9)
+    nr = _NR * 4 // np.dtype(dtype).itemsize
+    for M in (1, _MR - 1, _MR, _MR + 1, 3 * _MR + 5):
+        for N in (1, nr // 2 - 1, nr // 2, nr // 2 + 1, nr - 1, nr, nr + 1, 2 * nr + nr // 2 + 3):
+            K = 37
+            if layout == "rows":
+                A = rand((M, K), dtype, rng)
+            elif layout == "cols":
+                A = rand((K, M), dtype, rng).T
+            else:
+                A = rand((2 * M, 3 * K), dtype, rng)[::2, ::3]
+            B, bias = rand((K, N), dtype, rng), rand((N,), dtype, rng)
+            for has_bias in (False, True):
+                want = A @ B + (bias if has_bias else 0)
+                C = np.full((M, N), np.nan, dtype)
+                gemm_small_set(A, B, C, bias, has_bias)
+                np.testing.assert_allclose(C, want, **tol(dtype, K), err_msg=f"{M}x{N}")
+                C = np.full((M, N), np.nan, dtype)
+                gemm_direct_parallel(A, B, C, bias, has_bias, 2)
+                np.testing.assert_allclose(C, want, **tol(dtype, K), err_msg=f"{M}x{N} 2 threads")

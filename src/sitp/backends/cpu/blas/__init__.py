@@ -66,6 +66,7 @@ __all__ = [
     "gemm_packed",
     "gemm_parallel",
     "gemm_small",
+    "gemm_small_set",
     "micro_kernel",
     "bmm_kernel",
     "MR",

@@ -106,7 +106,7 @@ def tile_nr(typingctx, dtype):
 
 
 # --8<-- [start:tile_fma]
-def make_tile_fma(rows, nvec):
+def make_tile_fma(rows, nvec, a_unit=None):
     """An intrinsic ``tile_fma(A, a_off, a_si, a_sp, B, b_off, b_sp, K, out, o_off, o_si,
     mode, bias, bias_off)`` for a rows x (nvec * lanes) register tile.
 
@@ -128,6 +128,16 @@ def make_tile_fma(rows, nvec):
     one). Nothing is left for LLVM's vectorizers to decide, so the code is the same
     on every target: ``ymm`` registers on AVX2, ``zmm`` on AVX-512, ``xmm`` on
     baseline x86-64 and NEON.
+
+    ``a_unit`` is for kernels that read A in place, with strides known only at run
+    time (``gemm_small_set``). LLVM then walks down A's column with one pointer, an
+    add per row: a chain of ``rows`` dependent adds that each step waits for, about
+    as long as its FMAs take. ``a_unit="i"`` compiles the tile for ``a_si == 1`` (A
+    a transposed view: the column's values lie at constant offsets from one
+    pointer), ``a_unit="p"`` for ``a_sp == 1`` (A's rows contiguous: the walk starts
+    afresh from the row pointers at every step, so no step waits for the one
+    before); the caller passes those strides and picks the tile by A's layout. The
+    micro-kernel's packed panels have constant strides already.
     """
 
     @intrinsic
@@ -151,18 +161,22 @@ def make_tile_fma(rows, nvec):
         sig = types.void(
             A, a_off, a_si, a_sp, B, b_off, b_sp, K, out, o_off, o_si, mode, bias, bias_off
         )
-        return sig, _tile_codegen(rows, nvec)
+        return sig, _tile_codegen(rows, nvec, a_unit)
 
     return tile_fma
 
 
-def _tile_codegen(rows, nvec):
+def _tile_codegen(rows, nvec, a_unit=None):
     def codegen(context, builder, signature, args):
         i64 = ir.IntType(64)
         a_off, a_si, a_sp, b_off, b_sp, k, o_off, o_si, mode, bias_off = (
             context.cast(builder, args[n], signature.args[n], types.int64)
             for n in (1, 2, 3, 5, 6, 7, 9, 10, 11, 13)
         )
+        if a_unit == "p":  # the caller promises that A's rows are contiguous
+            a_sp = i64(1)
+        elif a_unit == "i":  # ... or that A's columns are (a transposed matrix)
+            a_si = i64(1)
         dtype = signature.args[0].dtype
 
         def data(n):

@@ -15,10 +15,32 @@ from sitp.backends.cpu.blas.packed import FASTMATH, MR, make_tile_fma, tile_nr
 # Rows of gemm_small's tiles. With AVX-512's 14-row micro-kernel tile, the small
 # products attention makes (32 rows) would leave 4 rows over; 8 rows divide them.
 SMALL_MR = MR
+# gemm_small_set's tiles, compiled for an A whose rows are contiguous ("p": a_sp is 1)
+# and for one whose columns are ("i": a transposed view). With A's strides unknown,
+# LLVM walks down A's column with a chain of dependent adds, one per row, about as
+# long as the step's FMAs take (make_tile_fma).
 _tile_full = make_tile_fma(SMALL_MR, 2)  # SMALL_MR x NR
 _tile_half = make_tile_fma(SMALL_MR, 1)  # SMALL_MR x NR/2: an N of 16 on AVX-512
+_tile_full_rows = make_tile_fma(SMALL_MR, 2, a_unit="p")  # A's rows contiguous
+_tile_half_rows = make_tile_fma(SMALL_MR, 1, a_unit="p")
+_tile_full_cols = make_tile_fma(SMALL_MR, 2, a_unit="i")  # A's columns contiguous (A.T)
+_tile_half_cols = make_tile_fma(SMALL_MR, 1, a_unit="i")
 _row_full = make_tile_fma(1, 2)  # one row at a time, for the rows left over
 _row_half = make_tile_fma(1, 1)
+
+
+@njit(cache=True)
+def _tile(full, A, a_off, a_si, a_sp, B, b_off, b_sp, K, C, c_off, ldc, mode, bias, bias_off):
+    """One SMALL_MR x NR tile (``full``) or SMALL_MR x NR/2 tile of C from A and B in
+    place, for an A whose rows are contiguous (``a_sp`` 1) or else whose columns are."""
+    if full and a_sp == 1:
+        _tile_full_rows(A, a_off, a_si, 1, B, b_off, b_sp, K, C, c_off, ldc, mode, bias, bias_off)
+    elif full:
+        _tile_full_cols(A, a_off, 1, a_sp, B, b_off, b_sp, K, C, c_off, ldc, mode, bias, bias_off)
+    elif a_sp == 1:
+        _tile_half_rows(A, a_off, a_si, 1, B, b_off, b_sp, K, C, c_off, ldc, mode, bias, bias_off)
+    else:
+        _tile_half_cols(A, a_off, 1, a_sp, B, b_off, b_sp, K, C, c_off, ldc, mode, bias, bias_off)
 
 
 # --8<-- [start:gemm_small]
@@ -56,7 +78,52 @@ def gemm_small_set(A, B, C, bias, has_bias):
         _gemm_small(A, B, Cc, mode, bias)
         C[:] = Cc
         return
-    _gemm_small(A, B, C, mode, bias)
+    M, N = C.shape
+    a_si, a_sp = A.strides[0] // A.itemsize, A.strides[1] // A.itemsize
+    if M < SMALL_MR or N < tile_nr(A.dtype) // 2 or (a_sp != 1 and a_si != 1):
+        _gemm_small(A, B, C, mode, bias)
+    else:
+        _gemm_set(A, B, C, mode, bias)
+
+
+@njit(cache=True)
+def _gemm_set(A, B, C, mode, bias):
+    """C = A @ B (mode 1) or A @ B + bias (mode 2), all in full register tiles.
+
+    A tile that stores (rather than adds) may overlap one already written: it
+    writes the same values again, every entry being the same sum in the same order.
+    So the last SMALL_MR rows and the last NR (or NR/2) columns of C are one more
+    tile each, placed flush with C's edge, instead of rows one at a time and an
+    ikj strip. For a C at least SMALL_MR x NR/2, with contiguous rows, and an A
+    whose rows or columns are contiguous (gemm_small_set sends the rest to
+    :func:`_gemm_small`).
+    """
+    M, K = A.shape
+    N = B.shape[1]
+    NR = tile_nr(A.dtype)
+    H = NR // 2
+    a_si, a_sp = A.strides[0] // A.itemsize, A.strides[1] // A.itemsize
+    if N > 1 and B.strides[1] != B.itemsize:
+        B = np.ascontiguousarray(B)
+    b_sp = B.strides[0] // B.itemsize
+    ldc = C.strides[0] // C.itemsize
+    n_full = N - N % NR
+    r = N - n_full  # columns past the full tiles
+    for i in range(0, M, SMALL_MR):
+        i0 = min(i, M - SMALL_MR)  # the last block of rows ends at C's edge
+        a0, c0 = i0 * a_si, i0 * ldc
+        for j0 in range(0, n_full, NR):
+            _tile(True, A, a0, a_si, a_sp, B, j0, b_sp, K, C, c0 + j0, ldc, mode, bias, j0)
+        if r > H and N >= NR:  # one more full tile, ending at column N
+            j0 = N - NR
+            _tile(True, A, a0, a_si, a_sp, B, j0, b_sp, K, C, c0 + j0, ldc, mode, bias, j0)
+        elif r > H:  # H < N < NR: two half tiles, the second ending at column N
+            _tile(False, A, a0, a_si, a_sp, B, 0, b_sp, K, C, c0, ldc, mode, bias, 0)
+            j0 = N - H
+            _tile(False, A, a0, a_si, a_sp, B, j0, b_sp, K, C, c0 + j0, ldc, mode, bias, j0)
+        elif r > 0:  # a half tile ending at column N
+            j0 = N - H
+            _tile(False, A, a0, a_si, a_sp, B, j0, b_sp, K, C, c0 + j0, ldc, mode, bias, j0)
 
 
 @njit(cache=True, inline="always")
@@ -138,9 +205,9 @@ def _gemm_small(A, B, C, mode, bias):
 
 
 # Products whose B is at most this wide and this large skip packing even when they are
-# too big for one thread (the GPT's layers: K and N of 64 to 256): B's rows stay in
-# L2 for every row block of A, and A is read in place, through its strides.
-DIRECT_MAX_N = 256
+# too big for one thread (the GPT's layers: K of 64 to 512, N up to 4 * 256): B's rows
+# stay in L2 for every row block of A, and A is read in place, through its strides.
+DIRECT_MAX_N = 1024
 DIRECT_MAX_B_BYTES = 1 << 19
 
 
