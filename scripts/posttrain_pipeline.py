@@ -42,9 +42,9 @@ def stage_commands(out: Path, tasks: str, small: bool) -> list[tuple[str, list[s
         pre = ["--steps", "60", "--set", "n_layer=1", "--set", "n_embd=32", "--set", "n_head=2"]
         mid, sft, rl = ["--steps", "40"], ["--steps", "40"], ["--steps", "3", "--prompts", "4"]
     else:
-        pre = ["--steps", "1500"]
-        mid, sft = ["--steps", "1500"], ["--steps", "800", "--batch-size", "32"]
-        rl = ["--steps", "120", "--prompts", "8", "--group", "8"]
+        pre = ["--steps", "1000"]
+        mid, sft = ["--steps", "1000"], ["--steps", "600", "--batch-size", "32"]
+        rl = ["--steps", "100", "--prompts", "8", "--group", "8"]
     return [
         ("pretrain", ["pretrain", "--out", str(out / "pretrain"), "--quiet", *pre]),
         ("midtrain", ["midtrain", "--init", str(out / "pretrain"), "--out", str(out / "midtrain"),

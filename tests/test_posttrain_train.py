@@ -192,6 +192,21 @@ def test_sample_group_stops_and_logprobs_match_the_engine():
             assert abs(logp[b, 1 + t].item() - ref[1 + t, tok].item()) < 1e-5
 
 
+def test_greedy_replies_equal_one_prompt_at_a_time():
+    """Batched by prompt length (here in batches of 3, so a length spans two batches) and
+    stopped when every row has stopped: the replies of greedy decoding one by one."""
+    model = tiny_gpt(8, block=12, seed=4).double().eval()
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(0, 8, size=int(n)).tolist() for n in rng.integers(1, 5, size=14)]
+    stop = (2, 5)  # common enough that many rows stop before the cap
+    got = rl.greedy_replies(model, prompts, 6, stop_ids=stop, batch_size=3)
+    want = [rl.sample_group(model, p, 1, 6, temperature=0.0, stop_ids=stop)[0] for p in prompts]
+    assert got == want
+    assert any(r[-1] in stop for r in got) and any(len(r) < 6 for r in got)
+    with pytest.raises(ValueError, match="leaves no room in block_size 12"):
+        rl.greedy_replies(model, [[0] * 13], 3)
+
+
 # ---------------------------------------------------------------------------- evaluate
 @pytest.mark.parametrize("n,c,k", [(n, c, k) for n in range(1, 7) for c in range(n + 1)
                                    for k in range(1, n + 1)])  # fmt: skip

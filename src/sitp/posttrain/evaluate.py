@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from sitp.posttrain.chat import completion_text, render_prompt
-from sitp.posttrain.rl import sample_group
+from sitp.posttrain.rl import greedy_replies, sample_group
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -70,7 +70,8 @@ def evaluate(model, tokenizer, task, problems, n_samples=1, ks=(1,), temperature
              top_k=None, max_new_tokens=32, generator=None, seed=0):  # fmt: skip
     """pass@k on ``problems`` of ``task`` with ``n_samples`` replies each.
 
-    ``temperature=0`` is greedy (then ``n_samples`` must be 1). Returns a dict:
+    ``temperature=0`` is greedy (then ``n_samples`` must be 1; the problems are decoded
+    in batches, :func:`~sitp.posttrain.rl.greedy_replies`). Returns a dict:
     ``problems``, ``samples``, ``correct`` (per problem), and for each k ``pass@k``
     with ``pass@k_ci`` (Wilson when ``n_samples == 1``, else the bootstrap).
     """
@@ -82,10 +83,16 @@ def evaluate(model, tokenizer, task, problems, n_samples=1, ks=(1,), temperature
         raise ValueError("evaluate needs at least one problem")
     model.eval()
     correct, transcripts = [], []
-    for problem in problems:
-        prompt = render_prompt([{"role": "user", "content": task.prompt(problem)}], tokenizer)
-        replies = sample_group(model, prompt, n_samples, max_new_tokens, temperature, top_k,
-                               (tokenizer.assistant_end,), generator)  # fmt: skip
+    prompts = [render_prompt([{"role": "user", "content": task.prompt(p)}], tokenizer)
+               for p in problems]  # fmt: skip
+    stop = (tokenizer.assistant_end,)
+    greedy = greedy_replies(model, prompts, max_new_tokens, stop) if temperature == 0 else None
+    for n, (problem, prompt) in enumerate(zip(problems, prompts, strict=True)):
+        if greedy is not None:
+            replies = [greedy[n]]
+        else:
+            replies = sample_group(model, prompt, n_samples, max_new_tokens, temperature, top_k,
+                                   stop, generator)  # fmt: skip
         texts = [completion_text(r, tokenizer) for r in replies]
         correct.append(sum(task.check(problem, t) for t in texts))
         transcripts.append(texts[0])

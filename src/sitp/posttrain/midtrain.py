@@ -42,6 +42,7 @@ from sitp.train.args import fail as _fail
 from sitp.train.trainer import VAL_FRACTION, UsageError, corpus_text
 
 
+# --8<-- [start:stream]
 def midtrain_stream(conversations, tokenizer, text=None, text_share=0.5, seed=0, piece=256):
     """The mid-training stream: a 1-D int64 array of token ids.
 
@@ -71,6 +72,9 @@ def midtrain_stream(conversations, tokenizer, text=None, text_share=0.5, seed=0,
             docs.append([tokenizer.bos, *ids[start : start + piece]])
     rng.shuffle(docs)
     return np.fromiter((i for doc in docs for i in doc), dtype=np.int64)
+
+
+# --8<-- [end:stream]
 
 
 def midtrain(model, stream, steps, batch_size=16, lr=1e-3, optimizer=None, rng=None, seed=0):

@@ -76,6 +76,42 @@ def sample_group(model, prompt, group_size, max_new_tokens, temperature=1.0, top
     return replies
 
 
+def greedy_replies(model, prompts, max_new_tokens, stop_ids=(), batch_size=64):
+    """The greedy reply to each prompt (lists of ids), each cut after its first stop token.
+
+    The same replies as ``sample_group(model, prompt, 1, ..., temperature=0)`` one prompt
+    at a time, but the prompts of one length are decoded together, up to ``batch_size``
+    rows at once, and a batch stops as soon as every row has written a stop token.
+    """
+    replies = [None] * len(prompts)
+    by_length = {}
+    for i, prompt in enumerate(prompts):
+        by_length.setdefault(len(prompt), []).append(i)
+    stops = set(stop_ids)
+    for length, rows in sorted(by_length.items()):
+        n = min(max_new_tokens, model.block_size - length + 1)
+        if n < 1:
+            raise ValueError(
+                f"a prompt of {length} tokens leaves no room in block_size {model.block_size}"
+            )
+        for lo in range(0, len(rows), batch_size):
+            chunk = rows[lo : lo + batch_size]
+            out = {i: [] for i in chunk}
+            open_rows = set(chunk)
+            prompt_BT = tensor([list(prompts[i]) for i in chunk], dtype=int64)
+            for next_B1, _ in Engine(model).stream(prompt_BT, n, temperature=0.0):
+                for i, token in zip(chunk, next_B1.reshape(-1).tolist(), strict=True):
+                    if i in open_rows:
+                        out[i].append(int(token))
+                        if token in stops:
+                            open_rows.discard(i)
+                if not open_rows:
+                    break
+            for i in chunk:
+                replies[i] = out[i]
+    return replies
+
+
 def completion_logprobs(model, prompts, replies, temperature=1.0):
     """The log-probs (B, T) of each reply's tokens after its prompt, and their mask.
 
@@ -177,4 +213,11 @@ def grpo_step(model, optimizer, prompts, reward_fn, group_size=8, max_new_tokens
     return stats
 
 
-__all__ = ["completion_logprobs", "group_advantages", "grpo_loss", "grpo_step", "sample_group"]
+__all__ = [
+    "completion_logprobs",
+    "greedy_replies",
+    "group_advantages",
+    "grpo_loss",
+    "grpo_step",
+    "sample_group",
+]
