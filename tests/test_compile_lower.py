@@ -7,7 +7,8 @@ import torch
 
 import sitp
 import sitp.nn.functional as F
-from sitp.compile import lower, runtime
+from sitp.bench import threads
+from sitp.compile import codegen, lower, runtime
 from sitp.models.gpt import GPT, GPTConfig
 
 B, H, T, D = 2, 3, 8, 4
@@ -207,3 +208,23 @@ def test_gpt_train_step_with_lowered_attention_matches_eager():
     assert abs(step().item() - got) < 1e-12
     for p, g in zip(model.parameters(), grads):
         np.testing.assert_allclose(g, p.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_parallel_kernel_has_a_serial_twin_for_one_thread():
+    n = 1 << 16  # the index space from which codegen writes a prange
+    x, y = sitp.tensor(_arr((n,), 0)), sitp.tensor(_arr((n,), 1))
+
+    def f(x, y):
+        return (x * y).tanh() + x
+
+    cf = sitp.compile(f)
+    cf(x, y)
+    src = cf.entries[0].graph.nodes[0].kernel.source
+    name = cf.entries[0].graph.nodes[0].kernel.name
+    assert "prange(" in src and f"def {name}_serial(" in src
+    assert codegen.load_serial(src, name) is not None
+    want = f(x, y).numpy()
+    with threads(1):
+        np.testing.assert_array_equal(cf(x, y).numpy(), want)
+    with threads(2):
+        np.testing.assert_array_equal(cf(x, y).numpy(), want)

@@ -7,9 +7,11 @@ buffers the group reads, each through its view's strides and offset, written int
 source as constants; a broadcast operand simply drops the dims it is broadcast along.
 
 The source is plain Python, to be read: one loop per dim, ``prange`` on the outermost
-when the index space is large, one line per fused op, each cast to the op's dtype as the
-eager backend's store does. The scalar functions are those of ``sitp/backends/scalar.py``
-(the same ones the eager kernels inline), so a compiled float64 chain gives eager's bits.
+when the index space is large (with a serial twin of the same loops, which a call on
+one thread runs: starting numba's thread pool costs about 20 us), one line per fused
+op, each cast to the op's dtype as the eager backend's store does. The scalar functions
+are those of ``sitp/backends/scalar.py`` (the same ones the eager kernels inline), so a
+compiled float64 chain gives eager's bits.
 The CPU source is written to a file named by its hash under the package's numba cache
 directory (``sitp/_env.py``: a directory keyed by the CPU and the kernel sources), and
 compiled with ``njit(cache=True)``, so a second session loads it from disk. The same
@@ -30,6 +32,7 @@ from sitp import _env
 from sitp.backends.scalar import BINARY, COMPARE, UNARY
 
 PARALLEL_MIN = 1 << 16  # entries of the index space from which the outer loop is a prange
+SERIAL = "_serial"  # suffix of a parallel kernel's serial twin, which a one-thread call runs
 
 _NP = {
     "float32": "np.float32",
@@ -322,25 +325,36 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
         f"def {kernel.name}({params}):",
         f'    """{kernel.summary()}"""',
     ]
+    loops = []
     depth = 1
     for j, d in enumerate(outer):
         rng = "prange" if (par and j == 0) else "range"
-        lines.append("    " * depth + f"for i{d} in {rng}({space[d]}):")
+        loops.append("    " * depth + f"for i{d} in {rng}({space[d]}):")
         depth += 1
     if not outer and not inner:
-        lines.append("    " * depth + "i_ = 0")
+        loops.append("    " * depth + "i_ = 0")
     if root.fn == "reduce":
-        lines.append("    " * depth + f"acc = {init}")
+        loops.append("    " * depth + f"acc = {init}")
         d0 = depth
         for d in inner:
-            lines.append("    " * depth + f"for i{d} in range({space[d]}):")
+            loops.append("    " * depth + f"for i{d} in range({space[d]}):")
             depth += 1
-        lines += _indent(body, depth)
-        lines += _indent([_combine(op, v)], depth)
-        lines += _indent(epi + [store], d0)
+        loops += _indent(body, depth)
+        loops += _indent([_combine(op, v)], depth)
+        loops += _indent(epi + [store], d0)
     else:
-        lines += _indent(body, depth)
-        lines.append("    " * depth + store)
+        loops += _indent(body, depth)
+        loops.append("    " * depth + store)
+    lines += loops
+    if par:  # the same loops without the thread pool, for a call on one thread
+        lines += [
+            "",
+            "",
+            f'@njit(cache=True{fast}, error_model="numpy")',
+            f"def {kernel.name}{SERIAL}({params}):",
+            f'    """{kernel.name} on one thread: starting the pool costs more than this."""',
+        ]
+        lines += [ln.replace(" in prange(", " in range(") for ln in loops]
     del n_outer
     return "\n".join(lines) + "\n"
 
@@ -430,7 +444,14 @@ def load(source: str, name: str, target: str = "cpu"):
     spec.loader.exec_module(mod)
     fn = getattr(mod, name)
     _loaded[key] = fn
+    _loaded[(h, target, SERIAL)] = getattr(mod, name + SERIAL, None)
     return fn
+
+
+def load_serial(source: str, name: str, target: str = "cpu"):
+    """The serial twin of a parallel kernel (None for a serial one), after :func:`load`."""
+    load(source, name, target)
+    return _loaded[(hashlib.sha1(source.encode()).hexdigest()[:16], target, SERIAL)]
 
 
 def cuda_launch(fn, kernel: Kernel, arrays, out):

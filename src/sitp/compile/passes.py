@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 
+import numba
 import numpy as np
 
 from sitp.compile import codegen, lower
@@ -343,12 +344,15 @@ def plan_memory(g: Graph) -> dict:
 
 
 # ------------------------------------------------------------------ the program
-def kernel_step(node: Node, fn, plan):
-    """Call a generated kernel on this call's arrays; outputs in planned slots or new."""
+def kernel_step(node: Node, fn, plan, serial=None):
+    """Call a generated kernel on this call's arrays; outputs in planned slots or new.
+    ``serial``: the kernel's twin without ``prange``, which runs when numba has one thread."""
     leaves = [v.id for v in node.kernel.leaves]
     outs = [(v.id, v.size, v.np_dtype, plan.get(v.id)) for v in node.outputs]
+    parallel = fn
 
     def step(env):
+        fn = serial if serial is not None and numba.get_num_threads() == 1 else parallel
         bufs = []
         for vid, size, dt, slot in outs:
             if slot is None:
@@ -393,7 +397,8 @@ def compile_graph(g: Graph, fuse=True, debug_dir=None, only=None):
             steps.append(n.lowered(n))
         elif n.fn == "kernel":
             fn = codegen.load(n.kernel.source, n.kernel.name)
-            steps.append(kernel_step(n, fn, plan["plan"]))
+            serial = codegen.load_serial(n.kernel.source, n.kernel.name)
+            steps.append(kernel_step(n, fn, plan["plan"], serial))
         else:
             steps.append(step_of(n))
     prog = Program(g, steps, n_slots=len(plan["slots"]))
