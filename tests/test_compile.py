@@ -150,6 +150,12 @@ def test_gpt_train_step_compiled_equals_eager():
         for a, b in zip(ge, gc):
             np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-9)
     assert len(cm.entries) == 1 and cm.entries[0].report["saved"] > 0
+    # the forward saves exactly what the backward graph reads after its passes
+    joint = cm.entries[0].program
+    made = {v.id for n in joint.fwd.graph.nodes for v in n.made()}
+    read = {v.id for n in joint.bwd.graph.nodes for v in n.inputs()}
+    read |= {r.value.id for r in joint.bwd.graph.output_refs()}
+    assert joint.saved == read & made
 
     def step(x, y):
         _, loss = model(x, y)

@@ -223,6 +223,9 @@ class CompiledFunction:
         gf._next = gb._next = g._next
         gf.output = g.output
         gb.output = tuple(tracer.ref(t) for t in grads)
+        # the backward graph's passes first: what the forward must save is what the
+        # backward reads after its dead code is gone and its kernels are fused
+        bwd, rep_b = passes.compile_graph(gb, fuse=self.fuse, debug_dir=None)
         made = {v.id for n in gf.nodes for v in n.made()}
         saved = {v.id for n in gb.nodes for v in n.inputs() if v.id in made}
         saved |= {r.value.id for r in gb.output_refs() if r.value.id in made}
@@ -230,7 +233,6 @@ class CompiledFunction:
         fwd, rep_f = passes.compile_graph(
             gf, fuse=self.fuse, debug_dir=self.debug_dir, only=("dce", "fuse", "plan")
         )
-        bwd, rep_b = passes.compile_graph(gb, fuse=self.fuse, debug_dir=None)
         for v in tracer.by_storage.values():
             v.trace = None
         tracer.keep = []
