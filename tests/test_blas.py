@@ -267,7 +267,8 @@ _MR, _NR = blas.MR, blas.NR
 @pytest.mark.parametrize("layout", ["rows", "cols", "strided"])
 def test_gemm_small_set_edges_and_layouts(dtype, layout):
     """C = A @ B (+ bias) into an uninitialised C, with A's rows contiguous, its columns
-    contiguous (a transposed view) or neither, on one thread and on two."""
+    contiguous (a transposed view, and B transposed too) or neither, on one thread and
+    on two."""
     rng = np.random.default_rng(9)
     nr = _NR * 4 // np.dtype(dtype).itemsize
     for M in (1, _MR - 1, _MR, _MR + 1, 3 * _MR + 5):
@@ -280,6 +281,8 @@ def test_gemm_small_set_edges_and_layouts(dtype, layout):
             else:
                 A = rand((2 * M, 3 * K), dtype, rng)[::2, ::3]
             B, bias = rand((K, N), dtype, rng), rand((N,), dtype, rng)
+            if layout == "cols":  # B transposed too: a layer's x @ W.T
+                B = np.ascontiguousarray(B.T).T
             for has_bias in (False, True):
                 want = A @ B + (bias if has_bias else 0)
                 C = np.full((M, N), np.nan, dtype)

@@ -136,10 +136,11 @@ def matmul(a, b, bias=None):
         and (mnk < SMALL_MNK or (N <= DIRECT_MAX_N and K * N * b.itemsize <= DIRECT_MAX_B_BYTES))
     )
     if unpacked:
-        # the unpacked kernels read rows of B as vectors: B must be row-major. They
-        # write every entry of C, starting from the bias: C need not be zeroed.
+        # the unpacked kernels read A through its strides and rows of B as vectors
+        # (a transposed B, a layer's W.T, a strip of columns at a time). They write
+        # every entry of C, starting from the bias: C need not be zeroed.
         a = a if a.flags.c_contiguous or a.flags.f_contiguous else np.ascontiguousarray(a)
-        b = np.ascontiguousarray(b)
+        b = b if b.flags.c_contiguous or b.flags.f_contiguous else np.ascontiguousarray(b)
         c = np.empty((M, N), dtype=a.dtype)
         has_bias = bias is not None
         bias = np.ascontiguousarray(bias) if has_bias else c[0, :0]

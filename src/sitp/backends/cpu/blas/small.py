@@ -97,33 +97,66 @@ def _gemm_set(A, B, C, mode, bias):
     ikj strip. For a C at least SMALL_MR x NR/2, with contiguous rows, and an A
     whose rows or columns are contiguous (gemm_small_set sends the rest to
     :func:`_gemm_small`).
+
+    B's rows are read as vectors. A B whose columns are contiguous instead (a
+    layer's weight read transposed, ``W.T``) is first copied into strips of NR
+    columns, each (K, NR) with its rows contiguous: each row of B.T is read once,
+    in order (numpy's copy of a transposed array takes about three times as long).
     """
     M, K = A.shape
     N = B.shape[1]
     NR = tile_nr(A.dtype)
-    H = NR // 2
     a_si, a_sp = A.strides[0] // A.itemsize, A.strides[1] // A.itemsize
-    if N > 1 and B.strides[1] != B.itemsize:
-        B = np.ascontiguousarray(B)
-    b_sp = B.strides[0] // B.itemsize
     ldc = C.strides[0] // C.itemsize
+    j_tiles, full = _column_tiles(N, NR)
+    if N == 1 or B.strides[1] == B.itemsize:  # B's rows contiguous: read in place
+        b_sp = B.strides[0] // B.itemsize
+        for i in range(0, M, SMALL_MR):
+            i0 = min(i, M - SMALL_MR)  # the last block of rows ends at C's edge
+            a0, c0 = i0 * a_si, i0 * ldc
+            for t in range(j_tiles.size):
+                j0 = j_tiles[t]
+                _tile(full[t], A, a0, a_si, a_sp, B, j0, b_sp, K, C, c0 + j0, ldc, mode, bias, j0)
+        return
+    Bs = np.ascontiguousarray(B.T) if B.strides[0] != B.itemsize else B.T  # rows: B's columns
+    Bp = np.empty((j_tiles.size * K, NR), A.dtype)  # strip t: rows t * K .. (t + 1) * K
+    for t in range(j_tiles.size):
+        j0, w = j_tiles[t], NR if full[t] else NR // 2
+        for p in range(K):  # Bp[t * K + p, :w] = B[p, j0:j0 + w], a row at a time
+            dst = Bp[t * K + p]
+            for jj in range(w):
+                dst[jj] = Bs[j0 + jj, p]
+    for i in range(0, M, SMALL_MR):
+        i0 = min(i, M - SMALL_MR)
+        a0, c0 = i0 * a_si, i0 * ldc
+        for t in range(j_tiles.size):
+            j0 = j_tiles[t]
+            b0 = t * K * NR
+            _tile(full[t], A, a0, a_si, a_sp, Bp, b0, NR, K, C, c0 + j0, ldc, mode, bias, j0)
+
+
+@njit(cache=True)
+def _column_tiles(N, NR):
+    """First columns of the tiles that cover N >= NR/2 columns, and whether each is a
+    full (NR-wide) tile or a half one: full tiles, then one more tile (or two halves)
+    ending flush with column N."""
+    H = NR // 2
     n_full = N - N % NR
     r = N - n_full  # columns past the full tiles
-    for i in range(0, M, SMALL_MR):
-        i0 = min(i, M - SMALL_MR)  # the last block of rows ends at C's edge
-        a0, c0 = i0 * a_si, i0 * ldc
-        for j0 in range(0, n_full, NR):
-            _tile(True, A, a0, a_si, a_sp, B, j0, b_sp, K, C, c0 + j0, ldc, mode, bias, j0)
-        if r > H and N >= NR:  # one more full tile, ending at column N
-            j0 = N - NR
-            _tile(True, A, a0, a_si, a_sp, B, j0, b_sp, K, C, c0 + j0, ldc, mode, bias, j0)
-        elif r > H:  # H < N < NR: two half tiles, the second ending at column N
-            _tile(False, A, a0, a_si, a_sp, B, 0, b_sp, K, C, c0, ldc, mode, bias, 0)
-            j0 = N - H
-            _tile(False, A, a0, a_si, a_sp, B, j0, b_sp, K, C, c0 + j0, ldc, mode, bias, j0)
-        elif r > 0:  # a half tile ending at column N
-            j0 = N - H
-            _tile(False, A, a0, a_si, a_sp, B, j0, b_sp, K, C, c0 + j0, ldc, mode, bias, j0)
+    n = n_full // NR + (2 if (r > H and N < NR) else 1 if r > 0 else 0)
+    j_tiles = np.empty(n, np.int64)
+    full = np.empty(n, np.bool_)
+    for t in range(n_full // NR):
+        j_tiles[t], full[t] = t * NR, True
+    t = n_full // NR
+    if r > H and N >= NR:  # one more full tile, ending at column N
+        j_tiles[t], full[t] = N - NR, True
+    elif r > H:  # H < N < NR: two half tiles, the second ending at column N
+        j_tiles[t], full[t] = 0, False
+        j_tiles[t + 1], full[t + 1] = N - H, False
+    elif r > 0:  # a half tile ending at column N
+        j_tiles[t], full[t] = N - H, False
+    return j_tiles, full
 
 
 @njit(cache=True, inline="always")
