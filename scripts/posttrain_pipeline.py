@@ -33,7 +33,7 @@ from sitp.posttrain.tasks import get_task
 from sitp.train import checkpoint as ckpt
 from sitp.train.cli import main as sitp_main
 
-TASKS = "addition3,multiplication2,count,reverse,sort,chain2"
+TASKS = "addition2,multiplication2,count,reverse,sort,chain1"
 
 
 def stage_commands(out: Path, tasks: str, small: bool) -> list[tuple[str, list[str]]]:
@@ -44,7 +44,7 @@ def stage_commands(out: Path, tasks: str, small: bool) -> list[tuple[str, list[s
     else:
         pre = ["--steps", "1000"]
         mid, sft = ["--steps", "1000"], ["--steps", "600", "--batch-size", "32"]
-        rl = ["--steps", "100", "--prompts", "8", "--group", "8"]
+        rl = ["--steps", "150", "--prompts", "8", "--group", "8"]
     return [
         ("pretrain", ["pretrain", "--out", str(out / "pretrain"), "--quiet", *pre]),
         ("midtrain", ["midtrain", "--init", str(out / "pretrain"), "--out", str(out / "midtrain"),
@@ -65,7 +65,8 @@ def finished(directory: Path, argv: list[str]) -> bool:
 
 
 def measure(directory: Path, tasks: list[str], n: int) -> dict:
-    """Greedy held-out pass@1 of the checkpoint for each task."""
+    """Greedy held-out pass@1 of the checkpoint for each task, and which problems it solved
+    (the same problems after every stage, so two stages can be compared problem by problem)."""
     model, tok, _, _ = load_model(directory)
     out = {}
     for name in tasks:
@@ -75,7 +76,7 @@ def measure(directory: Path, tasks: list[str], n: int) -> dict:
                           max_new_tokens=reply_budget(task, problems, tok))  # fmt: skip
         lo, hi = result["pass@1_ci"]
         out[name] = {"pass@1": result["pass@1"], "ci": [lo, hi], "n": len(problems),
-                     "first_reply": result["first_replies"][0]}  # fmt: skip
+                     "correct": result["correct"], "first_reply": result["first_replies"][0]}  # fmt: skip
     return out
 
 

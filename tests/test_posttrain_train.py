@@ -208,6 +208,22 @@ def test_greedy_replies_equal_one_prompt_at_a_time():
 
 
 # ---------------------------------------------------------------------------- evaluate
+@pytest.mark.parametrize("gained,lost", [(0, 0), (3, 0), (7, 2), (2, 7), (10, 10), (31, 9)])
+def test_paired_test_is_the_exact_sign_test(gained, lost):
+    """Against the definition: the share of all 2^n ways to split n disagreements that are
+    at least as lopsided as the one seen."""
+    before = [0] * gained + [1] * lost + [1] * 5 + [0] * 4  # 5 both solved, 4 neither
+    after = [1] * gained + [0] * lost + [1] * 5 + [0] * 4
+    out = E.paired_test(before, after)
+    n = gained + lost
+    worst = abs(gained - lost)
+    ways = sum(math.comb(n, k) for k in range(n + 1) if abs(2 * k - n) >= worst)
+    assert (out["gained"], out["lost"]) == (gained, lost)
+    assert out["p_value"] == pytest.approx(ways / 2**n)
+    with pytest.raises(ValueError, match="3 and 2 problems"):
+        E.paired_test([1, 0, 1], [1, 0])
+
+
 @pytest.mark.parametrize("n,c,k", [(n, c, k) for n in range(1, 7) for c in range(n + 1)
                                    for k in range(1, n + 1)])  # fmt: skip
 def test_pass_at_k_brute_force(n, c, k):

@@ -66,6 +66,25 @@ def bootstrap_interval(values, level: float = 0.95, n_boot: int = 2000, seed: in
     return float(lo), float(hi)
 
 
+def paired_test(before, after) -> dict:
+    """McNemar's exact test of two models on the same problems (``before[i]``,
+    ``after[i]``: whether each solved problem i).
+
+    Only the problems on which they disagree carry evidence: ``gained`` (solved after,
+    not before) and ``lost``. If neither model were better, each disagreement would go
+    either way with probability 1/2, and ``p_value`` is the two-sided binomial tail of
+    the split seen. It is sharper than comparing two intervals, which ignores that both
+    models met the same problems.
+    """
+    if len(before) != len(after):
+        raise ValueError(f"the two runs have {len(before)} and {len(after)} problems")
+    gained = sum(1 for b, a in zip(before, after) if a and not b)
+    lost = sum(1 for b, a in zip(before, after) if b and not a)
+    n = gained + lost
+    tail = sum(math.comb(n, k) for k in range(min(gained, lost) + 1)) / 2**n if n else 0.5
+    return {"gained": gained, "lost": lost, "p_value": min(1.0, 2 * tail)}
+
+
 def evaluate(model, tokenizer, task, problems, n_samples=1, ks=(1,), temperature=0.0,
              top_k=None, max_new_tokens=32, generator=None, seed=0):  # fmt: skip
     """pass@k on ``problems`` of ``task`` with ``n_samples`` replies each.
@@ -108,4 +127,4 @@ def evaluate(model, tokenizer, task, problems, n_samples=1, ks=(1,), temperature
     return out
 
 
-__all__ = ["bootstrap_interval", "evaluate", "pass_at_k", "wilson_interval"]
+__all__ = ["bootstrap_interval", "evaluate", "paired_test", "pass_at_k", "wilson_interval"]
