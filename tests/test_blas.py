@@ -5,12 +5,14 @@ MC = 60 on AVX2; 14 x 32 with KC = 384, MC = 112 on AVX-512. The shapes below co
 partial register tiles, partial panels and more than one KC slab on both.
 """
 
+import itertools
+
 import numba
 import numpy as np
 import pytest
 
 from sitp.backends.cpu import blas
-from sitp.backends.cpu.blas.small import gemm_direct_parallel, gemm_small_set
+from sitp.backends.cpu.blas.small import KD, gemm_direct_parallel, gemm_small_set
 
 # (M, K, N): not multiples of any tile; one-element; one tile exactly; K = 0
 SHAPES = [
@@ -267,27 +269,28 @@ _MR, _NR = blas.MR, blas.NR
 @pytest.mark.parametrize("layout", ["rows", "cols", "strided"])
 def test_gemm_small_set_edges_and_layouts(dtype, layout):
     """C = A @ B (+ bias) into an uninitialised C, with A's rows contiguous, its columns
-    contiguous (a transposed view, and B transposed too) or neither, on one thread and
-    on two."""
+    contiguous (a transposed view, and B transposed too, or K long enough for slabs) or
+    neither, on one thread and on two."""
     rng = np.random.default_rng(9)
     nr = _NR * 4 // np.dtype(dtype).itemsize
-    for M in (1, _MR - 1, _MR, _MR + 1, 3 * _MR + 5):
-        for N in (1, nr // 2 - 1, nr // 2, nr // 2 + 1, nr - 1, nr, nr + 1, 2 * nr + nr // 2 + 3):
-            K = 37
-            if layout == "rows":
-                A = rand((M, K), dtype, rng)
-            elif layout == "cols":
-                A = rand((K, M), dtype, rng).T
-            else:
-                A = rand((2 * M, 3 * K), dtype, rng)[::2, ::3]
-            B, bias = rand((K, N), dtype, rng), rand((N,), dtype, rng)
-            if layout == "cols":  # B transposed too: a layer's x @ W.T
-                B = np.ascontiguousarray(B.T).T
-            for has_bias in (False, True):
-                want = A @ B + (bias if has_bias else 0)
-                C = np.full((M, N), np.nan, dtype)
-                gemm_small_set(A, B, C, bias, has_bias)
-                np.testing.assert_allclose(C, want, **tol(dtype, K), err_msg=f"{M}x{N}")
-                C = np.full((M, N), np.nan, dtype)
-                gemm_direct_parallel(A, B, C, bias, has_bias, 2)
-                np.testing.assert_allclose(C, want, **tol(dtype, K), err_msg=f"{M}x{N} 2 threads")
+    Ms = (1, _MR - 1, _MR, _MR + 1, 3 * _MR + 5)
+    Ns = (1, nr // 2 - 1, nr // 2, nr // 2 + 1, nr - 1, nr, nr + 1, 2 * nr + nr // 2 + 3)
+    Ks = (37, 2 * KD + 7) if layout == "cols" else (37,)
+    for M, N, K in itertools.product(Ms, Ns, Ks):
+        if layout == "rows":
+            A = rand((M, K), dtype, rng)
+        elif layout == "cols":
+            A = rand((K, M), dtype, rng).T
+        else:
+            A = rand((2 * M, 3 * K), dtype, rng)[::2, ::3]
+        B, bias = rand((K, N), dtype, rng), rand((N,), dtype, rng)
+        if layout == "cols" and K < KD:  # B transposed too: a layer's x @ W.T
+            B = np.ascontiguousarray(B.T).T
+        for has_bias in (False, True):
+            want = A @ B + (bias if has_bias else 0)
+            C = np.full((M, N), np.nan, dtype)
+            gemm_small_set(A, B, C, bias, has_bias)
+            np.testing.assert_allclose(C, want, **tol(dtype, K), err_msg=f"{M}x{K}x{N}")
+            C = np.full((M, N), np.nan, dtype)
+            gemm_direct_parallel(A, B, C, bias, has_bias, 2)
+            np.testing.assert_allclose(C, want, **tol(dtype, K), err_msg=f"{M}x{K}x{N}, 2 threads")

@@ -49,6 +49,7 @@ from sitp.backends.cpu.blas.packed import (
 from sitp.backends.cpu.blas.small import (
     DIRECT_MAX_B_BYTES,
     DIRECT_MAX_N,
+    KD,
     gemm_direct_parallel,
     gemm_small,
     gemm_small_set,
@@ -116,7 +117,8 @@ def matmul(a, b, bias=None):
     Kernel choice: int64 uses the ikj loop; one-column products ``sgemv``;
     products that fit in L2 the unpacked register tiles of ``gemm_small`` (one
     thread: they take microseconds, about what it costs to wake a thread pool);
-    thin products, whose B is narrow and fits in L2 (a layer's weight), the same
+    thin products, whose B is narrow and fits in L2 (a layer's weight) or, with A
+    transposed, whose slab of KD rows of B does (a weight's gradient), the same
     unpacked tiles on all threads (``gemm_direct_parallel``); the rest the packed
     micro-kernel on all threads. Transposed operands are
     read in place (see :func:`sitp.backends.cpu.blas.packed.stored`).
@@ -129,11 +131,17 @@ def matmul(a, b, bias=None):
             f"not fit a product of shape ({M}, {N}) and dtype {a.dtype}"
         )
     mnk = M * N * K
+    # the rows of B the unpacked kernels keep in cache at once: all K, or one slab of KD
+    # when A is transposed and B row-major (a weight's gradient dY^T X; gemm_small_set)
+    slabs = a.flags.f_contiguous and not a.flags.c_contiguous and b.flags.c_contiguous
+    b_rows = min(K, KD) if slabs else K
     unpacked = (
         a.dtype != np.int64
         and N > 1
         and mnk > 0
-        and (mnk < SMALL_MNK or (N <= DIRECT_MAX_N and K * N * b.itemsize <= DIRECT_MAX_B_BYTES))
+        and (
+            mnk < SMALL_MNK or (N <= DIRECT_MAX_N and b_rows * N * b.itemsize <= DIRECT_MAX_B_BYTES)
+        )
     )
     if unpacked:
         # the unpacked kernels read A through its strides and rows of B as vectors

@@ -111,6 +111,9 @@ def _gemm_set(A, B, C, mode, bias):
     j_tiles, full = _column_tiles(N, NR)
     if N == 1 or B.strides[1] == B.itemsize:  # B's rows contiguous: read in place
         b_sp = B.strides[0] // B.itemsize
+        if a_si == 1 and a_sp != 1 and K > KD:  # A transposed, and long: slabs of K
+            _gemm_set_slabs(A, a_sp, B, b_sp, C, ldc, mode, bias, j_tiles, full)
+            return
         for i in range(0, M, SMALL_MR):
             i0 = min(i, M - SMALL_MR)  # the last block of rows ends at C's edge
             a0, c0 = i0 * a_si, i0 * ldc
@@ -133,6 +136,46 @@ def _gemm_set(A, B, C, mode, bias):
             j0 = j_tiles[t]
             b0 = t * K * NR
             _tile(full[t], A, a0, a_si, a_sp, Bp, b0, NR, K, C, c0 + j0, ldc, mode, bias, j0)
+
+
+# Depth of the slabs of K that _gemm_set_slabs cuts a long product with a transposed A
+# into (a weight's gradient dY^T X, K = the batch's B * T rows): one slab of a block of
+# A's rows (KD x MR) and of a strip of B (KD x NR) stay in L1 together.
+KD = 128
+
+
+@njit(cache=True)
+def _gemm_set_slabs(A, a_sp, B, b_sp, C, ldc, mode, bias, j_tiles, full):
+    """_gemm_set's tiles for an A whose columns are contiguous, over slabs of KD of K.
+
+    Read in place, a block of A's rows is one run of MR values per step p, at a new
+    cache line each step; over K = 768 steps that is more than L1 holds, and so is
+    the strip of B, so every step waited on L2. Cut into slabs, each tile's slab of
+    A and B stays in L1 while the tiles of the slab run; the first slab stores into
+    C (with the bias), the others add to it. Tiles that overlap others (the last
+    rows and columns when C's edge is ragged) cannot add twice: they run last, over
+    the whole of K at once, and store.
+    """
+    M, K = A.shape
+    NR = tile_nr(A.dtype)
+    m_full = M - M % SMALL_MR  # row blocks that overlap no other
+    nt_clean = (C.shape[1] - C.shape[1] % NR) // NR  # column tiles that overlap no other
+    for pc in range(0, K, KD):
+        kc = min(KD, K - pc)
+        m = mode if pc == 0 else 0
+        for i0 in range(0, m_full, SMALL_MR):
+            for t in range(nt_clean):
+                j0 = j_tiles[t]
+                a0, b0, c0 = i0 + pc * a_sp, j0 + pc * b_sp, i0 * ldc + j0
+                _tile(True, A, a0, 1, a_sp, B, b0, b_sp, kc, C, c0, ldc, m, bias, j0)
+    for i in range(0, M, SMALL_MR):  # the tiles at a ragged edge, over all of K
+        i0 = min(i, M - SMALL_MR)
+        for t in range(j_tiles.size):
+            if i0 + SMALL_MR > m_full or t >= nt_clean:
+                j0 = j_tiles[t]
+                _tile(
+                    full[t], A, i0, 1, a_sp, B, j0, b_sp, K, C, i0 * ldc + j0, ldc, mode, bias, j0
+                )
 
 
 @njit(cache=True)
