@@ -198,21 +198,33 @@ def main_sft(argv=None) -> int:
         if not fits:
             raise UsageError(f"no conversation fits in block_size {model.block_size}")
         convos = fits
-        rng = random.Random(opts["seed"])
-        if "rng" in record:
-            rng.setstate(_tuple(record["rng"]))
-        while record["step"] < args.steps:
-            n = min(args.save_every, args.steps - record["step"])
-            losses = sft(model, convos, tok, n, batch_size=opts["batch_size"],
-                         optimizer=optimizer, rng=rng)  # fmt: skip
-            record["step"] += n
-            record["history"] += losses
-            record["rng"] = rng.getstate()
-            save(args.out, model, optimizer, tok, saved, record)
-            print(f"sft step {record['step']}: loss {np.mean(losses[-10:]):.4f}", flush=True)
+
+        def train(n, rng):
+            return sft(model, convos, tok, n, batch_size=opts["batch_size"], optimizer=optimizer,
+                       rng=rng)  # fmt: skip
+
+        run_stage(args, "sft", random.Random(opts["seed"]), train, (model, optimizer, tok, saved),
+                  record)  # fmt: skip
         return 0
     except (UsageError, ValueError, ckpt.CheckpointError) as error:
         return _fail(f"sitp sft: error: {error}")
+
+
+def run_stage(args, stage, rng, train, state, record):
+    """A loss-minimising stage (midtrain, sft) to ``args.steps``: ``train(n, rng)`` runs n
+    steps and returns their losses; after every ``args.save_every`` steps the checkpoint
+    (``state`` = model, optimizer, tokenizer, saved tokenizer file) is written with the
+    record, the losses and ``rng``'s state, so that a rerun resumes exactly."""
+    if "rng" in record:
+        rng.setstate(_tuple(record["rng"]))
+    while record["step"] < args.steps:
+        n = min(args.save_every, args.steps - record["step"])
+        losses = train(n, rng)
+        record["step"] += n
+        record["history"] += losses
+        record["rng"] = rng.getstate()
+        save(args.out, *state, record)
+        print(f"{stage} step {record['step']}: loss {np.mean(losses[-10:]):.4f}", flush=True)
 
 
 def _tuple(state):

@@ -33,8 +33,7 @@ from sitp._tensor.creation import tensor
 from sitp.dtypes import int64
 from sitp.optim import AdamW
 from sitp.posttrain.chat import render
-from sitp.posttrain.cli import _conversations, _non_negative, _positive, _resume_or_init, _tuple
-from sitp.posttrain.cli import save as save_checkpoint
+from sitp.posttrain.cli import _conversations, _non_negative, _positive, _resume_or_init, run_stage
 from sitp.posttrain.tasks import get_task
 from sitp.train import checkpoint as ckpt
 from sitp.train.args import Parser as _Parser
@@ -170,17 +169,12 @@ def main_midtrain(argv=None) -> int:
             share = 0 if text is None else opts["text_share"]
             print(f"sitp midtrain: {len(convos):,} conversations and {share:.0%} plain text, "
                   f"{len(stream):,} tokens", file=sys.stderr)  # fmt: skip
-        rng = random.Random(opts["seed"] + 1)
-        if "rng" in record:
-            rng.setstate(_tuple(record["rng"]))
-        while record["step"] < args.steps:
-            n = min(args.save_every, args.steps - record["step"])
-            losses = midtrain(model, stream, n, opts["batch_size"], optimizer=optimizer, rng=rng)
-            record["step"] += n
-            record["history"] += losses
-            record["rng"] = rng.getstate()
-            save_checkpoint(args.out, model, optimizer, tok, saved, record)
-            print(f"midtrain step {record['step']}: loss {np.mean(losses[-10:]):.4f}", flush=True)
+
+        def train(n, rng):
+            return midtrain(model, stream, n, opts["batch_size"], optimizer=optimizer, rng=rng)
+
+        run_stage(args, "midtrain", random.Random(opts["seed"] + 1), train,
+                  (model, optimizer, tok, saved), record)  # fmt: skip
         return 0
     except (UsageError, ValueError, ckpt.CheckpointError) as error:
         return _fail(f"sitp midtrain: error: {error}")
