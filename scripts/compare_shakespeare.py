@@ -4,7 +4,7 @@ Usage::
 
     python scripts/compare_shakespeare.py                     # the whole recipe, 2000 steps
     python scripts/compare_shakespeare.py --iters 200 --eval-every 100   # a quick look
-    python scripts/compare_shakespeare.py --json docs/part3/shakespeare-anchor.json
+    python scripts/compare_shakespeare.py --json src/sitp/examples/shakespeare-anchor.json
 
 nanoGPT's README trains a small GPT on the 65 characters of tinyshakespeare on a laptop
 CPU: 4 layers, 4 heads, width 128, block 64, batch 12, 2000 iterations, no dropout, no
@@ -40,7 +40,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 
 
 def lr_factor(step: int, warmup: int, steps: int, lr: float, min_lr: float) -> float:
