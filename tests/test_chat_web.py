@@ -125,16 +125,22 @@ def test_streamed_pieces_are_the_repls_reply(checkpoints):
     assert status2 == 200 and events(stream2)[-1] == ("done", {"reply": greedy(directory, longer)})
 
 
+def gated_reply(event, first, second, timeout, failure):
+    """A reply of two pieces whose second is drawn only once ``event`` is set."""
+
+    def pieces(messages):
+        yield first
+        if not event.wait(timeout):
+            raise RuntimeError(failure)
+        yield second
+
+    return pieces
+
+
 def test_each_piece_is_sent_before_the_next_is_drawn():
     """The server flushes a piece at once: the next is drawn only after the client read it."""
     read_first = threading.Event()
-
-    def pieces(messages):
-        yield "Hel"
-        if not read_first.wait(10):
-            raise RuntimeError("the client never saw the first piece")
-        yield "lo"
-
+    pieces = gated_reply(read_first, "Hel", "lo", 10, "the client never saw the first piece")
     with serving(pieces) as server:
         conn = http.client.HTTPConnection(*server.server_address, timeout=10)
         conn.request("POST", "/chat", json.dumps(user("hi")), {"Content-Type": "application/json"})
@@ -311,13 +317,7 @@ WATCH = """() => {
 def test_the_page_shows_each_piece_as_it_comes(browser):  # noqa: F811 - the fixture
     """A reply whose second piece waits until the page shows the first."""
     shown_first = threading.Event()
-
-    def pieces(messages):
-        yield "Hel"
-        if not shown_first.wait(15):
-            raise RuntimeError("the page never showed the first piece")
-        yield "lo!"
-
+    pieces = gated_reply(shown_first, "Hel", "lo!", 15, "the page never showed the first piece")
     with serving(pieces) as server:
         visit = Visit(browser, server.url)
         try:
