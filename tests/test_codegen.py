@@ -149,7 +149,7 @@ def test_gemm_small_tile(report):
 
 
 def test_gemm_small_set_tiles(report):
-    """The tiles that store into C, compiled for A's rows contiguous and for its columns
+    """The float32 tiles that store into C, compiled for A's rows contiguous and for its columns
     contiguous (a transposed view): at least two full tiles of 2 * MR vector FMAs at the
     target's width, nothing spilled. (The edge strip of C narrower than NR/2 is started
     through C's run-time row stride, which LLVM may vectorise with scatters.)"""
