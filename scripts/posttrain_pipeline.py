@@ -61,7 +61,7 @@ def finished(directory: Path, argv: list[str]) -> bool:
     if not ckpt.has_checkpoint(directory):
         return False
     steps = int(argv[argv.index("--steps") + 1])
-    return ckpt.load_checkpoint(directory).record.get("step", 0) >= steps
+    return ckpt.load_record(directory).get("step", 0) >= steps
 
 
 def measure(directory: Path, tasks: list[str], n: int) -> dict:
@@ -104,7 +104,7 @@ def main():
         scores = measure(out / stage, tasks, args.heldout)
         eval_seconds = time.perf_counter() - t0
         wall += seconds + eval_seconds
-        record = ckpt.load_checkpoint(out / stage).record
+        record = ckpt.load_record(out / stage)
         stages.append({"stage": stage, "command": "python -m sitp " + shlex.join(argv),
                        "seconds": round(seconds, 1), "eval_seconds": round(eval_seconds, 1),
                        "pass@1": scores, "history": record.get("history")})  # fmt: skip

@@ -133,9 +133,9 @@ def _text(spec, init):
     if spec == "none":
         return None
     if spec == "auto":
-        point = ckpt.load_checkpoint(init)
-        spec = (point.record.get("train_config") or {}).get("data")
-        if not (point.record.get("tokenizer") or {}).get("kind") or spec is None:
+        record = ckpt.load_record(init)
+        spec = (record.get("train_config") or {}).get("data")
+        if not (record.get("tokenizer") or {}).get("kind") or spec is None:
             return None  # not a text run: a post-training checkpoint has no corpus of its own
     text = corpus_text(spec)
     return text[: int(len(text) * (1 - VAL_FRACTION))]
