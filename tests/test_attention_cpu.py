@@ -21,6 +21,7 @@ import sitp
 import sitp.nn.functional as F
 from helpers import np_of
 from sitp.autograd.gradcheck import gradcheck
+from sitp.backends.cpu import ops as cpu_ops
 from sitp.nn._functions import attention as _attention
 
 DTYPES = [np.float32, np.float64]
@@ -196,6 +197,51 @@ def test_gpt_layout(dt, B, T, H, D):
     ms.backward(sitp.tensor(g))
     mt.backward(torch.tensor(g))
     np.testing.assert_allclose(np_of(xs.grad), xt.grad.numpy(), **TOL[dt])
+
+
+def test_gpt_split_gets_its_gradient_without_a_copy(monkeypatch):
+    """For the GPT's layout, attention's backward writes dq, dk, dv into the windows of
+    one storage laid out as the (B, T, 3C) buffer, and the split's backward returns that
+    storage: no copy runs in the whole backward, and x.grad equals torch's."""
+    B, T, H, D = 3, 9, 2, 5
+    x = rng(5).standard_normal((B, T, 3 * H * D))
+    g = rng(6).standard_normal((B, H, T, D))
+    xs, xt = sitp.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    ys = F.scaled_dot_product_attention(*gpt_inputs(sitp, xs, B, T, H, D), is_causal=True)
+    yt = TF.scaled_dot_product_attention(*gpt_inputs(torch, xt, B, T, H, D), is_causal=True)
+    copies = []
+    real_assign = cpu_ops.assign
+    monkeypatch.setattr(cpu_ops, "assign", lambda d, s: (copies.append(d.shape), real_assign(d, s)))
+    ys.backward(sitp.tensor(g))
+    yt.backward(torch.tensor(g))
+    assert copies == []
+    np.testing.assert_allclose(np_of(xs.grad), xt.grad.numpy(), **TOL[np.float64])
+
+
+@pytest.mark.parametrize("case", ["q twice", "fourth window unused", "permuted", "two of three"])
+def test_windows_of_one_buffer_in_other_layouts_get_torchs_gradients(case):
+    """Layouts near the GPT's where the gradient windows must not be packed (overlapping
+    or not tiling the storage), or are packed in another order: gradients equal torch's."""
+    B, T, H, D = 2, 7, 2, 3
+    C = H * D
+    x = rng(7).standard_normal((B, T, 4 * C))
+    g = rng(8).standard_normal((B, H, T, D))
+    leaves = []
+    for lib in (sitp, torch):
+        xl = lib.tensor(x, requires_grad=True)
+        width = 4 * C if case == "fourth window unused" else 3 * C
+        pieces = xl[..., :width].split(C, dim=2)
+        a, b, c = [t.reshape(B, T, H, D).transpose(1, 2) for t in pieces[:3]]
+        if case == "q twice":
+            a, b, c = a, a, c
+        elif case == "permuted":
+            a, b, c = c, a, b
+        elif case == "two of three":
+            c = c.detach()
+        y = lib.nn.functional.scaled_dot_product_attention(a, b, c, is_causal=True)
+        y.backward(lib.tensor(g))
+        leaves.append(xl.grad)
+    np.testing.assert_allclose(np_of(leaves[0]), leaves[1].numpy(), **TOL[np.float64])
 
 
 def test_gradients_are_laid_out_for_the_gpt():

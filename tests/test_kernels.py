@@ -3,8 +3,10 @@
 import numpy as np
 import pytest
 
+import sitp
 from sitp.backends.cpu import kernels as K
 from sitp.backends.cpu import ops as cpu
+from sitp.bench import threads
 from sitp.strides import contiguous_strides
 
 I64 = np.int64
@@ -159,6 +161,27 @@ def test_zip_fast_kernel_every_layout(op, ref, b_step):
     out2 = np.empty(7 * 33, np.float32)
     K.zip_fast_kernel(K.BINARY[op], a, np.arange(7, dtype=I64), 7, b, b_starts, b_step, 33, out2)
     np.testing.assert_allclose(out2.reshape(7, 33), ref(a.reshape(33, 7).T, bb), rtol=1e-6)
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+@pytest.mark.parametrize("case", ["window", "transposed", "cast"])
+def test_large_copies_split_among_threads_equal_numpy(case, n_threads):
+    """Copies past ops._PARALLEL_COPY_MIN entries run assign4_parallel on two threads:
+    into a window of a wider buffer (contiguous rows, the slice path), from a transpose
+    (strided rows), and with a cast; odd sizes, so the ranges split unevenly."""
+    src = np.random.default_rng(3).standard_normal((3, 71, 401))
+    s_src = sitp.tensor(src)
+    if case == "transposed":  # a (3, 401, 71) tensor seen through its transpose
+        s_src = sitp.tensor(np.ascontiguousarray(src.transpose(0, 2, 1))).transpose(1, 2)
+        assert not s_src.is_contiguous()
+    assert src.size >= cpu._PARALLEL_COPY_MIN
+    dt = np.float32 if case == "cast" else np.float64
+    wide = sitp.zeros(3, 71, 1001, dtype=sitp.float32 if case == "cast" else sitp.float64)
+    with threads(n_threads):
+        wide[..., 300:701] = s_src
+    want = np.zeros((3, 71, 1001), dt)
+    want[..., 300:701] = src
+    np.testing.assert_array_equal(wide.numpy(), want)
 
 
 def test_assign4_kernel_copies_permuted_views():

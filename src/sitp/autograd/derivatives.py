@@ -17,6 +17,7 @@ import math
 from sitp import cuda
 from sitp._tensor import creation, dispatch
 from sitp.autograd.function import Function
+from sitp.strides import contiguous_strides, numel
 
 
 # --8<-- [start:unbroadcast]
@@ -498,6 +499,26 @@ class Take(Function):
 # --8<-- [end:gather]
 
 
+def _tiled(pieces, ctx):
+    """The whole gradient of a split when its pieces' gradients are already the windows of
+    one contiguous storage that the split's backward would write (as attention's backward
+    makes them for ``qkv.split``): that storage, with no copy. None otherwise."""
+    p0 = pieces[0]
+    if p0 is None or not hasattr(p0, "_storage"):
+        return None
+    store, strides = p0._storage, contiguous_strides(ctx.shape)
+    if store.size != numel(ctx.shape) or p0._offset != 0:
+        return None
+    start, st = 0, strides[ctx.dim]
+    for n, p in zip(ctx.sizes, pieces):
+        if p is None or p._storage is not store or p._strides != strides:
+            return None
+        if p._offset != start * st or p.dtype is not p0.dtype:
+            return None
+        start += n
+    return p0._alias(ctx.shape, strides, 0)
+
+
 class Split(Function):
     """Consecutive views along ``dim``, one node with several outputs.
 
@@ -521,6 +542,9 @@ class Split(Function):
         if not isinstance(g, tuple):  # one piece: its gradient is the whole one
             return g
         pieces = g
+        whole = _tiled(pieces, ctx)
+        if whole is not None:
+            return whole
         ref = next(p for p in pieces if p is not None)
         out = (creation.zeros if any(p is None for p in pieces) else creation.empty)(
             ctx.shape, dtype=ref.dtype, device=ref.device

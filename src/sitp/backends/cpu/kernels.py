@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from sitp.backends import scalar
 from sitp.backends.layout import index_table, positions, row_starts  # noqa: F401 (used by the launchers)
@@ -162,19 +162,64 @@ def assign_kernel(dst, d_starts, d_step, src, s_starts, s_step, n):
 
 
 @njit(cache=True)
-def assign4_kernel(dst, d_off, d0, d1, d2, d3, src, s_off, s0, s1, s2, s3, n0, n1, n2, n3):
-    """dst[i, j, k, l] = src[i, j, k, l] for views of at most four (collapsed) dims.
+def assign4_range(dst, d_off, d0, d1, d2, d3, src, s_off, s0, s1, s2, s3, n1, n2, n3, lo, hi):
+    """dst[i, j, k, l] = src[i, j, k, l] for the (i, j) pairs lo..hi-1 of a view of at most
+    four (collapsed) dims, (i, j) = divmod(pair, n1).
 
-    Four nested loops step both positions by the strides directly: no table of
-    row starts, which for a transpose with short rows costs as much as the copy.
+    Nested loops step both positions by the strides directly: no table of row starts,
+    which for a transpose with short rows costs as much as the copy. When both last
+    strides are 1 (rows contiguous in both, the usual case), the innermost loop runs on
+    two slices, which LLVM turns into vector loads and stores.
     """
-    for i in range(n0):
-        for j in range(n1):
-            dp = d_off + i * d0 + j * d1
-            sp = s_off + i * s0 + j * s1
-            for k in range(n2):
+    unit = d3 == 1 and s3 == 1
+    for ij in range(lo, hi):
+        i, j = ij // n1, ij % n1
+        dp = d_off + i * d0 + j * d1
+        sp = s_off + i * s0 + j * s1
+        for k in range(n2):
+            if unit:
+                dv = dst[dp + k * d2 : dp + k * d2 + n3]
+                sv = src[sp + k * s2 : sp + k * s2 + n3]
+                for m in range(n3):
+                    dv[m] = sv[m]
+            else:
                 for m in range(n3):
                     dst[dp + k * d2 + m * d3] = src[sp + k * s2 + m * s3]
+
+
+@njit(cache=True)
+def assign4_kernel(dst, d_off, d0, d1, d2, d3, src, s_off, s0, s1, s2, s3, n0, n1, n2, n3):
+    """dst[i, j, k, l] = src[i, j, k, l] for views of at most four (collapsed) dims."""
+    assign4_range(dst, d_off, d0, d1, d2, d3, src, s_off, s0, s1, s2, s3, n1, n2, n3, 0, n0 * n1)
+
+
+@njit(cache=True, parallel=True)
+def assign4_parallel(
+    dst, d_off, d0, d1, d2, d3, src, s_off, s0, s1, s2, s3, n0, n1, n2, n3, n_chunks
+):
+    """assign4_kernel with the (i, j) pairs cut into ``n_chunks`` ranges, one per thread
+    (the views must not overlap: each entry of dst is written once)."""
+    n = n0 * n1
+    for c in prange(n_chunks):
+        assign4_range(
+            dst,
+            d_off,
+            d0,
+            d1,
+            d2,
+            d3,
+            src,
+            s_off,
+            s0,
+            s1,
+            s2,
+            s3,
+            n1,
+            n2,
+            n3,
+            c * n // n_chunks,
+            (c + 1) * n // n_chunks,
+        )
 
 
 # --8<-- [start:reduce_kernel]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import get_num_threads
 
 from sitp.backends import layout
 from sitp.backends import scalar as S
@@ -125,6 +126,11 @@ def where(c, a, b):
     return out
 
 
+# Copies of at least this many entries (about 20 us on one core) split their rows among
+# numba's threads.
+_PARALLEL_COPY_MIN = 1 << 16
+
+
 def assign(dst, src) -> None:
     """Copy ``src`` (broadcast to dst's shape, cast to its dtype) into ``dst``."""
     shape = dst._shape
@@ -135,7 +141,12 @@ def assign(dst, src) -> None:
     if 1 < len(cshape) <= 4:  # a few dims: nested loops, no row-start table
         pad = 4 - len(cshape)
         cshape, cd, cs = [1] * pad + cshape, [0] * pad + cd, [0] * pad + cs
-        K.assign4_kernel(dst._storage, dst._offset, *cd, src._storage, src._offset, *cs, *cshape)
+        args = (dst._storage, dst._offset, *cd, src._storage, src._offset, *cs, *cshape)
+        threads = get_num_threads() if numel(shape) >= _PARALLEL_COPY_MIN else 1
+        if threads > 1 and cshape[0] * cshape[1] > 1 and dst._storage is not src._storage:
+            K.assign4_parallel(*args, min(threads, cshape[0] * cshape[1]))
+        else:
+            K.assign4_kernel(*args)
         return
     [(ds, sd, pd), (ss, s_s, ps)], n = _launch_args(shape, (dst, dst._strides), (src, sstr))
     K.assign_kernel(ds, sd, pd, ss, s_s, ps, n)

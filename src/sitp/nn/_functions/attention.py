@@ -44,6 +44,34 @@ def _head_major(bshape, n, d, dtype, zero):
     return t
 
 
+def _packed_grads(q, k, v, bshape):
+    """dq, dk, dv as windows of one zeroed storage laid out as q, k, v's own, when q, k, v
+    are three equal windows that tile one storage (the GPT's ``qkv.split(C, dim=2)`` seen
+    through its head view): the split's backward then finds its gradient already in
+    place, with no copy (``Split.backward``). None for any other layout."""
+    store = q._storage
+    if not (k._storage is store and v._storage is store):
+        return None
+    if not (q.shape == k.shape == v.shape and q._strides == k._strides == v._strides):
+        return None
+    if tuple(q.shape[:-2]) != tuple(bshape):
+        return None
+    o0, o1, o2 = sorted((q._offset, k._offset, v._offset))
+    w, n = o1 - o0, numel(q.shape)
+    if o0 != 0 or w <= 0 or o2 - o1 != w or store.size != 3 * n:
+        return None
+    # the three windows as one view with a dim of 3 (stride w) must be dense: sorted by
+    # stride, each dim's stride is the product of the sizes below it, starting at 1
+    dims = sorted((st, sz) for st, sz in zip(q._strides + (w,), q.shape + (3,)) if sz > 1)
+    expect = 1
+    for st, sz in dims:
+        if st != expect:
+            return None
+        expect *= sz
+    grad = np.zeros(store.size, q.dtype.np)
+    return [Tensor._make(grad, t.shape, t._strides, t._offset, t.dtype) for t in (q, k, v)]
+
+
 def _mask_args(mask, bshape, L, S):
     """(mask_kind, storage, strides broadcast to bshape + (L, S), offset) for the kernels."""
     if mask is None:
@@ -128,9 +156,12 @@ class Attention(Function):
         n_batch = numel(bshape)
         # Gradients at each input's own shape; a 4-D one not broadcast is laid out
         # (B, n, H, d), so the GPT's view/transpose backward needs no copy.
-        grads = [
-            _head_major(t.shape[:-2], t.shape[-2], t.shape[-1], t.dtype, True) for t in (q, k, v)
-        ]
+        grads = _packed_grads(q, k, v, bshape) if nq and nk and nv else None
+        if grads is None:
+            grads = [
+                _head_major(t.shape[:-2], t.shape[-2], t.shape[-1], t.dtype, True)
+                for t in (q, k, v)
+            ]
         if n_batch * L * S == 0:
             return (
                 grads[0] if nq else None,
@@ -154,7 +185,10 @@ class Attention(Function):
             + [_bstrides(t, bshape) for t in grads],
             _I64,
         )
-        off = np.array([q._offset, k._offset, v._offset, moff, 0, g._offset, 0, 0, 0], _I64)
+        off = np.array(
+            [q._offset, k._offset, v._offset, moff, 0, g._offset] + [t._offset for t in grads],
+            _I64,
+        )
         shared = any(tuple(t.shape[:-2]) != tuple(bshape) for t in (q, k, v))
         cpu_fused.attention_backward(
             q._storage,
