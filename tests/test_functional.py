@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 import sitp
 from helpers import np_of
+from sitp.backends.cpu.fused import layer_norm as ln_kernels
+from sitp.bench import threads
 from sitp.nn import functional as F
 
 SETTINGS = settings(max_examples=20, deadline=None)
@@ -397,6 +399,27 @@ def test_layer_norm(dt, affine, shape, norm):
         dt,
         scale=5,
     )
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_layer_norm_large_inputs_split_among_threads(dt, n_threads):
+    """Inputs past the fused kernels' parallel threshold run forward and backward in bands
+    of rows on numba's threads, each band summing its own rows of dw and db; an odd row
+    count splits unevenly. Against torch, on one thread and on two."""
+    rows, n = 1031, 67
+    assert rows * n >= ln_kernels._PARALLEL_ROWS_MIN
+    r = rng(11)
+    x = (r.standard_normal((rows, n)) * 2 + 1).astype(dt)
+    w, b = r.standard_normal(n).astype(dt), r.standard_normal(n).astype(dt)
+    with threads(n_threads):
+        check(
+            lambda x, w, b: F.layer_norm(x, (n,), w, b, eps=1e-5),
+            lambda x, w, b: TF.layer_norm(x, (n,), w, b, eps=1e-5),
+            [x, w, b],
+            dt,
+            scale=5,
+        )
 
 
 @given(rows=st.integers(1, 9), n=st.integers(1, 70), seed=st.integers(0, 2**16))

@@ -54,9 +54,7 @@ class LayerNorm(Function):
         xc, n = ctx.xc, ctx.n
         gc = g.contiguous().to(xc.dtype)
         dx = cpu._new(xc.shape, xc.dtype, xc)
-        dw = np.zeros(n, np.float64)
-        db = np.zeros(n, np.float64)
-        cpu_fused.layer_norm_backward_kernel(
+        dw, db = cpu_fused.layer_norm_backward(
             cpu.flat(xc),
             cpu.flat(gc),
             ctx.mean.size,
@@ -66,8 +64,6 @@ class LayerNorm(Function):
             ctx.mean,
             ctx.rstd,
             dx._storage,
-            dw,
-            db,
         )
         wshape, bshape = ctx.shapes
         need = ctx.needs_input_grad

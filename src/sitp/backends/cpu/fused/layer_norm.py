@@ -123,6 +123,41 @@ def layer_norm_backward_kernel(x, g, n_rows, n, w, has_w, mean, rstd, dx, dw, db
 # --8<-- [end:layer_norm_backward_kernel]
 
 
+@njit(cache=True, parallel=True)
+def layer_norm_backward_parallel(x, g, n_rows, n, w, has_w, mean, rstd, dx, dw, db, n_chunks):
+    """layer_norm_backward_kernel on n_chunks bands of rows at once, one per thread, each
+    summing its own rows of dw and db (``dw``, ``db``: (n_chunks, n)); the caller adds
+    the bands' sums."""
+    for c in prange(n_chunks):
+        r0, r1 = c * n_rows // n_chunks, (c + 1) * n_rows // n_chunks
+        layer_norm_backward_kernel(
+            x[r0 * n : r1 * n],
+            g[r0 * n : r1 * n],
+            r1 - r0,
+            n,
+            w,
+            has_w,
+            mean[r0:r1],
+            rstd[r0:r1],
+            dx[r0 * n : r1 * n],
+            dw[c],
+            db[c],
+        )
+
+
+def layer_norm_backward(x, g, n_rows, n, w, has_w, mean, rstd, dx):
+    """layer_norm_backward_kernel over flat arrays, on numba's threads when the input is
+    large; returns dw and db (float64, summed over the rows)."""
+    threads = min(get_num_threads(), n_rows) if n_rows * n >= _PARALLEL_ROWS_MIN else 1
+    dw = np.zeros((threads, n), np.float64)
+    db = np.zeros((threads, n), np.float64)
+    if threads > 1:
+        layer_norm_backward_parallel(x, g, n_rows, n, w, has_w, mean, rstd, dx, dw, db, threads)
+        return dw.sum(0), db.sum(0)
+    layer_norm_backward_kernel(x, g, n_rows, n, w, has_w, mean, rstd, dx, dw[0], db[0])
+    return dw[0], db[0]
+
+
 def layer_norm_forward(x, n_rows, n, w, b, has_w, has_b, eps, y, mean, rstd):
     """layer_norm_kernel over flat arrays, on numba's threads when the input is large."""
     threads = get_num_threads() if n_rows * n >= _PARALLEL_ROWS_MIN else 1
