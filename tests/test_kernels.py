@@ -184,6 +184,29 @@ def test_large_copies_split_among_threads_equal_numpy(case, n_threads):
     np.testing.assert_array_equal(wide.numpy(), want)
 
 
+@pytest.mark.parametrize("n_threads", [1, 2])
+@pytest.mark.parametrize(
+    "op, shape_a, shape_b",
+    [
+        ("add", (3, 71, 401), (3, 71, 401)),  # one long row: each row cut in two
+        ("mul", (1031, 67), (67,)),  # rows of a broadcast bias: bands of rows
+        ("sub", (1031, 67), (1031, 1)),  # a broadcast column (step 0)
+        ("div", (67, 1031), ()),  # a scalar
+        ("pow", (300, 301), (300, 301)),  # an op with no fast lane
+    ],
+)
+def test_large_zips_split_among_threads_equal_numpy(op, shape_a, shape_b, n_threads):
+    """Zips past ops._PARALLEL_COPY_MIN entries run zip_fast_parallel on two threads."""
+    r = np.random.default_rng(4)
+    a = r.uniform(0.5, 2.0, shape_a).astype(np.float32)
+    b = r.uniform(0.5, 2.0, shape_b).astype(np.float32)
+    assert a.size >= cpu._PARALLEL_COPY_MIN
+    fn = {"add": np.add, "mul": np.multiply, "sub": np.subtract, "div": np.divide, "pow": np.power}
+    with threads(n_threads):
+        got = getattr(sitp, op)(sitp.tensor(a), sitp.tensor(b))
+    np.testing.assert_allclose(got.numpy(), fn[op](a, b), rtol=1e-6)
+
+
 def test_assign4_kernel_copies_permuted_views():
     x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
     v = x.transpose(0, 2, 1, 3)  # a head split: (B, T, H, D) -> (B, H, T, D)

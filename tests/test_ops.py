@@ -518,3 +518,39 @@ def test_norm_forward_backward(p, dim, keepdim):
     ys.sum().backward()
     yt.sum().backward()
     assert_close(s.grad, t.grad, rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "name, kw",
+    [
+        ("add", {}),
+        ("add", {"alpha": 2.5}),
+        ("sub", {"alpha": -3}),
+        ("mul", {}),
+        ("div", {}),
+        ("div", {"rounding_mode": "floor"}),
+        ("div", {"rounding_mode": "trunc"}),
+        ("eq", {}),
+        ("ne", {}),
+        ("lt", {}),
+        ("gt", {}),
+        ("le", {}),
+        ("ge", {}),
+    ],
+)
+@pytest.mark.parametrize("other", ["tensor", "broadcast", "number"])
+def test_top_level_arithmetic_and_comparisons_as_torch(name, kw, other):
+    """torch.add(x, y, alpha=...), torch.div(x, y, rounding_mode=...), torch.lt(x, y)...:
+    the functional spellings torch scripts use, against torch's values and dtypes."""
+    r = np.random.default_rng(len(name) + len(kw))
+    x = np.round(r.standard_normal((3, 4)) * 4, 1)
+    y = {
+        "tensor": np.round(r.standard_normal((3, 4)) * 4, 1) + 0.5,
+        "broadcast": np.round(r.standard_normal(4) * 4, 1) + 0.5,
+        "number": 1.5,
+    }[other]
+    wrap = (lambda lib, v: v) if other == "number" else (lambda lib, v: lib.tensor(v))
+    got = getattr(sitp, name)(sitp.tensor(x), wrap(sitp, y), **kw)
+    want = getattr(torch, name)(torch.tensor(x), wrap(torch, y), **kw)
+    assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)

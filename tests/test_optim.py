@@ -15,6 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sitp
+from sitp.backends.cpu.fused import adam as fused_adam
+from sitp.bench import threads
 
 RNG = np.random.default_rng(0)
 X_ND = RNG.normal(size=(16, 4))
@@ -443,3 +445,22 @@ def test_fused_adam_kernel_equals_the_composed_step(cls, kw):
     np.testing.assert_allclose(
         fused.detach().numpy(), composed.detach().numpy(), rtol=1e-12, atol=1e-14
     )
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_large_parameters_step_on_threads_as_torch(n_threads):
+    """A parameter past the fused kernel's parallel threshold is updated in bands on
+    numba's threads (an odd size: the bands differ by one entry); AdamW's trajectory
+    equals torch's, on one thread and on two."""
+    w0 = np.random.default_rng(1).standard_normal((257, 131)).astype(np.float32)
+    assert w0.size >= fused_adam._PARALLEL_MIN
+    ws, wt = sitp.tensor(w0, requires_grad=True), torch.tensor(w0, requires_grad=True)
+    opt_s = sitp.optim.AdamW([ws], lr=0.01, weight_decay=0.1)
+    opt_t = torch.optim.AdamW([wt], lr=0.01, weight_decay=0.1)
+    with threads(n_threads):
+        for _ in range(5):
+            for w, opt in ((ws, opt_s), (wt, opt_t)):
+                opt.zero_grad()
+                (w * w).sum().backward()
+                opt.step()
+    np.testing.assert_allclose(ws.detach().numpy(), wt.detach().numpy(), rtol=1e-5, atol=1e-6)

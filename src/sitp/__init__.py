@@ -97,6 +97,16 @@ def _forward(name):
 
 
 for _name in [
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "eq",
+    "ne",
+    "lt",
+    "gt",
+    "le",
+    "ge",
     "exp",
     "log",
     "sqrt",

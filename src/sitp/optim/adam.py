@@ -20,7 +20,7 @@ import numpy as np
 
 from sitp._tensor.creation import tensor, zeros_like
 from sitp.autograd.grad_mode import no_grad
-from sitp.backends.cpu.fused.adam import adam_kernel
+from sitp.backends.cpu.fused.adam import adam_update
 from sitp.dtypes import float32
 from sitp.functional import maximum
 from sitp.optim.optimizer import Optimizer
@@ -149,7 +149,7 @@ class Adam(Optimizer):
                     arrays = [_flat(x) for x in (p, g, m, v)] if not amsgrad else [None]
                     if all(a is not None for a in arrays) and len({a.dtype for a in arrays}) == 1:
                         # the same update in one pass (backends/cpu/fused/adam.py)
-                        adam_kernel(
+                        adam_update(
                             *arrays,
                             lr,
                             beta1,

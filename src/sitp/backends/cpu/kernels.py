@@ -124,6 +124,34 @@ def zip_fast_kernel(op, a, a_starts, a_step, b, b_starts, b_step, n, out):
 # --8<-- [end:zip_fast]
 
 
+@njit(cache=True, parallel=True)
+def zip_fast_parallel(op, a, a_starts, a_step, b, b_starts, b_step, n, out, n_chunks):
+    """zip_fast_kernel on n_chunks threads: bands of rows, or, with fewer rows than
+    chunks (a contiguous sum collapses to one long row), bands of every row's columns."""
+    rows = a_starts.size
+    if rows >= n_chunks:
+        for c in prange(n_chunks):
+            r0, r1 = c * rows // n_chunks, (c + 1) * rows // n_chunks
+            zip_fast_kernel(
+                op, a, a_starts[r0:r1], a_step, b, b_starts[r0:r1], b_step, n, out[r0 * n : r1 * n]
+            )
+    else:
+        for c in prange(n_chunks):
+            j0, j1 = c * n // n_chunks, (c + 1) * n // n_chunks
+            for r in range(rows):
+                zip_fast_kernel(
+                    op,
+                    a,
+                    a_starts[r : r + 1] + j0 * a_step,
+                    a_step,
+                    b,
+                    b_starts[r : r + 1] + j0 * b_step,
+                    b_step,
+                    j1 - j0,
+                    out[r * n + j0 : r * n + j1],
+                )
+
+
 @njit(cache=True)
 def compare_kernel(op, a, a_starts, a_step, b, b_starts, b_step, n, out):
     """out[r, j] = a[r, j] <op> b[r, j], a bool result."""

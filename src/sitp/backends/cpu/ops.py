@@ -85,6 +85,11 @@ def unary(op: str, x, p0=_NAN, p1=_NAN, out_dtype=None):
 # --8<-- [end:unary_launch]
 
 
+# Zips and copies of at least this many entries (about 20 us on one core) split their
+# rows among numba's threads.
+_PARALLEL_COPY_MIN = 1 << 16
+
+
 # --8<-- [start:binary_launch]
 def binary(op: str, a, b, out_dtype=None):
     """A new tensor f(a, b) with broadcasting; a and b share a dtype."""
@@ -96,7 +101,12 @@ def binary(op: str, a, b, out_dtype=None):
         )
         if pa == 0 and pb == 1 and op in ("add", "mul"):  # a broadcast left operand:
             as_, sa, pa, bs, sb, pb = bs, sb, pb, as_, sa, pa  # swap so the fast path applies
-        K.zip_fast_kernel(K.BINARY[op], as_, sa, pa, bs, sb, pb, n, out._storage)
+        args = (K.BINARY[op], as_, sa, pa, bs, sb, pb, n, out._storage)
+        threads = get_num_threads() if out._storage.size >= _PARALLEL_COPY_MIN else 1
+        if threads > 1:  # large: rows (or pieces of one row) on numba's threads
+            K.zip_fast_parallel(*args, threads)
+        else:
+            K.zip_fast_kernel(*args)
     return out
 
 
@@ -124,11 +134,6 @@ def where(c, a, b):
         )
         K.where_kernel(cs, sc, pc, as_, sa, pa, bs, sb, pb, n, out._storage)
     return out
-
-
-# Copies of at least this many entries (about 20 us on one core) split their rows among
-# numba's threads.
-_PARALLEL_COPY_MIN = 1 << 16
 
 
 def assign(dst, src) -> None:
