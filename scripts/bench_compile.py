@@ -8,7 +8,8 @@ Usage::
 Three blocks of a GPT's step, each written once with ops so that both libraries run the
 same code: GELU(x W + b) (tanh form), layer norm of a residual sum, and the attention
 softmax chain (scale, causal mask, softmax). Then a small GPT train step (forward and
-backward; sitp's GPT is built from fused layers, which stay opaque calls). For each: the
+backward; sitp's GPT is built from fused layers, some of which the compiler lowers),
+its eager and compiled calls alternating so that a change of load falls on both. For each: the
 median time of a call (ms); the compile time apart (the first two calls: the trace and
 the passes, then numba's compilation at each kernel's first call; ``--cold`` makes
 sources numba has not cached); the graph's ops before and the steps after the passes
@@ -76,6 +77,19 @@ def median_ms(fn, reps):
         fn()
         times.append(CLOCK() - t0)
     return 1e3 * float(np.median(times))
+
+
+def median_ms_pair(f, g, reps):
+    """Median ms of calls of f and of g, the calls alternating (f, g, f, g, ...): a
+    change in the machine's load during the run falls on both alike."""
+    f(), g()
+    tf, tg = [], []
+    for _ in range(reps):
+        for fn, times in ((f, tf), (g, tg)):
+            t0 = CLOCK()
+            fn()
+            times.append(CLOCK() - t0)
+    return 1e3 * float(np.median(tf)), 1e3 * float(np.median(tg))
 
 
 def graph_bytes(g) -> int:
@@ -149,9 +163,10 @@ def run_sitp(reps):
         assert abs(fresh(cs)().item() - fresh(step)().item()) < 1e-5
         rep = cs.entries[0].report
         assert len(cs.entries) == 1 and cs.entries[0].program is not None
+        eager_ms, compiled_ms = median_ms_pair(fresh(step), fresh(cs), reps)
         rows["GPT train step"] = {
-            "eager": median_ms(fresh(step), max(3, reps // 4)),
-            "compiled": median_ms(fresh(cs), max(3, reps // 4)),
+            "eager": eager_ms,
+            "compiled": compiled_ms,
             "compile_s": compile_s,
             "ops": rep["ops_before"],
             "steps": rep["steps_after"],

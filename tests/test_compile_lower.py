@@ -101,13 +101,9 @@ def test_split_heads_backward_writes_into_one_buffer():
         np.testing.assert_allclose(y.detach().numpy(), ty.detach().numpy(), rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-11, atol=1e-11)
         np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-11, atol=1e-11)
-    # the copies of dQ, dK, dV into the split's gradient buffer left the graph
+    # dQ, dK, dV land in the split's gradient buffer: no copies into it in the graph
     fns = [n.fn for n in cs.graph.nodes]
     assert "Attention.backward" in fns and "assign" not in fns and "empty" not in fns
-    raw = sitp.compile(step, backend="eager")  # unfused, unlowered: the copies are there
-    x.grad = w.grad = None
-    raw()
-    assert [n.fn for n in raw.graph.nodes].count("assign") == 3
 
 
 def test_attention_that_does_not_fit_stays_opaque():
@@ -203,7 +199,8 @@ def test_gpt_train_step_with_lowered_attention_matches_eager():
         model.zero_grad(set_to_none=True)
         got = cs().item()
     grads = [p.grad.numpy().copy() for p in model.parameters()]
-    assert cs.entries[0].report["lowered"] == 4  # two layers' attention, both directions
+    lowered = [n.fn for n in cs.entries[0].graph.nodes if n.lowered is not None]
+    assert lowered.count("Attention.forward") == lowered.count("Attention.backward") == 2
     model.zero_grad(set_to_none=True)
     assert abs(step().item() - got) < 1e-12
     for p, g in zip(model.parameters(), grads):

@@ -417,6 +417,7 @@ _BREAKERS = (
     (_random, "_rng", "random numbers drawn inside the function would be baked into the graph"),
     (_nn_utils, "sum_of_squares", "clip_grad_norm_ reads the gradients' norm in Python"),
     (_adam, "adam_kernel", "an optimizer step inside the function (call step() outside it)"),
+    (_adam, "adam_update", "an optimizer step inside the function (call step() outside it)"),
 )
 
 
@@ -432,7 +433,9 @@ def tracing(tracer: Tracer):
         saved.append((_cpu, name, real))
         setattr(_cpu, name, _wrap(name, real))
     for owner, name, why in _BREAKERS:
-        real = getattr(owner, name)
+        real = getattr(owner, name, None)
+        if real is None:  # (a name the module does not have in this version)
+            continue
         saved.append((owner, name, real))
         setattr(owner, name, _breaker(why, real))
     for cls in layer_classes():

@@ -29,14 +29,21 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
 
+from sitp.autograd.function import Context
+from sitp.backends.cpu import blas
+from sitp.backends.cpu import ops as cpu
 from sitp.backends.cpu.blas.packed import FASTMATH
 from sitp.backends.cpu.blas.small import gemm_small_set
+from sitp.backends.cpu.fused import gelu as gelu_fused
+from sitp.backends.cpu.fused import linear as linear_fused
 from sitp.backends.cpu.vecmath import exp_f32
-from sitp.compile.graph import CtxArg, Graph, Ref
+from sitp.compile import kernels
+from sitp.compile.graph import CtxArg, Graph, Ref, contiguous
 
 
 # --8<-- [start:attention_lowered]
@@ -210,6 +217,15 @@ def attention_backward_step(n, fwd, into=None):
     res = n.result
     np_dt = np.float32 if rg.dtype.name == "float32" else np.float64
     bwd_kernel = KERNELS[rg.dtype.name][1]
+    # a storage the three gradients share: np.empty if they cover it, else zeros
+    refs = [r for r in (res if isinstance(res, tuple) else ()) if isinstance(r, Ref)]
+    covered = {
+        r.value.id: sum(int(np.prod(q.shape)) for q in refs if q.value is r.value) == r.value.size
+        for r in refs
+    }
+
+    def new_store(value):
+        return (np.empty if covered[value.id] else np.zeros)(value.size, np_dt)
 
     def step(env):
         st = env[cv.id]
@@ -224,8 +240,10 @@ def attention_backward_step(n, fwd, into=None):
             for i, t in enumerate((st.q, st.k, st.v)):
                 r = res[i]
                 if isinstance(r, Ref):
-                    store = np.empty(r.value.size, np_dt)
-                    env[r.value.id] = store
+                    store = env.get(r.value.id)
+                    if store is None:  # (dq, dk, dv may be windows of one storage)
+                        store = new_store(r.value)
+                        env[r.value.id] = store
                     grads.append(view(store, r))
                 else:  # a gradient nobody asked for: computed into scratch
                     grads.append(np.empty(t.shape, np_dt))
@@ -296,14 +314,14 @@ def lower_graph(g: Graph) -> int:
     returns how many nodes were lowered. A backward whose gradients are only copied into
     one new buffer writes them there, and the copies leave the graph."""
     fwd_of = {}
-    count = 0
+    count = lower_mlp(g)
     for n in g.nodes:
         if attention_fits(n):
             fwd_of[n.outputs[0].id] = n
             n.lowered = attention_forward_step
             count += 1
     if not fwd_of:
-        return 0
+        return count
     users, live = g.users(), g.live_values()
     kept, i = [], 0
     nodes = g.nodes
@@ -331,3 +349,336 @@ def lower_graph(g: Graph) -> int:
         i += 1
     g.nodes = kept
     return count
+
+
+# ------------------------------------------------------------------ the MLP
+# --8<-- [start:mlp_lowered]
+def _whole(r, shape=None) -> bool:
+    """Whether Ref ``r`` is its whole buffer, row-major (and of ``shape``)."""
+    return (
+        isinstance(r, Ref)
+        and r.contiguous_whole()
+        and int(np.prod(r.shape)) == r.value.size
+        and (shape is None or tuple(r.shape) == tuple(shape))
+    )
+
+
+def _linear_fits(n) -> bool:
+    """A ``Linear.forward`` node on whole row-major x (..., K), W (N, K) and b (N,) or
+    None, of one float dtype, with a result that is its whole buffer."""
+    if n.fn != "Linear.forward" or len(n.args) != 4 or n.kwargs:
+        return False
+    _, x, w, b = n.args
+    if not (_whole(x) and _whole(w) and len(w.shape) == 2 and _whole(n.result)):
+        return False
+    if b is not None and not _whole(b, (w.shape[0],)):
+        return False
+    dts = {t.dtype.name for t in (x, w, b) if t is not None}
+    return dts <= set(_LOWERED_DTYPES) and len(dts) == 1 and x.shape[-1] == w.shape[1]
+
+
+def _only_reader(users, value, fn):
+    """The one node that reads ``value``, if it is a call of ``fn``."""
+    us = users.get(value.id, [])
+    return us[0] if len(us) == 1 and us[0].fn == fn else None
+
+
+def _tensor(r: Ref, env, shape=None):
+    """The tensor of Ref ``r`` (a whole buffer) in this call, seen with ``shape``."""
+    shape = tuple(r.shape) if shape is None else shape
+    return r.cls._make(env[r.value.id], shape, contiguous(shape), 0, r.dtype)
+
+
+def linear_gelu_step(n, cv_gelu, y_value, tanh):
+    """The lowered ``Linear.forward`` and ``GELU.forward`` after it: one step that
+    writes h = x W^T + b and y = gelu(h), and leaves both Contexts as eager's would."""
+    cv = n.outputs[0]
+    _, rx, rw, rb = n.args
+    rh = n.result
+    M, K = int(np.prod(rx.shape[:-1])), rx.shape[-1]
+    N = rw.shape[0]
+    np_dt = rh.value.np_dtype
+
+    def step(env):
+        x_MK, w = _tensor(rx, env, (M, K)), _tensor(rw, env)
+        xa, wa = env[rx.value.id].reshape(M, K), env[rw.value.id].reshape(N, K)
+        ba = env[rb.value.id] if rb is not None else np.empty(0, np_dt)
+        h = np.empty(M * N, np_dt)
+        y = np.empty(M * N, np_dt)
+        if numba.get_num_threads() == 1:
+            kernels.linear_gelu(xa, wa, ba, rb is not None, h.reshape(M, N), y.reshape(M, N), tanh)
+        else:  # the eager kernels, which use the threads
+            h = blas.matmul(xa, wa.T, ba if rb is not None else None).reshape(-1)
+            gelu_fused.gelu_forward(h, y, tanh)
+        env[cv.id] = _linear_context(cv, x_MK, w, tuple(rx.shape))
+        gctx = Context()
+        if cv_gelu.array is not None:
+            gctx.needs_input_grad = cv_gelu.array
+        hv = rh.value
+        env[hv.id] = h
+        gctx.save_for_backward(_tensor(rh, env))  # as GELU.forward leaves it
+        gctx.tanh = tanh
+        gctx.op = "gelu_tanh" if tanh else "gelu"
+        env[cv_gelu.id] = gctx
+        env[y_value.id] = y
+
+    return step
+
+
+def _linear_context(cv, x_MK, w, x_shape):
+    """The Context that ``Linear.forward`` leaves for its backward."""
+    ctx = Context()
+    if cv.array is not None:
+        ctx.needs_input_grad = cv.array
+    ctx.save_for_backward(x_MK, w)
+    ctx.x_shape = x_shape
+    return ctx
+
+
+def linear_step(n):
+    """A ``Linear.forward`` as a step on arrays: eager's one GEMM from the bias, without
+    the tensor calls around it."""
+    cv = n.outputs[0]
+    _, rx, rw, rb = n.args
+    rh = n.result
+    M, K = int(np.prod(rx.shape[:-1])), rx.shape[-1]
+    N = rw.shape[0]
+    x_shape = tuple(rx.shape)
+
+    def step(env):
+        xa, wa = env[rx.value.id].reshape(M, K), env[rw.value.id].reshape(N, K)
+        ba = env[rb.value.id] if rb is not None else None
+        env[rh.value.id] = blas.matmul(xa, wa.T, ba).reshape(-1)
+        env[cv.id] = _linear_context(cv, _tensor(rx, env, (M, K)), _tensor(rw, env), x_shape)
+
+    return step
+
+
+def _linear_backward_parts(n):
+    """(ctx Value, g Ref, (dx, dW, db) Refs or None) of a ``Linear.backward`` node whose
+    gradient is whole and row-major and whose results are new whole buffers."""
+    if n.fn != "Linear.backward" or len(n.args) != 2 or n.kwargs:
+        return None
+    c, rg = n.args
+    res = n.result
+    if not (isinstance(c, CtxArg) and _whole(rg)) or not isinstance(res, tuple) or len(res) != 3:
+        return None
+    if not all(r is None or (_whole(r) and r.value.producer is n) for r in res):
+        return None
+    if rg.dtype.name not in _LOWERED_DTYPES:
+        return None
+    return c.value, rg, res
+
+
+def _put(env, r, arr):
+    if r is not None:
+        env[r.value.id] = arr.reshape(-1)
+
+
+def gelu_backward_step(parts, cv_gelu, rdh, db_next):
+    """The lowered ``Linear.backward`` of the MLP's second layer with the GELU.backward
+    after it: dW and db as eager, and dh = (g W) * gelu'(h) in one pass over row blocks,
+    with the next Linear's db = the column sums of dh when ``db_next`` (a Ref)."""
+    cv, rg, (_, rdw, rdb) = parts
+    np_dt = rdh.value.np_dtype
+
+    def step(env):
+        ctx = env[cv.id]
+        x_MK, w = ctx.saved_tensors
+        _, need_w, need_b = ctx.needs_input_grad
+        wa = cpu.as_numpy(w)
+        N, K = wa.shape
+        g = env[rg.value.id].reshape(-1, N)
+        M = g.shape[0]
+        if need_w and rdw is not None:
+            _put(env, rdw, blas.matmul(g.T, cpu.as_numpy(x_MK)))
+        if need_b and rdb is not None:
+            db = np.empty(N, np_dt)
+            linear_fused.column_sum(g, db)
+            _put(env, rdb, db)
+        gctx = env[cv_gelu.id]
+        (h,) = gctx.saved_tensors
+        ha = cpu.as_numpy(h).reshape(M, K)
+        dh = np.empty((M, K), np_dt)
+        acc = np.zeros(K if db_next is not None else 0, np.float64)
+        if numba.get_num_threads() == 1:
+            kernels.matmul_gelu_grad(g, wa, ha, dh, acc, gctx.tanh)
+        else:
+            dy = blas.matmul(g, wa)
+            gelu_fused.gelu_backward(ha.reshape(-1), dy.reshape(-1), dh.reshape(-1), gctx.tanh)
+            if db_next is not None:
+                linear_fused.column_sum(dh, acc)
+        _put(env, rdh, dh)
+        if db_next is not None:
+            _put(env, db_next, acc.astype(np_dt))
+
+    return step
+
+
+def linear_backward_step(parts, db_done=False):
+    """A ``Linear.backward`` as a step on arrays: dX, dW and db as eager; db not when
+    ``db_done`` (the step before computed it)."""
+    cv, rg, (rdx, rdw, rdb) = parts
+    np_dt = rg.value.np_dtype
+
+    def step(env):
+        ctx = env[cv.id]
+        x_MK, w = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad
+        wa = cpu.as_numpy(w)
+        g = env[rg.value.id].reshape(-1, wa.shape[0])
+        if need_x and rdx is not None:
+            _put(env, rdx, blas.matmul(g, wa))
+        if need_w and rdw is not None:
+            _put(env, rdw, blas.matmul(g.T, cpu.as_numpy(x_MK)))
+        if need_b and rdb is not None and not db_done:
+            db = np.empty(wa.shape[0], np_dt)
+            linear_fused.column_sum(g, db)
+            _put(env, rdb, db)
+
+    return step
+
+
+def lower_mlp(g: Graph) -> int:
+    """Lower each ``Linear.forward`` -> ``GELU.forward`` pair (the GELU the only reader of
+    the Linear's result) into :func:`linear_gelu_step`, and each ``Linear.backward`` ->
+    ``GELU.backward`` (-> ``Linear.backward``) chain of their backward into
+    :func:`gelu_backward_step` (and :func:`linear_backward_step`); returns how many
+    nodes were lowered. The GELU nodes leave the graph: their results and Contexts
+    become the step's before them."""
+    users = g.users()
+    gone, count = set(), 0
+    gelu_ctx = set()
+    for n in g.nodes:
+        if n.lowered is not None or not _linear_fits(n):
+            continue
+        gn = _only_reader(users, n.result.value, "GELU.forward")
+        if gn is None or len(gn.args) != 3 or gn.kwargs or not _whole(gn.args[1], n.result.shape):
+            continue
+        if gn.args[1].value is not n.result.value or gn.args[2] not in ("none", "tanh"):
+            continue
+        if not _whole(gn.result, n.result.shape) or len(gn.outputs) != 2:
+            continue
+        cv_g, y = gn.outputs
+        for v in (cv_g, y):
+            v.producer = n
+        n.outputs = n.outputs + [cv_g, y]
+        n.lowered = lambda node, c=cv_g, y=y, t=gn.args[2] == "tanh": linear_gelu_step(
+            node, c, y, t
+        )
+        gelu_ctx.add(cv_g.id)
+        gone.add(gn.id)
+        count += 1
+    for n in g.nodes:
+        parts = _linear_backward_parts(n) if n.id not in gone else None
+        if parts is None or parts[2][0] is None:
+            continue
+        rdx = parts[2][0]
+        gb = _only_reader(users, rdx.value, "GELU.backward")
+        if gb is None or len(gb.args) != 2 or not isinstance(gb.args[0], CtxArg):
+            continue
+        if gb.args[0].value.id not in gelu_ctx or gb.args[1].value is not rdx.value:
+            continue
+        rdh = gb.result[0] if isinstance(gb.result, tuple) else gb.result  # (dx, None)
+        if not (_whole(gb.args[1]) and _whole(rdh) and len(gb.outputs) == 1):
+            continue
+        nxt = _only_reader(users, rdh.value, "Linear.backward")
+        nparts = _linear_backward_parts(nxt) if nxt is not None else None
+        db_next = None
+        if nparts is not None and nparts[1].value is rdh.value and nparts[2][2] is not None:
+            db_next = nparts[2][2]
+            db_next.value.producer = n
+            nxt.outputs = [v for v in nxt.outputs if v is not db_next.value]
+            nxt.lowered = lambda node, p=nparts: linear_backward_step(p, db_done=True)
+            count += 1
+        rdh.value.producer = n
+        n.outputs = [v for v in n.outputs if v is not rdx.value] + [rdh.value]
+        n.outputs += [db_next.value] if db_next is not None else []
+        n.args = n.args + (gb.args[0],)  # the step reads the GELU's Context (h)
+        n.lowered = lambda node, p=parts, c=gb.args[0].value, r=rdh, d=db_next: gelu_backward_step(
+            p, c, r, d
+        )
+        gone.add(gb.id)
+        count += 1
+    g.nodes = [n for n in g.nodes if n.id not in gone]
+    linear_ctx = set()
+    for n in g.nodes:  # the other Linears: steps on arrays; the loss
+        if n.lowered is None and cross_entropy_fits(n):
+            n.lowered = cross_entropy_step
+            count += 1
+            continue
+        if n.lowered is None and _linear_fits(n):
+            n.lowered = linear_step
+            linear_ctx.add(n.outputs[0].id)
+            count += 1
+        elif n.lowered is None and (parts := _linear_backward_parts(n)) is not None:
+            if parts[0].id in linear_ctx or _is_lowered_linear(parts[0]):
+                n.lowered = lambda node, p=parts: linear_backward_step(p)
+                count += 1
+    return count
+
+
+def cross_entropy_fits(n) -> bool:
+    """A ``CrossEntropy.forward`` of whole (R, C) float logits against (R,) int64 targets,
+    without class weights or label smoothing, reduced by 'mean' or 'sum'."""
+    if n.fn != "CrossEntropy.forward" or len(n.args) != 7 or n.kwargs:
+        return False
+    _, z, t, w, ignore, eps, reduction = n.args
+    if w is not None or eps != 0 or reduction not in ("mean", "sum"):
+        return False
+    if not (_whole(z) and len(z.shape) == 2 and z.shape[1] > 0 and _whole(t, z.shape[:1])):
+        return False
+    return (
+        z.dtype.name in _LOWERED_DTYPES
+        and t.dtype.name == "int64"
+        and isinstance(ignore, int)
+        and isinstance(n.result, Ref)
+    )
+
+
+def cross_entropy_step(n):
+    """``CrossEntropy.forward`` with :func:`kernels.cross_entropy_rows`; the Context is
+    the one eager's forward leaves, so that eager's backward reads it."""
+    cv = n.outputs[0]
+    _, rz, rt, _, ignore, eps, reduction = n.args
+    R, C = rz.shape
+    np_dt = rz.value.np_dtype
+    dt = rz.dtype
+
+    def step(env):
+        z, t = env[rz.value.id], env[rt.value.id]
+        loss = np.empty(R, np_dt)
+        p = np.empty(R * C, np_dt)
+        stats = np.zeros(2, np.float64)
+        bad = kernels.cross_entropy_rows(z, R, C, t, ignore, loss, p, stats)
+        if bad >= 0:
+            raise IndexError(
+                f"Target {int(t[bad])} is out of bounds: cross_entropy expects class "
+                f"indices in [0, {C}) or ignore_index={ignore} (logits of shape (R, C) = {(R, C)})"
+            )
+        ctx = Context()
+        if cv.array is not None:
+            ctx.needs_input_grad = cv.array
+        ctx.p, ctx.t, ctx.w, ctx.shape, ctx.dtype = (
+            p,
+            _tensor(rt, env),
+            np.ones(C, np_dt),
+            (R, C),
+            dt,
+        )
+        ctx.ignore_index, ctx.eps, ctx.reduction = ignore, eps, reduction
+        ctx.denom = stats[1]
+        env[cv.id] = ctx
+        total = stats[0] if reduction == "sum" else stats[0] / stats[1] if stats[1] else math.nan
+        env[n.result.value.id] = np.array([total], np_dt)
+
+    return step
+
+
+def _is_lowered_linear(cv) -> bool:
+    """Whether Context Value ``cv`` is left by a lowered Linear forward."""
+    p = cv.producer
+    return p is not None and p.fn == "Linear.forward" and p.lowered is not None
+
+
+# --8<-- [end:mlp_lowered]

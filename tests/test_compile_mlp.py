@@ -1,0 +1,189 @@
+"""sitp.compile's lowering of the MLP (Linear -> GELU -> Linear), of the other Linears and
+of the cross-entropy loss (sitp/compile/lower.py, sitp/compile/kernels.py): compiled
+against eager sitp and PyTorch, forward and gradients, float64 and float32, on sizes
+that leave ragged tiles (rows not a multiple of the tile's, columns not of its width)."""
+
+import numpy as np
+import pytest
+import torch
+
+import sitp
+import sitp.nn as nn
+import sitp.nn.functional as F
+from sitp.backends.cpu import blas
+from sitp.backends.cpu.fused import gelu, linear
+from sitp.bench import threads
+from sitp.compile import kernels
+
+K, N = 7, 21  # the MLP's width and hidden width: ragged column tiles in both dtypes
+
+
+class MLP(nn.Module):
+    def __init__(self, approximate):
+        super().__init__()
+        self.fc = nn.Linear(K, N)
+        self.proj = nn.Linear(N, K)
+        self.approximate = approximate
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x), approximate=self.approximate))
+
+
+def _torch_mlp(m, xa, ga, approximate):
+    tm = torch.nn.Sequential(
+        torch.nn.Linear(K, N), torch.nn.GELU(approximate=approximate), torch.nn.Linear(N, K)
+    ).double()
+    with torch.no_grad():
+        for tl, sl in ((tm[0], m.fc), (tm[2], m.proj)):
+            tl.weight.copy_(torch.tensor(sl.weight.detach().numpy()))
+            tl.bias.copy_(torch.tensor(sl.bias.detach().numpy()))
+    x = torch.tensor(xa, dtype=torch.float64, requires_grad=True)
+    y = tm(x)
+    (y * torch.tensor(ga, dtype=torch.float64)).sum().backward()
+    grads = [tm[0].weight.grad, tm[0].bias.grad, tm[2].weight.grad, tm[2].bias.grad]
+    return y.detach().numpy(), x.grad.numpy(), [t.numpy() for t in grads]
+
+
+def _mlp_step(m, x, go):
+    def step():
+        y = m(x)
+        (y * go).sum().backward()
+        return y
+
+    return step
+
+
+def _grads(m, x):
+    return [x.grad.numpy().copy()] + [
+        p.grad.numpy().copy() for p in (m.fc.weight, m.fc.bias, m.proj.weight, m.proj.bias)
+    ]
+
+
+def _clear(m, x):
+    m.zero_grad(set_to_none=True)
+    x.grad = None
+
+
+@pytest.mark.parametrize(
+    "rows, dtype, approximate",
+    [
+        (19, "float64", "none"),
+        (5, "float64", "tanh"),
+        (19, "float32", "tanh"),
+        (28, "float32", "none"),
+    ],
+)
+def test_lowered_mlp_matches_eager_and_torch(rows, dtype, approximate):
+    """19 rows: two blocks of the tile's rows on AVX-512, the second ending flush with the
+    edge (overlapping the first); 5: fewer rows than a tile, gemm_small_set's own path."""
+    sitp.manual_seed(0)
+    m = MLP(approximate).to(getattr(sitp, dtype))
+    rng = np.random.default_rng(0)
+    xa, ga = rng.standard_normal((rows, K)), rng.standard_normal((rows, K))
+    x = sitp.tensor(xa.astype(dtype), requires_grad=True)
+    go = sitp.tensor(ga.astype(dtype))
+    step = _mlp_step(m, x, go)
+    with threads(1):
+        cs = sitp.compile(step)
+        for _ in range(3):  # the trace, then the program twice
+            _clear(m, x)
+            got = cs().detach().numpy()
+        got_g = _grads(m, x)
+        _clear(m, x)
+        want = step().detach().numpy()
+        want_g = _grads(m, x)
+    fns = [n.fn for n in cs.graph.nodes]
+    assert "GELU.forward" not in fns and "GELU.backward" not in fns  # inside the Linears'
+    assert cs.entries[0].report["lowered"] == 4  # fc+gelu, proj; proj'+gelu', fc'
+    tol = dict(rtol=1e-6, atol=1e-6) if dtype == "float64" else dict(rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(got, want, **tol)
+    for a, b in zip(got_g, want_g):
+        np.testing.assert_allclose(a, b, **tol)
+    ty, tx, tgrads = _torch_mlp(m, xa.astype(dtype), ga.astype(dtype), approximate)
+    np.testing.assert_allclose(got, ty, **tol)
+    for a, b in zip(got_g, [tx] + tgrads):
+        np.testing.assert_allclose(a, b, **tol)
+
+
+def test_lowered_mlp_on_two_threads_uses_eager_kernels():
+    """With numba on more threads than one, the lowered steps call eager's (threaded)
+    kernels: the same values as one thread's fused kernels, within rounding."""
+    sitp.manual_seed(1)
+    m = MLP("none").to(sitp.float64)
+    rng = np.random.default_rng(1)
+    x = sitp.tensor(rng.standard_normal((19, K)), requires_grad=True)
+    go = sitp.tensor(rng.standard_normal((19, K)))
+    cs = sitp.compile(_mlp_step(m, x, go))
+    out = {}
+    for n in (1, 2):
+        with threads(n):
+            for _ in range(2):
+                _clear(m, x)
+                y = cs().detach().numpy()
+            out[n] = [y] + _grads(m, x)
+    assert len(cs.entries) == 1
+    for a, b in zip(out[1], out[2]):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_fused_gelu_kernels_equal_the_backends_passes(dtype):
+    """The epilogue kernels against a GEMM, then the backend's GELU pass (and column sum)."""
+    rng = np.random.default_rng(2)
+    M = 31  # two full row blocks on AVX-512 and a ragged third
+    x, w = rng.standard_normal((M, 9)).astype(dtype), rng.standard_normal((N, 9)).astype(dtype)
+    b = rng.standard_normal(N).astype(dtype)
+    h, y = np.empty((M, N), dtype), np.empty((M, N), dtype)
+    kernels.linear_gelu(x, w, b, True, h, y, False)
+    want_h = blas.matmul(x, w.T, b)
+    want_y = np.empty(M * N, dtype)
+    gelu.gelu_kernel(want_h.reshape(-1), want_y, False)
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == "float64" else dict(rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(h, want_h, **tol)
+    np.testing.assert_allclose(y.reshape(-1), want_y, **tol)
+    g, w2 = rng.standard_normal((M, 9)).astype(dtype), rng.standard_normal((9, N)).astype(dtype)
+    d, acc = np.empty((M, N), dtype), np.zeros(N)
+    kernels.matmul_gelu_grad(g, w2, h, d, acc, True)
+    want_d = np.empty(M * N, dtype)
+    gelu.gelu_backward_kernel(want_h.reshape(-1), blas.matmul(g, w2).reshape(-1), want_d, True)
+    want_db = np.empty(N, dtype)
+    linear.column_sum(want_d.reshape(M, N), want_db)
+    np.testing.assert_allclose(d.reshape(-1), want_d, **tol)
+    np.testing.assert_allclose(acc, want_db, **tol)
+
+
+@pytest.mark.parametrize("dtype, reduction", [("float64", "mean"), ("float32", "sum")])
+def test_lowered_cross_entropy_matches_eager_and_torch(dtype, reduction):
+    rng = np.random.default_rng(3)
+    R, V = 13, 11
+    za = rng.standard_normal((R, V)) * 3
+    ta = rng.integers(0, V, R)
+    ta[4] = -100  # an ignored row
+    z = sitp.tensor(za.astype(dtype), requires_grad=True)
+    t = sitp.tensor(ta)
+
+    def step():
+        loss = F.cross_entropy(z, t, reduction=reduction)
+        loss.backward()
+        return loss
+
+    cs = sitp.compile(step)
+    for _ in range(3):
+        z.grad = None
+        got = cs().item()
+    got_g = z.grad.numpy().copy()
+    assert "CrossEntropy.forward" in [n.fn for n in cs.graph.nodes if n.lowered is not None]
+    tz = torch.tensor(za.astype(dtype), requires_grad=True)
+    tl = torch.nn.functional.cross_entropy(tz, torch.tensor(ta), reduction=reduction)
+    tl.backward()
+    z.grad = None
+    want = step().item()
+    tol = dict(rtol=1e-6, atol=1e-6) if dtype == "float64" else dict(rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, want, **tol)
+    np.testing.assert_allclose(got, tl.item(), **tol)
+    np.testing.assert_allclose(got_g, z.grad.numpy(), **tol)
+    np.testing.assert_allclose(got_g, tz.grad.numpy(), **tol)
+    # a target out of range, on the compiled program: the error eager raises
+    t._storage[0] = V
+    with pytest.raises(IndexError, match="out of bounds"):
+        cs()
