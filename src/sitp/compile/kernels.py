@@ -46,6 +46,7 @@ from sitp.backends.cpu.fused.gelu import (
     gelu_tanh_grad_f32,
     gelu_tanh_grad_f64,
 )
+from sitp.backends.cpu.fused.layer_norm import layer_norm_kernel
 from sitp.backends.cpu.vecmath import FASTMATH, exp_f32
 
 
@@ -101,6 +102,31 @@ def _add_rows(d, lo, hi, acc):
             acc[j] += d_r[j]
 
 
+@njit(cache=True, inline="always")
+def _pack_wt(w, j_tiles, full, NR):
+    """w^T (w is (N, K), row-major) in strips of NR columns, each (K, NR) with its rows
+    contiguous, as ``_gemm_set`` packs a transposed B."""
+    N, K = w.shape
+    bp = np.empty((j_tiles.size * K, NR), w.dtype)
+    for t in range(j_tiles.size):
+        j0, width = j_tiles[t], NR if full[t] else NR // 2
+        for p in range(K):
+            dst = bp[t * K + p]
+            for jj in range(width):
+                dst[jj] = w[j0 + jj, p]
+    return bp
+
+
+@njit(cache=True, inline="always")
+def _row_block(x, i0, bp, j_tiles, full, NR, h, mode, bias):
+    """Rows i0 .. i0 + SMALL_MR of h = x w^T (+ bias), from the packed strips bp."""
+    K = x.shape[1]
+    N = h.shape[1]
+    for t in range(j_tiles.size):
+        j0 = j_tiles[t]
+        _tile(full[t], x, i0 * K, K, 1, bp, t * K * NR, NR, K, h, i0 * N + j0, N, mode, bias, j0)
+
+
 # --8<-- [start:linear_gelu]
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
 def linear_gelu(x, w, bias, has_bias, h, y, tanh):
@@ -116,20 +142,10 @@ def linear_gelu(x, w, bias, has_bias, h, y, tanh):
         return
     mode = 2 if has_bias else 1
     j_tiles, full = _column_tiles(N, NR)
-    bp = np.empty((j_tiles.size * K, NR), x.dtype)  # w^T in strips of NR columns
-    for t in range(j_tiles.size):
-        j0, width = j_tiles[t], NR if full[t] else NR // 2
-        for p in range(K):
-            dst = bp[t * K + p]
-            for jj in range(width):
-                dst[jj] = w[j0 + jj, p]
+    bp = _pack_wt(w, j_tiles, full, NR)
     for i in range(0, M, SMALL_MR):
         i0 = min(i, M - SMALL_MR)  # the last block ends at the edge
-        for t in range(j_tiles.size):
-            j0 = j_tiles[t]
-            _tile(
-                full[t], x, i0 * K, K, 1, bp, t * K * NR, NR, K, h, i0 * N + j0, N, mode, bias, j0
-            )
+        _row_block(x, i0, bp, j_tiles, full, NR, h, mode, bias)
         _gelu_span(hf, yf, i0 * N, (i0 + SMALL_MR) * N, tanh)
 
 
@@ -221,3 +237,48 @@ def cross_entropy_rows(z, R, C, target, ignore_index, loss, p, stats):
 
 
 # --8<-- [end:cross_entropy_rows]
+
+
+# --8<-- [start:linear_residual_norm]
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def linear_residual_norm(x, w, bias, has_bias, r, s, lw, lb, has_lw, has_lb, eps, y, mean, rstd):
+    """s = r + (x w^T + bias) and y = layer_norm(s) over its rows of N (gain lw, shift lb),
+    with each row's mean and rstd, for C-contiguous x (M, K), w (N, K), r, s, y (M, N):
+    a block's residual sum and its norm while the block is in L1 (the backend's
+    ``layer_norm_kernel`` on the block's rows)."""
+    M, K = x.shape
+    N = w.shape[0]
+    NR = tile_nr(x.dtype)
+    sf, rf, yf = s.reshape(-1), r.reshape(-1), y.reshape(-1)
+    if M < SMALL_MR or N < NR // 2:
+        gemm_small_set(x, w.T, s, bias, has_bias)
+        for i in range(M * N):
+            sf[i] = sf[i] + rf[i]
+        layer_norm_kernel(sf, M, N, lw, lb, has_lw, has_lb, eps, yf, mean, rstd)
+        return
+    mode = 2 if has_bias else 1
+    j_tiles, full = _column_tiles(N, NR)
+    bp = _pack_wt(w, j_tiles, full, NR)
+    for i in range(0, M, SMALL_MR):
+        i0 = min(i, M - SMALL_MR)
+        _row_block(x, i0, bp, j_tiles, full, NR, s, mode, bias)
+        lo, hi = i0 * N, (i0 + SMALL_MR) * N
+        sb, rb = sf[lo:hi], rf[lo:hi]
+        for j in range(sb.size):  # (rf + the product: eager's add, r + out)
+            sb[j] = rb[j] + sb[j]
+        layer_norm_kernel(
+            sb,
+            SMALL_MR,
+            N,
+            lw,
+            lb,
+            has_lw,
+            has_lb,
+            eps,
+            yf[lo:hi],
+            mean[i0 : i0 + SMALL_MR],
+            rstd[i0 : i0 + SMALL_MR],
+        )
+
+
+# --8<-- [end:linear_residual_norm]

@@ -40,6 +40,7 @@ from sitp.backends.cpu import ops as cpu
 from sitp.backends.cpu.blas.packed import FASTMATH
 from sitp.backends.cpu.blas.small import gemm_small_set
 from sitp.backends.cpu.fused import gelu as gelu_fused
+from sitp.backends.cpu.fused import layer_norm as ln_fused
 from sitp.backends.cpu.fused import linear as linear_fused
 from sitp.backends.cpu.vecmath import exp_f32
 from sitp.compile import kernels
@@ -601,6 +602,7 @@ def lower_mlp(g: Graph) -> int:
         gone.add(gb.id)
         count += 1
     g.nodes = [n for n in g.nodes if n.id not in gone]
+    count += lower_residual_norm(g)
     linear_ctx = set()
     for n in g.nodes:  # the other Linears: steps on arrays; the loss
         if n.lowered is None and cross_entropy_fits(n):
@@ -615,6 +617,134 @@ def lower_mlp(g: Graph) -> int:
             if parts[0].id in linear_ctx or _is_lowered_linear(parts[0]):
                 n.lowered = lambda node, p=parts: linear_backward_step(p)
                 count += 1
+    return count
+
+
+def _norm_after_residual(g, i, n, users, index):
+    """For ``Linear.forward`` node n (at index i): the ``binary`` add that is the only
+    reader of its result, r + n's result with r made before n, and a ``LayerNorm.forward``
+    over the rows of that sum; (add node, r's Ref, norm node) or None."""
+    a = _only_reader(users, n.result.value, "binary")
+    if a is None or a.kwargs or len(a.args) not in (3, 4) or a.args[0] != "add":
+        return None
+    if len(a.outputs) != 1 or a.writes or (len(a.args) == 4 and a.args[3] is not None):
+        return None
+    p, q = a.args[1:3]
+    shape = tuple(n.result.shape)
+    if not (_whole(p, shape) and _whole(q, shape) and _whole(a.result, shape)):
+        return None
+    r = p if q.value is n.result.value else q if p.value is n.result.value else None
+    if r is None or r.value is n.result.value or r.dtype is not n.result.dtype:
+        return None
+    if r.value.producer is not None and index.get(r.value.producer.id, i) >= i:
+        return None  # the residual must be there when n runs
+    for ln in users.get(a.result.value.id, []):
+        if ln.fn != "LayerNorm.forward" or len(ln.args) != 6 or ln.kwargs:
+            continue
+        _, x, lw, lb, width, eps = ln.args
+        if x.value is not a.result.value or not _whole(x, shape) or width != shape[-1]:
+            continue
+        if not isinstance(eps, float) or not _whole(ln.result, shape) or len(ln.outputs) != 2:
+            continue
+        if not all(t is None or _whole(t, (width,)) for t in (lw, lb)):
+            continue
+        if any(t is not None and t.dtype is not r.dtype for t in (lw, lb)):
+            continue
+        if any(
+            t is not None
+            and t.value.producer is not None
+            and index.get(t.value.producer.id, i) >= i
+            for t in (lw, lb)
+        ):
+            continue
+        return a, r, ln
+    return None
+
+
+def linear_residual_norm_step(n, rr, ln):
+    """The lowered ``Linear.forward``, the residual add after it and the ``LayerNorm``
+    of the sum: s = r + (x W^T + b) and y = layer_norm(s) in one pass over row blocks;
+    the Linear's result itself is never stored. Both Contexts as eager's."""
+    cv = n.outputs[0]
+    _, rx, rw, rb = n.args[:4]
+    cv_ln, rs_y = ln.outputs[0], ln.result
+    _, rs, rlw, rlb, width, eps = ln.args
+    M, K = int(np.prod(rx.shape[:-1])), rx.shape[-1]
+    N = rw.shape[0]
+    np_dt = rs.value.np_dtype
+    x_shape = tuple(rx.shape)
+    shapes = (None if rlw is None else tuple(rlw.shape), None if rlb is None else tuple(rlb.shape))
+
+    def step(env):
+        xa, wa = env[rx.value.id].reshape(M, K), env[rw.value.id].reshape(N, K)
+        ba = env[rb.value.id] if rb is not None else np.empty(0, np_dt)
+        lw = env[rlw.value.id] if rlw is not None else np.ones(1, np_dt)
+        lb = env[rlb.value.id] if rlb is not None else np.zeros(1, np_dt)
+        r = env[rr.value.id].reshape(M, N)
+        s, y = np.empty(M * N, np_dt), np.empty(M * N, np_dt)
+        mean, rstd = np.empty(M, np.float64), np.empty(M, np.float64)
+        if numba.get_num_threads() == 1:
+            kernels.linear_residual_norm(
+                xa,
+                wa,
+                ba,
+                rb is not None,
+                r,
+                s.reshape(M, N),
+                lw,
+                lb,
+                rlw is not None,
+                rlb is not None,
+                float(eps),
+                y.reshape(M, N),
+                mean,
+                rstd,
+            )
+        else:  # eager's kernels, which use the threads
+            out = blas.matmul(xa, wa.T, ba if rb is not None else None)
+            np.add(r, out, out=s.reshape(M, N))
+            ln_fused.layer_norm_forward(
+                s, M, N, lw, lb, rlw is not None, rlb is not None, float(eps), y, mean, rstd
+            )
+        env[cv.id] = _linear_context(cv, _tensor(rx, env, (M, K)), _tensor(rw, env), x_shape)
+        env[rs.value.id] = s
+        env[rs_y.value.id] = y
+        ctx = Context()
+        if cv_ln.array is not None:
+            ctx.needs_input_grad = cv_ln.array
+        ctx.xc, ctx.w, ctx.mean, ctx.rstd, ctx.n = _tensor(rs, env), lw, mean, rstd, width
+        ctx.has_w, ctx.shapes = rlw is not None, shapes
+        env[cv_ln.id] = ctx
+
+    return step
+
+
+def lower_residual_norm(g: Graph) -> int:
+    """Lower each ``Linear.forward`` -> residual add -> ``LayerNorm.forward`` chain into
+    :func:`linear_residual_norm_step`: the add and the norm leave the graph, their
+    results and the norm's Context become the Linear's."""
+    users = g.users()
+    index = {n.id: i for i, n in enumerate(g.nodes)}
+    gone, count = set(), 0
+    for i, n in enumerate(g.nodes):
+        if n.lowered is not None or n.id in gone or not _linear_fits(n):
+            continue
+        found = _norm_after_residual(g, i, n, users, index)
+        if found is None:
+            continue
+        a, rr, ln = found
+        if a.id in gone or ln.id in gone:
+            continue
+        s_value = a.outputs[0]
+        for v in [s_value] + list(ln.outputs):
+            v.producer = n
+        n.outputs = [n.outputs[0], s_value] + list(ln.outputs)
+        _, _, rlw, rlb, _, _ = ln.args
+        n.args = n.args + (rr, rlw, rlb)  # what the step reads besides x, W, b
+        n.lowered = lambda node, r=rr, m=ln: linear_residual_norm_step(node, r, m)
+        gone |= {a.id, ln.id}
+        count += 1
+    g.nodes = [n for n in g.nodes if n.id not in gone]
     return count
 
 
