@@ -15,13 +15,21 @@
   ``$NUMBA_CACHE_DIR/sitp-<key>`` when the user names a cache directory. It lies
   outside the source tree, so editors and ``mkdocs serve`` never see it change.
   ``sitp.show_config()`` prints where it is.
+* **One cache for every copy of the sources.** numba files a kernel's cache under a
+  hash of its source file's absolute path and checks the file's modification time, so
+  two copies of the same sources (the repository's ``src/`` and an installed wheel,
+  or a reinstall) would each compile every kernel again. :class:`PackageCacheLocator`
+  files sitp's kernels by their path inside the package and checks a hash of the
+  file's bytes instead; the directory's key already changes with any kernel source.
 """
 
+import hashlib
 import os
 import shutil
 import sys
 import tempfile
 import time
+from functools import lru_cache
 from pathlib import Path
 
 from sitp import _target
@@ -82,3 +90,47 @@ if _USER_CACHE_ROOT:
     os.environ["_SITP_USER_NUMBA_CACHE_DIR"] = _USER_CACHE_ROOT
 if "numba" in sys.modules:
     sys.modules["numba"].config.CACHE_DIR = CACHE_DIR
+
+
+# isort: split
+# numba is imported only now, after the settings above.
+from numba.core import caching as _caching  # noqa: E402
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+@lru_cache(maxsize=None)
+def _digest(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+class PackageCacheLocator(_caching._SourceFileBackedLocatorMixin, _caching._CacheLocator):
+    """numba's cache locator for functions defined in sitp's own files: the cache lives
+    in CACHE_DIR under the file's folder inside the package, and a cached kernel is
+    fresh while the file's bytes are the same (numba's own locators key on the absolute
+    path and the modification time)."""
+
+    def __init__(self, py_func, py_file):
+        self._py_file = py_file
+        self._lineno = py_func.__code__.co_firstlineno
+        inside = Path(py_file).resolve().relative_to(_PACKAGE)
+        self._cache_path = os.path.join(CACHE_DIR, *inside.parent.parts)
+
+    def get_cache_path(self):
+        return self._cache_path
+
+    def get_source_stamp(self):
+        return _digest(self._py_file)
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        try:
+            Path(py_file).resolve().relative_to(_PACKAGE)
+        except (ValueError, OSError):
+            return None  # not sitp's: numba's own locators decide
+        return super().from_function(py_func, py_file)
+
+
+if PackageCacheLocator not in _caching.CacheImpl._locator_classes:
+    _caching.CacheImpl._locator_classes.insert(0, PackageCacheLocator)
