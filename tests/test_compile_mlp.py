@@ -124,6 +124,19 @@ def test_lowered_mlp_on_two_threads_uses_eager_kernels():
     assert len(cs.entries) == 1
     for a, b in zip(out[1], out[2]):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    rn = ResidualNorm().to(sitp.float64)
+    r = sitp.tensor(rng.standard_normal((19, N)), requires_grad=True)
+    cr = sitp.compile(lambda: rn(r, x)[1].sum().backward())
+    out = {}
+    for n in (1, 2):
+        with threads(n):
+            for _ in range(2):
+                rn.zero_grad(set_to_none=True)
+                r.grad = x.grad = None
+                cr()
+            out[n] = [t.grad.numpy().copy() for t in (r, x, rn.proj.weight, rn.ln.weight)]
+    for a, b in zip(out[1], out[2]):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -258,3 +271,31 @@ def test_lowered_residual_norm_matches_eager_and_torch(rows, dtype):
     np.testing.assert_allclose(got, ty.detach().numpy(), **tol)
     for a, t in zip(got_g, (tr, tx, tw, tb, tlw, tlb)):
         np.testing.assert_allclose(a, t.grad.numpy(), **tol)
+
+
+def test_a_linear_whose_result_is_read_twice_is_not_fused():
+    """The GELU and the residual add fuse into the Linear's step only when they are the
+    Linear's one reader: here the hidden layer is also returned, so GELU stays a node."""
+    sitp.manual_seed(3)
+    m = MLP("none").to(sitp.float64)
+    rng = np.random.default_rng(5)
+    x = sitp.tensor(rng.standard_normal((19, K)), requires_grad=True)
+
+    def step():
+        h = m.fc(x)
+        y = m.proj(F.gelu(h))
+        (y.sum() + (h * h).sum()).backward()
+        return h, y
+
+    with threads(1):
+        cs = sitp.compile(step)
+        for _ in range(2):
+            _clear(m, x)
+            got = [t.detach().numpy() for t in cs()]
+        got_g = _grads(m, x)
+        _clear(m, x)
+        want = [t.detach().numpy() for t in step()]
+        want_g = _grads(m, x)
+    assert "GELU.forward" in [n.fn for n in cs.graph.nodes]
+    for a, b in zip(got + got_g, want + want_g):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
