@@ -291,8 +291,24 @@ DIRECT_MAX_B_BYTES = 1 << 19
 @njit(cache=True, parallel=True)
 def gemm_direct_parallel(A, B, C, bias, has_bias, n_threads):
     """C = A @ B (+ bias) for a C not yet written: gemm_small_set on n_threads
-    threads, each on a band of C's rows."""
-    M = A.shape[0]
+    threads, each on a band of C's rows or, when C is wider than tall, of its columns.
+
+    Each thread reads all of the operand it does not split: a band of rows reads all
+    of B, a band of columns all of A. Splitting the longer side of C halves the
+    larger share (a weight's gradient dY^T X, 128 x 512 for a GPT's MLP, reads its
+    768 x 512 dY once between the threads instead of once each).
+    """
+    M, N = C.shape
+    if N > M:  # bands of whole tiles of columns
+        NR = tile_nr(A.dtype)
+        n_blocks = (N + NR - 1) // NR
+        for t in prange(n_threads):
+            j0 = (t * n_blocks // n_threads) * NR
+            j1 = min(N, ((t + 1) * n_blocks // n_threads) * NR)
+            if j1 > j0:
+                b = bias[j0:j1] if has_bias else bias
+                gemm_small_set(A, B[:, j0:j1], C[:, j0:j1], b, has_bias)
+        return
     n_blocks = (M + SMALL_MR - 1) // SMALL_MR
     for t in prange(n_threads):
         i0 = (t * n_blocks // n_threads) * SMALL_MR
