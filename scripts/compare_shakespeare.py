@@ -24,7 +24,9 @@ Each library trains in an interpreter of its own (this script run with ``--child
 parent draws the batches and sitp's initial weights into a temporary directory, and each
 child reads them. In one process, numba's and PyTorch's thread pools would run after
 each other's spinning threads and slow each other down, and the timing would say more
-about the order of the runs than about the libraries.
+about the order of the runs than about the libraries. Each child first runs one untimed
+step on a throwaway model (:func:`warm_up`): the time per step is training, not numba
+compiling sitp's kernels at their first call.
 """
 
 from __future__ import annotations
@@ -102,6 +104,18 @@ def train(lib, model, batches, args, xv, yv, label: str) -> dict:
             "ms_per_step": 1e3 * seconds / len(batches), "last_train_loss": loss.item()}
 
 
+def warm_up(lib, gpt, meta, batch, xv, yv, args) -> None:
+    """One untimed step and one evaluation on a throwaway model of the same shapes, so
+    that numba's first-call compilation of sitp's kernels (cached on disk for the next
+    run) is not counted as training time. The global RNG is restored after it, and the
+    model that trains is built before it: the run is the same with or without it."""
+    state = lib.random.get_rng_state()
+    throwaway = gpt.GPT(gpt.GPTConfig(**meta["fields"]))
+    train(lib, throwaway, [batch], argparse.Namespace(**{**vars(args), "eval_every": 10**9,
+          "iters": 1}), xv, yv, "warm-up")  # fmt: skip
+    lib.random.set_rng_state(state)
+
+
 def child(args) -> int:
     """Train one library on the batches and weights the parent wrote to ``args.work``."""
     work = Path(args.work)
@@ -125,6 +139,7 @@ def child(args) -> int:
     model = gpt.GPT(gpt.GPTConfig(**meta["fields"]))
     model.load_state_dict({k: lib.tensor(init[k]) for k in init.files})
     pairs = list(zip(batches["x"], batches["y"]))
+    warm_up(lib, gpt, meta, pairs[0], val["x"][:2], val["y"][:2], args)
     result = train(lib, model, pairs, args, val["x"], val["y"], args.child)
     if args.child == "sitp" and args.sample:
         g = lib.Generator().manual_seed(args.seed)
