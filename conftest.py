@@ -79,19 +79,7 @@ def _page_of(item):
     return path if path.suffix == ".md" and path.is_file() else None
 
 
-# The suite's longest tests (30 to 65 s each on two cores with a cold numba cache, most
-# of it compiling), started first: pytest-xdist hands tests out in collection order, and
-# one of these handed out near the end keeps its worker busy after the other is done.
-_SLOW_FIRST = (
-    "tests/test_codegen.py::",
-    "tests/test_compile.py::test_gpt_train_step_compiled_equals_eager",
-    "tests/test_compile_lower.py::test_lowered_attention_matches_eager_and_torch",
-    "tests/test_blas.py::test_gemm_small_set_edges_and_layouts",
-)
-
-
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: not item.nodeid.startswith(_SLOW_FIRST))  # stable
     if _corpus_on_disk():
         return
     needs = {}
