@@ -476,6 +476,27 @@ def _put(env, r, arr):
         env[r.value.id] = arr.reshape(-1)
 
 
+def _linear_backward_inputs(env, cv, rg):
+    """A lowered ``Linear.backward``'s operands: its Context, the saved input, the weight
+    (N, K) as an array and the output's gradient as (M, N) rows."""
+    ctx = env[cv.id]
+    x_MK, w = ctx.saved_tensors
+    wa = cpu.as_numpy(w)
+    return ctx, x_MK, wa, env[rg.value.id].reshape(-1, wa.shape[0])
+
+
+def _weight_grads(env, ctx, x_MK, g, rdw, rdb, np_dt):
+    """dW = g^T x and db = the column sums of g, as eager's ``Linear.backward``, for the
+    ones the Context needs and the graph reads (``rdw``, ``rdb`` not None)."""
+    _, need_w, need_b = ctx.needs_input_grad
+    if need_w and rdw is not None:
+        _put(env, rdw, blas.matmul(g.T, cpu.as_numpy(x_MK)))
+    if need_b and rdb is not None:
+        db = np.empty(g.shape[1], np_dt)
+        linear_fused.column_sum(g, db)
+        _put(env, rdb, db)
+
+
 def gelu_backward_step(parts, cv_gelu, rdh, db_next):
     """The lowered ``Linear.backward`` of the MLP's second layer with the GELU.backward
     after it: dW and db as eager, and dh = (g W) * gelu'(h) in one pass over row blocks,
@@ -484,19 +505,9 @@ def gelu_backward_step(parts, cv_gelu, rdh, db_next):
     np_dt = rdh.value.np_dtype
 
     def step(env):
-        ctx = env[cv.id]
-        x_MK, w = ctx.saved_tensors
-        _, need_w, need_b = ctx.needs_input_grad
-        wa = cpu.as_numpy(w)
-        N, K = wa.shape
-        g = env[rg.value.id].reshape(-1, N)
-        M = g.shape[0]
-        if need_w and rdw is not None:
-            _put(env, rdw, blas.matmul(g.T, cpu.as_numpy(x_MK)))
-        if need_b and rdb is not None:
-            db = np.empty(N, np_dt)
-            linear_fused.column_sum(g, db)
-            _put(env, rdb, db)
+        ctx, x_MK, wa, g = _linear_backward_inputs(env, cv, rg)
+        M, K = g.shape[0], wa.shape[1]
+        _weight_grads(env, ctx, x_MK, g, rdw, rdb, np_dt)
         gctx = env[cv_gelu.id]
         (h,) = gctx.saved_tensors
         ha = cpu.as_numpy(h).reshape(M, K)
@@ -523,19 +534,10 @@ def linear_backward_step(parts, db_done=False):
     np_dt = rg.value.np_dtype
 
     def step(env):
-        ctx = env[cv.id]
-        x_MK, w = ctx.saved_tensors
-        need_x, need_w, need_b = ctx.needs_input_grad
-        wa = cpu.as_numpy(w)
-        g = env[rg.value.id].reshape(-1, wa.shape[0])
-        if need_x and rdx is not None:
+        ctx, x_MK, wa, g = _linear_backward_inputs(env, cv, rg)
+        if ctx.needs_input_grad[0] and rdx is not None:
             _put(env, rdx, blas.matmul(g, wa))
-        if need_w and rdw is not None:
-            _put(env, rdw, blas.matmul(g.T, cpu.as_numpy(x_MK)))
-        if need_b and rdb is not None and not db_done:
-            db = np.empty(wa.shape[0], np_dt)
-            linear_fused.column_sum(g, db)
-            _put(env, rdb, db)
+        _weight_grads(env, ctx, x_MK, g, rdw, None if db_done else rdb, np_dt)
 
     return step
 

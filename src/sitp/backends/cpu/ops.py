@@ -90,6 +90,11 @@ def unary(op: str, x, p0=_NAN, p1=_NAN, out_dtype=None):
 _PARALLEL_COPY_MIN = 1 << 16
 
 
+def _threads_for(n: int) -> int:
+    """numba's thread count for a zip or copy of n entries, 1 below _PARALLEL_COPY_MIN."""
+    return get_num_threads() if n >= _PARALLEL_COPY_MIN else 1
+
+
 # --8<-- [start:binary_launch]
 def binary(op: str, a, b, out_dtype=None):
     """A new tensor f(a, b) with broadcasting; a and b share a dtype."""
@@ -102,7 +107,7 @@ def binary(op: str, a, b, out_dtype=None):
         if pa == 0 and pb == 1 and op in ("add", "mul"):  # a broadcast left operand:
             as_, sa, pa, bs, sb, pb = bs, sb, pb, as_, sa, pa  # swap so the fast path applies
         args = (K.BINARY[op], as_, sa, pa, bs, sb, pb, n, out._storage)
-        threads = get_num_threads() if out._storage.size >= _PARALLEL_COPY_MIN else 1
+        threads = _threads_for(out._storage.size)
         if threads > 1:  # large: rows (or pieces of one row) on numba's threads
             K.zip_fast_parallel(*args, threads)
         else:
@@ -147,7 +152,7 @@ def assign(dst, src) -> None:
         pad = 4 - len(cshape)
         cshape, cd, cs = [1] * pad + cshape, [0] * pad + cd, [0] * pad + cs
         args = (dst._storage, dst._offset, *cd, src._storage, src._offset, *cs, *cshape)
-        threads = get_num_threads() if numel(shape) >= _PARALLEL_COPY_MIN else 1
+        threads = _threads_for(numel(shape))
         if threads > 1 and cshape[0] * cshape[1] > 1 and dst._storage is not src._storage:
             K.assign4_parallel(*args, min(threads, cshape[0] * cshape[1]))
         else:
