@@ -50,7 +50,7 @@ PYTEST_CHECKS := tests docs src/sitp \
 	--markdown-docs --doctest-modules --durations=10 \
 	--ignore-glob='*/__main__.py' --ignore-glob='*/docs/*.py'
 
-.PHONY: help setup venv node serve build lint test test-site test-book outputs lock clean
+.PHONY: help setup venv node serve build lint test test-site test-book test-other-isa outputs lock clean
 
 help:
 	@echo "make serve   set up the docs tools, build the book, serve it on http://$(HOST)"
@@ -59,6 +59,7 @@ help:
 	@echo "make lint    ruff (lint, format check) and the layers' import contracts"
 	@echo "make build   set up, build the site into site/ (strict)"
 	@echo "make test-site  build, then check links and every page in headless Chromium"
+	@echo "make test-other-isa  the pages' outputs with kernels for another vector width"
 	@echo "make outputs record what every block of the book prints (docs/_outputs/);"
 	@echo "             one page: make outputs PAGE=ch02/strides.md"
 	@echo "make lock    re-pin requirements/constraints.txt from .venv"
@@ -139,6 +140,15 @@ COPY_RUN := tests/test_copy_run.py
 outputs: venv
 	SITP_RECORD_OUTPUTS=1 $(BIN)/python -m pytest -n $(JOBS) -p no:cacheprovider \
 	  $(if $(PAGE),"$(COPY_RUN)::test_page_runs_as_a_reader_pastes_it[$(PAGE)]",$(COPY_RUN))
+
+# The same comparison of every page's output, with sitp's kernels compiled for another
+# vector width than this machine's (AVX2 on an AVX-512 host, x86-64's baseline on an
+# AVX2 one; torch's and numpy's kernels follow): a recorded output must not hold only on
+# the CPU that recorded it. scripts/other_isa.py says what it sets; GitHub CI runs it.
+test-other-isa: setup
+	@target="$$($(BIN)/python scripts/other_isa.py)"; \
+	echo "+ $$(echo "$$target" | cut -c1-100 | tr '\n' ' ')"; \
+	env $$target $(BIN)/python -m pytest -n $(JOBS) -p no:cacheprovider $(COPY_RUN)
 
 lock: venv
 	{ sed -n '/^#/p' $(CONSTRAINTS); $(BIN)/python -m pip freeze --exclude-editable \

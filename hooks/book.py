@@ -346,11 +346,12 @@ OUTPUT_MARK = "<!-- sitp-output {} -->"
 _OUTPUT_MARK = re.compile(r"<!-- sitp-output (\d+) -->")
 OUTPUT_LABEL = "Output"
 VOLATILE_LABEL = "Output of one run (its timings vary from run to run)"
-# src_uri -> {block index: (stdout, volatile)}, from on_page_markdown to on_page_content.
-_PAGE_OUTPUTS: dict[str, dict[int, tuple[str, bool]]] = {}
+# src_uri -> {block index: (stdout, volatile, tolerance)}, from on_page_markdown to
+# on_page_content.
+_PAGE_OUTPUTS: dict[str, dict[int, tuple]] = {}
 
 
-def insert_output_marks(markdown: str, page: str) -> tuple[str, dict[int, tuple[str, bool]]]:
+def insert_output_marks(markdown: str, page: str) -> tuple[str, dict[int, tuple]]:
     """Put a mark beneath every block with a current recorded output, warn for stale ones.
 
     Returns the Markdown and the outputs by block index. The mark is an HTML comment at
@@ -370,7 +371,7 @@ def insert_output_marks(markdown: str, page: str) -> tuple[str, dict[int, tuple[
         if entry is None:
             stale.append(block.line)
         elif entry["stdout"]:
-            outputs[block.index] = (entry["stdout"], block.volatile)
+            outputs[block.index] = (entry["stdout"], block.volatile, block.tolerance)
     if stale:
         log.warning(
             "%s: no output recorded for the current code of the block(s) at line(s) %s; "
@@ -388,8 +389,10 @@ def insert_output_marks(markdown: str, page: str) -> tuple[str, dict[int, tuple[
     return "\n".join(lines), outputs
 
 
-def output_html(stdout: str, volatile: bool) -> str:
+def output_html(stdout: str, volatile: bool, tolerance: float | None = None) -> str:
     label = VOLATILE_LABEL if volatile else OUTPUT_LABEL
+    if tolerance is not None and not volatile:
+        label += f" (its numbers hold to {tolerance * 100:g}% on other machines)"
     return (
         f'<div class="sitp-output no-copy{" volatile" if volatile else ""}">'
         f'<span class="sitp-output__label">{label}</span>'
@@ -397,7 +400,7 @@ def output_html(stdout: str, volatile: bool) -> str:
     )
 
 
-def render_outputs(content: str, outputs: dict[int, tuple[str, bool]]) -> str:
+def render_outputs(content: str, outputs: dict[int, tuple]) -> str:
     """Replace the marks of :func:`insert_output_marks` with the outputs' HTML."""
 
     def render(m: re.Match) -> str:
@@ -429,8 +432,10 @@ def mark_continuations(markdown: str) -> str:
         langs = {p[1:] for p in parts if p.startswith(".")}
         if not langs & {"python", "py", "python3"}:
             return m.group(0)
-        if pagecode.VOLATILE in parts:  # for the tests; the output's label says it
-            parts.remove(pagecode.VOLATILE)
+        # for the tests; the output's label says them
+        options = [p for p in parts if p == pagecode.VOLATILE or p.startswith("tolerance=")]
+        if options:
+            parts = [p for p in parts if p not in options]
             if "continuation" not in parts:
                 return f"{m['lead']}{{{' '.join(parts)}}}"
         if "continuation" not in parts:

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 OUTPUTS = DOCS / "_outputs"
 VOLATILE = "volatile-output"
+TOLERANCE = "tolerance"
 DOWNLOADS = "downloads"
 
 
@@ -51,6 +52,27 @@ class Block:
     volatile: bool
     hash: str
     heading: str | None  # the nearest heading above the block
+    tolerance: float | None = None  # relative, from a ``tolerance=1%`` option
+
+
+def fence_tolerance(options: set[str]) -> float | None:
+    """The relative tolerance a fence declares, ``tolerance=2%`` or ``tolerance=0.02``.
+
+    A page's author writes it where a block prints what another summation order moves
+    further than its last digit (a loss after hundreds of steps, say); the tests then
+    compare that block's numbers to that fraction of their size (:func:`same_output`).
+    """
+    values = [o.split("=", 1)[1].strip("'\"") for o in options if o.startswith(TOLERANCE + "=")]
+    if not values:
+        return None
+    (text,) = values
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise ValueError(f"tolerance={text!r}: write a fraction (0.01) or a percentage (1%)")
+    if not 0 < value < 1:
+        raise ValueError(f"tolerance={text!r}: a relative tolerance lies between 0 and 1")
+    return value
 
 
 def chain_hash(codes: list[str]) -> str:
@@ -89,6 +111,10 @@ def blocks(text: str) -> list[Block]:
         continuation = "continuation" in f.options
         chain = chain + [f.content] if continuation and chain else [f.content]
         above = [title for line, _, title in heads if line < f.line]
+        try:
+            tolerance = fence_tolerance(f.options)
+        except ValueError as e:
+            raise ValueError(f"the fence at line {f.line}: {e}") from None
         out.append(
             Block(
                 len(out),
@@ -98,6 +124,7 @@ def blocks(text: str) -> list[Block]:
                 VOLATILE in f.options,
                 chain_hash(chain),
                 above[-1] if above else None,
+                tolerance,
             )
         )
     return out
@@ -183,39 +210,58 @@ _ISA = re.compile(
 _PLAIN_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
-def _numbers_close(a: str, b: str) -> bool:
-    """Two printed numbers agree up to the last printed digit (or 1e-3 relative).
+def _last_digit(number: str) -> float:
+    """The value of the last printed digit: 1e-3 for ``2.246``, 1e-7 for ``1.4e-06``."""
+    mantissa, _, exponent = number.lower().partition("e")
+    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    return 10.0 ** (int(exponent or 0) - decimals)
 
-    The same code computes in another order on another vector width (a GEMM tile of
-    6 x 16 or 14 x 32 sums its products differently), so a loss printed to four
-    decimals may move by one in the last. Integers must match exactly.
+
+def _numbers_close(a: str, b: str, tolerance: float | None = None) -> bool:
+    """Two printed numbers agree within one unit of the last digit printed.
+
+    The unit is relative to each number's own magnitude, exponent included: ``2.246``
+    and ``2.247`` agree, ``1.4e-06`` and ``1.5e-06`` agree, ``3.2e-07`` and
+    ``1.5e-01`` do not. The same code computes in another order on another vector width
+    (a GEMM tile of 6 x 16 or 14 x 32 sums its products differently), and a value that
+    lies near a rounding boundary then prints one unit off; a block that prints more
+    digits than its computation guarantees must print fewer, or a bound. Integers
+    (counts, shapes, indices) must match exactly, unless the block declares a relative
+    ``tolerance``, which then applies to every number it prints.
     """
     if a == b:
         return True
+    x, y = float(a), float(b)
+    if tolerance is not None and abs(x - y) <= tolerance * max(abs(x), abs(y)):
+        return True
     if not any(c in a + b for c in ".eE"):
         return False
-    x, y = float(a), float(b)
-    decimals = max(
-        len(t.split(".")[1].split("e")[0].split("E")[0]) if "." in t else 0 for t in (a, b)
-    )
-    return abs(x - y) <= max(2 * 10.0**-decimals, 1e-3 * max(abs(x), abs(y)))
+    # A zero in e-notation (0.0e+00) has no magnitude of its own: the other number's
+    # last digit is the unit.
+    units = [_last_digit(t) for t, v in ((a, x), (b, y)) if v != 0 or "e" not in t.lower()]
+    return abs(x - y) <= max(units or [0.0]) * (1 + 1e-9)
 
 
-def _close(recorded: str, fresh: str) -> bool:
+def _close(recorded: str, fresh: str, tolerance: float | None = None) -> bool:
     """Equal text, with numbers compared by :func:`_numbers_close`."""
     ra, fa = _PLAIN_NUMBER.split(recorded), _PLAIN_NUMBER.split(fresh)
     if ra != fa:
         return False
     return all(
-        _numbers_close(a, b)
+        _numbers_close(a, b, tolerance)
         for a, b in zip(_PLAIN_NUMBER.findall(recorded), _PLAIN_NUMBER.findall(fresh), strict=True)
     )
 
 
 def same_output(block: Block, recorded: str, fresh: str) -> bool:
+    """Whether a fresh run printed what the page shows (``recorded``).
+
+    A volatile block's words and lines must match, its numbers may not; any other
+    block's numbers agree by :func:`_numbers_close`, to its declared tolerance if any.
+    """
     if block.volatile:
         return masked(_ISA.sub("<isa>", recorded)) == masked(_ISA.sub("<isa>", fresh))
-    return recorded == fresh or _close(recorded, fresh)
+    return recorded == fresh or _close(recorded, fresh, block.tolerance)
 
 
 # --- downloads ----------------------------------------------------------------------------
@@ -243,8 +289,9 @@ def _cell_header(page: str, block: Block) -> str:
 def page_script(page: str, text: str) -> tuple[str, list[dict]]:
     """The page's blocks as one script, and where each block is in it.
 
-    Returns the script and, per block, ``{"index", "line", "start", "end"}``: the first
-    and last script lines (1-based) of its code. The blocks run in one namespace, as
+    Returns the script and, per block, ``{"index", "line", "start", "end",
+    "continuation"}``: the first and last script lines (1-based) of its code, and whether
+    it continues the block before it. The blocks run in one namespace, as
     they do when a reader pastes the page into one Python session.
     """
     page_blocks = blocks(text)
@@ -266,7 +313,15 @@ def page_script(page: str, text: str) -> tuple[str, list[dict]]:
         code = b.code.rstrip("\n").split("\n")
         start = len(lines) + 1
         lines += code
-        cells.append({"index": b.index, "line": b.line, "start": start, "end": len(lines)})
+        cells.append(
+            {
+                "index": b.index,
+                "line": b.line,
+                "start": start,
+                "end": len(lines),
+                "continuation": b.continuation,
+            }
+        )
     return "\n".join(lines) + "\n", cells
 
 

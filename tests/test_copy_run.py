@@ -16,16 +16,18 @@ that, for every page:
   script, the one the site offers as its download (``hooks/pagecode.py``,
   :func:`page_script`);
 - the script must compile as a whole, as ``python sitp-ch02-strides.py`` reads it; it
-  then runs cell by cell in one namespace (``__name__ == "__main__"``), the blocks in
-  the page's order, so that a failure names the page's line of the block, and each
-  block's printed output is recorded;
+  then runs cell by cell in one process, the blocks in the page's order, so that a
+  failure names the page's line of the block, and each block's printed output is
+  recorded. Each standalone block starts a fresh namespace (``__name__ ==
+  "__main__"``), which its continuations share: a block must run pasted alone, with
+  only the blocks it continues before it, so a name it takes from an earlier chain
+  fails here. That is stricter than the downloaded script's one namespace and checks
+  what running every fence in-process would (the in-repository fence run is left out
+  when this test runs: ``conftest.py``);
 - that output must be the one recorded in ``docs/_outputs/<page>.json``, which the site
   shows beneath the block: exactly, or with every number masked for a block marked
   ``volatile-output`` (timings). ``make outputs`` (``SITP_RECORD_OUTPUTS=1``) runs this
   same test and records the outputs instead of comparing them.
-
-Whether each standalone block also runs in a fresh namespace of its own is checked by
-pytest-markdown-docs (``make test`` runs every page with ``--markdown-docs``).
 
 Pages are parameters, so pytest-xdist spreads them over its workers.
 """
@@ -90,8 +92,10 @@ class Tee(io.TextIOBase):
     def flush(self):
         self.out.flush()
 
-ns, report = {"__name__": "__main__", "__file__": script, "__builtins__": builtins}, []
+report = []
 for cell in cells:
+    if not cell["continuation"]:  # a standalone block: a fresh namespace, as pasted alone
+        ns = {"__name__": "__main__", "__file__": script, "__builtins__": builtins}
     code = "\n" * (cell["start"] - 1) + "".join(lines[cell["start"] - 1 : cell["end"]])
     tee, start = Tee(sys.stdout), time.perf_counter()
     try:
