@@ -31,9 +31,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import pytest  # noqa: E402
-
+from hooks import corpus  # noqa: E402
 from hooks.fences import make_parser  # noqa: E402
-from sitp.data.download import data_dir_copy, tinyshakespeare_path  # noqa: E402
+from hooks.pagecode import blocks  # noqa: E402
+from pytest_markdown_docs.plugin import MarkdownInlinePythonItem  # noqa: E402
 
 # tests/test_book.py runs pytest-markdown-docs on sample pages with `pytester`.
 pytest_plugins = ["pytester"]
@@ -61,35 +62,53 @@ def pytest_runtest_teardown(item):
     mpl.rcParams["backend"] = backend
 
 
-# Pages that read tinyshakespeare through sitp.data need the file: from $SITP_DATA_DIR
-# (make test points it at ../shared/data when that folder exists), from sitp's cache, or
-# from the network. Tests and CI have no internet, so on a clone without ../shared those
-# pages' fences and copy-run test are skipped, as the corpus tests in tests/ are.
-_CORPUS_CALLS = ("load_tinyshakespeare(", "prepare_shakespeare(", "download_tinyshakespeare(")
+# The corpora (hooks/corpus.py): an item that reads makemore's names.txt or tinyshakespeare
+# carries the marker needs_corpus. Tests in tests/ set it themselves; a fence, a `>>>`
+# example or the copy-run test of a page gets it here when the code it runs calls a corpus
+# loader. Without the file the item is skipped with the reason, or fails under CI=true.
+# Nothing else is skipped for missing data.
+_COPY_RUN = ("test_copy_run.py", "test_page_runs_as_a_reader_pastes_it")
 
 
-def _corpus_on_disk() -> bool:
-    return data_dir_copy("tinyshakespeare.txt") is not None or tinyshakespeare_path().is_file()
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "needs_corpus(*files, cached=False): reads these corpus files (names.txt, "
+        "tinyshakespeare.txt) of $SITP_DATA_DIR (cached=True: or sitp's cache); skipped "
+        "without them, failing under CI=true (hooks/corpus.py)",
+    )
 
 
-def _page_of(item):
-    """The Markdown page an item runs: a fence of pytest-markdown-docs, or a copy-run."""
-    page = getattr(getattr(item, "callspec", None), "params", {}).get("page")
-    path = Path(page) if page is not None else Path(str(item.path))
-    return path if path.suffix == ".md" and path.is_file() else None
+def _code_of(item, pages: dict) -> str | None:
+    """The code an item runs, where it is a page's: a fence (with the chain a continuation
+    fence continues), a doctest's examples, or every block of a copy-run page."""
+    if isinstance(item, MarkdownInlinePythonItem):
+        return item.code  # pytest-markdown-docs joins a continuation to its chain
+    if isinstance(item, pytest.DoctestItem):
+        return "\n".join(example.source for example in item.dtest.examples)
+    if (item.path.name, getattr(item, "originalname", None)) == _COPY_RUN:
+        page = Path(item.callspec.params["page"])
+        if page not in pages:
+            pages[page] = "\n".join(b.code for b in blocks(page.read_text(encoding="utf-8")))
+        return pages[page]
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
-    if _corpus_on_disk():
-        return
-    needs = {}
+    pages = {}
     for item in items:
-        page = _page_of(item)
-        if page is None:
+        code = _code_of(item, pages)
+        files = corpus.corpora_read_by(code) if code else set()
+        if files:
+            item.add_marker(pytest.mark.needs_corpus(*sorted(files), cached=True))
+
+
+@pytest.hookimpl(tryfirst=True)  # before fixtures: the copy-run test's builds a wheel
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers("needs_corpus"):
+        why = corpus.missing_corpus(mark.args, cached=mark.kwargs.get("cached", False))
+        if why is None:
             continue
-        if page not in needs:
-            needs[page] = any(call in page.read_text(encoding="utf-8") for call in _CORPUS_CALLS)
-        if needs[page]:
-            item.add_marker(
-                pytest.mark.skip(reason="tinyshakespeare is not on disk: set SITP_DATA_DIR")
-            )
+        if corpus.in_ci():
+            pytest.fail(f"CI=true and a corpus is missing: {why}", pytrace=False)
+        pytest.skip(why)
