@@ -6,13 +6,21 @@ so every kernel is compiled afresh and numba keeps its machine code. Prints one 
 object: the target sitp sees, and for each kernel the vector FMAs by register width,
 packed vector arithmetic by width, gathers and scatters, and stack spills.
 
+The kernels' description is a function of the sources, the compiler and the target
+alone; where ``SITP_CODEGEN_REPORTS`` names a folder, it is kept there under a key of
+all three (:func:`saved_kernels_path`) and read back instead of compiling again, as
+numba's own cache is. An edit of any kernel source changes the key.
+
 ``--all`` also runs a tiny GPT-style training step (linear, GELU, layer norm,
 attention, cross-entropy, reductions, AdamW), which compiles the other hot kernels.
 """
 
+import hashlib
 import json
+import os
 import re
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -151,6 +159,25 @@ def compiled_kernel():
     return {"compiled_gelu": codegen.load(node.kernel.source, node.kernel.name)}
 
 
+def saved_kernels_path() -> Path | None:
+    """Where the description of this target's kernels is kept between runs, or None.
+
+    The machine code is a function of the sources, the compiler and the target: the key
+    is sitp's cache key (which hashes the kernel sources, numba's and llvmlite's
+    versions, the CPU name and features, the vectorizer flags and the tile), this
+    file's bytes and its arguments. With ``SITP_CODEGEN_REPORTS`` unset nothing is kept.
+    """
+    folder = os.environ.get("SITP_CODEGEN_REPORTS")
+    if not folder:
+        return None
+    from sitp._target import cache_key
+
+    digest = hashlib.sha256()
+    for part in (cache_key(), Path(__file__).read_text(encoding="utf-8"), *sys.argv[1:]):
+        digest.update(part.encode() + b"\0")
+    return Path(folder) / f"{digest.hexdigest()[:20]}.json"
+
+
 def main():
     cfg = sitp.show_config(mode="dicts")
     report = {
@@ -159,11 +186,21 @@ def main():
         "tile": [packed.MR, packed.NR],
         "cache": cfg["cache"]["dir"],
     }
-    dispatchers = gemm_kernels()
-    if "--all" in sys.argv:
-        dispatchers.update(training_step())
-        dispatchers.update(compiled_kernel())
-    report["kernels"] = kernels(dispatchers)
+    saved = saved_kernels_path()
+    if saved is not None and saved.is_file():
+        report["kernels"] = json.loads(saved.read_text(encoding="utf-8"))
+        report["saved"] = True
+    else:
+        dispatchers = gemm_kernels()
+        if "--all" in sys.argv:
+            dispatchers.update(training_step())
+            dispatchers.update(compiled_kernel())
+        report["kernels"] = kernels(dispatchers)
+        if saved is not None:  # atomically: parallel probes may write the same file
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            tmp = saved.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(report["kernels"]), encoding="utf-8")
+            os.replace(tmp, saved)
     print(json.dumps(report))
 
 

@@ -537,6 +537,40 @@ def test_blocks_hash_their_chain_and_mark_volatile_ones():
     assert not pagecode.same_output(blocks[2], "took 1.0 ms\n", "took 1.0 s\n")
 
 
+@pytest.mark.parametrize(
+    ("recorded", "fresh", "tolerance", "same"),
+    [
+        ("loss 2.246", "loss 2.247", None, True),  # one unit of the last digit
+        ("loss 2.246", "loss 2.248", None, False),
+        ("loss 2.246", "loss 2.253", 0.01, True),  # the block declares 1%
+        ("loss 2.246", "loss 2.290", 0.01, False),
+        ("max error 1.4e-06", "max error 1.5e-06", None, True),  # relative to 1e-06
+        ("max error 1.4e-06", "max error 1.9e-06", None, False),
+        ("max error 3.2e-07", "max error 1.5e-01", None, False),  # the exponent counts
+        ("gap -2.8e-17", "gap 0.0e+00", None, False),  # a zero in e-notation: no unit
+        ("gap 0.0e+00", "gap 9.9e-01", None, False),
+        ("0.0", "0.04", None, True),
+        ("ran 2000 steps", "ran 2001 steps", None, False),  # integers are exact
+        ("ran 2000 steps", "ran 2001 steps", 0.01, True),  # ... unless a tolerance says
+        ("loss 2.246", "loss: 2.246", None, False),  # the words must match
+    ],
+)
+def test_outputs_compare_numbers_to_their_printed_precision(recorded, fresh, tolerance, same):
+    block = pagecode.blocks("```python\nprint(1)\n```\n")[0]
+    block.tolerance = tolerance
+    assert pagecode.same_output(block, recorded, fresh) is same
+    assert pagecode.same_output(block, fresh, recorded) is same
+
+
+def test_a_fence_declares_its_tolerance():
+    page = "```{.python tolerance=2%}\nprint(1)\n```\n\n```{.python tolerance=0.005}\nprint(2)\n```\n"
+    assert [b.tolerance for b in pagecode.blocks(page)] == [0.02, 0.005]
+    with pytest.raises(ValueError, match="line 1: tolerance='2'"):
+        pagecode.blocks("```{.python tolerance=2}\nprint(1)\n```\n")
+    with pytest.raises(ValueError, match="a fraction"):
+        pagecode.blocks("```{.python tolerance=two}\nprint(1)\n```\n")
+
+
 def test_the_page_shows_recorded_outputs_beneath_their_blocks(tmp_path, monkeypatch):
     """hooks/book.py: an output under its block (also in an admonition), escaped, with
     its label; none for a block that prints nothing or whose record is stale."""

@@ -26,9 +26,13 @@ from pathlib import Path
 import llvmlite.binding as llvm
 import pytest
 
-from sitp._target import host_features_without_avx512
+from sitp._target import default_cache_root, host_features_without_avx512
 
 PROBE = Path(__file__).with_name("codegen_probe.py")
+# The probe keeps each target's description beside sitp's numba caches, keyed on the
+# sources, the compiler and the target (codegen_probe.saved_kernels_path): a run after
+# no kernel edit reads it instead of compiling five targets again.
+REPORTS = default_cache_root() / "codegen-probe"
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 
 pytestmark = pytest.mark.skipif(
@@ -89,6 +93,7 @@ def _probe(request, tmp_path_factory):
         if not k.startswith(("NUMBA_CPU_", "_SITP_", "SITP_USER"))
     }
     env["NUMBA_CACHE_DIR"] = str(tmp_path_factory.mktemp(f"numba-{request.param}"))
+    env["SITP_CODEGEN_REPORTS"] = str(REPORTS)
     env["NUMBA_CPU_FEATURES"] = features
     if cpu:
         env["NUMBA_CPU_NAME"] = cpu
@@ -191,7 +196,7 @@ NUMERIC_TESTS = [
 ]
 
 
-def test_numerics_with_the_other_targets_code(tmp_path):
+def test_numerics_with_the_other_targets_code():
     """The numeric tests again, run with code compiled for another ISA this host can run.
 
     On an AVX-512 host, that is its AVX2 code (the same CPU with the AVX-512 features
@@ -205,12 +210,17 @@ def test_numerics_with_the_other_targets_code(tmp_path):
         }
     else:
         env_target = {"NUMBA_CPU_NAME": "x86-64", "NUMBA_CPU_FEATURES": "+cx16"}
+    # sitp's own numba cache, which keys the other target's code apart from the host's
+    # (sitp._target.cache_key): compiled once, reused by later runs and by
+    # `make test-other-isa`.
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("NUMBA_CPU_", "_SITP_", "SITP_USER"))
+        if not k.startswith(("NUMBA_CPU_", "_SITP_", "SITP_USER", "NUMBA_CACHE_DIR"))
     }
-    env.update(env_target, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    if os.environ.get("_SITP_USER_NUMBA_CACHE_DIR"):  # a cache folder the user named
+        env["NUMBA_CACHE_DIR"] = os.environ["_SITP_USER_NUMBA_CACHE_DIR"]
+    env.update(env_target)
     env.setdefault("NUMBA_ENABLE_CUDASIM", "1")
     root = Path(__file__).resolve().parent.parent
     proc = subprocess.run(
