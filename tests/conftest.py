@@ -21,6 +21,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def pytest_terminal_summary(terminalreporter):
+    """Print, once, the lines tests recorded with ``record_property("not_collected", line)``:
+    how many cases a parametrised test leaves out because no machine could run them.
+    (The reports carry them from pytest-xdist's workers.)"""
+    lines = {
+        value
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        for name, value in getattr(report, "user_properties", ())
+        if name == "not_collected"
+    }
+    if lines:
+        terminalreporter.section("cases not collected")
+        for line in sorted(lines):
+            terminalreporter.write_line(line)
+
+
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory):
     """The built book: a directory with the site's HTML, for the link and browser checks.

@@ -25,7 +25,8 @@ from sitp.train.checkpoint import load_checkpoint
 from sitp.train.cli import generate_text, main
 
 SHARED = Path(os.environ.get("SITP_DATA_DIR", "/nonexistent")) / "tinyshakespeare.txt"
-needs_shared = pytest.mark.skipif(not SHARED.is_file(), reason="no SITP_DATA_DIR copy")
+# skipped without it, failing under CI=true (hooks/corpus.py)
+needs_shared = pytest.mark.needs_corpus("tinyshakespeare.txt")
 
 LINES = [
     "ROMEO:\nBut soft, what light through yonder window breaks?\n",

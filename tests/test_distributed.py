@@ -242,25 +242,35 @@ def test_gpu_tensors_staged_and_cuda_aware_under_the_simulator():
     assert len(counts) == 4 and counts[0] >= 40, output(out)
 
 
-def test_calls_before_init_raise_torchs_message():
-    import sitp
-    import sitp.distributed as dist
+BEFORE_INIT = """
+import pytest
+import sitp
+import sitp.distributed as dist
 
-    if dist.is_initialized():
-        pytest.skip("another test of this process left a default group")
-    msg = "Default process group has not been initialized, please make sure to call"
-    for call in (
-        dist.get_rank,
-        dist.get_world_size,
-        dist.barrier,
-        lambda: dist.all_reduce(sitp.ones(2)),
-        lambda: dist.send(sitp.ones(2), dst=1),
-    ):
-        with pytest.raises(ValueError, match=msg):
-            call()
-    with pytest.raises(ValueError, match="unknown backend 'ucc'"):
-        dist.init_process_group("ucc")
-    assert dist.is_available() and not dist.is_initialized()
+assert not dist.is_initialized()
+msg = "Default process group has not been initialized, please make sure to call"
+for call in (
+    dist.get_rank,
+    dist.get_world_size,
+    dist.barrier,
+    lambda: dist.all_reduce(sitp.ones(2)),
+    lambda: dist.send(sitp.ones(2), dst=1),
+):
+    with pytest.raises(ValueError, match=msg):
+        call()
+with pytest.raises(ValueError, match="unknown backend 'ucc'"):
+    dist.init_process_group("ucc")
+assert dist.is_available() and not dist.is_initialized()
+print("ok before init")
+"""
+
+
+def test_calls_before_init_raise_torchs_message():
+    """In a fresh process, which no other test or fence can have left a default group in."""
+    out = subprocess.run(
+        [sys.executable, "-c", BEFORE_INIT], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0 and out.stdout == "ok before init\n", output(out)
 
 
 def test_a_raising_rank_ends_the_job_with_its_traceback():

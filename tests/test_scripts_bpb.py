@@ -21,7 +21,7 @@ SHARED = Path(os.environ.get("SITP_DATA_DIR", "/nonexistent")) / "tinyshakespear
 CONFIGS = ["gpt2, char", "modern, char", "modern, BPE 512", "modern, BPE 1024"]
 
 
-@pytest.mark.skipif(not SHARED.is_file(), reason="no SITP_DATA_DIR copy of tinyshakespeare")
+@pytest.mark.needs_corpus("tinyshakespeare.txt")  # skipped without, failing under CI=true
 def test_bpb_budget_smoke_run_writes_finite_bits_per_byte(tmp_path):
     out = tmp_path / "bpb.json"
     done = subprocess.run(
