@@ -67,7 +67,7 @@ def pytest_runtest_teardown(item):
 # example or the copy-run test of a page gets it here when the code it runs calls a corpus
 # loader. Without the file the item is skipped with the reason, or fails under CI=true.
 # Nothing else is skipped for missing data.
-_COPY_RUN = ("test_copy_run.py", "test_page_runs_as_a_reader_pastes_it")
+_COPY_RUN = corpus.COPY_RUN_TEST  # its items run every block of their page
 
 
 def pytest_configure(config):

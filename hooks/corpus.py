@@ -41,6 +41,9 @@ LOADERS = {
     "download_makemore_names": "names.txt",
 }
 
+#: The copy-run test (file, function), parametrised by ``page``: it runs all of a page's blocks.
+COPY_RUN_TEST = ("test_copy_run.py", "test_page_runs_as_a_reader_pastes_it")
+
 # `python -m sitp train ... --data shakespeare` (or makemore), in one string
 _DATA_FLAG = re.compile(r"--data[= ]+(shakespeare|makemore)\b")
 _CORPUS_OF_DATA = {"shakespeare": "tinyshakespeare.txt", "makemore": "names.txt"}
