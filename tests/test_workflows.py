@@ -60,3 +60,28 @@ def test_gpu_workflow_never_runs_code_from_a_pull_request():
     assert set(triggers) <= {"push", "workflow_dispatch"}, triggers
     assert "refs/heads/main" in gpu["jobs"]["gpu"]["if"]
     assert "fork == false" in gpu["jobs"]["gpu"]["if"]
+
+
+def test_ci_gives_make_test_the_corpora_sitp_pins():
+    """GitHub's CI downloads names.txt and tinyshakespeare from the addresses sitp.data
+    downloads them from, checks them against the digests sitp pins, and points make test's
+    SITP_DATA_DIR at them, so that the pages and tests that read them run there."""
+    import yaml
+
+    from sitp.data import download
+
+    job = yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yml").read_text())["jobs"]["test"]
+    steps = job["steps"]
+    (test,) = [s for s in steps if s.get("run", "").strip() == "make test"]
+    (fetch,) = [s for s in steps if download.MAKEMORE_URL in s.get("run", "")]
+    assert steps.index(fetch) < steps.index(test)
+    data = test["env"]["SITP_DATA_DIR"]
+    assert fetch["env"]["DATA"] == data and "CI" not in job.get("env", {})
+    script = fetch["run"]
+    for url, name, digest in [
+        (download.MAKEMORE_URL, "names.txt", download.MAKEMORE_FACTS.sha256),
+        (download.TINYSHAKESPEARE_URL, "tinyshakespeare.txt", download.TINYSHAKESPEARE_SHA256),
+    ]:
+        assert f'-o "$DATA/{name}" \\\n  {url}\n' in script, name
+        assert f"\n{digest}  {name}\n" in script, name
+    assert "sha256sum --check --strict" in script
