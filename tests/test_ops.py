@@ -2,6 +2,8 @@
 shapes, broadcasting, non-contiguous views and dtypes."""
 
 import math
+import types
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -12,57 +14,127 @@ from hypothesis.extra import numpy as hnp
 
 import sitp
 from helpers import assert_close, non_contiguous
+from sitp._tensor import dispatch
+from sitp.backends import scalar
 
 SETTINGS = settings(max_examples=25, deadline=None)
 
+
+class Op(NamedTuple):
+    """A row of the op tables: one op, called the same way in sitp and in torch."""
+
+    op: str  # the scalar op it runs (sitp/backends/scalar.py)
+    fn: str  # its name in both: lib.fn(x, ...), x.fn(...), x.fn_(...), where torch has each
+    args: tuple = ()  # after the tensor operands
+    kwargs: dict = {}
+    domain: str | None = None  # "pos", "nonzero" (unary), "a_pos", "b_pos" (binary)
+
+
+# test id: Op. Inputs are uniform(-2, 2), moved into the row's domain. A new elementwise op
+# gets a row here; the tests below then run it in every form torch has, in float32 and
+# float64, on integer and bool tensors, on edge values, in the CUDA simulator
+# (test_cuda_backend.py) and with in-place writes (test_inplace_autograd.py).
 UNARY = {
-    # name: (sitp fn, torch fn, domain transform of raw uniform(-2, 2) input)
-    "neg": (lambda x: -x, lambda x: -x, None),
-    "exp": (lambda x: x.exp(), torch.exp, None),
-    "log": (lambda x: x.log(), torch.log, "pos"),
-    "sqrt": (lambda x: x.sqrt(), torch.sqrt, "pos"),
-    "rsqrt": (lambda x: x.rsqrt(), torch.rsqrt, "pos"),
-    "tanh": (lambda x: x.tanh(), torch.tanh, None),
-    "sigmoid": (lambda x: x.sigmoid(), torch.sigmoid, None),
-    "relu": (lambda x: x.relu(), torch.relu, "nonzero"),
-    "abs": (lambda x: x.abs(), torch.abs, "nonzero"),
-    "sin": (lambda x: x.sin(), torch.sin, None),
-    "cos": (lambda x: x.cos(), torch.cos, None),
-    "square": (lambda x: x.square(), torch.square, None),
-    "log1p": (lambda x: x.log1p(), torch.log1p, "pos"),
-    "expm1": (lambda x: x.expm1(), torch.expm1, None),
-    "log10": (lambda x: x.log10(), torch.log10, "pos"),
-    "log2": (lambda x: x.log2(), torch.log2, "pos"),
-    "exp2": (lambda x: x.exp2(), torch.exp2, None),
-    "reciprocal": (lambda x: x.reciprocal(), torch.reciprocal, "pos"),
-    "erf": (lambda x: x.erf(), torch.erf, None),
-    "pow2.5": (lambda x: x**2.5, lambda x: x**2.5, "pos"),
-    "pow3": (lambda x: x.pow(3), lambda x: x.pow(3), None),
-    "pow-1": (lambda x: x**-1, lambda x: x**-1, "pos"),
-    "clamp": (lambda x: x.clamp(-0.5, 0.7), lambda x: x.clamp(-0.5, 0.7), "nonzero"),
-    "clamp_min": (lambda x: x.clamp(min=0.1), lambda x: x.clamp(min=0.1), "nonzero"),
-    "gelu": (lambda x: sitp.Tensor._unary(x, "gelu"), torch.nn.functional.gelu, None),
-    "gelu_tanh": (
-        lambda x: sitp.Tensor._unary(x, "gelu_tanh"),
-        lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
-        None,
-    ),
-    "silu": (lambda x: sitp.Tensor._unary(x, "silu"), torch.nn.functional.silu, None),
-    "sign": (lambda x: x.sign(), torch.sign, None),
-    "floor": (lambda x: x.floor(), torch.floor, None),
-    "round": (lambda x: x.round(), torch.round, None),
+    "neg": Op("neg", "neg"),
+    "exp": Op("exp", "exp"),
+    "log": Op("log", "log", domain="pos"),
+    "sqrt": Op("sqrt", "sqrt", domain="pos"),
+    "rsqrt": Op("rsqrt", "rsqrt", domain="pos"),
+    "tanh": Op("tanh", "tanh"),
+    "sigmoid": Op("sigmoid", "sigmoid"),
+    "relu": Op("relu", "relu", domain="nonzero"),
+    "abs": Op("abs", "abs", domain="nonzero"),
+    "sin": Op("sin", "sin"),
+    "cos": Op("cos", "cos"),
+    "square": Op("square", "square"),
+    "log1p": Op("log1p", "log1p", domain="pos"),
+    "expm1": Op("expm1", "expm1"),
+    "log10": Op("log10", "log10", domain="pos"),
+    "log2": Op("log2", "log2", domain="pos"),
+    "exp2": Op("exp2", "exp2"),
+    "reciprocal": Op("reciprocal", "reciprocal", domain="pos"),
+    "erf": Op("erf", "erf"),
+    "pow2.5": Op("pow", "pow", (2.5,), domain="pos"),
+    "pow3": Op("pow", "pow", (3,)),
+    "pow-1": Op("pow", "pow", (-1,), domain="pos"),
+    "clamp": Op("clamp", "clamp", (-0.5, 0.7), domain="nonzero"),
+    "clamp_min": Op("clamp", "clamp_min", (0.1,), domain="nonzero"),
+    "gelu": Op("gelu", "nn.functional.gelu"),
+    "gelu_tanh": Op("gelu_tanh", "nn.functional.gelu", kwargs={"approximate": "tanh"}),
+    "silu": Op("silu", "nn.functional.silu"),
+    "sign": Op("sign", "sign"),
+    "floor": Op("floor", "floor"),
+    "ceil": Op("ceil", "ceil"),
+    "round": Op("round", "round"),
 }
+BINARY = {
+    "add": Op("add", "add"),
+    "sub": Op("sub", "sub"),
+    "mul": Op("mul", "mul"),
+    "div": Op("div", "div", domain="b_pos"),
+    "pow": Op("pow", "pow", domain="a_pos"),
+    "maximum": Op("maximum", "maximum"),
+    "minimum": Op("minimum", "minimum"),
+    "atan2": Op("atan2", "atan2", domain="b_pos"),
+    "hypot": Op("hypot", "hypot"),
+    "logaddexp": Op("logaddexp", "logaddexp"),
+}
+# The scalar ops without a row above, and where each is checked against torch.
+ELSEWHERE = {
+    "gelu_grad": "the backward of UNARY's gelu",
+    "gelu_tanh_grad": "the backward of UNARY's gelu_tanh",
+    "logical_not": "test_compare_ops_like_torch",
+    "floordiv": "test_binary_edges_like_torch",
+    "remainder": "test_binary_edges_like_torch",
+}
+
+
+def _resolve(lib, path):
+    """``lib.a.b`` for the path "a.b", or None."""
+    for part in path.split("."):
+        lib = getattr(lib, part, None)
+    return lib
+
+
+def forms(row):
+    """The forms torch has for a row: "function" (torch.fn), "method", "inplace"."""
+    out = ["function"] if _resolve(torch, row.fn) is not None else []
+    if "." not in row.fn and hasattr(torch.Tensor, row.fn):
+        out.append("method")
+    if "." not in row.fn and hasattr(torch.Tensor, row.fn + "_"):
+        out.append("inplace")
+    return out
+
+
+def main_form(row):
+    """The method where torch has one, else the function."""
+    return "method" if "method" in forms(row) else "function"
+
+
+def call(lib, row, form, *operands):
+    """Run a row in ``lib`` (sitp or torch) in one of its forms."""
+    if form == "function":
+        return _resolve(lib, row.fn)(*operands, *row.args, **row.kwargs)
+    name = row.fn + ("_" if form == "inplace" else "")
+    return getattr(operands[0], name)(*operands[1:], *row.args, **row.kwargs)
 
 
 def _domain(arr, kind):
     if kind == "pos":
-        return np.abs(arr) + 0.1
+        return np.abs(arr) + arr.dtype.type(0.1)
     if kind == "nonzero":  # keep away from kinks where gradients are conventions
-        return np.where(np.abs(arr) < 0.05, 0.3, arr)
+        return np.where(np.abs(arr) < 0.05, arr.dtype.type(0.3), arr)
     return arr
 
 
+def _binary_inputs(shapes, seed, kind, dtype=np.float64):
+    a = _domain(_rand(shapes[0], seed, dtype), "pos" if kind == "a_pos" else None)
+    b = _domain(_rand(shapes[1], seed + 7, dtype), "pos" if kind == "b_pos" else None)
+    return a, b
+
+
 shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=1, max_side=5)
+TOL = {np.float32: dict(rtol=2e-5, atol=2e-6), np.float64: dict(rtol=1e-10, atol=1e-12)}
 
 
 def _rand(shape, seed, dtype=np.float64):
@@ -78,30 +150,17 @@ def _rand(shape, seed, dtype=np.float64):
     dtype=st.sampled_from([np.float32, np.float64]),
 )
 def test_unary_forward_backward(name, shape, seed, kind, dtype):
-    fs, ft, dom = UNARY[name]
-    arr = _domain(_rand(shape, seed, dtype), dom)
+    row = UNARY[name]
+    arr = _domain(_rand(shape, seed, dtype), row.domain)
     s = non_contiguous(arr, kind).requires_grad_(True)
     t = torch.tensor(arr, requires_grad=True)
-    ys, yt = fs(s), ft(t)
-    tol = dict(rtol=2e-5, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-12)
+    ys, yt = call(sitp, row, main_form(row), s), call(torch, row, main_form(row), t)
     assert ys.dtype.np == yt.detach().numpy().dtype
-    assert_close(ys, yt, **tol)
+    assert_close(ys, yt, **TOL[dtype])
     g = _rand(shape, seed + 1, dtype)
     ys.backward(sitp.tensor(g))
     yt.backward(torch.tensor(g))
-    assert_close(s.grad, t.grad, **tol)
-
-
-BINARY = {
-    "add": (lambda a, b: a + b, None),
-    "sub": (lambda a, b: a - b, None),
-    "mul": (lambda a, b: a * b, None),
-    "div": (lambda a, b: a / b, "b_pos"),
-    "pow": (lambda a, b: a**b, "a_pos"),
-    "maximum": (lambda a, b: a.maximum(b), None),
-    "minimum": (lambda a, b: a.minimum(b), None),
-    "atan2": (lambda a, b: a.atan2(b), "b_pos"),
-}
+    assert_close(s.grad, t.grad, **TOL[dtype])
 
 
 @st.composite
@@ -118,25 +177,200 @@ def broadcastable(draw):
 
 @pytest.mark.parametrize("name", sorted(BINARY))
 @SETTINGS
-@given(shapes=broadcastable(), seed=st.integers(0, 2**16), kind=st.integers(0, 2))
-def test_binary_forward_backward_broadcasting(name, shapes, seed, kind):
-    f, dom = BINARY[name]
-    a = _rand(shapes[0], seed)
-    b = _rand(shapes[1], seed + 7)
-    if dom == "a_pos":
-        a = np.abs(a) + 0.1
-    if dom == "b_pos":
-        b = np.abs(b) + 0.1
+@given(
+    shapes=broadcastable(),
+    seed=st.integers(0, 2**16),
+    kind=st.integers(0, 2),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
+def test_binary_forward_backward_broadcasting(name, shapes, seed, kind, dtype):
+    row = BINARY[name]
+    a, b = _binary_inputs(shapes, seed, row.domain, dtype)
     sa = non_contiguous(a, kind).requires_grad_(True)
     sb = sitp.tensor(b, requires_grad=True)
     ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
-    ys, yt = f(sa, sb), f(ta, tb)
-    assert_close(ys, yt, rtol=1e-10, atol=1e-12)
-    g = _rand(tuple(yt.shape), seed + 3)
+    ys, yt = call(sitp, row, main_form(row), sa, sb), call(torch, row, main_form(row), ta, tb)
+    assert ys.dtype.np == yt.detach().numpy().dtype
+    assert_close(ys, yt, **TOL[dtype])
+    g = _rand(tuple(yt.shape), seed + 3, dtype)
     ys.backward(sitp.tensor(g))
     yt.backward(torch.tensor(g))
-    assert_close(sa.grad, ta.grad, rtol=1e-10, atol=1e-12)
-    assert_close(sb.grad, tb.grad, rtol=1e-10, atol=1e-12)
+    assert_close(sa.grad, ta.grad, **TOL[dtype])
+    assert_close(sb.grad, tb.grad, **TOL[dtype])
+
+
+def _run_form(lib, row, form, arrays, g):
+    """A row in one form on leaves holding ``arrays``, then backward with ``g``: the output
+    and the leaves' gradients. In place, the op writes a tensor computed from the first
+    leaf (torch refuses to write a leaf that requires grad)."""
+    leaves = [lib.tensor(a, requires_grad=True) for a in arrays]
+    operands = [leaves[0] * 1, *leaves[1:]] if form == "inplace" else leaves
+    y = call(lib, row, form, *operands)
+    assert y is operands[0] or form != "inplace"
+    y.backward(lib.tensor(g))
+    return y, [x.grad for x in leaves]
+
+
+def _check_forms(row, form, shapes):
+    for dtype in (np.float32, np.float64):
+        if len(shapes) == 1:
+            arrays = [_domain(_rand(shapes[0], 11, dtype), row.domain)]
+        else:
+            arrays = list(_binary_inputs(shapes, 11, row.domain, dtype))
+        g = _rand(shapes[0], 12, dtype)
+        ys, gs = _run_form(sitp, row, form, arrays, g)
+        yt, gt = _run_form(torch, row, form, arrays, g)
+        assert ys.dtype.np == yt.detach().numpy().dtype
+        assert_close(ys, yt, **TOL[dtype])
+        for s_grad, t_grad in zip(gs, gt):
+            assert_close(s_grad, t_grad, **TOL[dtype])
+
+
+@pytest.mark.parametrize("name, form", [(n, f) for n in sorted(UNARY) for f in forms(UNARY[n])])
+def test_unary_forms_like_torch(name, form):
+    """Every form torch has (torch.fn(x), x.fn(), x.fn_()) is in sitp, with torch's values
+    and gradients, in float32 and float64, on an odd size."""
+    _check_forms(UNARY[name], form, [(3, 5)])
+
+
+@pytest.mark.parametrize("name, form", [(n, f) for n in sorted(BINARY) for f in forms(BINARY[n])])
+def test_binary_forms_like_torch(name, form):
+    _check_forms(BINARY[name], form, [(3, 5), (5,)])
+
+
+INTS = {
+    "int64": (np.array([-3, -2, -1, 0, 1, 2, 5]), np.array([1, 2, 3, 1, 2, 3, 1])),
+    "bool": (
+        np.array([True, False, True, False, True]),
+        np.array([True, True, False, False, True]),
+    ),
+}
+
+
+def _like_torch_or_refused(run):
+    """run(torch) and run(sitp) agree in dtype and values, unless torch refuses the input."""
+    try:
+        want = run(torch)
+    except (RuntimeError, NotImplementedError):
+        return  # torch refuses this dtype (abs of bool, hypot of int64, ...)
+    got = run(sitp)
+    assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+    assert_close(got, want, rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", sorted(INTS))
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_on_integers_like_torch(name, dtype):
+    """int64 and bool inputs: torch's result dtype (float32 for exp, sin, sigmoid, ...)."""
+    row, arr = UNARY[name], INTS[dtype][0]
+    _like_torch_or_refused(lambda L: call(L, row, main_form(row), L.tensor(arr)))
+
+
+@pytest.mark.parametrize("dtype", sorted(INTS))
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_on_integers_like_torch(name, dtype):
+    row, (a, b) = BINARY[name], INTS[dtype]
+    _like_torch_or_refused(lambda L: call(L, row, main_form(row), L.tensor(a), L.tensor(b)))
+
+
+def test_float_only_binary_ops_refuse_integers_as_torch():
+    x = sitp.tensor([1, 2])
+    for name in ("hypot", "logaddexp"):
+        with pytest.raises(NotImplementedError, match=f"{name}.*int64"):
+            getattr(sitp, name)(x, x)
+        with pytest.raises(NotImplementedError):
+            getattr(torch, name)(torch.tensor([1, 2]), torch.tensor([1, 2]))
+        assert getattr(x, name)(0.5).dtype is sitp.float32  # a float operand promotes
+
+
+EDGES = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.5, -2.5, 1e-30, 1e30, -1e30, math.inf, -math.inf]
+EDGES += [math.nan]
+EDGE_TOL = {np.float32: dict(rtol=3e-6, atol=0), np.float64: dict(rtol=1e-13, atol=0)}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_edges_like_torch(name):
+    """Zeros of both signs, halves (round), infinities, NaN, huge and tiny values."""
+    row = UNARY[name]
+    for dtype in (np.float32, np.float64):
+        arr = np.array(EDGES, dtype)
+        if name == "gelu" and dtype == np.float32:  # torch's float32 GELU of inf is NaN
+            arr = arr[arr != math.inf]
+        got = call(sitp, row, main_form(row), sitp.tensor(arr))
+        assert_close(got, call(torch, row, main_form(row), torch.tensor(arr)), **EDGE_TOL[dtype])
+
+
+# floordiv and remainder have no gradient (so no row in BINARY): their operators here.
+OPERATORS = {"floordiv": Op("floordiv", "__floordiv__"), "remainder": Op("remainder", "__mod__")}
+
+
+@pytest.mark.parametrize("name", sorted(BINARY) + sorted(OPERATORS))
+def test_binary_edges_like_torch(name):
+    row = BINARY.get(name) or OPERATORS[name]
+    specials = [0.0, -0.0, 1.0, -1.0, 2.5, -3.0, math.inf, -math.inf, math.nan]
+    pairs = np.array([(x, y) for x in specials for y in specials])
+    for dtype in (np.float32, np.float64):
+        a, b = pairs[:, 0].astype(dtype), pairs[:, 1].astype(dtype)
+        got = call(sitp, row, "method", sitp.tensor(a), sitp.tensor(b))
+        want = call(torch, row, "method", torch.tensor(a), torch.tensor(b))
+        assert_close(got, want, **EDGE_TOL[dtype])
+
+
+def test_compare_ops_like_torch():
+    """Every comparison code of sitp/backends/scalar.py, through the backend, against
+    torch's function of the same name; and logical_not."""
+    a = np.array([0.0, 1.0, -1.0, 2.0, math.nan, math.inf, 0.0])
+    b = np.array([0.0, 2.0, -1.0, 1.0, 1.0, math.inf, math.nan])
+    sa, sb = sitp.tensor(a), sitp.tensor(b)
+    for name in scalar.COMPARE:
+        got = dispatch.of(sa, sb).compare(name, sa, sb)
+        assert_close(got, getattr(torch, name)(torch.tensor(a), torch.tensor(b)))
+    assert_close(sitp.logical_not(sa), torch.logical_not(torch.tensor(a)))
+
+
+def test_reduce_ops_like_torch():
+    """Every reduction code, through the backend, along an odd dimension."""
+    arr = _rand((3, 5), 4)
+    arr[1, 2] = 0.0
+    refs = {"sum": torch.sum, "prod": torch.prod, "max": torch.amax, "min": torch.amin}
+    refs.update({"any": torch.any, "all": torch.all})
+    assert set(refs) == set(scalar.REDUCE)
+    for name, ref in refs.items():
+        for values in (arr, arr > 0):
+            x = sitp.tensor(values)
+            got = dispatch.of(x).reduce(name, x, (1,))
+            assert_close(got, ref(torch.tensor(values), 1), rtol=1e-12)
+
+
+def test_every_scalar_op_is_tested():
+    """Each op of the scalar functions runs in some row of the tables above, or in a test
+    that ELSEWHERE names: a new op without its row fails here."""
+    assert set(scalar.UNARY) <= {r.op for r in UNARY.values()} | set(ELSEWHERE)
+    assert set(scalar.BINARY) <= {r.op for r in BINARY.values()} | set(ELSEWHERE)
+    assert set(ELSEWHERE) <= set(scalar.UNARY) | set(scalar.BINARY)
+
+
+@pytest.mark.parametrize(
+    "fn, table, args",
+    [
+        (scalar.unary, scalar.UNARY, (0.5, 2.0, 3.0)),
+        (scalar.binary, scalar.BINARY, (0.5, 0.25)),
+        (scalar.compare, scalar.COMPARE, (0.5, 0.25)),
+    ],
+    ids=["unary", "binary", "compare"],
+)
+def test_every_op_code_has_its_branch(fn, table, args):
+    """A code without its branch falls through to the end of the chain, whose value is
+    NO_BRANCH: the plain Python function, run with that value replaced by a marker, must
+    return the marker for no code of the table (and for the first code past it)."""
+    marker = object()
+    probe = types.FunctionType(
+        fn.__code__, {**fn.__globals__, "NO_BRANCH": marker, "NO_BRANCH_BOOL": marker}
+    )
+    missing = [name for name, code in table.items() if probe(code, *args) is marker]
+    assert not missing, f"scalar.{fn.__name__} has no branch for {missing}"
+    assert probe(len(table), *args) is marker
+    assert sorted(table.values()) == list(range(len(table)))
 
 
 def test_maximum_ties_split_gradient_like_torch():

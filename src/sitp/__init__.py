@@ -184,6 +184,11 @@ for _name in [
     "log2",
     "exp2",
     "roll",
+    "neg",
+    "clamp_min",
+    "clamp_max",
+    "hypot",
+    "logaddexp",
 ]:
     globals()[_name] = _forward(_name)
 del _name

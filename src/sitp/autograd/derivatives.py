@@ -78,10 +78,13 @@ UNARY_GRAD = {
 # --8<-- [end:unary_table]
 
 
-# Which saved tensors each row reads: "x", "y", both ("xy") or neither (""); an
-# op not listed reads both. Only those are checked for in-place writes before
-# backward (torch saves, and checks, the same one for each op). Rows missing
-# here cost nothing but the check of a tensor that is not read.
+# The saved tensors each row of UNARY_GRAD reads: the input "x", the output "y", both
+# ("xy") or neither (""). Unary.forward saves x and y, and backward refuses to run if one
+# it reads was written in place since (``ctx._versions``, as torch's "modified by an
+# inplace operation" error); a tensor not listed here is not checked, so an in-place
+# write to it is allowed. Torch saves, and checks, the same tensors for each op, and
+# tests/test_inplace_autograd.py compares every row with torch. A row missing here
+# makes sitp check both: safe, but a write that torch allows would raise.
 UNARY_READS = {
     "neg": "",
     "exp": "y",
@@ -171,21 +174,38 @@ BINARY_GRAD = {
     "maximum": lambda a, b, y, g: _split_ties(g, a > b, a == b),
     "minimum": lambda a, b, y, g: _split_ties(g, a < b, a == b),
     "atan2": lambda a, b, y, g: (g * b / (a * a + b * b), -g * a / (a * a + b * b)),
+    "hypot": lambda a, b, y, g: (g * a / y, g * b / y),
+    "logaddexp": lambda a, b, y, g: (g * (a - b).sigmoid(), g * (b - a).sigmoid()),
 }
 # --8<-- [end:binary_table]
 
 
+# The saved tensors each row of BINARY_GRAD reads, among the inputs "a", "b" and the
+# output "y": (those the gradient for a reads, those the gradient for b reads). As
+# UNARY_READS: Binary.forward checks only the ones that the wanted gradients read, so
+# writing another one in place is allowed, as in torch, which saves the same ones (pow's
+# gradients read fewer, but torch saves and checks all three).
+BINARY_READS = {
+    "add": ("", ""),
+    "sub": ("", ""),
+    "mul": ("b", "a"),
+    "div": ("b", "ab"),
+    "pow": ("aby", "aby"),
+    "maximum": ("ab", "ab"),
+    "minimum": ("ab", "ab"),
+    "atan2": ("ab", "ab"),
+    "hypot": ("ay", "by"),
+    "logaddexp": ("ab", "ab"),
+}
+
+
 def _binary_unread(op, na, nb):
-    """Positions of (a, b, y) that the wanted gradients do not read (see UNARY_READS)."""
-    if op in ("add", "sub"):
-        return (0, 1, 2)
-    if op == "mul":  # da = g b, db = g a
-        return (() if nb else (0,)) + (() if na else (1,)) + (2,)
-    if op == "div":  # da = g / b, db = -g a / b^2
-        return (() if nb else (0,)) + (2,)
-    if op == "pow":  # da reads a, b; db reads y and a
-        return () if nb else (2,)
-    return (2,) if op in ("maximum", "minimum", "atan2") else ()
+    """Positions in (a, b, y) that the wanted gradients do not read (BINARY_READS);
+    ``na``, ``nb``: whether a's and b's gradients are wanted. An op without a row
+    reads all three."""
+    reads_a, reads_b = BINARY_READS.get(op, ("aby", "aby"))
+    read = (reads_a if na else "") + (reads_b if nb else "")
+    return tuple(i for i, name in enumerate("aby") if name not in read)
 
 
 _BINARY_UNREAD = {}  # (op, a needs grad, b needs grad) -> _binary_unread's answer

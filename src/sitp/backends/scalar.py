@@ -5,8 +5,8 @@ An elementwise kernel applies one of these to each entry, chosen by an integer *
 with an ``if``/``elif`` chain, so that the CPU backend compiles them with
 ``numba.njit(inline="always")`` (``sitp/backends/cpu/kernels.py``) and the CUDA backend with
 ``numba.cuda.jit(device=True)`` (``sitp/backends/cuda/ops.py``): one definition, two
-targets. The dicts map an op's name to its code; the tensor layer names ops, the kernels
-see codes.
+targets. The tensor layer names ops, the kernels see codes: ``UNARY["exp"]`` is the code
+of ``exp``, and the branch for it tests ``op == UnaryOp.exp``.
 
 This module imports no numba. numba's own cache would not notice an edit here (a cached
 kernel inlines these functions from another file), but sitp keys its numba cache on a
@@ -17,81 +17,94 @@ edit compiles the kernels again.
 from __future__ import annotations
 
 import math
+from enum import IntEnum
 
-# Op codes: the backends look them up by name in these dicts.
 # --8<-- [start:opcodes]
-UNARY = {
-    name: i
-    for i, name in enumerate(
-        [
-            "neg",
-            "exp",
-            "log",
-            "sqrt",
-            "tanh",
-            "sigmoid",
-            "relu",
-            "abs",
-            "sin",
-            "cos",
-            "pow",
-            "clamp",
-            "sign",
-            "square",
-            "rsqrt",
-            "log1p",
-            "expm1",
-            "reciprocal",
-            "gelu",
-            "gelu_tanh",
-            "floor",
-            "ceil",
-            "round",
-            "logical_not",
-            "erf",
-            "silu",
-            "gelu_grad",
-            "gelu_tanh_grad",
-            "log10",
-            "log2",
-            "exp2",
-        ]
-    )
-}
-BINARY = {
-    name: i
-    for i, name in enumerate(
-        [
-            "add",
-            "sub",
-            "mul",
-            "div",
-            "pow",
-            "maximum",
-            "minimum",
-            "floordiv",
-            "remainder",
-            "atan2",
-        ]
-    )
-}
-COMPARE = {
-    name: i
-    for i, name in enumerate(
-        [
-            "eq",
-            "ne",
-            "lt",
-            "le",
-            "gt",
-            "ge",
-            "logical_and",
-            "logical_or",
-            "logical_xor",
-        ]
-    )
-}
-REDUCE = {name: i for i, name in enumerate(["sum", "prod", "max", "min", "any", "all"])}
+# The op codes. Each list names its ops; an op's code is its position there. The scalar
+# functions below branch on the names (``op == UnaryOp.exp``, a constant to numba), and
+# the backends look the codes up by name (``UNARY["exp"]``), so no number is matched by hand.
+UnaryOp = IntEnum(
+    "UnaryOp",
+    [
+        "neg",
+        "exp",
+        "log",
+        "sqrt",
+        "tanh",
+        "sigmoid",
+        "relu",
+        "abs",
+        "sin",
+        "cos",
+        "pow",
+        "clamp",
+        "sign",
+        "square",
+        "rsqrt",
+        "log1p",
+        "expm1",
+        "reciprocal",
+        "gelu",
+        "gelu_tanh",
+        "floor",
+        "ceil",
+        "round",
+        "logical_not",
+        "erf",
+        "silu",
+        "gelu_grad",
+        "gelu_tanh_grad",
+        "log10",
+        "log2",
+        "exp2",
+    ],
+    start=0,
+)
+BinaryOp = IntEnum(
+    "BinaryOp",
+    [
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "pow",
+        "maximum",
+        "minimum",
+        "floordiv",
+        "remainder",
+        "atan2",
+        "hypot",
+        "logaddexp",
+    ],
+    start=0,
+)
+CompareOp = IntEnum(
+    "CompareOp",
+    [
+        "eq",
+        "ne",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "logical_and",
+        "logical_or",
+        "logical_xor",
+    ],
+    start=0,
+)
+ReduceOp = IntEnum("ReduceOp", ["sum", "prod", "max", "min", "any", "all"], start=0)
+UNARY = {op.name: op.value for op in UnaryOp}  # name -> code, as the kernels take it
+BINARY = {op.name: op.value for op in BinaryOp}
+COMPARE = {op.name: op.value for op in CompareOp}
+REDUCE = {op.name: op.value for op in ReduceOp}
+
+# What a scalar function returns for a code that has no branch. The codes come only from
+# the tables above, and tests/test_ops.py checks that each has its branch (and its values
+# against PyTorch), so this is never reached; it is NaN rather than some op's value.
+NO_BRANCH = math.nan
+NO_BRANCH_BOOL = False
+_LN2 = math.log(2.0)
 
 
 def reduce_dtype(op, dtype, bool_, int64):
@@ -134,89 +147,94 @@ def softmax_backward_row(y, g, o, n, log, out):
 # --8<-- [start:unary]
 def unary(op, x, p0, p1):
     """The scalar function behind op code ``op``; ``p0``/``p1`` are parameters."""
-    if op == 0:
+    if op == UnaryOp.neg:
         return -x
-    elif op == 1:
+    elif op == UnaryOp.exp:
         return math.exp(x)
-    elif op == 2:
+    elif op == UnaryOp.log:
         return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
-    elif op == 3:
+    elif op == UnaryOp.sqrt:
         return math.sqrt(x) if x >= 0 else math.nan
-    elif op == 4:
+    elif op == UnaryOp.tanh:
         return math.tanh(x)
-    elif op == 5:  # sigmoid, written so that exp never overflows
+    elif op == UnaryOp.sigmoid:  # written so that exp never overflows
         if x >= 0:
             return 1.0 / (1.0 + math.exp(-x))
         e = math.exp(x)
         return e / (1.0 + e)
-    elif op == 6:
-        return x if x > 0 else x * 0
-    elif op == 7:
+    elif op == UnaryOp.relu:  # as PyTorch: NaN and -0.0 stay
+        return 0.0 if x < 0 else x
+    elif op == UnaryOp.abs:
         return abs(x)
-    elif op == 8:
+    elif op == UnaryOp.sin:
         return math.sin(x)
-    elif op == 9:
+    elif op == UnaryOp.cos:
         return math.cos(x)
-    elif op == 10:
+    elif op == UnaryOp.pow:
         return x**p0
-    elif op == 11:  # clamp(min=p0, max=p1); NaN bounds mean "no bound"
+    elif op == UnaryOp.clamp:  # clamp(min=p0, max=p1); NaN bounds mean "no bound"
         y = x
         if p0 == p0 and y < p0:
             y = p0
         if p1 == p1 and y > p1:
             y = p1
         return y
-    elif op == 12:
+    elif op == UnaryOp.sign:
         return (x > 0) - (x < 0)
-    elif op == 13:
+    elif op == UnaryOp.square:
         return x * x
-    elif op == 14:
-        return 1.0 / math.sqrt(x) if x >= 0 else math.nan
-    elif op == 15:
+    elif op == UnaryOp.rsqrt:
+        return 1.0 / math.sqrt(x) if x > 0 else (math.copysign(math.inf, x) if x == 0 else math.nan)
+    elif op == UnaryOp.log1p:
         return math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)
-    elif op == 16:
+    elif op == UnaryOp.expm1:
         return math.expm1(x)
-    elif op == 17:
+    elif op == UnaryOp.reciprocal:
         return 1.0 / x if x != 0 else math.copysign(math.inf, x)
-    elif op == 18:  # exact GELU: x * Phi(x)
+    elif op == UnaryOp.gelu:  # exact GELU: x * Phi(x)
         return 0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0)))
-    elif op == 19:  # tanh approximation of GELU
+    elif op == UnaryOp.gelu_tanh:  # tanh approximation of GELU
         return 0.5 * x * (1.0 + math.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
-    elif op == 20:
-        return math.floor(x)
-    elif op == 21:
-        return math.ceil(x)
-    elif op == 22:  # round half to even, as PyTorch and NumPy
+    # From 2**52 on, every float is an integer: floor, ceil and round return it as it is
+    # (so do they inf and NaN), where math.floor's int64 result would overflow.
+    elif op == UnaryOp.floor:
+        return math.floor(x) if abs(x) < 4503599627370496.0 else x
+    elif op == UnaryOp.ceil:
+        return math.ceil(x) if abs(x) < 4503599627370496.0 else x
+    elif op == UnaryOp.round:  # round half to even, as PyTorch and NumPy
+        if not abs(x) < 4503599627370496.0:
+            return x
         r = math.floor(x + 0.5)
         if r - x == 0.5 and r % 2 != 0:
             r -= 1
         return r
-    elif op == 23:
+    elif op == UnaryOp.logical_not:
         return x == 0
-    elif op == 24:
+    elif op == UnaryOp.erf:
         return math.erf(x)
-    elif op == 25:  # silu
+    elif op == UnaryOp.silu:  # as sigmoid, exp never overflows
         if x >= 0:
             return x / (1.0 + math.exp(-x))
         e = math.exp(x)
         return x * e / (1.0 + e)
-    elif op == 26:  # d gelu / dx = Phi(x) + x phi(x)
+    elif op == UnaryOp.gelu_grad:  # d gelu / dx = Phi(x) + x phi(x)
         return (
             0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
             + x * math.exp(-0.5 * x * x) * 0.3989422804014327
         )
-    elif op == 27:  # d gelu_tanh / dx
+    elif op == UnaryOp.gelu_tanh_grad:  # d gelu_tanh / dx
         u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
         t = math.tanh(u)
         return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (
             1.0 + 0.134145 * x * x
         )
-    elif op == 28:
+    elif op == UnaryOp.log10:
         return math.log10(x) if x > 0 else (-math.inf if x == 0 else math.nan)
-    elif op == 29:
+    elif op == UnaryOp.log2:
         return math.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan)
-    else:  # 30: exp2
+    elif op == UnaryOp.exp2:
         return math.pow(2.0, x)
+    return NO_BRANCH
 
 
 # --8<-- [end:unary]
@@ -225,13 +243,13 @@ def unary(op, x, p0, p1):
 # --8<-- [start:binary]
 def binary(op, x, y):
     """The scalar function behind binary op code ``op``."""
-    if op == 0:
+    if op == BinaryOp.add:
         return x + y
-    elif op == 1:
+    elif op == BinaryOp.sub:
         return x - y
-    elif op == 2:
+    elif op == BinaryOp.mul:
         return x * y
-    elif op == 3:
+    elif op == BinaryOp.div:
         return (
             x / y
             if y != 0
@@ -241,40 +259,51 @@ def binary(op, x, y):
                 else math.nan
             )
         )
-    elif op == 4:
+    elif op == BinaryOp.pow:
         return x**y
-    elif op == 5:  # maximum propagates NaN, like PyTorch
+    elif op == BinaryOp.maximum:  # maximum propagates NaN, like PyTorch
         return x if (x > y or x != x) else y
-    elif op == 6:
+    elif op == BinaryOp.minimum:
         return x if (x < y or x != x) else y
-    elif op == 7:
-        return x // y
-    elif op == 8:  # Python-style remainder: the sign of the divisor
-        return x - (x // y) * y
-    else:
+    elif op == BinaryOp.floordiv:  # as Python's and torch's; by 0 as div (floats only:
+        if y != 0:  # the methods refuse an integer division by zero)
+            return x // y
+        return math.copysign(math.inf, x) * math.copysign(1.0, y) if x != 0 and x == x else math.nan
+    elif op == BinaryOp.remainder:  # as Python's and torch's: the sign of the divisor
+        return x % y if y != 0 else math.nan
+    elif op == BinaryOp.atan2:
         return math.atan2(x, y)
+    elif op == BinaryOp.hypot:
+        return math.hypot(x, y)
+    elif op == BinaryOp.logaddexp:  # log(e^x + e^y), without overflow
+        if x == y:  # also x = y = -inf or +inf, where x - y is NaN
+            return x + _LN2
+        m = x if x > y else y  # y when either is NaN; then so is the result
+        return m + math.log1p(math.exp(-abs(x - y)))
+    return NO_BRANCH
 
 
 def compare(op, x, y):
     """The boolean function behind comparison op code ``op``."""
-    if op == 0:
+    if op == CompareOp.eq:
         return x == y
-    elif op == 1:
+    elif op == CompareOp.ne:
         return x != y
-    elif op == 2:
+    elif op == CompareOp.lt:
         return x < y
-    elif op == 3:
+    elif op == CompareOp.le:
         return x <= y
-    elif op == 4:
+    elif op == CompareOp.gt:
         return x > y
-    elif op == 5:
+    elif op == CompareOp.ge:
         return x >= y
-    elif op == 6:
+    elif op == CompareOp.logical_and:
         return (x != 0) and (y != 0)
-    elif op == 7:
+    elif op == CompareOp.logical_or:
         return (x != 0) or (y != 0)
-    else:
+    elif op == CompareOp.logical_xor:
         return (x != 0) != (y != 0)
+    return NO_BRANCH_BOOL
 
 
 # --8<-- [end:binary]

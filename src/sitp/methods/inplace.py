@@ -21,6 +21,23 @@ from sitp.random import _normal, _uniform
 from sitp.strides import broadcast_shapes, contiguous_strides
 
 
+def _elementwise_inplace(name: str):
+    """The in-place form of the Tensor method ``name``: ``x.name_(*args)`` writes
+    ``x.name(*args)`` into x, and is recorded in the autograd graph as torch records it.
+    Like torch, it refuses a float result for an integer tensor."""
+
+    def inplace(self, *args, **kwargs):
+        op = getattr(Tensor, name)
+        if _check_inplace(self, *args, *kwargs.values()):
+            return self._record_inplace(lambda x: op(x, *args, **kwargs))
+        with no_grad():
+            return self._inplace(op(self, *args, **kwargs))
+
+    inplace.__name__ = inplace.__qualname__ = name + "_"
+    inplace.__doc__ = f"In-place ``{name}``: ``x.{name}_(...)`` writes ``x.{name}(...)`` into x."
+    return inplace
+
+
 class TensorInplace:
     """In-place ops and the new_* constructors."""
 
@@ -133,35 +150,38 @@ class TensorInplace:
 
     # --8<-- [end:inplace]
 
-    def clamp_(self, min=None, max=None):
-        if _check_inplace(self, min, max):
-            return self._record_inplace(lambda x: x.clamp(min, max))
-        with no_grad():
-            return self._inplace(self.clamp(min, max))
-
-    def exp_(self):
-        if _check_inplace(self):
-            return self._record_inplace(lambda x: x.exp())
-        with no_grad():
-            return self._inplace(self.exp())
-
-    def sqrt_(self):
-        if _check_inplace(self):
-            return self._record_inplace(lambda x: x.sqrt())
-        with no_grad():
-            return self._inplace(self.sqrt())
-
-    def neg_(self):
-        if _check_inplace(self):
-            return self._record_inplace(lambda x: -x)
-        with no_grad():
-            return self._inplace(-self)
-
-    def pow_(self, e):
-        if _check_inplace(self, e):
-            return self._record_inplace(lambda x: x**e)
-        with no_grad():
-            return self._inplace(self**e)
+    # x.exp_(), x.atan2_(y), ...: the elementwise ops that torch has in place, each written
+    # by _elementwise_inplace below (the result computed out of place, then written back).
+    abs_ = _elementwise_inplace("abs")
+    atan2_ = _elementwise_inplace("atan2")
+    ceil_ = _elementwise_inplace("ceil")
+    clamp_ = _elementwise_inplace("clamp")
+    clamp_max_ = _elementwise_inplace("clamp_max")
+    clamp_min_ = _elementwise_inplace("clamp_min")
+    cos_ = _elementwise_inplace("cos")
+    erf_ = _elementwise_inplace("erf")
+    exp_ = _elementwise_inplace("exp")
+    exp2_ = _elementwise_inplace("exp2")
+    expm1_ = _elementwise_inplace("expm1")
+    floor_ = _elementwise_inplace("floor")
+    hypot_ = _elementwise_inplace("hypot")
+    log_ = _elementwise_inplace("log")
+    log10_ = _elementwise_inplace("log10")
+    log1p_ = _elementwise_inplace("log1p")
+    log2_ = _elementwise_inplace("log2")
+    neg_ = _elementwise_inplace("neg")
+    pow_ = _elementwise_inplace("pow")
+    reciprocal_ = _elementwise_inplace("reciprocal")
+    relu_ = _elementwise_inplace("relu")
+    round_ = _elementwise_inplace("round")
+    rsqrt_ = _elementwise_inplace("rsqrt")
+    sigmoid_ = _elementwise_inplace("sigmoid")
+    sign_ = _elementwise_inplace("sign")
+    sin_ = _elementwise_inplace("sin")
+    sqrt_ = _elementwise_inplace("sqrt")
+    square_ = _elementwise_inplace("square")
+    tanh_ = _elementwise_inplace("tanh")
+    trunc_ = _elementwise_inplace("trunc")
 
     def index_put_(self, indices, values, accumulate: bool = False):
         if _check_inplace(self, values):

@@ -20,6 +20,11 @@ from sitp.dtypes import bool_, float32, int64
 from sitp.functional import cat, return_types, topk, where
 from sitp.strides import normalize_dim, normalize_dims, numel
 
+# Binary ops whose result is a float: integer or bool operands are converted to float32
+# (torch's default dtype) first, as torch does; the _FLOAT_ONLY ops refuse them, as torch's.
+_FLOAT_RESULT = ("div", "atan2")
+_FLOAT_ONLY = ("hypot", "logaddexp")
+
 
 class TensorMath:
     """Arithmetic, comparisons, elementwise maths and reductions."""
@@ -29,10 +34,18 @@ class TensorMath:
     # -------------------------------------------------------------- arithmetic
     def _binary(self, other, op, reverse=False):
         a, b = _operands(self, other)
-        if a.dtype is bool_ and op not in ("maximum", "minimum"):
-            a, b = a.to(int64), b.to(int64)
-        if op == "div" and not a.dtype.is_floating_point:
-            a, b = a.to(float32), b.to(float32)
+        if not a.dtype.is_floating_point:
+            if op in _FLOAT_RESULT:  # as torch: integers in, float32 (the default dtype) out
+                a, b = a.to(float32), b.to(float32)
+            elif op in _FLOAT_ONLY:
+                raise NotImplementedError(
+                    f"{op}(): not implemented for {a.dtype} tensors, as in torch; convert "
+                    "them to a floating dtype first (x.float())"
+                )
+            elif a.dtype is bool_ and op == "add":  # as torch: True + True is True
+                return _compare_fn(a, b, "logical_or")
+            elif a.dtype is bool_ and op not in ("maximum", "minimum"):
+                a, b = a.to(int64), b.to(int64)
         if reverse:
             a, b = b, a
         return ops.Binary.apply(a, b, op)
@@ -73,6 +86,8 @@ class TensorMath:
 
     def __pow__(self, other):
         if isinstance(other, numbers.Number) and not isinstance(other, bool):
+            if self.dtype is bool_:  # as torch: bool ** 3 is int64
+                return self.to(int64) ** other
             x = (
                 self
                 if self.dtype.is_floating_point or (isinstance(other, int) and other >= 0)
@@ -96,6 +111,8 @@ class TensorMath:
         if self.dtype is bool_:
             raise TypeError("negation of a bool tensor is not supported; use ~ or logical_not")
         return ops.Unary.apply(self, "neg")
+
+    neg = __neg__
 
     def __pos__(self):
         return self
@@ -130,6 +147,15 @@ class TensorMath:
 
     def atan2(self, other):
         return self._binary(other, "atan2")
+
+    def hypot(self, other):
+        """sqrt(self**2 + other**2), entry by entry, without overflow (``torch.hypot``)."""
+        return self._binary(other, "hypot")
+
+    def logaddexp(self, other):
+        """log(exp(self) + exp(other)), entry by entry, without overflow
+        (``torch.logaddexp``)."""
+        return self._binary(other, "logaddexp")
 
     def matmul(self, other):
         return matmul(self, other)
@@ -563,6 +589,8 @@ def _nograd_binary(a, b, op):
     a, b = _operands(a, b)
     if a.dtype is bool_:
         a, b = a.to(int64), b.to(int64)
+    if not a.dtype.is_floating_point and bool((b == 0).any()):
+        raise ZeroDivisionError(f"{op}: integer division by zero")
     return dispatch.of(a, b).binary(op, a, b)
 
 

@@ -28,7 +28,12 @@ from numba import njit, prange
 
 from sitp.backends import scalar
 from sitp.backends.layout import index_table, positions, row_starts  # noqa: F401 (used by the launchers)
-from sitp.backends.scalar import BINARY, COMPARE, REDUCE, UNARY  # noqa: F401 (the op codes)
+from sitp.backends.scalar import BINARY, COMPARE, REDUCE, UNARY, ReduceOp  # noqa: F401 (the op codes)
+
+# The codes of the zips with loops of their own, as plain ints: numba compiles a global
+# int as a constant.
+_ADD, _SUB, _MUL, _DIV = BINARY["add"], BINARY["sub"], BINARY["mul"], BINARY["div"]
+_MAX, _MIN = BINARY["maximum"], BINARY["minimum"]
 
 # The scalar functions of sitp/backends/scalar.py, compiled for the CPU and inlined into
 # the kernels below (the CUDA backend compiles the same functions for the GPU).
@@ -91,31 +96,43 @@ def _zip_vs(op, a, b, o):
 @njit(cache=True)
 def zip_fast_kernel(op, a, a_starts, a_step, b, b_starts, b_step, n, out):
     """``zip_kernel`` with vectorisable rows when ``a`` has step 1 and ``b`` step 1 or 0."""
-    fast = a_step == 1 and b_step <= 1 and op <= 3
+    fast = (
+        a_step == 1
+        and b_step <= 1
+        and (op == _ADD or op == _SUB or op == _MUL or op == _DIV or op == _MAX or op == _MIN)
+    )
     for r in range(a_starts.size):
         as_ = a_starts[r]
         bs = b_starts[r]
         o = out[r * n : (r + 1) * n]
         if fast and b_step == 1:
             av, bv = a[as_ : as_ + n], b[bs : bs + n]
-            if op == 0:
-                _zip_vv(0, av, bv, o)
-            elif op == 1:
-                _zip_vv(1, av, bv, o)
-            elif op == 2:
-                _zip_vv(2, av, bv, o)
-            else:
-                _zip_vv(3, av, bv, o)
+            if op == _ADD:
+                _zip_vv(_ADD, av, bv, o)
+            elif op == _SUB:
+                _zip_vv(_SUB, av, bv, o)
+            elif op == _MUL:
+                _zip_vv(_MUL, av, bv, o)
+            elif op == _DIV:
+                _zip_vv(_DIV, av, bv, o)
+            elif op == _MAX:
+                _zip_vv(_MAX, av, bv, o)
+            else:  # _MIN, the last of the ops that make a row fast
+                _zip_vv(_MIN, av, bv, o)
         elif fast:
             av, bv = a[as_ : as_ + n], b[bs]
-            if op == 0:
-                _zip_vs(0, av, bv, o)
-            elif op == 1:
-                _zip_vs(1, av, bv, o)
-            elif op == 2:
-                _zip_vs(2, av, bv, o)
-            else:
-                _zip_vs(3, av, bv, o)
+            if op == _ADD:
+                _zip_vs(_ADD, av, bv, o)
+            elif op == _SUB:
+                _zip_vs(_SUB, av, bv, o)
+            elif op == _MUL:
+                _zip_vs(_MUL, av, bv, o)
+            elif op == _DIV:
+                _zip_vs(_DIV, av, bv, o)
+            elif op == _MAX:
+                _zip_vs(_MAX, av, bv, o)
+            else:  # _MIN, the last of the ops that make a row fast
+                _zip_vs(_MIN, av, bv, o)
         else:
             for j in range(n):
                 o[j] = binary(op, a[as_ + j * a_step], b[bs + j * b_step])
@@ -260,29 +277,28 @@ def reduce_kernel(op, x, x_starts, x_step, n, zero, out):
     """
     for r in range(x_starts.size):
         xs = x_starts[r]
-        if op == 0:
-            acc = zero
+        acc = zero
+        if op == ReduceOp.sum:
             for j in range(n):
                 acc += x[xs + j * x_step]
-        elif op == 1:
+        elif op == ReduceOp.prod:
             acc = zero + 1
             for j in range(n):
                 acc *= x[xs + j * x_step]
-        elif op == 2 or op == 3:
+        elif op == ReduceOp.max or op == ReduceOp.min:
             acc = zero + x[xs]
             for j in range(1, n):
                 v = x[xs + j * x_step]
-                if v != v or (op == 2 and v > acc) or (op == 3 and v < acc):
+                if v != v or (op == ReduceOp.max and v > acc) or (op == ReduceOp.min and v < acc):
                     acc = zero + v
                     if v != v:
                         break
-        elif op == 4:
-            acc = zero
+        elif op == ReduceOp.any:
             for j in range(n):
                 if x[xs + j * x_step] != 0:
                     acc = zero + 1
                     break
-        else:
+        elif op == ReduceOp.all:
             acc = zero + 1
             for j in range(n):
                 if x[xs + j * x_step] == 0:

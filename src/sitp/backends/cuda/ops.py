@@ -137,24 +137,28 @@ def reduce_rows_k(op, x, n, zero, out):
     if r < out.size:
         base = r * n
         acc = zero
-        if op == 0:
+        if op == S.ReduceOp.sum:
             for j in range(n):
                 acc += x[base + j]
-        elif op == 1:
+        elif op == S.ReduceOp.prod:
             acc = zero + 1
             for j in range(n):
                 acc *= x[base + j]
-        elif op == 2 or op == 3:
+        elif op == S.ReduceOp.max or op == S.ReduceOp.min:
             acc = zero + x[base]
             for j in range(1, n):
                 v = x[base + j]
-                if v != v or (op == 2 and v > acc) or (op == 3 and v < acc):
+                if (
+                    v != v
+                    or (op == S.ReduceOp.max and v > acc)
+                    or (op == S.ReduceOp.min and v < acc)
+                ):
                     acc = zero + v
-        elif op == 4:
+        elif op == S.ReduceOp.any:
             for j in range(n):
                 if x[base + j] != 0:
                     acc = zero + 1
-        else:
+        elif op == S.ReduceOp.all:
             acc = zero + 1
             for j in range(n):
                 if x[base + j] == 0:
