@@ -3,7 +3,9 @@
 ``a = w * 2; a.add_(1)`` gives ``a`` a new grad_fn; backward through it, and through
 tensors computed from ``a`` before the write, matches torch's forward and gradients.
 Where sitp cannot record the write (an indexed write, a tensor that another live tensor
-views), it raises instead of dropping or misrouting a gradient.
+views), it raises instead of dropping or misrouting a gradient. A write to a tensor that
+an op saved for its backward makes that backward fail exactly when it does in torch, for
+every op of the tables (``UNARY_READS``, ``BINARY_READS``).
 """
 
 import numpy as np
@@ -11,6 +13,8 @@ import pytest
 import torch
 
 import sitp
+from sitp.autograd.derivatives import BINARY_GRAD, BINARY_READS, UNARY_GRAD, UNARY_READS
+from test_ops import BINARY, UNARY, call, main_form
 
 _KEPT = []  # a non-leaf tensor whose retained .grad is compared too
 
@@ -139,3 +143,61 @@ def test_no_grad_writes_are_not_recorded():
     with sitp.no_grad():
         a.add_(1)
     assert a.grad_fn is node and a._version == 1
+
+
+# ------------------------------------------- a write after an op, for every op
+def _row(table, op):
+    """The first row of test_ops' table that runs ``op``."""
+    return next(r for r in table.values() if r.op == op)
+
+
+def _write_then_backward(L, row, wants_grad, written):
+    """Run a row on fresh inputs (those in ``wants_grad`` require grad), write one of the
+    inputs or the output (``written``: its position in operands + [output]) in place,
+    then backward: whether backward refused, and the gradients if it did not."""
+    values = ([0.5, 1.5, 0.7], [1.2, 0.3, 0.9])
+    leaves = [L.tensor(v, dtype=L.float64, requires_grad=w) for v, w in zip(values, wants_grad)]
+    operands = [x * 1 for x in leaves]  # not leaves: those would refuse any in-place write
+    y = call(L, row, main_form(row), *operands)
+    with L.no_grad():
+        (operands + [y])[written].add_(1)
+    try:
+        y.sum().backward()
+    except RuntimeError as e:
+        assert "modified by an inplace operation" in str(e)
+        return True, None
+    return False, [x.grad for x in leaves]
+
+
+def _same_as_torch(row, wants_grad, written):
+    refused, grads = _write_then_backward(sitp, row, wants_grad, written)
+    t_refused, t_grads = _write_then_backward(torch, row, wants_grad, written)
+    what = ["a", "b", "y"][written] if len(wants_grad) == 2 else ["x", "y"][written]
+    assert refused == t_refused, (
+        f"{row.op}, {what} written: sitp refused {refused}, torch {t_refused}"
+    )
+    for g, t in zip(grads or [], t_grads or []):
+        assert (g is None) == (t is None)
+        if t is not None:
+            np.testing.assert_allclose(g.numpy(), t.numpy(), rtol=1e-12)
+
+
+def test_every_differentiable_op_lists_what_its_backward_reads():
+    assert set(UNARY_READS) == set(UNARY_GRAD)
+    assert set(BINARY_READS) == set(BINARY_GRAD)
+
+
+@pytest.mark.parametrize("op", sorted(UNARY_GRAD))
+def test_writing_after_a_unary_op_fails_only_as_in_torch(op):
+    """Writing x or y in place after y = op(x) makes backward fail in sitp exactly when it
+    does in torch: when the gradient reads what was written (UNARY_READS)."""
+    for written in (0, 1):
+        _same_as_torch(_row(UNARY, op), (True,), written)
+
+
+@pytest.mark.parametrize("op", sorted(BINARY_GRAD))
+def test_writing_after_a_binary_op_fails_only_as_in_torch(op):
+    """As above for y = op(a, b) (BINARY_READS), for each choice of inputs wanting a gradient."""
+    for wants_grad in ((True, False), (False, True), (True, True)):
+        for written in (0, 1, 2):
+            _same_as_torch(_row(BINARY, op), wants_grad, written)
