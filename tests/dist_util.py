@@ -54,8 +54,14 @@ def mpi_missing() -> str | None:
     return None
 
 
-#: Skip a test where mpi4py or mpirun is missing, with the reason.
-requires_mpi = pytest.mark.skipif(mpi_missing() is not None, reason=str(mpi_missing()))
+#: Under CI=true (where `make test` installs the test extra, MPI included) nothing is
+#: skipped for a missing MPI: the test runs, and fails with the launcher's message.
+IN_CI = os.environ.get("CI", "").strip().lower() in ("true", "1")
+
+#: Skip a test where mpi4py or mpirun is missing, with the reason (not under CI=true).
+requires_mpi = pytest.mark.skipif(
+    mpi_missing() is not None and not IN_CI, reason=str(mpi_missing())
+)
 
 
 def _script(code_or_path, tmp: Path) -> Path:

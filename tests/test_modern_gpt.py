@@ -170,7 +170,6 @@ def test_bad_config_raises(fields, message):
         GPTConfig(**fields)
 
 
-@pytest.mark.skipif(not hasattr(sitp.optim, "Muon"), reason="sitp.optim.Muon not yet added")
 def test_muon_groups_and_steps_match_torch():
     smodel, tmodel = pair(rope=True, bias=False, norm="rmsnorm", tie_weights=False)
     t_gpt = load_module("gpt", "torch")
