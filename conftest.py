@@ -94,7 +94,33 @@ def _code_of(item, pages: dict) -> str | None:
     return None
 
 
+def _fences_the_copy_run_runs(config, items) -> None:
+    """Leave out the in-repository run of the book's fences when the copy-run runs them.
+
+    tests/test_copy_run.py runs every Python fence of every page from its installed
+    wheel, each standalone block in a fresh namespace shared only with its
+    continuations: what pytest-markdown-docs checks in-process, and more. Running both
+    doubled the fences' time in ``make test``. A run without the copy-run test (``pytest
+    --markdown-docs docs/ch02/strides.md``, say) keeps the fences. The ``>>>`` examples
+    (doctests) and fences in the package's docstrings always run here.
+    """
+    if not any(
+        (item.path.name, getattr(item, "originalname", None)) == _COPY_RUN for item in items
+    ):
+        return
+    docs = config.rootpath / "docs"
+    keep, dropped = [], []
+    for item in items:
+        in_book = isinstance(item, MarkdownInlinePythonItem) and item.path.is_relative_to(docs)
+        (dropped if in_book else keep).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` and `-k` have deselected what they do
 def pytest_collection_modifyitems(config, items):
+    _fences_the_copy_run_runs(config, items)
     pages = {}
     for item in items:
         code = _code_of(item, pages)
