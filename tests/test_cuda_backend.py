@@ -6,11 +6,13 @@ thread), so sizes stay tiny; the same tests run on real hardware in gpu.yml.
 
 import numpy as np
 import pytest
+import torch
 
 import sitp
 import sitp.nn as nn
 import sitp.nn.functional as F
-from helpers import host_device_copies
+from helpers import assert_close, host_device_copies
+from test_ops import BINARY, TOL, UNARY, _binary_inputs, _domain, call, main_form
 
 pytestmark = pytest.mark.skipif(
     not (sitp.cuda.is_available() or sitp.cuda.is_simulated()),
@@ -212,3 +214,38 @@ def test_gpt_trains_on_a_real_gpu_like_on_the_cpu():
             opt.step()
             losses[name].append(loss.item())
     np.testing.assert_allclose(losses["gpu"], losses["cpu"], rtol=1e-4)
+
+
+# ------------------------------------------- every elementwise op of test_ops' tables
+def _on_device_like_torch(row, arrays, g):
+    """A row on the device (main form), forward and backward, against torch on the CPU."""
+    leaves = [sitp.tensor(a, device="cuda").requires_grad_(True) for a in arrays]
+    t_leaves = [torch.tensor(a, requires_grad=True) for a in arrays]
+    y = call(sitp, row, main_form(row), *leaves)
+    yt = call(torch, row, main_form(row), *t_leaves)
+    assert y.device == "cuda" and y.dtype.np == yt.detach().numpy().dtype
+    tol = TOL[arrays[0].dtype.type]
+    assert_close(y.cpu(), yt, **tol)
+    y.backward(sitp.tensor(g, device="cuda"))
+    yt.backward(torch.tensor(g))
+    for x, t in zip(leaves, t_leaves):
+        assert x.grad.device == "cuda"
+        assert_close(x.grad.cpu(), t.grad, **tol)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_ops_on_the_device_like_torch(name):
+    """Each row of test_ops.UNARY on three entries (the simulator is slow), in both dtypes."""
+    row = UNARY[name]
+    for dtype in (np.float32, np.float64):
+        x = _domain(np.array([-1.3, 0.4, 1.7], dtype), row.domain)
+        _on_device_like_torch(row, [x], np.array([0.5, -1.0, 2.0], dtype))
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_ops_on_the_device_like_torch(name):
+    """Each row of test_ops.BINARY, with b broadcast along a's first dim."""
+    row = BINARY[name]
+    for dtype in (np.float32, np.float64):
+        a, b = _binary_inputs([(1, 3), (3,)], 5, row.domain, dtype)
+        _on_device_like_torch(row, [a, b], np.array([[0.5, -1.0, 2.0]], dtype))

@@ -179,8 +179,8 @@ def unary(op, x, p0, p1):
         if p1 == p1 and y > p1:
             y = p1
         return y
-    elif op == UnaryOp.sign:
-        return (x > 0) - (x < 0)
+    elif op == UnaryOp.sign:  # ints, not bools: the simulator's numpy refuses bool - bool
+        return int(x > 0) - int(x < 0)
     elif op == UnaryOp.square:
         return x * x
     elif op == UnaryOp.rsqrt:

@@ -61,6 +61,13 @@ def _blocks(n: int) -> int:
     return max(1, (n + TPB - 1) // TPB)
 
 
+def _grid(n: int):
+    """(blocks, threads per block) for one thread per entry of n: blocks of TPB threads, or
+    one block of n threads when n is smaller. The simulator runs each thread in Python, so
+    an op on 3 entries then costs 3 threads, not 128; a GPU does not mind either way."""
+    return (_blocks(n), TPB) if n >= TPB else (1, max(n, 1))
+
+
 # --8<-- [start:position]
 @cuda.jit(device=True)
 def _pos(i, shape, strides, offset):
@@ -401,7 +408,7 @@ def unary(op, x, p0=math.nan, p1=math.nan, out_dtype=None):
     n = numel(out._shape)
     if n:
         shape, [st] = _geom(x._shape, (x, x._strides))
-        map_k[_blocks(n), TPB](
+        map_k[_grid(n)](
             S.UNARY[op], float(p0), float(p1), x._storage, x._offset, st, shape, out._storage
         )
     return out
@@ -414,7 +421,7 @@ def binary(op, a, b, out_dtype=None):
     n = numel(shape)
     if n:
         cshape, [sa, sb] = _geom(shape, (a, _b(a, shape)), (b, _b(b, shape)))
-        zip_k[_blocks(n), TPB](
+        zip_k[_grid(n)](
             S.BINARY[op], a._storage, a._offset, sa, b._storage, b._offset, sb, cshape, out._storage
         )
     return out
@@ -427,7 +434,7 @@ def compare(op, a, b):
     n = numel(shape)
     if n:
         cshape, [sa, sb] = _geom(shape, (a, _b(a, shape)), (b, _b(b, shape)))
-        compare_k[_blocks(n), TPB](
+        compare_k[_grid(n)](
             S.COMPARE[op],
             a._storage,
             a._offset,
@@ -448,7 +455,7 @@ def where(c, a, b):
     n = numel(shape)
     if n:
         cshape, [sc, sa, sb] = _geom(shape, (c, _b(c, shape)), (a, _b(a, shape)), (b, _b(b, shape)))
-        where_k[_blocks(n), TPB](
+        where_k[_grid(n)](
             c._storage,
             c._offset,
             sc,
@@ -472,9 +479,7 @@ def assign(dst, src) -> None:
     n = numel(shape)
     if n:
         cshape, [sd, ss] = _geom(shape, (dst, dst._strides), (src, _b(src, shape)))
-        assign_k[_blocks(n), TPB](
-            dst._storage, dst._offset, sd, src._storage, src._offset, ss, cshape, n
-        )
+        assign_k[_grid(n)](dst._storage, dst._offset, sd, src._storage, src._offset, ss, cshape, n)
 
 
 def copy(x, dtype=None):
@@ -483,7 +488,7 @@ def copy(x, dtype=None):
     n = numel(x._shape)
     if n:
         cshape, [sd, ss] = _geom(x._shape, (out, out._strides), (x, x._strides))
-        assign_k[_blocks(n), TPB](out._storage, 0, sd, x._storage, x._offset, ss, cshape, n)
+        assign_k[_grid(n)](out._storage, 0, sd, x._storage, x._offset, ss, cshape, n)
     return out
 
 
@@ -496,7 +501,7 @@ def fill(shape, value, dtype):
     """A new device storage of ``numel(shape)`` entries, all ``value`` (filled by a kernel)."""
     out = empty(shape, dtype)
     if out.size:
-        fill_k[_blocks(out.size), TPB](out, value)
+        fill_k[_grid(out.size)](out, value)
     return out
 
 
@@ -521,7 +526,7 @@ def reduce(op, x, dims, keepdim=False, out_dtype=None):
     tmp = _new(kept, acc_dtype, x)
     if tmp._storage.size:
         zero = acc_dtype.np.type(0)
-        reduce_rows_k[_blocks(tmp._storage.size), TPB](S.REDUCE[op], xs, n, zero, tmp._storage)
+        reduce_rows_k[_grid(tmp._storage.size)](S.REDUCE[op], xs, n, zero, tmp._storage)
     out = tmp if acc_dtype is out_dtype else copy(tmp, out_dtype)
     if keepdim:
         out = reshaped(out, tuple(1 if d in dims else x._shape[d] for d in range(len(x._shape))))
@@ -537,7 +542,7 @@ def argreduce(x, dim, is_max, keepdim=False):
         )
     values, indices = _new(kept, x.dtype, x), _new(kept, int64, x)
     if values._storage.size:
-        argreduce_rows_k[_blocks(values._storage.size), TPB](
+        argreduce_rows_k[_grid(values._storage.size)](
             is_max, xs, n, values._storage, indices._storage
         )
     if keepdim:
@@ -568,7 +573,7 @@ def softmax(x, dim, log=False):
     out = _new(xc._shape, x.dtype, x)
     rows, n = _row_count(xc)
     if rows:
-        softmax_rows_k[_blocks(rows), TPB](xc._storage, n, log, out._storage)
+        softmax_rows_k[_grid(rows)](xc._storage, n, log, out._storage)
     return _put_back(out, perm)
 
 
@@ -578,7 +583,7 @@ def softmax_backward(y, g, dim, log=False):
     out = _new(yc._shape, y.dtype, y)
     rows, n = _row_count(yc)
     if rows:
-        softmax_backward_rows_k[_blocks(rows), TPB](yc._storage, gc._storage, n, log, out._storage)
+        softmax_backward_rows_k[_grid(rows)](yc._storage, gc._storage, n, log, out._storage)
     return _put_back(out, perm)
 
 
@@ -601,7 +606,7 @@ def matmul(a, b):
         grid = (nb, (M + 7) // 8, (N + 15) // 16)
         bmm_k[grid, block](A, B, C)
     elif out._storage.size:
-        fill_k[_blocks(out._storage.size), TPB](out._storage, 0)
+        fill_k[_grid(out._storage.size)](out._storage, 0)
     return out
 
 
@@ -669,7 +674,7 @@ def _plan(x, a, idx):
         m = idx._shape[1]
         table = cuda.device_array(max(m, 1), dtype=np.int64)[:m]
         if m:
-            index_table_k[_blocks(m), TPB](
+            index_table_k[_grid(m)](
                 idx._storage.reshape(k, m),
                 tuple(x._shape[a : a + k]),
                 tuple(x._strides[a : a + k]),
@@ -686,7 +691,7 @@ def take(x, a, idx):
     n = pre.size * table.size * post.size
     out = cuda.device_array(n, dtype=x.dtype.np)
     if n:
-        take_k[_blocks(n), TPB](x._storage, pre, table, post, out)
+        take_k[_grid(n)](x._storage, pre, table, post, out)
     return out
 
 
@@ -703,7 +708,7 @@ def put(x, a, idx, values, accumulate):
         else copy(_operand(values), x.dtype)
     )
     if v._storage.size:
-        put_k[_blocks(v._storage.size), TPB](x._storage, pre, table, post, v._storage, accumulate)
+        put_k[_grid(v._storage.size)](x._storage, pre, table, post, v._storage, accumulate)
 
 
 def _index_device(index):
@@ -715,7 +720,7 @@ def _gather_positions(shape, strides, offset, dim, index, size):
     m = numel(index._shape)
     pos = cuda.device_array(max(m, 1), dtype=np.int64)
     if m:
-        gather_pos_k[_blocks(m), TPB](
+        gather_pos_k[_grid(m)](
             idx._storage, tuple(index._shape), offset, tuple(strides), dim, size, pos, _err()
         )
     return pos
@@ -725,7 +730,7 @@ def gather(x, dim, index):
     pos = _gather_positions(x._shape, x._strides, x._offset, dim, index, x._shape[dim])
     out = _new(index._shape, x.dtype, x)
     if out._storage.size:
-        gather_k[_blocks(out._storage.size), TPB](x._storage, pos, out._storage)
+        gather_k[_grid(out._storage.size)](x._storage, pos, out._storage)
     return out
 
 
@@ -737,7 +742,7 @@ def scatter_add(shape, dim, index, src, dtype):
     s = copy(src, dtype)
     m = numel(index._shape)
     if m:
-        scatter_add_k[_blocks(m), TPB](out._storage, pos, s._storage)
+        scatter_add_k[_grid(m)](out._storage, pos, s._storage)
     return out
 
 
@@ -746,9 +751,7 @@ def tri(x, diagonal, upper):
     out = _new(x._shape, x.dtype, x)
     rows, cols = x._shape[-2:]
     if out._storage.size:
-        tri_k[_blocks(out._storage.size), TPB](
-            xc._storage, rows, cols, diagonal, upper, out._storage
-        )
+        tri_k[_grid(out._storage.size)](xc._storage, rows, cols, diagonal, upper, out._storage)
     return out
 
 
@@ -810,11 +813,11 @@ def nonzero(x):
     shape, [st] = _geom(x._shape, (x, x._strides))
     counts = cuda.device_array(threads, dtype=np.int64)
     starts = cuda.device_array(threads + 1, dtype=np.int64)
-    nonzero_count_k[_blocks(threads), TPB](x._storage, x._offset, st, shape, chunk, counts)
+    nonzero_count_k[_grid(threads)](x._storage, x._offset, st, shape, chunk, counts)
     exclusive_scan_k[1, 1](counts, starts)
     total = int(starts[threads:].copy_to_host()[0])
     out = cuda.device_array(max(total, 1), dtype=np.int64)
-    nonzero_write_k[_blocks(threads), TPB](x._storage, x._offset, st, shape, chunk, starts, out)
+    nonzero_write_k[_grid(threads)](x._storage, x._offset, st, shape, chunk, starts, out)
     return out.copy_to_host()[:total]
 
 
@@ -826,7 +829,7 @@ def arange(start, end, step, dtype):
     n = max(0, math.ceil((end - start) / step))
     out = cuda.device_array(n, dtype=dtype.np)
     if n:
-        arange_k[_blocks(n), TPB](start, step, out)
+        arange_k[_grid(n)](start, step, out)
     return out
 
 
@@ -835,7 +838,7 @@ def cumsum(x, dim):
     out = _new(xc._shape, x.dtype, x)
     rows, n = _row_count(xc)
     if rows:
-        cumsum_rows_k[_blocks(rows), TPB](xc._storage, n, out._storage)
+        cumsum_rows_k[_grid(rows)](xc._storage, n, out._storage)
     return _put_back(out, perm)
 
 
@@ -873,7 +876,7 @@ def multinomial(p, num_samples, replacement, uniforms):
     rows = numel(p._shape) // n
     out = cuda.device_array(max(rows * num_samples, 1), dtype=np.int64)
     if rows * num_samples:
-        multinomial_k[_blocks(rows), TPB](
+        multinomial_k[_grid(rows)](
             w._storage,
             n,
             cuda.to_device(np.asarray(uniforms, np.float64)),
