@@ -188,6 +188,8 @@ BINARY = {
     "pow": (lambda a, b: a**b, 0.5, 2),
     "maximum": (lambda a, b: sitp.maximum(a, b), -1, 1),
     "atan2": (lambda a, b: a.atan2(b), 0.5, 2),
+    "hypot": (lambda a, b: a.hypot(b), 0.5, 2),
+    "logaddexp": (lambda a, b: a.logaddexp(b), -2, 2),
 }
 
 
