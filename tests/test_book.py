@@ -295,10 +295,14 @@ def test_ci_workflow_runs_make_test_and_uploads_the_site():
     assert {"push", "pull_request"} <= set(data["on"])
     job = data["jobs"]["test"]
     runs = " ".join(s.get("run", "") for s in steps(job))
-    assert "make test" in runs
+    # one leg a make target: every check, and the pages' outputs on another vector width
+    assert 'make "$CHECK"' in runs
+    assert set(job["strategy"]["matrix"]["check"]) == {"test", "test-other-isa"}
     assert any(
         "upload-artifact" in s.get("uses", "") and s["with"]["path"] == "site" for s in steps(job)
     )
+    cache = [s for s in steps(job) if s.get("uses", "").startswith("actions/cache@")]
+    assert cache and "src/sitp/**/*.py" in cache[0]["with"]["key"]  # numba's, keyed on sources
 
 
 def test_gpu_workflow_never_runs_pull_requests_from_forks():
