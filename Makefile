@@ -34,8 +34,9 @@ NUMBA_ENABLE_CUDASIM := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 0 || echo 
 endif
 export NUMBA_ENABLE_CUDASIM
 export NO_MKDOCS_2_WARNING ?= 1
-# Tests and CI have no internet: makemore's names.txt and tinyshakespeare are read from
-# ../shared/data when that folder exists (sitp.data looks in $SITP_DATA_DIR first).
+# Tests never download: makemore's names.txt and tinyshakespeare are read from
+# ../shared/data when that folder exists, or from $SITP_DATA_DIR (GitHub's CI downloads
+# them there first: ci.yml); sitp.data looks in $SITP_DATA_DIR first.
 ifeq ($(origin SITP_DATA_DIR),undefined)
 ifneq ($(wildcard ../shared/data/names.txt),)
 export SITP_DATA_DIR := $(abspath ../shared/data)
