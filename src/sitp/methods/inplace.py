@@ -22,19 +22,13 @@ from sitp.strides import broadcast_shapes, contiguous_strides
 
 
 def _elementwise_inplace(name: str):
-    """The in-place form of the Tensor method ``name``: ``x.name_(*args)`` writes
-    ``x.name(*args)`` into x, and is recorded in the autograd graph as torch records it.
-    Like torch, it refuses a float result for an integer tensor."""
+    """``x.name_()``: the in-place form of the Tensor method ``name`` (no arguments)."""
 
-    def inplace(self, *args, **kwargs):
-        op = getattr(Tensor, name)
-        if _check_inplace(self, *args, *kwargs.values()):
-            return self._record_inplace(lambda x: op(x, *args, **kwargs))
-        with no_grad():
-            return self._inplace(op(self, *args, **kwargs))
+    def inplace(self):
+        return self._inplace_op(name)
 
     inplace.__name__ = inplace.__qualname__ = name + "_"
-    inplace.__doc__ = f"In-place ``{name}``: ``x.{name}_(...)`` writes ``x.{name}(...)`` into x."
+    inplace.__doc__ = f"In-place ``{name}``: writes ``x.{name}()`` into x."
     return inplace
 
 
@@ -150,27 +144,48 @@ class TensorInplace:
 
     # --8<-- [end:inplace]
 
-    # x.exp_(), x.atan2_(y), ...: the elementwise ops that torch has in place, each written
-    # by _elementwise_inplace below (the result computed out of place, then written back).
+    def _inplace_op(self, name: str, *args) -> "Tensor":
+        """``x.name_(*args)``: ``x.name(*args)`` computed out of place, then written into x,
+        recorded in the autograd graph as torch records it. Like torch, it refuses a float
+        result for an integer tensor."""
+        op = getattr(Tensor, name)
+        if _check_inplace(self, *args):
+            return self._record_inplace(lambda x: op(x, *args))
+        with no_grad():
+            return self._inplace(op(self, *args))
+
+    def atan2_(self, other):
+        return self._inplace_op("atan2", other)
+
+    def clamp_(self, min=None, max=None):
+        return self._inplace_op("clamp", min, max)
+
+    def clamp_max_(self, max):
+        return self._inplace_op("clamp_max", max)
+
+    def clamp_min_(self, min):
+        return self._inplace_op("clamp_min", min)
+
+    def hypot_(self, other):
+        return self._inplace_op("hypot", other)
+
+    def pow_(self, exponent):
+        return self._inplace_op("pow", exponent)
+
+    # x.exp_(), x.sin_(), ...: the elementwise ops without arguments that torch has in place
     abs_ = _elementwise_inplace("abs")
-    atan2_ = _elementwise_inplace("atan2")
     ceil_ = _elementwise_inplace("ceil")
-    clamp_ = _elementwise_inplace("clamp")
-    clamp_max_ = _elementwise_inplace("clamp_max")
-    clamp_min_ = _elementwise_inplace("clamp_min")
     cos_ = _elementwise_inplace("cos")
     erf_ = _elementwise_inplace("erf")
     exp_ = _elementwise_inplace("exp")
     exp2_ = _elementwise_inplace("exp2")
     expm1_ = _elementwise_inplace("expm1")
     floor_ = _elementwise_inplace("floor")
-    hypot_ = _elementwise_inplace("hypot")
     log_ = _elementwise_inplace("log")
     log10_ = _elementwise_inplace("log10")
     log1p_ = _elementwise_inplace("log1p")
     log2_ = _elementwise_inplace("log2")
     neg_ = _elementwise_inplace("neg")
-    pow_ = _elementwise_inplace("pow")
     reciprocal_ = _elementwise_inplace("reciprocal")
     relu_ = _elementwise_inplace("relu")
     round_ = _elementwise_inplace("round")
