@@ -30,10 +30,9 @@ from sitp.backends import scalar
 from sitp.backends.layout import index_table, positions, row_starts  # noqa: F401 (used by the launchers)
 from sitp.backends.scalar import BINARY, COMPARE, REDUCE, UNARY, ReduceOp  # noqa: F401 (the op codes)
 
-# The codes of the zips with loops of their own, as plain ints: numba compiles a global
-# int as a constant.
+# The codes of the four zips with loops of their own (zip_fast_kernel), as plain ints:
+# numba compiles a global int as a constant.
 _ADD, _SUB, _MUL, _DIV = BINARY["add"], BINARY["sub"], BINARY["mul"], BINARY["div"]
-_MAX, _MIN = BINARY["maximum"], BINARY["minimum"]
 
 # The scalar functions of sitp/backends/scalar.py, compiled for the CPU and inlined into
 # the kernels below (the CUDA backend compiles the same functions for the GPU).
@@ -96,11 +95,7 @@ def _zip_vs(op, a, b, o):
 @njit(cache=True)
 def zip_fast_kernel(op, a, a_starts, a_step, b, b_starts, b_step, n, out):
     """``zip_kernel`` with vectorisable rows when ``a`` has step 1 and ``b`` step 1 or 0."""
-    fast = (
-        a_step == 1
-        and b_step <= 1
-        and (op == _ADD or op == _SUB or op == _MUL or op == _DIV or op == _MAX or op == _MIN)
-    )
+    fast = a_step == 1 and b_step <= 1 and (op == _ADD or op == _SUB or op == _MUL or op == _DIV)
     for r in range(a_starts.size):
         as_ = a_starts[r]
         bs = b_starts[r]
@@ -113,12 +108,8 @@ def zip_fast_kernel(op, a, a_starts, a_step, b, b_starts, b_step, n, out):
                 _zip_vv(_SUB, av, bv, o)
             elif op == _MUL:
                 _zip_vv(_MUL, av, bv, o)
-            elif op == _DIV:
+            else:  # _DIV, the last of the four that make a row fast
                 _zip_vv(_DIV, av, bv, o)
-            elif op == _MAX:
-                _zip_vv(_MAX, av, bv, o)
-            else:  # _MIN, the last of the ops that make a row fast
-                _zip_vv(_MIN, av, bv, o)
         elif fast:
             av, bv = a[as_ : as_ + n], b[bs]
             if op == _ADD:
@@ -127,12 +118,8 @@ def zip_fast_kernel(op, a, a_starts, a_step, b, b_starts, b_step, n, out):
                 _zip_vs(_SUB, av, bv, o)
             elif op == _MUL:
                 _zip_vs(_MUL, av, bv, o)
-            elif op == _DIV:
+            else:  # _DIV, the last of the four that make a row fast
                 _zip_vs(_DIV, av, bv, o)
-            elif op == _MAX:
-                _zip_vs(_MAX, av, bv, o)
-            else:  # _MIN, the last of the ops that make a row fast
-                _zip_vs(_MIN, av, bv, o)
         else:
             for j in range(n):
                 o[j] = binary(op, a[as_ + j * a_step], b[bs + j * b_step])
