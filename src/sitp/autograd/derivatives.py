@@ -7,7 +7,8 @@ tensor input, by the chain rule: grad times the op's local derivative.
 Backward code runs with recording off and may use any tensor op.
 
 Elementwise ops are rows of two tables, ``UNARY_GRAD`` and ``BINARY_GRAD``:
-adding one is adding a row.
+adding one is adding a row there, and one in ``UNARY_READS`` or ``BINARY_READS`` (the
+saved tensors its gradient reads, which are checked for in-place writes).
 """
 
 from __future__ import annotations
