@@ -2,7 +2,8 @@
 
 ``tests/test_book.py::test_numbers_page_copies_the_chapters`` checks that the numbers page
 copies the chapters. This file checks the other quotes: a number one page takes from
-another (the CPU bandwidth of 4.3's cost model, from 2.3's roofline), the numbers the
+another (the CPU bandwidth of 4.3's cost model, from 2.3's roofline; a GPT step's
+operations, from 4.2's recorded output) or from its own table or recorded output, the numbers the
 prose reads off a figure's recorded data (``src/sitp/examples/*.json``), and the claims
 about GPU timings, which must match what the numbers page says has been measured.
 """
@@ -52,6 +53,44 @@ def roofline_triad_two_threads() -> str:
     return m.group(2)
 
 
+def microkernel_shipped(isa: str) -> str:
+    """GFLOP/s of the shipped micro-kernel in 2.3's table for ``isa`` ("AVX-512", "AVX2")."""
+    table = page("ch02/blas.md").split(f"{isa} code (", 1)[1].split("\n\n", 2)[1]
+    m = re.search(r"^\| explicit vectors \(shipped\) \| ([\d.]+) \|", table, re.MULTILINE)
+    assert m, f"2.3's micro-kernel table has no shipped row for {isa}"
+    return m.group(1)
+
+
+def recorded(name: str, line_prefix: str) -> str:
+    """The line of a page's recorded output (docs/_outputs) that starts with ``line_prefix``."""
+    outputs = json.loads((DOCS / "_outputs" / f"{name}.json").read_text(encoding="utf-8"))
+    lines = [
+        line
+        for block in outputs["blocks"]
+        for line in block["stdout"].splitlines()
+        if line.startswith(line_prefix)
+    ]
+    assert len(lines) == 1, (name, line_prefix, lines)
+    return lines[0]
+
+
+def gpt_step_operations() -> str:
+    """The operations of one GPT training step, as 4.2's fence counts them."""
+    line = recorded("ch04/primitives", "one GPT step:")
+    return str(sum(int(n) for n in re.findall(r"(\d+) (?:operations|backward|in AdamW)", line)))
+
+
+def innovation_at_half() -> str:
+    """The projects page's 200-step model: its innovation rate at temperature 0.5, printed."""
+    return re.search(r"innovation rate (\d+)%", recorded("projects", "temperature 0.5:")).group(1)
+
+
+def ladder_gap(split: str) -> str:
+    """How far 3.5's GPT ends below the GRU on ``split`` (ladder-names.json), to 4 decimals."""
+    runs = load("ladder-names.json")["runs"]
+    return f"{runs['gru']['final'][split] - runs['gpt']['final'][split]:.4f}".rstrip("0")
+
+
 # (page, regex whose group 1 is the quoted number, the source's number)
 QUOTES = [
     ("ch04/gpu.md", r"\((\d+\.\d+) GB/s with two threads\)", roofline_triad_two_threads),
@@ -67,6 +106,29 @@ QUOTES = [
         r"^\s*bandwidth = (\d+\.\d+)  # GB/s, triad, 2 threads",
         roofline_triad_two_threads,
     ),
+    (
+        "ch02/blas.md",
+        r"micro-kernel's peak is (\d+\.\d) GFLOP/s",
+        lambda: microkernel_shipped("AVX2"),
+    ),
+    (
+        "ch02/blas.md",
+        r"micro-kernel's peak is [\d.]+ GFLOP/s against\s+(\d+\.\d)",
+        lambda: microkernel_shipped("AVX-512"),
+    ),
+    (
+        "ch02/blas.md",
+        r"the micro-kernel, which runs at (\d+\.\d) GFLOP/s",
+        lambda: microkernel_shipped("AVX-512"),
+    ),
+    ("ch03/gpt.md", r"(\d+) operations per step", gpt_step_operations),
+    ("ch03/gpt.md", r"the GPT is (\d\.\d+) nats below the GRU on", lambda: ladder_gap("val")),
+    (
+        "ch03/gpt.md",
+        r"the GPT is [\d.]+ nats below the GRU on\s+validation and (\d\.\d+) on test",
+        lambda: ladder_gap("test"),
+    ),
+    ("projects.md", r"innovation rate is already (\d+)% at", innovation_at_half),
 ]
 
 
