@@ -10,7 +10,9 @@ about GPU timings, which must match what the numbers page says has been measured
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import re
 from pathlib import Path
 
@@ -132,20 +134,1121 @@ QUOTES = [
 ]
 
 
-@pytest.mark.parametrize(
-    "name, pattern, source", QUOTES, ids=[f"{q[0]}:{q[1][:24]}" for q in QUOTES]
+# --- every figure a page states, against its data ------------------------------------
+#
+# A row of FIGURES is (page, pattern, source). Each group of the pattern is a figure as the
+# prose writes it ("1,115,394", "4.20", "−0.270", "twelve"); the source returns the data's
+# value for each group, in order, and the test compares them at the precision the prose
+# states: 4.20 against 4.2031 passes, 4.21 fails; "twelve" is 12. A space in a pattern
+# matches any run of whitespace, line breaks included. Every match on the page is checked,
+# and a pattern that no longer matches fails, so a reworded sentence gets its row updated.
+
+WORDS = {
+    w: i
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen "
+        "fourteen fifteen sixteen seventeen eighteen nineteen twenty".split()
+    )
+} | {"twice": 2, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "hundred": 100}
+
+
+def as_figure(text: str) -> tuple[float, int]:
+    """A figure of the prose: its value and its number of decimals."""
+    word = text.lower()
+    if word in WORDS:
+        return float(WORDS[word]), 0
+    digits = text.replace(",", "").replace("{,}", "").replace("−", "-")
+    decimals = len(digits.split(".")[1]) if "." in digits else 0
+    return float(digits), decimals
+
+
+def agrees(prose: str, value) -> bool:
+    """Whether the data's ``value`` rounds to the figure ``prose`` writes."""
+    number, decimals = as_figure(prose)
+    return f"{float(value):.{decimals}f}" == f"{number:.{decimals}f}"
+
+
+def grab(text: str, pattern: str, where: str):
+    """The numbers that the groups of ``pattern``'s one match in ``text`` capture."""
+    hits = list(re.finditer(pattern, text, re.MULTILINE))
+    assert len(hits) == 1, f"{where}: {len(hits)} matches of {pattern!r}, want 1"
+    values = tuple(float(g.replace(",", "")) for g in hits[0].groups())
+    return values[0] if len(values) == 1 else values
+
+
+@functools.cache
+def printed(name: str) -> str:
+    """What the blocks of page ``name`` print, as docs/_outputs/<name>.json records it."""
+    outputs = json.loads((DOCS / "_outputs" / f"{name}.json").read_text(encoding="utf-8"))
+    return "\n".join(block["stdout"] for block in outputs["blocks"])
+
+
+def out(name: str, pattern: str):
+    """Number(s) from the recorded output of page ``name`` ("part3/tokens")."""
+    return grab(printed(name), pattern, f"docs/_outputs/{name}.json")
+
+
+def asset(path: str, pattern: str):
+    """Number(s) from a recorded text file in docs/assets ("part3/ablate-gpt.txt")."""
+    return grab((DOCS / "assets" / path).read_text(encoding="utf-8"), pattern, path)
+
+
+def ex(name: str):
+    """A recorded run that sitp.examples ships ("bpb-budget.json")."""
+    return json.loads((EXAMPLES / name).read_text(encoding="utf-8"))
+
+
+def roofline(row: str, threads: int) -> float:
+    """2.3's roofline table: ``row`` ("DRAM", "L2") with 1 or 2 threads, in GB/s."""
+    m = re.search(
+        rf"^\| triad bandwidth, {row}, GB/s \| ([\d.]+) \| ([\d.]+) \|$",
+        page("ch02/blas.md"),
+        re.MULTILINE,
+    )
+    return float(m.group(threads))
+
+
+def scoreboard_ratios() -> list[float]:
+    """2.3's scoreboard (the host's code): the ratios to numpy of the packed kernel on one
+    thread and of the parallel one on two, at N = 256, 512 and 1024."""
+    table = page("ch02/blas.md").split("<!-- --8<-- [start:scoreboard] -->")[1]
+    table = table.split("\n\n", 3)[2]
+    cells = {}
+    for name in ("packed + micro-kernel", "packed, parallel"):
+        m = re.search(rf"^\| {re.escape(name)} \|(.*)\|$", table, re.MULTILINE)
+        cells[name] = [float(r) for r in re.findall(r"\(([\d.]+)\)", m.group(1))]
+    return cells["packed + micro-kernel"][0::2] + cells["packed, parallel"][1::2]
+
+
+def compile_best(block: str) -> float:
+    """6.4's best speed-up of ``block``: the lowest eager median over the lowest compiled."""
+    return out("part3/compiled", rf"^{re.escape(block)} .* ([\d.]+)x$")
+
+
+def compile_lowest(block: str, key: str) -> float:
+    """6.4: the lowest median over the runs of ``block`` for ``key`` ("eager", "torch")."""
+    return min(r["rows"][block][key] for r in ex("compile-bench.json")["runs"])
+
+
+def anchor():
+    return ex("shakespeare-anchor.json")
+
+
+def bpb(i: int) -> dict:
+    """5.3's bits-per-byte run, row ``i`` (0 gpt2 char, 1 modern char, 2 BPE 512, 3 BPE 1024)."""
+    return ex("bpb-budget.json")["rows"][i]
+
+
+def ablation(option: str, path: str = "part3/ablate-gpt.txt", at: int = 0) -> list[float]:
+    """A row of 5.3's ablation (params, train, val, vs gpt2, ms/step); ``at`` picks the run
+    of a file with several (ablate-gpt-seeds.txt holds seeds 1 and 2)."""
+    text = (DOCS / "assets" / path).read_text(encoding="utf-8")
+    rows = re.findall(rf"^\| {re.escape(option)} \|(.*)\|$", text, re.MULTILINE)
+    return [float(c.strip().replace(",", "")) for c in rows[at].split("|")]
+
+
+def seed_spread() -> float:
+    """How far apart the GPT-2 baseline's validation losses land over 5.3's three seeds."""
+    vals = [ablation("gpt2")[2]] + [
+        ablation("gpt2", "part3/ablate-gpt-seeds.txt", k)[2] for k in (0, 1)
+    ]
+    return max(vals) - min(vals)
+
+
+def demo(stage: str, key: str = "pass@1", name: str = "posttrain-demo.json"):
+    """8.2's demo run: ``key`` of ``stage`` ("pretrain", "sft", "rl")."""
+    return next(s for s in ex(name)["stages"] if s["stage"] == stage)[key]
+
+
+def pipeline(stage: str, task: str) -> float:
+    """8.4's pipeline: held-out pass@1 of ``task`` after ``stage``."""
+    run = ex("posttrain-pipeline.json")
+    return next(s for s in run["stages"] if s["stage"] == stage)["pass@1"][task]["pass@1"]
+
+
+def kv(pattern: str):
+    return asset("part3/bench-kv-cache.txt", pattern)
+
+
+def recorded_run(name: str, key: str) -> tuple[float, float, int]:
+    """A run of ``sitp train`` that sitp.examples keeps: validation and test loss, steps."""
+    data = ex(name)
+    run = data["runs"][key] if "runs" in data else data[key]
+    return run["final"]["val"], run["final"]["test"], run["train_config"]["steps"]
+
+
+def longest_identity_conversation() -> int:
+    """Tokens of the longest hand-written conversation, rendered with the byte tokenizer."""
+    from sitp.data.tokens import ByteTokenizer  # late: the package, for two counts only
+    from sitp.posttrain.chat import ChatTokenizer, render
+    from sitp.posttrain.tasks import identity_conversations
+
+    tok = ChatTokenizer(ByteTokenizer())
+    return max(len(render(c, tok)[0]) for c in identity_conversations())
+
+
+def longest_chain1_reply() -> int:
+    """Bytes of chain1's longest reference reply, over all its 1,000 problems."""
+    from sitp.posttrain.tasks import ChainAddition, Problem  # late: as above
+
+    task = ChainAddition(1)
+    return max(
+        len(task.reference(Problem("chain1", (a, b, c))).encode())
+        for a in range(10)
+        for b in range(10)
+        for c in range(10)
+    )
+
+
+TOK, TOKENS, MODERN, EAGER, COMPILED = (
+    "part3/tokenizer",
+    "part3/tokens",
+    "part3/modern-gpt",
+    "part3/eager",
+    "part3/compiled",
 )
-def test_a_quoted_number_matches_its_source(name, pattern, source):
+
+FIGURES = QUOTES + [
+    # Part III's overview, against the chapters and runs it summarises
+    (
+        "part3/index.md",
+        r"on a layer norm \((\w+) kernels and (\w+) times the bytes",
+        lambda: (
+            out(EAGER, r"^(\d+) ops, [\d.]+ MB moved"),
+            out(EAGER, r"([\d.]+) MB moved") / out(EAGER, r"alone are ([\d.]+) MB"),
+        ),
+    ),
+    (
+        "part3/index.md",
+        r"gains the least \((\d\.\d+) times, against (\w+) to (\w+) for the blocks\)",
+        lambda: (
+            compile_best("GPT train step"),
+            compile_best("attention softmax"),
+            compile_best("gelu(xW+b)"),
+        ),
+    ),
+    (
+        "part3/index.md",
+        r"a (\d)-layer GPT of ([\d,]+) parameters goes from pass@1 (\d) after pre-training to "
+        r"(\d\.\d+) after SFT and (\d\.\d+) after (\d+) steps of RL, with (\d+) s of training",
+        lambda: (
+            ex("posttrain-demo.json")["config"]["n_layer"],
+            ex("posttrain-demo.json")["config"]["parameters"],
+            demo("pretrain"),
+            demo("sft"),
+            demo("rl"),
+            ex("posttrain-demo.json")["config"]["rl_steps"],
+            sum(s["seconds"] for s in ex("posttrain-demo.json")["stages"]),
+        ),
+    ),
+    (
+        "part3/index.md",
+        r"(\d) layers, (\d) heads, width (\d+), block (\d+), batch (\d+), ([\d,]+) iterations",
+        lambda: tuple(
+            anchor()["config"][k]
+            for k in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "iters")
+        ),
+    ),
+    (
+        "part3/index.md",
+        r"from (\d\.\d+) at step 0 to (\d\.\d+) at step ([\d,]+);",
+        lambda: (
+            anchor()["results"]["sitp"]["curve"][0][1],
+            anchor()["results"]["sitp"]["curve"][-1][1],
+            anchor()["results"]["sitp"]["curve"][-1][0],
+        ),
+    ),
+    # 5.1
+    (
+        "part3/tokenizer.md",
+        r"tinyshakespeare's (\d\.\d) million bytes",
+        lambda: out(TOK, r"^([\d,]+) bytes, [\d,]+ chunks") / 1e6,
+    ),
+    (
+        "part3/tokenizer.md",
+        r"from (\d\.\d) at 256 tokens to about (\d\.\d) at 4,352",
+        lambda: (
+            out(TOK, r"^vocab +256: .* ([\d.]+) bytes per token$"),
+            out(TOK, r"^vocab +4352: .* ([\d.]+) bytes per token$"),
+        ),
+    ),
+    (
+        "part3/tokenizer.md",
+        r"The first 256 merges remove (\d+)% of the tokens; the last 1,024 take off (\d\.\d)%",
+        lambda: out(
+            TOK,
+            r"^the first 256 merges remove (\d+)% of the tokens, the last 1,024 "
+            r"([\d.]+)%$",
+        ),
+    ),
+    (
+        "part3/tokenizer.md",
+        r"GPT-4's pattern gives (\d\.\d+) bytes per token at 1,280 tokens, GPT-2's (\d\.\d+): "
+        r"(\d+)% fewer",
+        lambda: (
+            out(TOK, r"^GPT-4: .* ([\d.]+) bytes per token$"),
+            out(TOK, r"^GPT-2: .* ([\d.]+) bytes per token$"),
+            100
+            * (
+                1
+                - out(TOK, r"^GPT-4: [\d,]+ chunks, ([\d,]+) tokens")
+                / out(TOK, r"^GPT-2: [\d,]+ chunks, ([\d,]+) tokens")
+            ),
+        ),
+    ),
+    (
+        "part3/tokenizer.md",
+        r"without a letter or a digit fall from ([\d,]+) to ([\d,]+)",
+        lambda: out(TOK, r"^tokens on punctuation and space: GPT-2 ([\d,]+), GPT-4 ([\d,]+)$"),
+    ),
+    (
+        "part3/tokenizer.md",
+        r"spends slightly more tokens \(([\d,]+) against ([\d,]+)\)",
+        lambda: out(TOK, r"^tokens on words: GPT-2 ([\d,]+), GPT-4 ([\d,]+)$")[::-1],
+    ),
+    (
+        "part3/tokenizer.md",
+        r"All ([\d,]+) merges come back",
+        lambda: out(TOK, r"^(\d+) merges rec"),
+    ),
+    (
+        "part3/tokenizer.md",
+        r"Of the ([\d,]+) merged tokens, ([\d,]+) can be split",
+        lambda: out(TOK, r"^([\d,]+) of ([\d,]+) merged tokens split")[::-1],
+    ),
+    # 5.2
+    (
+        "part3/tokens.md",
+        r"tinyshakespeare: ([\d,]+) bytes of plays",
+        lambda: out(TOKENS, r"^[\d,]+ characters, ([\d,]+) bytes"),
+    ),
+    (
+        "part3/tokens.md",
+        r"tinyshakespeare is (\d) MiB of `uint16`",
+        lambda: 2 * out(TOKENS, r"^[\d,]+ characters, ([\d,]+) bytes") / 2**20,
+    ),
+    (
+        "part3/tokens.md",
+        r"The training shards hold ([\d,]+) characters",
+        lambda: out(TOKENS, r"^train: \d+ shards, ([\d,]+) tokens$"),
+    ),
+    (
+        "part3/tokens.md",
+        r"last shard holds the remaining ([\d,]+) characters",
+        lambda: out(TOKENS, r"^val: \d+ shards, ([\d,]+) tokens$"),
+    ),
+    ("part3/tokens.md", r"The first uses the (\d+)\b", lambda: out(TOKENS, r'^(\d+) "')),
+    (
+        "part3/tokens.md",
+        r"Per token, the pair model looks much worse: (\d\.\d) bits against (\d\.\d)\. Per byte "
+        r"it is better, (\d\.\d+) against (\d\.\d+)\.",
+        lambda: (
+            out(TOKENS, r"^PairTokenizer .* = ([\d.]+) bits/token"),
+            out(TOKENS, r"^CharTokenizer .* = ([\d.]+) bits/token"),
+            out(TOKENS, r"^PairTokenizer .* ([\d.]+) bits/byte$"),
+            out(TOKENS, r"^CharTokenizer .* ([\d.]+) bits/byte$"),
+        ),
+    ),
+    (
+        "part3/tokens.md",
+        r"scores (\d) bits per byte on bytes and \$\\log_2 65 = (\d\.\d+)\$ on characters",
+        lambda: (
+            out(TOKENS, r"^bytes +V = +256, .* uniform ([\d.]+),"),
+            out(TOKENS, r"^characters V = +65, .* uniform ([\d.]+),"),
+        ),
+    ),
+    (
+        "part3/tokens.md",
+        r"On BPE 512 it scores (\d\.\d+), and on BPE 1,024 (\d\.\d+), better than a unigram "
+        r"over characters \((\d\.\d+)\)",
+        lambda: (
+            out(TOKENS, r"^BPE 512 .* uniform ([\d.]+),"),
+            out(TOKENS, r"^BPE 1024 .* uniform ([\d.]+),"),
+            out(TOKENS, r"^characters .* unigram ([\d.]+) bits"),
+        ),
+    ),
+    (
+        "part3/tokens.md",
+        r"The unigram gains in the same way \((\d\.\d+), (\d\.\d+), (\d\.\d+)\)",
+        lambda: tuple(
+            out(TOKENS, rf"^{n} .* unigram ([\d.]+) bits")
+            for n in ("characters", "BPE 512 ", "BPE 1024")
+        ),
+    ),
+    (
+        "part3/tokens.md",
+        r"characters give the unigram the same (\d\.\d+)",
+        lambda: out(TOKENS, r"^bytes .* unigram ([\d.]+) bits"),
+    ),
+    (
+        "part3/tokens.md",
+        r"so most positions have been trained on, some several times: (\d+)% of the validation",
+        lambda: out(TOKENS, r"split by window ([\d.]+)%"),
+    ),
+    (
+        "part3/tokens.md",
+        r"split by position the share is (\d+)%",
+        lambda: out(TOKENS, r"split by position ([\d.]+)%"),
+    ),
+    (
+        "part3/tokens.md",
+        r"For \$T = 64\$ that is (\d\.\d+) pages, and a batch of 12 reads about (\d+) KiB of the "
+        r"gigabyte, (\d\.\d+)%",
+        lambda: (
+            out(TOKENS, r"^T = +64: .* on ([\d.]+) pages"),
+            out(TOKENS, r"^T = +64: .* read (\d+) KiB$"),
+            100 * out(TOKENS, r"^T = +64: .* read (\d+) KiB$") / 2**20,
+        ),
+    ),
+    # 5.3: the ablation (its table is checked in figure_quotes) and the budget run
+    (
+        "part3/modern-gpt.md",
+        r"wall-clock milliseconds per step, (\d+) to (\d+),",
+        lambda: (
+            min(ablation(o)[4] for o in ABLATION_OPTIONS),
+            max(ablation(o)[4] for o in ABLATION_OPTIONS),
+        ),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"gave the baseline (\d\.\d+) and (\d\.\d+) against the table's (\d\.\d+), and rotary "
+        r"(\d\.\d+) and (\d\.\d+) against (\d\.\d+)",
+        lambda: tuple(
+            ablation(o, p, k)[2]
+            for o in ("gpt2", "rope")
+            for p, k in (
+                ("part3/ablate-gpt-seeds.txt", 0),
+                ("part3/ablate-gpt-seeds.txt", 1),
+                ("part3/ablate-gpt.txt", 0),
+            )
+        ),
+    ),
+    ("part3/modern-gpt.md", r"a spread of about (\d\.\d+) between seeds", seed_spread),
+    (
+        "part3/modern-gpt.md",
+        r"rotary's gain of (\d\.\d+) to (\d\.\d+) at each of the three",
+        lambda: (
+            min(-ablation("rope", p, k)[3] for p, k in ROPE_RUNS),
+            max(-ablation("rope", p, k)[3] for p, k in ROPE_RUNS),
+        ),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"Muon takes the GPT-2 architecture from (\d\.\d+) to (\d\.\d+) in (\d+) steps",
+        lambda: (
+            ablation("gpt2")[2],
+            ablation("muon")[2],
+            asset("part3/ablate-gpt.txt", r"batch 12, (\d+) steps"),
+        ),
+    ),
+    ("part3/modern-gpt.md", r"Rotary embeddings give (\d\.\d+):", lambda: -ablation("rope")[3]),
+    ("part3/modern-gpt.md", r"All options together reach (\d\.\d+)", lambda: ablation("all")[2]),
+    (
+        "part3/modern-gpt.md",
+        r"sum of the single gains \((\d\.\d+), against (\d\.\d+) for Muon and (\d\.\d+) for "
+        r"rotary",
+        lambda: tuple(-ablation(o)[3] for o in ("all", "muon", "rope")),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"on the same ([\d,]+) held-out bytes",
+        lambda: ex("bpb-budget.json")["val_bytes"],
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"token of BPE 512 covers (\d\.\d+) bytes of the training text and one of BPE 1,024 "
+        r"covers (\d\.\d+)\.",
+        lambda: (bpb(2)["bytes_per_token"], bpb(3)["bytes_per_token"]),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"a BPE model would read (\d+) to (\d+) bytes",
+        lambda: tuple(round(64 * bpb(i)["bytes_per_token"], -1) for i in (2, 3)),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"blocks of 64 characters, (\d+) tokens of BPE 512 and (\d+) of BPE 1,024",
+        lambda: (bpb(2)["block_size"], bpb(3)["block_size"]),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"at load averages of (\d\.\d) to (\d\.\d) \(other programs were running\), with (\d+) s",
+        lambda: (
+            min(budget_loads()),
+            max(budget_loads()),
+            ex("bpb-budget.json")["config"]["budget"],
+        ),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"A modern step costs about (\w+) a GPT-2 step on one thread \(([\d,]+) steps in the "
+        r"budget against ([\d,]+):",
+        lambda: (bpb(0)["steps"] / bpb(1)["steps"], bpb(1)["steps"], bpb(0)["steps"]),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"still ends (\d\.\d+) bits per byte lower, (\d\.\d+) against (\d\.\d+)\.",
+        lambda: (bpb(0)["val_bpb"] - bpb(1)["val_bpb"], bpb(1)["val_bpb"], bpb(0)["val_bpb"]),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"BPE 512 takes another (\d\.\d+) off, to (\d\.\d+)\.",
+        lambda: (bpb(1)["val_bpb"] - bpb(2)["val_bpb"], bpb(2)["val_bpb"]),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"it takes ([\d,]+) steps and reads ([\d,]+) bytes of text a second against the "
+        r"character model's ([\d,]+),",
+        lambda: (bpb(2)["steps"], bpb(2)["bytes_per_s"], bpb(1)["bytes_per_s"]),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"\(([\d,]+) steps, ([\d,]+) bytes a second\) and ends at (\d\.\d+),",
+        lambda: (bpb(3)["steps"], bpb(3)["bytes_per_s"], bpb(3)["val_bpb"]),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"spread by about (\d\.\d+) nats per character, (\d\.\d+) bits per byte\. The gaps of "
+        r"the modern options \((\d\.\d+)\) and of BPE 512 over characters \((\d\.\d+)\)",
+        lambda: (
+            seed_spread(),
+            seed_spread() / math.log(2),
+            bpb(0)["val_bpb"] - bpb(1)["val_bpb"],
+            bpb(1)["val_bpb"] - bpb(2)["val_bpb"],
+        ),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"between BPE 512 and 1,024 \((\d\.\d+)\) is not",
+        lambda: bpb(3)["val_bpb"] - bpb(2)["val_bpb"],
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"With the spread of about (\d\.\d+) measured above",
+        seed_spread,
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"of about \$(\d\.\d+)\\sqrt\{2/n\}\$: (\d\.\d+) for five seeds, not enough to decide a "
+        r"gap of 0\.01, and about (\d\.\d+) for eighty",
+        lambda: (
+            seed_spread(),
+            seed_spread() * math.sqrt(2 / 5),
+            seed_spread() * math.sqrt(2 / 80),
+        ),
+    ),
+    # 5.4: the KV-cache benchmark's recorded output (its table is in figure_quotes)
+    (
+        "part3/inference.md",
+        r"\(top-\$k\$ (\d+), the median of (\w+) runs\) drew (\d+) tokens/s with the cache and "
+        r"(\d+) without in sitp \((\d\.\d)×\), and (\d+) against (\d+) in PyTorch \((\d\.\d)×\)",
+        lambda: (
+            kv(r"\(top-k (\d+); median of \d+\)"),
+            kv(r"\(top-k \d+; median of (\d+)\)"),
+            *kv(r"^\| sitp \| (\d+) \| (\d+) \| ([\d.]+)x \|$"),
+            *kv(r"^\| torch \| (\d+) \| (\d+) \| ([\d.]+)x \|$"),
+        ),
+    ),
+    (
+        "part3/inference.md",
+        r"Its cached step takes about (\d\.\d) ms for about (\d\.\d) million",
+        lambda: (1e3 / kv_cached_median(), kv_flops() / 1e6),
+    ),
+    (
+        "part3/inference.md",
+        r"learns its (\d+) merges from the ([\d,]+) bytes and encodes the corpus at (\d\.\d+) "
+        r"bytes per token",
+        lambda: (
+            512 - 256,
+            out(TOKENS, r"^[\d,]+ characters, ([\d,]+) bytes"),
+            out(TOK, r"^vocab +512: .* ([\d.]+) bytes per token$"),
+        ),
+    ),
+    (
+        "part3/inference.md",
+        r"ends at (\d\.\d+) nats per character on the whole validation split after ([\d,]+) "
+        r"steps, which on this ASCII text is \$(\d\.\d+) / \\ln 2 = (\d\.\d+)\$",
+        lambda: (
+            anchor()["results"]["sitp"]["val"],
+            anchor()["config"]["iters"],
+            anchor()["results"]["sitp"]["val"],
+            anchor()["results"]["sitp"]["val"] / math.log(2),
+        ),
+    ),
+    (
+        "part3/inference.md",
+        r"where 64 of these tokens cover about (\d+)\.",
+        lambda: (
+            64
+            * out(TOKENS, r"^[\d,]+ characters, ([\d,]+) bytes")
+            / out(TOK, r"^vocab +512: +([\d,]+) tokens")
+        ),
+    ),
+    (
+        "part3/inference.md",
+        r"(\d+) MiB per sequence",
+        lambda: out("part3/inference", r"^(\d+) MiB"),
+    ),
+    # 6.1 to 6.4
+    (
+        "part3/eager.md",
+        r"(\w+) kernels for one layer norm, and (\d\.\d) MB moved where (\d\.\d) MB would do",
+        lambda: out(
+            EAGER,
+            r"^(\d+) ops, ([\d.]+) MB moved; the inputs and the output alone are "
+            r"([\d.]+) MB$",
+        ),
+    ),
+    (
+        "part3/eager.md",
+        r"one thread \((\d+\.\d) GB/s from DRAM, (\d+\.\d) GB/s from the L2",
+        lambda: (roofline("DRAM", 1), roofline("L2", 1)),
+    ),
+    (
+        "part3/eager.md",
+        r"(\w+) pointwise ops follow the product, each reading one or two 1 MB arrays and "
+        r"writing a third: about (\d+) MB\. One kernel reads `h` and `b` once and writes its "
+        r"result once, about (\d+) MB, some (\w+) times less",
+        lambda: (
+            out(EAGER, r"^(\d+) ops; after the product") - 1,
+            *out(EAGER, r"after the product ([\d.]+) MB, one kernel ([\d.]+) MB \((\d+)x"),
+        ),
+    ),
+    (
+        "part3/passes.md",
+        r"The layer norm of 6\.1 became (\w+) kernels",
+        lambda: out(COMPILED, r"^layernorm\(x\+r\) +\d+ -> +\d+ \( *(\d+)\)"),
+    ),
+    (
+        "part3/passes.md",
+        r"one kernel each \((\d+) in all\)",
+        lambda: out("part3/passes", r"^\d+ ops -> (\d+) kernels;"),
+    ),
+    (
+        "part3/codegen.md",
+        r"several times faster, about (\w+) in the run shown",
+        lambda: (
+            out("part3/codegen", r"^serial, Python's error model +([\d.]+) ms")
+            / out("part3/codegen", r"^serial, numpy's error model +([\d.]+) ms")
+        ),
+    ),
+    (
+        "part3/compiled.md",
+        r"GELU falls from about (\d+) to (\d), layer norm from (\d\.\d) to (\d\.\d), softmax "
+        r"from (\d\.\d) to (\d\.\d)\.",
+        lambda: tuple(
+            v
+            for b in ("gelu\\(xW\\+b\\)", "layernorm\\(x\\+r\\)", "attention softmax")
+            for v in out(COMPILED, rf"^{b} +\d+ -> .*\) +([\d.]+) -> +([\d.]+) ")
+        ),
+    ),
+    (
+        "part3/compiled.md",
+        r"Compiled sitp is about (\w+) times faster than eager sitp on GELU\(x W \+ b\): the "
+        r"(\w+) pointwise ops become one kernel, and the bytes moved fall by (\w+) times, "
+        r"(\d+\.\d) MB to (\d\.\d) MB",
+        lambda: (
+            compile_best("gelu(xW+b)"),
+            out(COMPILED, r"^gelu\(xW\+b\) +(\d+) ->") - 1,
+            gelu_bytes()[0] / gelu_bytes()[1],
+            *gelu_bytes(),
+        ),
+    ),
+    (
+        "part3/compiled.md",
+        r"Layer norm gains almost (\w+) times and the softmax chain almost (\w+): (\w+) ops "
+        r"become (\w+) kernels, and (\w+) become (\w+) kernels and a `fill`",
+        lambda: (
+            compile_best("layernorm(x+r)"),
+            compile_best("attention softmax"),
+            *out(COMPILED, r"^layernorm\(x\+r\) +(\d+) -> +\d+ \( *(\d+)\)"),
+            *out(COMPILED, r"^attention softmax +(\d+) -> +\d+ \( *(\d+)\)"),
+        ),
+    ),
+    (
+        "part3/compiled.md",
+        r"The compiled times stay within about (\w+) percent from run to run",
+        lambda: (
+            100
+            * max(
+                max(r["rows"][b]["compiled"] for r in ex("compile-bench.json")["runs"])
+                / compile_lowest(b, "compiled")
+                - 1
+                for b in ex("compile-bench.json")["runs"][0]["rows"]
+            )
+        ),
+    ),
+    (
+        "part3/compiled.md",
+        r"faster than eager sitp, by about (\d\.\d) times on layer norm and (\w+) on softmax",
+        lambda: tuple(
+            compile_lowest(b, "eager") / compile_lowest(b, "torch")
+            for b in ("layernorm(x+r)", "attention softmax")
+        ),
+    ),
+    (
+        "part3/compiled.md",
+        r"pays Python's dispatch, some (\d+) microseconds in 6\.1's run",
+        lambda: out(EAGER, r"(\d+) us per op"),
+    ),
+    (
+        "part3/compiled.md",
+        r"level with compiled sitp on layer norm \((\d\.\d+) against (\d\.\d+) ms at best\)",
+        lambda: (
+            compile_lowest("layernorm(x+r)", "inductor"),
+            compile_lowest("layernorm(x+r)", "compiled"),
+        ),
+    ),
+    (
+        "part3/compiled.md",
+        r"no faster than torch eager and (\w+) times slower than compiled sitp",
+        lambda: compile_lowest("gelu(xW+b)", "inductor") / compile_lowest("gelu(xW+b)", "compiled"),
+    ),
+    (
+        "part3/compiled.md",
+        r"sitp's compile costs (\d\.\d) to (\d\.\d) s a block",
+        lambda: (min(compile_seconds()), max(compile_seconds())),
+    ),
+    (
+        "part3/compiled.md",
+        r"gains the least of the four rows: (\d\.\d+) times in every run, where the blocks "
+        r"gained (\w+) to (\w+)\.",
+        lambda: (
+            gpt_speedup_in_every_run(),
+            compile_best("attention softmax"),
+            compile_best("gelu(xW+b)"),
+        ),
+    ),
+    (
+        "part3/compiled.md",
+        r"already runs at (\d\.\d+) to (\d\.\d+) of numpy's speed",
+        lambda: (min(scoreboard_ratios()), max(scoreboard_ratios())),
+    ),
+    ("part3/compiled.md", r"measured in 2\.3 \((\d+\.\d) GB/s\)", lambda: roofline("DRAM", 1)),
+    ("part3/compiled.md", r"L2's bandwidth \((\d+\.\d) GB/s\)", lambda: roofline("L2", 1)),
+    # 7.1 to 7.4
+    (
+        "part3/collectives.md",
+        r"rank 1's values (\w+) times rank 0's",
+        lambda: (
+            out("part3/collectives", r"^rank 1:\n +x = \[([\d.]+),")
+            / out("part3/collectives", r"^rank 0:\n +x = \[([\d.]+),")
+        ),
+    ),
+    (
+        "part3/collectives.md",
+        r"leaves rank 0 with the first half of the sum, (\d+) and (\d+), and rank 1 with the "
+        r"second, (\d+) and (\d+);",
+        lambda: out(
+            "part3/collectives",
+            r"reduce_scatter +\[([\d.]+), ([\d.]+)\]\n(?:.*\n)*?"
+            r" +reduce_scatter +\[([\d.]+), ([\d.]+)\]",
+        ),
+    ),
+    (
+        "part3/ddp.md",
+        r"they end close together: both near (\d\.\d) times one thread",
+        lambda: sum(ddp_speedups()) / 2,
+    ),
+    (
+        "part3/ddp.md",
+        r"every step adds an all-reduce of (\d\.\d) MB of gradients",
+        lambda: 4 * ex("ddp-bench.json")["config"]["params"] / 1e6,
+    ),
+    (
+        "part3/ddp.md",
+        r"\((\d+\.\d) against (\d+\.\d) ms a step in the table above, at twice the batch\)",
+        lambda: tuple(r["median_step_ms"] for r in ex("ddp-bench.json")["results"][:2]),
+    ),
+    (
+        "part3/ddp.md",
+        r"The model is small, (\d) MB of gradients",
+        lambda: out("part3/ddp", r"N = ([\d.]+) MB of float32 gradients"),
+    ),
+    (
+        "part3/ddp.md",
+        r"is what finally stops the speedup near (\d+) ranks",
+        lambda: ddp_best_ranks("100 Gb/s"),
+    ),
+    (
+        "part3/zero.md",
+        r"whatever \$p\$ is: about (\d) billion parameters in 80 GiB",
+        lambda: out("part3/zero", r"^8 ranks: ZeRO-0 ([\d.]+)B"),
+    ),
+    (
+        "part3/zero.md",
+        r"\(([\d,]+) elements\) against ([\d,]+) in all",
+        lambda: out("part3/zero", r"^([\d,]+) parameters; the largest tensor has ([\d,]+)$")[::-1],
+    ),
+    # 8.1 to 8.4
+    (
+        "part3/chat.md",
+        r"\(the longest hand-written conversation is (\d+)\)",
+        longest_identity_conversation,
+    ),
+    (
+        "part3/chat.md",
+        r"tinyshakespeare's (\d+) characters have no digits but (\d)",
+        lambda: (
+            out(TOKENS, r'^(\d+) "'),
+            float("".join(c for c in out_text(TOKENS, r'^\d+ "(.*)"$') if c.isdigit())),
+        ),
+    ),
+    (
+        "part3/sft.md",
+        r"on the (\d+) train problems of `addition1`",
+        lambda: out("part3/sft", r"^(\d+) train and \d+ held-out problems"),
+    ),
+    (
+        "part3/rl.md",
+        r"in every one of (\d+) seeded runs",
+        lambda: out("part3/rl", r"^rewards \[0\. 1\.\], baseline none .* of (\d+) runs"),
+    ),
+    (
+        "part3/rl.md",
+        r"Both estimates are centred on the exact gradient (\d\.\d+)\.",
+        lambda: out("part3/rl", r"^no baseline : .*\(exact \+([\d.]+)\)"),
+    ),
+    (
+        "part3/rl.md",
+        r"The one right reply of eight gets \$\+(\d\.\d+)\$[\s\S]*? The one wrong reply among eight "
+        r"right ones gets \$-(\d\.\d+)\$",
+        lambda: (
+            out("part3/rl", r"^\[1, 0, 0, 0, 0, 0, 0, 0\] +-> \+([\d.]+)"),
+            out("part3/rl", r"^\[1, 1, 1, 1, 1, 1, 1, 0\] +-> .* -([\d.]+)$"),
+        ),
+    ),
+    (
+        "part3/rl.md",
+        r"The mean reward of each of the (\d+) RL steps of the demo on chain1 \((\d+) prompts × "
+        r"(\d+) samples at temperature (\d\.\d), lr 1e-4, a ([\d,]+)-parameter GPT",
+        lambda: tuple(
+            ex("posttrain-demo.json")["config"][k]
+            for k in (
+                "rl_steps",
+                "rl_prompts_per_step",
+                "rl_group_size",
+                "rl_temperature",
+                "parameters",
+            )
+        ),
+    ),
+    (
+        "part3/rl.md",
+        r"The reward rises over the first 20 steps and then hovers about (\d\.\d)-(\d\.\d);",
+        lambda: (min(rl_running_mean()[20:]), max(rl_running_mean()[20:])),
+    ),
+    (
+        "part3/rl.md",
+        r"goes from (\d\.\d+) to (\d\.\d+), the largest gain of the chapter, from ([\d,]+) "
+        r"sampled replies",
+        lambda: (demo("sft"), demo("rl"), rl_samples()),
+    ),
+    ("part3/rl.md", r"chain1's longest reply, (\d+) tokens", longest_chain1_reply),
+    ("part3/rl.md", r"beside the SFT model's (\d\.\d+)\.", lambda: demo("sft")),
+    (
+        "part3/evaluation.md",
+        r"the plug-in is already low by (\d\.\d+) to (\d\.\d+)",
+        lambda: (min(passk_gaps()), max(passk_gaps())),
+    ),
+    ("part3/evaluation.md", r"a pass@1 of (\d\.\d+) on them", lambda: demo("sft")),
+    (
+        "part3/evaluation.md",
+        r"could still be up to about (\d+) %",
+        lambda: 100 * out("part3/evaluation", r"^ +0/95: .* Wilson \[0\.000, ([\d.]+)\]$"),
+    ),
+    (
+        "part3/evaluation.md",
+        r"\((\d)-layer GPT of ([\d,]+) parameters on `chain1`, (\d+) held-out problems",
+        lambda: (
+            ex("posttrain-demo.json")["config"]["n_layer"],
+            ex("posttrain-demo.json")["config"]["parameters"],
+            demo("sft", "n"),
+        ),
+    ),
+    (
+        "part3/evaluation.md",
+        r"after (\d+) steps of pre-training on the task's plain text, after (\d+) steps of SFT, "
+        r"after (\d+) steps of RL",
+        lambda: tuple(
+            ex("posttrain-demo.json")["config"][f"{s}_steps"] for s in ("pretrain", "sft", "rl")
+        ),
+    ),
+    (
+        "part3/evaluation.md",
+        r"The SFT and RL intervals, (\d\.\d+)-(\d\.\d+) and (\d\.\d+)-(\d\.\d+), do not overlap",
+        lambda: (*demo("sft", "pass@1_ci"), *demo("rl", "pass@1_ci")),
+    ),
+    (
+        "part3/evaluation.md",
+        r"the listing policy scores (\d\.\d+)",
+        lambda: out("part3/evaluation", r"^'0 1 2 3 4 5' +[\d.]+ +([\d.]+)$"),
+    ),
+    (
+        "part3/evaluation.md",
+        r"Fine-tuning reaches (\d\.\d+) by answering \"1\" to everything, and (\d+) steps of RL "
+        r"leave it there",
+        lambda: (
+            demo("sft", name="posttrain-demo-count.json"),
+            ex("posttrain-demo-count.json")["config"]["rl_steps"],
+        ),
+    ),
+    (
+        "part3/evaluation.md",
+        r"the most common answer, here (\d\.\d+)\)",
+        lambda: out("part3/evaluation", r"^pass@1 of always answering '1': ([\d.]+)$"),
+    ),
+    (
+        "part3/evaluation.md",
+        r"\((\d+) a task; `chain1`'s whole split of (\d+)\)",
+        lambda: (
+            ex("posttrain-pipeline.json")["heldout"],
+            next(s for s in ex("posttrain-pipeline.json")["stages"])["pass@1"]["chain1"]["n"],
+        ),
+    ),
+    (
+        "part3/evaluation.md",
+        r"Pre-training is ([\d,]+) steps",
+        lambda: float(
+            re.search(
+                r"--steps (\d+)", ex("posttrain-pipeline.json")["stages"][0]["command"]
+            ).group(1)
+        ),
+    ),
+    (
+        "part3/evaluation.md",
+        r"the others between 0 and (\d\.\d+); after SFT reverse (\d\.\d+), sort (\d\.\d+), "
+        r"chain1 (\d\.\d+); after RL reverse (\d\.\d+) and sort (\d\.\d+),",
+        lambda: (
+            max(
+                pipeline("midtrain", t)
+                for t in ex("posttrain-pipeline.json")["tasks"]
+                if t != "count"
+            ),
+            pipeline("sft", "reverse"),
+            pipeline("sft", "sort"),
+            pipeline("sft", "chain1"),
+            pipeline("rl", "reverse"),
+            pipeline("rl", "sort"),
+        ),
+    ),
+    (
+        "part3/evaluation.md",
+        r"Counting jumps straight to its base rate of \"always 1\" \((\d\.\d+),",
+        lambda: pipeline("midtrain", "count"),
+    ),
+    (
+        "part3/evaluation.md",
+        r"RL\*\* improves reversing \((\d\.\d+) to (\d\.\d+)\) and sorting \((\d\.\d+) to "
+        r"(\d\.\d+)\)",
+        lambda: (
+            pipeline("sft", "reverse"),
+            pipeline("rl", "reverse"),
+            pipeline("sft", "sort"),
+            pipeline("rl", "sort"),
+        ),
+    ),
+    (
+        "part3/evaluation.md",
+        r"the problems RL gained outnumber those it lost (\d+) to (\d+) and (\d+) to (\d+)\. On "
+        r"`chain1`, RL solved (\d+) problems that SFT did not and lost (\d+) others",
+        lambda: tuple(
+            v
+            for t in ("reverse", "sort", "chain1")
+            for v in out(
+                "part3/evaluation", rf"^{t} +solved by RL only +(\d+), by SFT only +(\d+),"
+            )
+        ),
+    ),
+    (
+        "part3/evaluation.md",
+        r"The whole pipeline took (\d+\.\d) minutes on the two cores of the Intel Xeon above, its "
+        r"evaluations included: pre-training (\d\.\d), mid-training (\d\.\d), fine-tuning "
+        r"(\d\.\d) and RL (\d\.\d)\.",
+        lambda: (
+            ex("posttrain-pipeline.json")["minutes"],
+            *(s["seconds"] / 60 for s in ex("posttrain-pipeline.json")["stages"]),
+        ),
+    ),
+    (
+        "part3/evaluation.md",
+        r"±0\.02 at \$p = 0\.5\$ needs about ([\d,]+) problems",
+        lambda: out("part3/evaluation", r"^about ([\d,]+) problems"),
+    ),
+    (
+        "part3/evaluation.md",
+        r"of which the hash puts (\d+) in the held-out split",
+        lambda: out("part3/evaluation", r"chain1 has (\d+) held-out problems$"),
+    ),
+    (
+        "part3/evaluation.md",
+        r"or the whole split when it is smaller \((\d+) for `chain1`\)",
+        lambda: demo("sft", "n"),
+    ),
+    # chapter 3's overview, against the recorded runs
+    (
+        "ch03/index.md",
+        r"\| MLP, context 3 \| (\d\.\d+) / (\d\.\d+) \(([\d,]+) steps\)",
+        lambda: recorded_run("cnn-runs.json", "mlp"),
+    ),
+    (
+        "ch03/index.md",
+        r"val (\d\.\d+) with warmup \+ cosine \(([\d,]+) steps\)",
+        lambda: (
+            ex("mlp-optimizers.json")["runs"]["AdamW, lr 0.01, warmup 100 + cosine"]["val_loss"][
+                -1
+            ],
+            ex("mlp-optimizers.json")["config"]["steps"],
+        ),
+    ),
+    (
+        "ch03/index.md",
+        r"\| WaveNet-style CNN \| (\d\.\d+) / (\d\.\d+) \(([\d,]+) steps\)",
+        lambda: recorded_run("cnn-runs.json", "wavenet"),
+    ),
+    (
+        "ch03/index.md",
+        r"\| GPT, 4 layers, 4 heads, width 64 \| (\d\.\d+) / (\d\.\d+) \(([\d,]+) steps,",
+        lambda: recorded_run("gpt-census.json", "census-gpt"),
+    ),
+    # the home page and the numbers page
+    ("index.md", r"\\log 27 \\approx (\d\.\d+)", lambda: math.log(27)),
+    ("numbers.md", r"\$\\log 27 \\approx (\d\.\d+)\$", lambda: math.log(27)),
+]
+
+ABLATION_OPTIONS = [
+    "gpt2",
+    "rope",
+    "rmsnorm",
+    "rmsnorm, no gain",
+    "no bias",
+    "qk-norm",
+    "relu2",
+    "untied",
+    "softcap 15",
+    "muon",
+    "all",
+]
+ROPE_RUNS = [
+    ("part3/ablate-gpt.txt", 0),
+    ("part3/ablate-gpt-seeds.txt", 0),
+    ("part3/ablate-gpt-seeds.txt", 1),
+]
+
+
+def budget_loads() -> list[float]:
+    """5.3's budget run: the load averages at its start, after each model and at its end."""
+    run = ex("bpb-budget.json")
+    return [run["load_average"]["start"][0], run["load_average"]["end"][0]] + [
+        r["load_average"] for r in run["rows"]
+    ]
+
+
+def kv_cached_median() -> float:
+    rows = re.findall(
+        r"^\| \d+ \| (\d+) \|",
+        (DOCS / "assets/part3/bench-kv-cache.txt").read_text(encoding="utf-8"),
+        re.MULTILINE,
+    )
+    values = sorted(float(v) for v in rows)
+    return values[len(values) // 2]
+
+
+def kv_flops() -> float:
+    """Two per weight of 5.4's benchmark model: 12 L C^2 in the blocks, C V in the head."""
+    cfg = json.loads(
+        kv_text(r"^GPT: (\{.*\})$")
+        .replace("'", '"')
+        .replace("True", "true")
+        .replace("False", "false")
+    )
+    return 2 * (12 * cfg["n_layer"] * cfg["n_embd"] ** 2 + cfg["n_embd"] * cfg["vocab_size"])
+
+
+def gelu_bytes() -> tuple[float, float]:
+    return out(COMPILED, r"^gelu\(xW\+b\) +\d+ -> .*\) +([\d.]+) -> +([\d.]+) ")
+
+
+def compile_seconds() -> list[float]:
+    """6.4: sitp's compile time of each block, the lowest over the runs."""
+    runs = ex("compile-bench.json")["runs"]
+    return [min(r["rows"][b]["compile_s"] for r in runs) for b in runs[0]["rows"]]
+
+
+def gpt_speedup_in_every_run() -> float:
+    """6.4: the GPT step's eager over compiled median, which must round alike in every run."""
+    ratios = {
+        f"{r['rows']['GPT train step']['eager'] / r['rows']['GPT train step']['compiled']:.2f}"
+        for r in ex("compile-bench.json")["runs"]
+    }
+    return float(ratios.pop()) if len(ratios) == 1 else math.nan
+
+
+def ddp_speedups() -> list[float]:
+    results = ex("ddp-bench.json")["results"]
+    return [r["tokens_per_s"] / results[0]["tokens_per_s"] for r in results[1:]]
+
+
+def ddp_best_ranks(link: str) -> float:
+    """7.3's cost model: the number of ranks with the highest predicted speed-up on ``link``."""
+    header = out_text("part3/ddp", r"^link .* (p=2 .*)$")
+    ps = [int(p) for p in re.findall(r"p=(\d+)", header)]
+    speedups = out_text("part3/ddp", rf"^{re.escape(link)} +[\d.]+ ms +[\d.]+ +(.*)$").split()
+    return float(ps[max(range(len(ps)), key=lambda i: float(speedups[i]))])
+
+
+def rl_running_mean() -> list[float]:
+    """8.3's demo: the mean reward over steps k to k + 9, for each k."""
+    r = ex("posttrain-demo.json")["rl_reward"]
+    return [sum(r[k : k + 10]) / 10 for k in range(len(r) - 9)]
+
+
+def rl_samples() -> int:
+    cfg = ex("posttrain-demo.json")["config"]
+    return cfg["rl_steps"] * cfg["rl_prompts_per_step"] * cfg["rl_group_size"]
+
+
+def passk_gaps() -> list[float]:
+    """8.4: how far the plug-in pass@5 falls below the unbiased one, for each p printed."""
+    rows = re.findall(
+        r"^ +[\d.]+ +[\d.]+ +([\d.]+) +([\d.]+)$", printed("part3/evaluation"), re.MULTILINE
+    )
+    return [float(u) - float(p) for u, p in rows]
+
+
+def out_text(name: str, pattern: str) -> str:
+    """The text of group 1 of ``pattern``'s one match in page ``name``'s recorded output."""
+    hits = re.findall(pattern, printed(name), re.MULTILINE)
+    assert len(hits) == 1, (name, pattern, hits)
+    return hits[0]
+
+
+def kv_text(pattern: str) -> str:
+    hits = re.findall(
+        pattern, (DOCS / "assets/part3/bench-kv-cache.txt").read_text("utf-8"), re.MULTILINE
+    )
+    assert len(hits) == 1, (pattern, hits)
+    return hits[0]
+
+
+@pytest.mark.parametrize(
+    "name, pattern, source", FIGURES, ids=[f"{q[0]}:{q[1][:28]}" for q in FIGURES]
+)
+def test_a_figure_in_prose_matches_its_data(name, pattern, source):
     text = page(name)
-    hits = [
-        (text.count("\n", 0, m.start()) + 1, m.group(1))
-        for m in re.finditer(pattern, text, re.MULTILINE)
-    ]
-    assert hits, f"docs/{name}: no line matches {pattern!r}"
+    hits = list(re.finditer(pattern.replace(" ", r"\s+"), text, re.MULTILINE))
+    assert hits, f"docs/{name}: no text matches {pattern!r}"
     want = source()
-    wrong = [
-        f"docs/{name}:{line}: {got}, the source says {want}" for line, got in hits if got != want
-    ]
+    want = want if isinstance(want, tuple) else (want,)
+    wrong = []
+    for m in hits:
+        line = text.count("\n", 0, m.start()) + 1
+        assert len(m.groups()) == len(want), (name, line, m.groups(), want)
+        wrong += [
+            f"docs/{name}:{line}: {got}, the data says {value:.6g}"
+            for got, value in zip(m.groups(), map(float, want))
+            if not agrees(got, value)
+        ]
     assert not wrong, "\n".join(wrong)
 
 
@@ -219,6 +1322,29 @@ def figure_quotes():
         ]
         row = " | ".join(f"{100 * c:.1f}%" for c in cells)
         yield ["projects.md"], f"| {r['temperature']} | {row} |", "names-innovation rows"
+    # 5.3's ablation table and 5.4's KV-cache table, row by row from the scripts' outputs
+    ablated = (DOCS / "assets/part3/ablate-gpt.txt").read_text(encoding="utf-8")
+    rows = re.findall(
+        r"^\| ([^|]+) \| ([\d,]+) \| ([\d.]+) \| ([\d.]+) \| ([+-][\d.]+) \| \d+ \|$",
+        ablated,
+        re.MULTILINE,
+    )
+    assert len(rows) == len(ABLATION_OPTIONS), rows
+    for option, params, train, val, vs in rows:
+        name, vs = ("GPT-2 (baseline)", "") if option == "gpt2" else (option, vs)
+        cells = [name, params, train, val] + ([vs.replace("-", "−")] if vs else [])
+        row = "| " + " | ".join(cells) + (" |" if vs else " | |")
+        yield ["part3/modern-gpt.md"], row, "ablate-gpt.txt"
+    timed = (DOCS / "assets/part3/bench-kv-cache.txt").read_text(encoding="utf-8")
+    rows = re.findall(
+        r"^\| (\d+) \| (\d+) \| (\d+) \| ([\d.]+)x \| (\d+) \| (\d+) \| ([\d.]+)x \| [\d.]+ \|$",
+        timed,
+        re.MULTILINE,
+    )
+    assert len(rows) == 5, rows
+    for L, a, b, r1, c, d, r2 in rows:
+        row = f"| {L} | {a} | {b} | {r1}× | {c} | {d} | {r2}× |"
+        yield ["part3/inference.md"], row, "bench-kv-cache.txt, table 1"
 
 
 @pytest.mark.parametrize(
