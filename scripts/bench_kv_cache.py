@@ -11,8 +11,8 @@ block 256, 65 characters, with random weights (the time of a step does not
 depend on them). It runs twice in one process, in sitp and in PyTorch, from the
 same file (sitp.models.port), with both libraries limited to the same threads.
 PyTorch is timed in a child interpreter of this run that never runs sitp's
-kernels: in one process, after sitp's numba kernels had run, PyTorch's step
-took up to ten times its own time (measured on the machine of section 5.4).
+kernels, so that numba's and PyTorch's thread pools never share a process
+(one library's pool then competes with the other's for the same cores).
 
 Table 1 is the cost of the next token at context L: with the cache, one forward
 pass over one position whose query reads the L cached keys and values; without

@@ -277,6 +277,39 @@ def recorded_run(name: str, key: str) -> tuple[float, float, int]:
     return run["final"]["val"], run["final"]["test"], run["train_config"]["steps"]
 
 
+def gpt_parameters(**fields) -> int:
+    """The parameters of sitp's GPT with ``fields`` (strings as a command line gives them)."""
+    from sitp.models.gpt import GPT, GPTConfig  # late: the package, for parameter counts
+
+    def value(v: str):
+        for kind in (int, float):
+            try:
+                return kind(v)
+            except ValueError:
+                pass
+        return {"true": True, "false": False}.get(v, v)
+
+    config = {k: value(v) for k, v in fields.items() if k in GPTConfig.__dataclass_fields__}
+    return sum(p.numel() for p in GPT(GPTConfig(**config)).parameters())
+
+
+def train_command(name: str) -> str:
+    """The ``python -m sitp train`` command of a page's bash fence, continuation lines joined."""
+    m = re.search(r"^python -m sitp train (?:.*\\\n)*.*$", page(name), re.MULTILINE)
+    return m.group(0)
+
+
+def pretrain_defaults() -> dict[str, str]:
+    """``sitp pretrain``'s defaults: the model's fields and the batch size."""
+    from sitp.train.cli import PRETRAIN_DEFAULTS  # late: as above
+
+    found = dict(
+        a[len("--set=") :].split("=", 1) for a in PRETRAIN_DEFAULTS if a.startswith("--set=")
+    )
+    found["batch_size"] = PRETRAIN_DEFAULTS[PRETRAIN_DEFAULTS.index("--batch-size") + 1]
+    return found
+
+
 def longest_identity_conversation() -> int:
     """Tokens of the longest hand-written conversation, rendered with the byte tokenizer."""
     from sitp.data.tokens import ByteTokenizer  # late: the package, for two counts only
@@ -689,6 +722,14 @@ FIGURES = QUOTES + [
         r"(\d+) MiB per sequence",
         lambda: out("part3/inference", r"^(\d+) MiB"),
     ),
+    (
+        "part3/inference.md",
+        r"The training command above builds a GPT of ([\d,]+) parameters",
+        lambda: gpt_parameters(
+            vocab_size=int(re.search(r"--vocab-size (\d+)", page("part3/inference.md")).group(1)),
+            **dict(re.findall(r"--set (\w+)=(\w+)", train_command("part3/inference.md"))),
+        ),
+    ),
     # 6.1 to 6.4
     (
         "part3/eager.md",
@@ -895,6 +936,11 @@ FIGURES = QUOTES + [
         ),
     ),
     (
+        "part3/chat.md",
+        r"options, (\w+) layers of width (\d+), a block of (\d+) tokens",
+        lambda: tuple(float(pretrain_defaults()[k]) for k in ("n_layer", "n_embd", "block_size")),
+    ),
+    (
         "part3/sft.md",
         r"on the (\d+) train problems of `addition1`",
         lambda: out("part3/sft", r"^(\d+) train and \d+ held-out problems"),
@@ -1008,12 +1054,27 @@ FIGURES = QUOTES + [
     ),
     (
         "part3/evaluation.md",
-        r"Pre-training is ([\d,]+) steps",
-        lambda: float(
-            re.search(
-                r"--steps (\d+)", ex("posttrain-pipeline.json")["stages"][0]["command"]
-            ).group(1)
+        r"Pre-training is ([\d,]+) steps of (\d+) windows of (\d+) bytes of tinyshakespeare, on "
+        r"a GPT of (\d) layers, width (\d+) and 5\.3's modern options \(([\d,]+) parameters, "
+        r"with the byte tokenizer's (\d+) tokens\)",
+        lambda: (
+            float(
+                re.search(r"--steps (\d+)", ex("posttrain-pipeline.json")["stages"][0]["command"])[
+                    1
+                ]
+            ),
+            *(
+                float(pretrain_defaults()[k])
+                for k in ("batch_size", "block_size", "n_layer", "n_embd")
+            ),
+            gpt_parameters(vocab_size=256, **pretrain_defaults()),
+            256,
         ),
+    ),
+    (
+        "part3/evaluation.md",
+        r"\(`chain1` has (\d+)\)",
+        lambda: 10**3 - demo("sft", "n"),
     ),
     (
         "part3/evaluation.md",
