@@ -310,6 +310,29 @@ def pretrain_defaults() -> dict[str, str]:
     return found
 
 
+def cnn(model: str) -> dict:
+    """The ``sitp train`` run of 3.1 ("mlp") or 3.3 ("wavenet"), as cnn-runs.json keeps it."""
+    return ex("cnn-runs.json")[model]
+
+
+def cnn_row(model: str) -> tuple:
+    """A table row of those runs: parameters, steps, train, val and test loss."""
+    run = cnn(model)
+    f = run["final"]
+    return run["num_params"], run["train_config"]["steps"], f["train"], f["val"], f["test"]
+
+
+def bigram_val() -> float:
+    """Chapter 1's add-0.1 bigram on the census validation names, as its fence prints it."""
+    return out("ch01/index", r"^alpha +0\.1: train [\d.]+ +val ([\d.]+)$")
+
+
+def constant_rates() -> list[float]:
+    """3.2: the final validation losses of the three optimizers at a constant rate."""
+    runs = ex("mlp-optimizers.json")["runs"]
+    return [r["val_loss"][-1] for k, r in runs.items() if "cosine" not in k]
+
+
 def longest_identity_conversation() -> int:
     """Tokens of the longest hand-written conversation, rendered with the byte tokenizer."""
     from sitp.data.tokens import ByteTokenizer  # late: the package, for two counts only
@@ -1172,6 +1195,130 @@ FIGURES = QUOTES + [
         r"\| GPT, 4 layers, 4 heads, width 64 \| (\d\.\d+) / (\d\.\d+) \(([\d,]+) steps,",
         lambda: recorded_run("gpt-census.json", "census-gpt"),
     ),
+    # 3.1 and 3.3: the runs of the command line, from their records
+    (
+        "ch03/ffn.md",
+        r"After ([\d,]+) steps \((\d+) seconds on the 2-core machine, under a load that was not "
+        r"recorded\) the MLP reaches a loss of \*\*(\d\.\d+)\*\* on the training split and "
+        r"\*\*(\d\.\d+)\*\* on the validation split\.",
+        lambda: (
+            *ex("ffn-loss.json")["eval"][-1][:1],
+            ex("ffn-loss.json")["seconds"],
+            *ex("ffn-loss.json")["eval"][-1][1:],
+        ),
+    ),
+    (
+        "ch03/ffn.md",
+        r"Chapter 1's bigram scored (\d\.\d+) on the same validation names: two more characters "
+        r"of context are worth (\d\.\d+) nats per character",
+        lambda: (bigram_val(), bigram_val() - ex("ffn-loss.json")["eval"][-1][2]),
+    ),
+    (
+        "ch03/ffn.md",
+        r"The gap between the two curves grows from (\d\.\d+) at step 1,000 to (\d\.\d+) at "
+        r"the end",
+        lambda: tuple(
+            e[2] - e[1] for e in (ex("ffn-loss.json")["eval"][1], ex("ffn-loss.json")["eval"][-1])
+        ),
+    ),
+    (
+        "ch03/ffn.md",
+        r"It ends at validation (\d\.\d+) and test (\d\.\d+), (\d\.\d+) above the SGD run's",
+        lambda: (
+            cnn("mlp")["final"]["val"],
+            cnn("mlp")["final"]["test"],
+            cnn("mlp")["final"]["val"] - ex("ffn-loss.json")["eval"][-1][2],
+        ),
+    ),
+    (
+        "ch03/ffn.md",
+        r"\| MLP, SGD, ([\d,]+) steps \(figure above\) \| census \| (\d\.\d+) \| (\d\.\d+) \|",
+        lambda: tuple(ex("ffn-loss.json")["eval"][-1]),
+    ),
+    (
+        "ch03/ffn.md",
+        r"\| MLP, `sitp train`, AdamW, ([\d,]+) steps \| census \| (\d\.\d+) \| (\d\.\d+) \|",
+        lambda: cnn_row("mlp")[1:4],
+    ),
+    (
+        "ch03/ffn.md",
+        r"\| bigram, add-0\.1 counts \(chapter 1\) \| census, 4,130 / 516 names \| (\d\.\d+) \| "
+        r"(\d\.\d+) \|",
+        lambda: out("ch01/index", r"^alpha +0\.1: train ([\d.]+) +val ([\d.]+)$"),
+    ),
+    (
+        "ch03/cnn.md",
+        r"\| MLP, context 3 \(section 3\.1\) \| ([\d,]+) \| ([\d,]+) \| (\d\.\d+) \| "
+        r"(\d\.\d+) \| (\d\.\d+) \|",
+        lambda: cnn_row("mlp"),
+    ),
+    (
+        "ch03/cnn.md",
+        r"\| WaveNet, context 8 \| ([\d,]+) \| ([\d,]+) \| (\d\.\d+) \| (\d\.\d+) \| "
+        r"(\d\.\d+) \|",
+        lambda: cnn_row("wavenet"),
+    ),
+    (
+        "ch03/cnn.md",
+        r"In ([\d,]+) steps, (\d+)% of the MLP's, the WaveNet passes it by (\d\.\d+) nats on "
+        r"the validation split and (\d\.\d+) on the test split",
+        lambda: (
+            cnn_row("wavenet")[1],
+            100 * cnn_row("wavenet")[1] / cnn_row("mlp")[1],
+            cnn_row("mlp")[3] - cnn_row("wavenet")[3],
+            cnn_row("mlp")[4] - cnn_row("wavenet")[4],
+        ),
+    ),
+    (
+        "ch03/cnn.md",
+        r"Its gap between train and validation, (\d\.\d+), is larger than the MLP's "
+        r"(\d\.\d+): with (\w+) times the parameters",
+        lambda: (
+            cnn_row("wavenet")[3] - cnn_row("wavenet")[2],
+            cnn_row("mlp")[3] - cnn_row("mlp")[2],
+            cnn_row("wavenet")[0] / cnn_row("mlp")[0],
+        ),
+    ),
+    (
+        "numbers.md",
+        r"\| MLP, context 3, SGD, ([\d,]+) steps \| census \| (\d\.\d+) \| (\d\.\d+) \|",
+        lambda: tuple(ex("ffn-loss.json")["eval"][-1]),
+    ),
+    (
+        "numbers.md",
+        r"\| MLP, context 3, `sitp train` \(AdamW, ([\d,]+) steps\) \| census \| (\d\.\d+) \| "
+        r"(\d\.\d+) \| (\d\.\d+) \|",
+        lambda: cnn_row("mlp")[1:],
+    ),
+    (
+        "numbers.md",
+        r"\| WaveNet, context 8, ([\d,]+) params, `sitp train` \(AdamW, ([\d,]+) steps\) \| "
+        r"census \| (\d\.\d+) \| (\d\.\d+) \| (\d\.\d+) \|",
+        lambda: cnn_row("wavenet"),
+    ),
+    (
+        "numbers.md",
+        r"\| bigram, add-0\.1 counts \| census \| (\d\.\d+) \| (\d\.\d+) \|",
+        lambda: out("ch01/index", r"^alpha +0\.1: train ([\d.]+) +val ([\d.]+)$"),
+    ),
+    (
+        "numbers.md",
+        r"the MLP has embedding 10 and 200 hidden units \(([\d,]+) parameters\)",
+        lambda: cnn_row("mlp")[0],
+    ),
+    (
+        "numbers.md",
+        r"The MLP of 3\.1 for ([\d,]+) steps of (\d+) examples",
+        lambda: (
+            ex("mlp-optimizers.json")["config"]["steps"],
+            ex("mlp-optimizers.json")["config"]["batch"],
+        ),
+    ),
+    (
+        "numbers.md",
+        r"SGD, SGD with momentum and AdamW end within (\d\.\d+) of each other",
+        lambda: max(constant_rates()) - min(constant_rates()),
+    ),
     # the home page and the numbers page
     ("index.md", r"\\log 27 \\approx (\d\.\d+)", lambda: math.log(27)),
     ("numbers.md", r"\$\\log 27 \\approx (\d\.\d+)\$", lambda: math.log(27)),
@@ -1356,17 +1503,6 @@ def figure_quotes():
     ffn = load("ffn-loss.json")["eval"][-1]
     yield ["ch03/ffn.md", "numbers.md"], f"{ffn[1]:.3f}", "ffn-loss.json train"
     yield ["ch03/ffn.md", "numbers.md"], f"{ffn[2]:.3f}", "ffn-loss.json val"
-    runs = load("cnn-runs.json")
-    for model, pages_ in [
-        ("mlp", ["ch03/ffn.md", "ch03/index.md"]),
-        ("wavenet", ["ch03/cnn.md", "ch03/index.md"]),
-    ]:
-        final = runs[model]["final"]
-        for split in ("val", "test"):
-            yield pages_, f"{final[split]:.4f}", f"cnn-runs.json {model} {split}"
-        yield [pages_[0]], f"{final['train']:.4f}", f"cnn-runs.json {model} train"
-        for split in ("train", "val"):
-            yield ["numbers.md"], f"{final[split]:.3f}", f"cnn-runs.json {model} {split}"
     opt = {k: v["val_loss"][-1] for k, v in load("mlp-optimizers.json")["runs"].items()}
     cosine = opt.pop("AdamW, lr 0.01, warmup 100 + cosine")
     yield ["ch03/optimization.md", "numbers.md"], f"{cosine:.3f}", "mlp-optimizers.json cosine"
