@@ -333,6 +333,34 @@ def constant_rates() -> list[float]:
     return [r["val_loss"][-1] for k, r in runs.items() if "cosine" not in k]
 
 
+def lit(text: str) -> str:
+    """``text`` as a pattern of FIGURES: special characters escaped, spaces left to match
+    any whitespace."""
+    return re.escape(text).replace("\\ ", " ")
+
+
+def ladder(key: str) -> tuple:
+    """3.5's ladder on makemore's names (ladder-names.json): parameters, wall seconds,
+    train, validation and test loss of model ``key``."""
+    run = ex("ladder-names.json")["runs"][key]
+    f = run["final"]
+    return run["num_params"], run["wall_s"], f["train"], f["val"], f["test"]
+
+
+def census_gpt() -> dict:
+    return ex("gpt-census.json")["runs"]["census-gpt"]
+
+
+def torch_table(threads: int) -> tuple[float, float, float]:
+    """3.5's table of compare_torch.py: sitp's and PyTorch's steps/s and their ratio."""
+    m = re.search(
+        rf"^\| {threads} \| ([\d.]+) \([\d.]+ ms\) \| ([\d.]+) \([\d.]+ ms\) \| ([\d.]+) \(",
+        page("ch03/gpt.md"),
+        re.MULTILINE,
+    )
+    return tuple(float(g) for g in m.groups())
+
+
 def longest_identity_conversation() -> int:
     """Tokens of the longest hand-written conversation, rendered with the byte tokenizer."""
     from sitp.data.tokens import ByteTokenizer  # late: the package, for two counts only
@@ -1318,6 +1346,137 @@ FIGURES = QUOTES + [
         "numbers.md",
         r"SGD, SGD with momentum and AdamW end within (\d\.\d+) of each other",
         lambda: max(constant_rates()) - min(constant_rates()),
+    ),
+    # 3.4 and 3.5: the ladder on makemore's names, and 3.5's census run
+    *(
+        (
+            "ch03/rnn.md",
+            rf"^\| {lit(label)} \| ([\d,]+) \| (\d\.\d+) \| (\d\.\d+) \| (\d\.\d+) \|$",
+            lambda key=key: ladder(key)[:1] + ladder(key)[2:],
+        )
+        for label, key in [
+            ("bigram, neural (chapter 1)", "bigram"),
+            ("MLP, context 3 (section 3.1)", "mlp"),
+            ("RNN (tanh), emb 64, state 64", "rnn"),
+            ("GRU, emb 64, state 64", "gru"),
+        ]
+    ),
+    (
+        "ch03/rnn.md",
+        r"The GRU ends (\d\.\d+) nats lower than the RNN on validation and (\d\.\d+) on test, "
+        r"with (\d\.\d) times the parameters, and its gap between training and validation is "
+        r"(\w+) the RNN's \((\d\.\d+) against (\d\.\d+)\)",
+        lambda: (
+            ladder("rnn")[3] - ladder("gru")[3],
+            ladder("rnn")[4] - ladder("gru")[4],
+            ladder("gru")[0] / ladder("rnn")[0],
+            (ladder("gru")[3] - ladder("gru")[2]) / (ladder("rnn")[3] - ladder("rnn")[2]),
+            ladder("gru")[3] - ladder("gru")[2],
+            ladder("rnn")[3] - ladder("rnn")[2],
+        ),
+    ),
+    *(
+        (
+            "ch03/gpt.md",
+            rf"^\| {lit(label)} \| ([\d,]+) \| (\d+\.\d) s \| (\d\.\d+) \| \**(\d\.\d+)\**"
+            rf" \| \**(\d\.\d+)\** \|",
+            lambda key=key: ladder(key),
+        )
+        for label, key in [
+            ("bigram, neural (chapter 1)", "bigram"),
+            ("MLP, context 3, emb 10, hidden 200 (3.1)", "mlp"),
+            ("WaveNet, emb 24, hidden 128 (3.3)", "wavenet"),
+            ("RNN, emb 64, state 64 (3.4)", "rnn"),
+            ("GRU, emb 64, state 64 (3.4)", "gru"),
+            ("GPT, 4 layers, 4 heads, width 64", "gpt"),
+        ]
+    ),
+    (
+        "ch03/gpt.md",
+        r"^\| bigram, counted \(\+1 smoothing\) \| 729 \| \| \| (\d\.\d+) \| (\d\.\d+) \| 2\.454 "
+        r"\(all words; ours: (\d\.\d+)\) \|",
+        lambda: tuple(
+            ex("ladder-names.json")["count_bigram"][k] for k in ("val", "test", "all_words")
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"GPT's gap between training and validation is (\d\.\d+) nats",
+        lambda: ladder("gpt")[3] - ladder("gpt")[2],
+    ),
+    (
+        "ch03/gpt.md",
+        r"its best validation loss at step ([\d,]+) \((\d\.\d+)\) and ends at train (\d\.\d+), "
+        r"validation (\d\.\d+) and test (\d\.\d+): a gap of (\d\.\d+) nats after ([\d,]+) "
+        r"steps, where the 5,000 steps on `names.txt` leave (\d\.\d+)\.",
+        lambda: (
+            *min(census_gpt()["eval"], key=lambda e: e[2])[::2],
+            *(census_gpt()["final"][k] for k in ("train", "val", "test")),
+            census_gpt()["final"]["val"] - census_gpt()["final"]["train"],
+            census_gpt()["train_config"]["steps"],
+            ladder("gpt")[3] - ladder("gpt")[2],
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"second thread speeds PyTorch's step up (\d\.\d+) times and sitp's (\d\.\d+) times",
+        lambda: (torch_table(2)[1] / torch_table(1)[1], torch_table(2)[0] / torch_table(1)[0]),
+    ),
+    (
+        "ch03/index.md",
+        r"RNN (\d\.\d+) / (\d\.\d+); GRU (\d\.\d+) / (\d\.\d+) \|",
+        lambda: (*ladder("rnn")[3:], *ladder("gru")[3:]),
+    ),
+    *(
+        (
+            "numbers.md",
+            rf"^\| {lit(label)}, emb 64, state 64, ([\d,]+) steps \| makemore `names\.txt` \| "
+            r"(\d\.\d+) \| (\d\.\d+) \| (\d\.\d+) \|",
+            lambda key=key: (
+                ex("ladder-names.json")["runs"][key]["train_config"]["steps"],
+                *ladder(key)[2:],
+            ),
+        )
+        for label, key in [("RNN (tanh)", "rnn"), ("GRU", "gru")]
+    ),
+    (
+        "numbers.md",
+        r"one thread, sitp (\d+\.\d) and PyTorch (\d+\.\d) \((\d\.\d+)\); two threads, sitp "
+        r"(\d+\.\d) and PyTorch (\d+\.\d) \((\d\.\d+)\)",
+        lambda: (*torch_table(1), *torch_table(2)),
+    ),
+    # the projects page: the draws of the names-innovation files
+    (
+        "projects.md",
+        r"for a GRU of section 3\.4 trained for ([\d,]+) steps and for a GPT of section 3\.5's "
+        r"size trained for ([\d,]+) steps",
+        lambda: tuple(ex(f"names-innovation-{m}.json")["step"] for m in ("gru", "gpt")),
+    ),
+    (
+        "projects.md",
+        r"With ([\d,]+) draws per temperature \(`--seed (\d+)`\)",
+        lambda: tuple(ex("names-innovation-gpt.json")[k] for k in ("num", "seed")),
+    ),
+    (
+        "projects.md",
+        r"at 0\.5 the GPT's ([\d,]+) names contain only (\d+) distinct ones",
+        lambda: (
+            ex("names-innovation-gpt.json")["num"],
+            ex("names-innovation-gpt.json")["num"]
+            * ex("names-innovation-gpt.json")["rows"][0]["distinct"],
+        ),
+    ),
+    (
+        "projects.md",
+        r"highest at the coldest setting, around (\d+)%",
+        lambda: (
+            100
+            * max(
+                r["new_but_real"]
+                for m in ("gru", "gpt")
+                for r in ex(f"names-innovation-{m}.json")["rows"]
+            )
+        ),
     ),
     # the home page and the numbers page
     ("index.md", r"\\log 27 \\approx (\d\.\d+)", lambda: math.log(27)),
