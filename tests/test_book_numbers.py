@@ -1478,6 +1478,11 @@ FIGURES = QUOTES + [
             )
         ),
     ),
+    (
+        "projects.md",
+        r"With `seed=0` the same network stops at a loss of (\d\.\d+)",
+        lambda: out("projects", r"^\[([\d.]+), [\d.]+, [\d.]+\]$"),
+    ),
     # the home page and the numbers page
     ("index.md", r"\\log 27 \\approx (\d\.\d+)", lambda: math.log(27)),
     ("numbers.md", r"\$\\log 27 \\approx (\d\.\d+)\$", lambda: math.log(27)),
