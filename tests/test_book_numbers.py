@@ -361,6 +361,14 @@ def torch_table(threads: int) -> tuple[float, float, float]:
     return tuple(float(g) for g in m.groups())
 
 
+def census_split() -> tuple[int, int, int]:
+    """Train, validation and test names of the census corpus, split as every run splits it."""
+    from sitp.data import load_names  # late: the package, for the split's sizes
+    from sitp.data.datasets import split_words
+
+    return tuple(len(part) for part in split_words(load_names()))
+
+
 def longest_identity_conversation() -> int:
     """Tokens of the longest hand-written conversation, rendered with the byte tokenizer."""
     from sitp.data.tokens import ByteTokenizer  # late: the package, for two counts only
@@ -1482,6 +1490,33 @@ FIGURES = QUOTES + [
         "projects.md",
         r"With `seed=0` the same network stops at a loss of (\d\.\d+)",
         lambda: out("projects", r"^\[([\d.]+), [\d.]+, [\d.]+\]$"),
+    ),
+    (
+        "part3/evaluation.md",
+        r"A model of ([\d,]+) parameters trained on one task",
+        lambda: ex("posttrain-demo.json")["config"]["parameters"],
+    ),
+    (
+        "part3/evaluation.md",
+        r"The demo's SFT pass@1 is (\d\.\d+) on (\d+) problems",
+        lambda: (demo("sft"), demo("sft", "n")),
+    ),
+    # the census names: the split every chapter-3 run uses
+    (
+        "numbers.md",
+        r"\(([\d,]+) names; ([\d,]+) train, (\d+) validation\)",
+        lambda: (sum(census_split()), *census_split()[:2]),
+    ),
+    ("ch03/index.md", r"on the ([\d,]+) US-census first names", lambda: sum(census_split())),
+    (
+        "ch03/ffn.md",
+        r"([\d,]+) parameters fitted to ([\d,]+) examples start to memorise",
+        lambda: (cnn("mlp")["num_params"], out("ch03/ffn", r"^\d+ \((\d+), 3\)")),
+    ),
+    (
+        "projects.md",
+        r"held-out list of ([\d,]+) names",
+        lambda: sum(census_split()[1:]),
     ),
     # the home page and the numbers page
     ("index.md", r"\\log 27 \\approx (\d\.\d+)", lambda: math.log(27)),
