@@ -66,9 +66,20 @@ def set_env() -> int:
 
 def _fail(rank: int, status: int, text: str) -> None:
     prefix = f"[rank {rank}]: "
+    report = "".join(prefix + line + "\n" for line in text.rstrip("\n").split("\n"))
     sys.stdout.flush()
-    sys.stderr.write("".join(prefix + line + "\n" for line in text.rstrip("\n").split("\n")))
-    sys.stderr.flush()
+    # MPI's abort can end the job before mpirun has forwarded this rank's stderr, and the
+    # message would be lost: where the launcher gave a folder (on this host), the rank
+    # leaves it there and the launcher prints it once the job has ended.
+    folder = os.environ.get("SITP_RUN_FAILURES")
+    if folder and os.path.isdir(folder):
+        path = os.path.join(folder, f"rank{rank:06d}")
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.write(report)
+        os.replace(path + ".tmp", path)
+    else:
+        sys.stderr.write(report)
+        sys.stderr.flush()
     if MPI is not None:
         MPI.COMM_WORLD.Abort(status)
     os._exit(status)

@@ -34,6 +34,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 BOOTSTRAP = Path(__file__).resolve().parent / "_bootstrap.py"
@@ -154,7 +155,21 @@ def main(argv: list[str] | None = None) -> int:
     a = parse(sys.argv[1:] if argv is None else argv)
     mpirun = find_mpirun()
     cmd, env = command(a, mpirun, flavour(mpirun))
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    with tempfile.TemporaryDirectory(prefix="sitp-run-") as failures:
+        env["SITP_RUN_FAILURES"] = failures  # _bootstrap._fail leaves its report here
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+        try:
+            return _run(proc, a)
+        except KeyboardInterrupt:
+            _kill(proc)
+            return 130
+        finally:
+            for report in sorted(Path(failures).glob("rank*[0-9]")):
+                sys.stderr.write(report.read_text(encoding="utf-8"))
+            sys.stderr.flush()
+
+
+def _run(proc: subprocess.Popen, a: argparse.Namespace) -> int:
     try:
         status = proc.wait(a.timeout)
     except subprocess.TimeoutExpired:
@@ -163,9 +178,6 @@ def main(argv: list[str] | None = None) -> int:
             f"sitp.distributed.run: the job ran past --timeout {a.timeout:g} s; killed it\n"
         )
         return 124
-    except KeyboardInterrupt:
-        _kill(proc)
-        return 130
     return status if status >= 0 else 128 - status
 
 
