@@ -57,8 +57,27 @@ def other_target() -> dict[str, str]:
     return {}
 
 
+def named_target(cpu: str) -> dict[str, str]:
+    """The code LLVM generates for the CPU named ``cpu`` (its own features, not the
+    host's: ``+cx16`` is a no-op delta), which this host must be able to run: Intel's
+    ``skylake-avx512`` on an AMD AVX-512 host, say. torch and numpy keep the host's
+    kernels but for the vector width."""
+    from sitp._target import _vector_bits
+
+    bits = _vector_bits("x86_64", cpu, "+cx16")
+    host = llvm.get_host_cpu_features()
+    if (bits == 512 and not host.get("avx512f")) or (bits >= 256 and not host.get("avx2")):
+        raise SystemExit(f"other_isa: this host cannot run {cpu}'s {bits}-bit code")
+    target = {"NUMBA_CPU_NAME": cpu, "NUMBA_CPU_FEATURES": "+cx16"}
+    if bits == 256:
+        target["ATEN_CPU_CAPABILITY"] = "avx2"
+        target["NPY_DISABLE_CPU_FEATURES"] = numpy_dispatch_without(("AVX512", "X86_V4"))
+    return target
+
+
 if __name__ == "__main__":
-    target = other_target()
+    # `python scripts/other_isa.py skylake-avx512`: that CPU's code instead of the other width
+    target = named_target(sys.argv[1]) if len(sys.argv) > 1 else other_target()
     if not target:
         print("other_isa: no other x86 target to emulate on this machine", file=sys.stderr)
         sys.exit(1)
