@@ -369,6 +369,19 @@ def census_split() -> tuple[int, int, int]:
     return tuple(len(part) for part in split_words(load_names()))
 
 
+def census_letters() -> int:
+    """The letters of all census names (a name of n letters makes n + 1 bigrams)."""
+    from sitp.data import load_names  # late: as above
+
+    return sum(len(w) for w in load_names())
+
+
+def entropy_at(t: float) -> float:
+    """Chapter 1: the first-letter row's entropy at temperature ``t``, as its fence prints it."""
+    table = out_text("ch01/index", r"^(\{0\.25: .*\})$")
+    return float(re.search(rf"\b{t}: ([\d.]+)", table)[1])
+
+
 def longest_identity_conversation() -> int:
     """Tokens of the longest hand-written conversation, rendered with the byte tokenizer."""
     from sitp.data.tokens import ByteTokenizer  # late: the package, for two counts only
@@ -392,6 +405,7 @@ def longest_chain1_reply() -> int:
     )
 
 
+CH1 = "ch01/index"
 TOK, TOKENS, MODERN, EAGER, COMPILED = (
     "part3/tokenizer",
     "part3/tokens",
@@ -1231,6 +1245,82 @@ FIGURES = QUOTES + [
         r"\| GPT, 4 layers, 4 heads, width 64 \| (\d\.\d+) / (\d\.\d+) \(([\d,]+) steps,",
         lambda: recorded_run("gpt-census.json", "census-gpt"),
     ),
+    # chapter 1, against its fences' recorded output
+    (
+        "ch01/index.md",
+        r"`a\.` \(a name ending in \*a\*\) ([\d,]+) times",
+        lambda: float(re.search(r"\[\('a\.', (\d+)\)", page("ch01/index.md"))[1]),
+    ),
+    (
+        "ch01/index.md",
+        r"has an NLL of \*\*(\d\.\d+)\*\* nats \(perplexity (\d+\.\d+)\), measured on the "
+        r"([\d,]+) bigrams of all ([\d,]+) names",
+        lambda: (
+            *out(CH1, r"^NLL ([\d.]+) nats, perplexity ([\d.]+)$"),
+            sum(census_split()) + census_letters(),
+            sum(census_split()),
+        ),
+    ),
+    (
+        "ch01/index.md",
+        r"^\| smoothing \$\\alpha\$ \| train NLL \(([\d,]+) names\) \| val NLL \((\d+) names\) \|$",
+        lambda: census_split()[:2],
+    ),
+    (
+        "ch01/index.md",
+        r"^\| 0 \| (\d\.\d+) \| ∞ \|$",
+        lambda: out(CH1, r"^alpha +0\.0: train ([\d.]+) +val inf$"),
+    ),
+    *(
+        (
+            "ch01/index.md",
+            rf"^\| {a} \| (\d\.\d+) \| (\d\.\d+) \|$",
+            lambda a=a: out(CH1, rf"^alpha +{float(a)}: train ([\d.]+) +val ([\d.]+)$"),
+        )
+        for a in ("0.1", "1", "10")
+    ),
+    (
+        "ch01/index.md",
+        r"has an entropy of (\d\.\d+) nats at \$T = 1\$ \(perplexity (\d+)\); at \$T = 0\.25\$ it "
+        r"drops to (\d\.\d+), at \$T = 4\$ it rises to (\d\.\d+)",
+        lambda: (entropy_at(1.0), math.exp(entropy_at(1.0)), entropy_at(0.25), entropy_at(4.0)),
+    ),
+    *(
+        (
+            "ch01/index.md",
+            rf"^\| {t} \| (\d+)% \| (\d+\.\d) \|$",
+            lambda t=t: out(CH1, rf"^T={t}: (\d+)% real names, mean length ([\d.]+)$"),
+        )
+        for t in ("0.5", "1.0", "2.0")
+    ),
+    (
+        "ch01/index.md",
+        r"The mean length at \$T = 1\$, (\d\.\d) letters, matches the corpus's own average "
+        r"\(([\d,]+) names, ([\d,]+) letters\)",
+        lambda: (
+            out(CH1, r"^T=1\.0: .* mean length ([\d.]+)$"),
+            sum(census_split()),
+            census_letters(),
+        ),
+    ),
+    (
+        "ch01/index.md",
+        r"the classifier labels (\d+)% of the points correctly \(loss (\d\.\d+)\)",
+        lambda: out(CH1, r"^loss ([\d.]+), accuracy (\d+)%$")[::-1],
+    ),
+    (
+        "ch01/index.md",
+        r"After 500 steps the network's NLL is (\d\.\d+): it has passed the add-one counting "
+        r"model \((\d\.\d+)\)",
+        lambda: (out(CH1, r"^after 500 steps: ([\d.]+)$"), out(CH1, r"^NLL ([\d.]+) nats")),
+    ),
+    ("ch01/index.md", r"than the bigram's (\d\.\d+)\?", lambda: out(CH1, r"^NLL ([\d.]+) nats")),
+    (
+        "ch01/index.md",
+        r"The training NLL rises, from (\d\.\d+) to (\d\.\d+) after 300 steps",
+        lambda: out(CH1, r"^NLL without decay ([\d.]+), with decay ([\d.]+)$"),
+    ),
+    ("ch01/index.md", r"\\ell = \\log 27 \\approx (\d\.\d+)\$", lambda: math.log(27)),
     # 3.1 and 3.3: the runs of the command line, from their records
     (
         "ch03/ffn.md",
