@@ -256,3 +256,78 @@ def test_every_exercise_has_a_difficulty_tag_and_its_number():
         if not re.match(r" ★{1,3}:", admonition.group(1)):
             problems.append(f"docs/projects.md: exercise without a tag: {admonition.group()}")
     assert tagged >= 50 and not problems, "\n".join(problems)
+
+
+# --- shell fences: the command, not a pasted transcript of what it printed -------------
+
+SHELL_FENCE = re.compile(
+    r"^(?P<indent>[ \t]*)```(?:text|console|bash|shell|sh)\b[^\n]*\n(?P<body>.*?)^(?P=indent)```",
+    re.MULTILINE | re.DOTALL,
+)
+COMMAND = re.compile(r"^(\$ |python\b|[A-Z_]+=\S+ |for |done\b|#|make\b|pip\b|cd\b|export\b)")
+DECIMAL = re.compile(r"(?<![\d.])\d+\.\d+(?![\d.])")
+
+
+def pasted_output(text: str) -> list[tuple[int, str]]:
+    """Lines of shell fences that follow a command and carry a measured figure (a decimal
+    number): what a run printed, pasted where a fence that reads the run's record belongs.
+
+    A fence counts as a shell fence when its first line is a command; continuation lines
+    (after a backslash) and indented commands (a loop's body) are commands too. A text
+    fence without a command, without code (no ``=``) and with two or more lines of
+    decimals is a transcript too: a run's output pasted on its own.
+    """
+    found = []
+    for m in SHELL_FENCE.finditer(text):
+        indent = m.group("indent")
+        lines = [line[len(indent) :] for line in m.group("body").splitlines()]
+        start = text.count("\n", 0, m.start("body")) + 1
+        figures = [(start + k, line) for k, line in enumerate(lines) if DECIMAL.search(line)]
+        if not lines:
+            continue
+        if not COMMAND.match(lines[0]):
+            if len(figures) >= 2 and not any("=" in line for line in lines):
+                found += figures
+            continue
+        continued = False
+        for k, line in enumerate(lines):
+            command = continued or COMMAND.match(line.lstrip())
+            continued = line.rstrip().endswith("\\")
+            if not command and DECIMAL.search(line):
+                found.append((start + k, line))
+    return found
+
+
+@pytest.mark.parametrize(
+    "fence, pasted",
+    [
+        ("```text\n$ python run.py\nloss 2.0751, 21.4 s\n```\n", True),
+        ("```text\npython -m sitp train --model mlp\nstep 1000: train loss 2.2704\n```\n", True),
+        ("```bash\npython a.py --lr 0.01 \\\n    --wd 0.1\nSITP_X=1 python b.py\n```\n", False),
+        (
+            "```console\n$ python -m sitp chat runs/pt/rl --web\nserving on http://127.0.0.1:8008/\n```\n",
+            False,
+        ),
+        ("```text\noptimizer = SGD(lr=0.1)\n```\n", False),
+        ("```text\nstep 1000: train loss 2.2704\ntest loss 2.0406\n```\n", True),
+        ("```text\n$ python b.py\n   512 |   0.301  0.637\n```\n", True),
+        (
+            "```text\nfor m in a b; do\n  python -m sitp train --lr 0.01 --model $m\ndone\n```\n",
+            False,
+        ),
+    ],
+)
+def test_the_transcript_scan(fence, pasted):
+    assert bool(pasted_output(fence)) == pasted
+
+
+def test_no_pasted_transcript_of_a_run():
+    """A run's printed figures reach a page through a fence that reads its recorded file
+    (``sitp.examples``), so that a test can compare them with the prose; a shell fence
+    shows only the command."""
+    problems = [
+        f"{page.relative_to(ROOT).as_posix()}:{lineno}: {line.strip()!r}"
+        for page in pages()
+        for lineno, line in pasted_output(page.read_text(encoding="utf-8"))
+    ]
+    assert not problems, "\n".join(problems)
