@@ -1,11 +1,16 @@
-"""Numbers quoted across the book agree with their source.
+"""Every figure a page states in prose agrees with the data it comes from.
 
+FIGURES is one table: a page, a pattern whose groups are the figures as the prose writes
+them, and where the data says they come from: a block's recorded output
+(``docs/_outputs``), a run that ``sitp.examples`` ships (``src/sitp/examples/*.json``), a
+script's recorded output in ``docs/assets``, another page's table, or the package itself
+(a parameter count, the census split). The test compares each figure at the precision the
+prose states it. Summaries (Part III's overview, the chapter openings, the home page and
+the numbers page) are rows of the same table, checked against the data of the pages they
+summarise. ``figure_quotes`` checks whole table rows read off recorded data.
 ``tests/test_book.py::test_numbers_page_copies_the_chapters`` checks that the numbers page
-copies the chapters. This file checks the other quotes: a number one page takes from
-another (the CPU bandwidth of 4.3's cost model, from 2.3's roofline; a GPT step's
-operations, from 4.2's recorded output) or from its own table or recorded output, the numbers the
-prose reads off a figure's recorded data (``src/sitp/examples/*.json``), and the claims
-about GPU timings, which must match what the numbers page says has been measured.
+copies the chapters; the last tests here check the claims about GPU timings, which must
+match what the numbers page says has been measured.
 """
 
 from __future__ import annotations
@@ -382,6 +387,13 @@ def entropy_at(t: float) -> float:
     return float(re.search(rf"\b{t}: ([\d.]+)", table)[1])
 
 
+def special_tokens() -> tuple[str, ...]:
+    """The chat format's special tokens (8.1)."""
+    from sitp.posttrain.chat import SPECIAL_TOKENS  # late: the package, for one count
+
+    return SPECIAL_TOKENS
+
+
 def longest_identity_conversation() -> int:
     """Tokens of the longest hand-written conversation, rendered with the byte tokenizer."""
     from sitp.data.tokens import ByteTokenizer  # late: the package, for two counts only
@@ -447,6 +459,8 @@ FIGURES = QUOTES + [
             sum(s["seconds"] for s in ex("posttrain-demo.json")["stages"]),
         ),
     ),
+    ("part3/index.md", r"with (\w+) special tokens that frame", lambda: len(special_tokens())),
+    ("part3/chat.md", r"framed by (\w+) special tokens:", lambda: len(special_tokens())),
     (
         "part3/index.md",
         r"(\d) layers, (\d) heads, width (\d+), block (\d+), batch (\d+), ([\d,]+) iterations",
