@@ -566,8 +566,21 @@ def test_outputs_compare_numbers_to_their_printed_precision(recorded, fresh, tol
     assert pagecode.same_output(block, fresh, recorded) is same
 
 
+def test_the_site_says_how_far_a_blocks_numbers_may_move():
+    """A block with ``tolerance=`` has the option taken off its fence's attributes and
+    said in its output's label."""
+    from hooks import book
+
+    assert "hold to 1% on other machines" in book.output_html("loss 2.246\n", False, 0.01)
+    assert "hold to" not in book.output_html("loss 2.246\n", False, None)
+    marked = book.mark_continuations("```{.python continuation tolerance=1%}\nprint(1)\n```\n")
+    assert "tolerance" not in marked and ".continuation" in marked
+
+
 def test_a_fence_declares_its_tolerance():
-    page = "```{.python tolerance=2%}\nprint(1)\n```\n\n```{.python tolerance=0.005}\nprint(2)\n```\n"
+    page = (
+        "```{.python tolerance=2%}\nprint(1)\n```\n\n```{.python tolerance=0.005}\nprint(2)\n```\n"
+    )
     assert [b.tolerance for b in pagecode.blocks(page)] == [0.02, 0.005]
     with pytest.raises(ValueError, match="line 1: tolerance='2'"):
         pagecode.blocks("```{.python tolerance=2}\nprint(1)\n```\n")
