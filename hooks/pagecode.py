@@ -185,17 +185,20 @@ _NUMBER = re.compile(
     r"|[-+]?(?:\d[\d_,]*)?\.?\d+(?:[eE][-+]?\d+)?"
 )
 _HOME = re.compile(r"(?:/home/[^/\s]+|/Users/[^/\s]+|/root)(?=/)")
+# Where sitp's caches live: ~/.cache, $XDG_CACHE_HOME or $NUMBA_CACHE_DIR, up to sitp's folder
+_CACHE_ROOT = re.compile(r"(?<![\w~.])/[^\s]*?(?=/sitp[-/])")
 
 
 def masked(text: str) -> str:
     """A volatile block's output as the tests compare it: numbers masked.
 
     Every number (and hexadecimal hash or address) becomes ``#``, a home directory
-    ``~``, and runs of spaces one space (a column of timings widens with a digit more).
-    Timings, speeds, thread counts and cache paths vary from run to run and machine to
-    machine; the words, the lines and where the numbers stand must not.
+    ``~``, the folder that holds sitp's cache ``<cache>``, and runs of spaces one space
+    (a column of timings widens with a digit more). Timings, speeds, thread counts and
+    cache paths vary from run to run and machine to machine; the words, the lines and
+    where the numbers stand must not.
     """
-    text = _NUMBER.sub("#", _HOME.sub("~", text))
+    text = _NUMBER.sub("#", _HOME.sub("~", _CACHE_ROOT.sub("<cache>", text)))
     return re.sub(r"[ \t]+", " ", text)
 
 
