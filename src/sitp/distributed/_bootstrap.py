@@ -100,6 +100,11 @@ def main(argv: list[str]) -> None:
     if not argv or argv[0] == "-m" and len(argv) < 2:
         sys.exit("usage: _bootstrap.py [-m module | script.py] args...")
     rank = set_env()
+    # One write a line: a rank's line appears before an abort can kill the rank, and
+    # whole, never broken into print's pieces among another rank's (which unbuffered
+    # output, one write a piece, lets mpirun's forwarding do).
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=True, write_through=False)
     module = argv[0] == "-m"
     target = argv[1] if module else argv[0]
     rest = argv[2:] if module else argv[1:]

@@ -121,10 +121,9 @@ def command(a: argparse.Namespace, mpirun: str, kind: str) -> tuple[list[str], d
     env = dict(os.environ)
     env["MASTER_ADDR"] = a.master_addr or nodes[0]
     env["MASTER_PORT"] = str(a.master_port)
-    env.setdefault("PYTHONUNBUFFERED", "1")  # a rank's lines appear before an abort kills it
     cmd = [mpirun, "-n", str(total)]
     if kind == "openmpi":
-        for name in ("MASTER_ADDR", "MASTER_PORT", "PYTHONUNBUFFERED"):
+        for name in ("MASTER_ADDR", "MASTER_PORT"):
             cmd += ["-x", name]
         if a.hostfile:
             cmd += ["--hostfile", a.hostfile, "--map-by", f"ppr:{a.nproc_per_node}:node"]
