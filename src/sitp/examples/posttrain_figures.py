@@ -2,7 +2,7 @@
 
 ``scripts/posttrain_demo.py --json`` writes that file: the demo's configuration, the
 CPU it ran on, each stage's held-out pass@1 with its Wilson 95 % interval, and the
-mean reward of every GRPO step.
+mean reward of every RL step.
 
 * ``posttrain-stages.png``: pass@1 after each stage (base, pretrain, SFT, RL), bars
   with their intervals;
@@ -70,7 +70,7 @@ def draw_stages(run: dict, path: Path) -> Path:
 
 
 def draw_reward(run: dict, path: Path) -> Path:
-    """The mean reward of each GRPO step and its running mean over 10 steps."""
+    """The mean reward of each RL step and its running mean over 10 steps."""
     plt = pyplot()
     r = np.asarray(run["rl_reward"])
     cfg = run["config"]
@@ -79,7 +79,7 @@ def draw_reward(run: dict, path: Path) -> Path:
     ax.plot(steps, r, "o", ms=3, color="C0", alpha=0.6, label="mean reward of the step")
     ax.plot(steps, running_mean(r), "-", color="C1", label="running mean (10 steps)")
     ax.set_ylim(0, 1.05)
-    ax.set_xlabel("GRPO step")
+    ax.set_xlabel("RL step (REINFORCE with a group baseline)")
     ax.set_ylabel("reward (share correct)")
     ax.set_title(f"{cfg['task']}: {cfg['rl_prompts_per_step']} prompts x "
                  f"{cfg['rl_group_size']} samples a step, lr {cfg['rl_lr']:g}, "
@@ -113,7 +113,7 @@ def draw_pipeline(run: dict, path: Path) -> Path:
 
 
 def draw_pipeline_reward(run: dict, path: Path) -> Path:
-    """The mean reward of each GRPO step of the pipeline's RL stage (all tasks mixed)."""
+    """The mean reward of each step of the pipeline's RL stage (all tasks mixed)."""
     plt = pyplot()
     rl = next(s for s in run["stages"] if s["stage"] == "rl")
     r = np.array([h["reward"] for h in rl["history"]])
@@ -122,7 +122,7 @@ def draw_pipeline_reward(run: dict, path: Path) -> Path:
     ax.plot(steps, r, "o", ms=3, color="C0", alpha=0.6, label="mean reward of the step")
     ax.plot(steps, running_mean(r), "-", color="C1", label="running mean (10 steps)")
     ax.set_ylim(0, 1.05)
-    ax.set_xlabel("GRPO step")
+    ax.set_xlabel("RL step (REINFORCE with a group baseline)")
     ax.set_ylabel("reward (share correct)")
     ax.set_title("the pipeline's RL stage, prompts from every task", fontsize=10)
     ax.legend(loc="lower right")
