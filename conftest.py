@@ -70,6 +70,10 @@ def pytest_runtest_teardown(item):
 _COPY_RUN = corpus.COPY_RUN_TEST  # its items run every block of their page
 
 
+def _is_copy_run(item) -> bool:
+    return (item.path.name, getattr(item, "originalname", None)) == _COPY_RUN
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
@@ -86,7 +90,7 @@ def _code_of(item, pages: dict) -> str | None:
         return item.code  # pytest-markdown-docs joins a continuation to its chain
     if isinstance(item, pytest.DoctestItem):
         return "\n".join(example.source for example in item.dtest.examples)
-    if (item.path.name, getattr(item, "originalname", None)) == _COPY_RUN:
+    if _is_copy_run(item):
         page = Path(item.callspec.params["page"])
         if page not in pages:
             pages[page] = "\n".join(b.code for b in blocks(page.read_text(encoding="utf-8")))
@@ -104,9 +108,7 @@ def _fences_the_copy_run_runs(config, items) -> None:
     --markdown-docs docs/ch02/strides.md``, say) keeps the fences. The ``>>>`` examples
     (doctests) and fences in the package's docstrings always run here.
     """
-    if not any(
-        (item.path.name, getattr(item, "originalname", None)) == _COPY_RUN for item in items
-    ):
+    if not any(_is_copy_run(item) for item in items):
         return
     docs = config.rootpath / "docs"
     keep, dropped = [], []

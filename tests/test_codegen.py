@@ -16,6 +16,7 @@ checks the AVX-512 code and the other way round. Asserted:
   spills, and no gathers except where a kernel reads through run-time strides.
 """
 
+import importlib.util
 import json
 import os
 import platform
@@ -23,7 +24,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import llvmlite.binding as llvm
 import pytest
 
 from sitp._target import default_cache_root, host_features_without_avx512
@@ -200,16 +200,19 @@ def test_numerics_with_the_other_targets_code():
     """The numeric tests again, run with code compiled for another ISA this host can run.
 
     On an AVX-512 host, that is its AVX2 code (the same CPU with the AVX-512 features
-    off); on an AVX2 host, the x86-64 baseline's (SSE2). The results must follow
-    torch's semantics whatever the vector width.
+    off); on an AVX2 host, the x86-64 baseline's (SSE2): the target of
+    ``make test-other-isa`` (scripts/other_isa.py). The results must follow torch's
+    semantics whatever the vector width.
     """
-    if llvm.get_host_cpu_features().get("avx512f"):
-        env_target = {
-            "NUMBA_CPU_NAME": llvm.get_host_cpu_name(),
-            "NUMBA_CPU_FEATURES": host_features_without_avx512(),
-        }
-    else:
-        env_target = {"NUMBA_CPU_NAME": "x86-64", "NUMBA_CPU_FEATURES": "+cx16"}
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("other_isa", root / "scripts" / "other_isa.py")
+    other_isa = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(other_isa)
+    # an x86 host without AVX2 has no other target there: its own baseline code, then
+    env_target = other_isa.other_target() or {
+        "NUMBA_CPU_NAME": "x86-64",
+        "NUMBA_CPU_FEATURES": "+sse2",
+    }
     # sitp's own numba cache, which keys the other target's code apart from the host's
     # (sitp._target.cache_key): compiled once, reused by later runs and by
     # `make test-other-isa`.
@@ -222,7 +225,6 @@ def test_numerics_with_the_other_targets_code():
         env["NUMBA_CACHE_DIR"] = os.environ["_SITP_USER_NUMBA_CACHE_DIR"]
     env.update(env_target)
     env.setdefault("NUMBA_ENABLE_CUDASIM", "1")
-    root = Path(__file__).resolve().parent.parent
     proc = subprocess.run(
         [
             sys.executable,
