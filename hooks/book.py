@@ -433,7 +433,9 @@ def mark_continuations(markdown: str) -> str:
         if not langs & {"python", "py", "python3"}:
             return m.group(0)
         # for the tests; the output's label says them
-        options = [p for p in parts if p == pagecode.VOLATILE or p.startswith("tolerance=")]
+        options = [
+            p for p in parts if p == pagecode.VOLATILE or p.startswith(pagecode.TOLERANCE + "=")
+        ]
         if options:
             parts = [p for p in parts if p not in options]
             if "continuation" not in parts:
