@@ -1,4 +1,4 @@
-"""``sitp.nn.utils``: gradient clipping."""
+"""``sitp.nn.utils``: gradient clipping; ``sitp.nn.utils.rnn``, packed sequences."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from sitp._tensor.creation import tensor
 from sitp.autograd.grad_mode import no_grad
 from sitp.backends.cpu.fused.norms import sum_of_squares
 from sitp.backends.cpu.ops import flat
+from sitp.nn.utils import rnn  # noqa: F401  (torch.nn.utils.rnn)
 
 
 def _norm_pow(g, norm_type: float) -> float:
