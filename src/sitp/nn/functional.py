@@ -22,7 +22,7 @@ import numpy as np
 from sitp._tensor.creation import arange, full, tensor
 from sitp._tensor.tensor import Tensor
 from sitp.dtypes import bool_, int64
-from sitp.functional import cat, one_hot  # noqa: F401  (re-exported as F.one_hot)
+from sitp.functional import cat, one_hot, where  # noqa: F401  (one_hot: re-exported)
 from sitp.nn._functions import attention as _attention
 from sitp.nn._functions import binary_cross_entropy as _bce
 from sitp.nn._functions import cross_entropy as _ce
@@ -43,6 +43,9 @@ __all__ = [
     "elu",
     "embedding",
     "gelu",
+    "huber_loss",
+    "kl_div",
+    "l1_loss",
     "layer_norm",
     "leaky_relu",
     "linear",
@@ -57,6 +60,7 @@ __all__ = [
     "scaled_dot_product_attention",
     "sigmoid",
     "silu",
+    "smooth_l1_loss",
     "softmax",
     "softplus",
     "tanh",
@@ -650,6 +654,11 @@ def nll_loss(
     batch_shape = tuple(input.shape[:class_dim]) + tuple(input.shape[class_dim + 1 :])
     if target.dtype is not int64:
         raise RuntimeError(f"nll_loss(): expected target of dtype int64, got {target.dtype}")
+    if weight is not None and tuple(weight.shape) != (C,):
+        raise RuntimeError(
+            f"weight tensor should be defined either for all {C} classes or no classes "
+            f"but got weight tensor of shape: {list(weight.shape)}"
+        )
     if tuple(target.shape) != batch_shape:
         if input.ndim == 2 and target.ndim == 1:
             raise ValueError(
@@ -675,7 +684,8 @@ def mse_loss(
     reduction: str = "mean",
     weight=None,
 ) -> Tensor:
-    """Mean (or sum) of squared differences; shapes broadcast (PyTorch warns when they differ)."""
+    """Mean (or sum) of squared differences; shapes broadcast (PyTorch warns when they differ).
+    With ``weight`` (the input's shape), the mean divides by the sum of the weights."""
     reduction = _reduction(size_average, reduce, reduction)
     if tuple(input.shape) != tuple(target.shape):
         warnings.warn(
@@ -686,10 +696,7 @@ def mse_loss(
         )
         broadcast_shapes(input.shape, target.shape)
     d = input - target
-    loss = d * d
-    if weight is not None:
-        loss = loss * weight
-    return _reduce(loss, reduction)
+    return _weighted(d * d, weight, input, reduction)
 
 
 def binary_cross_entropy(
@@ -742,6 +749,131 @@ def binary_cross_entropy_with_logits(
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)
+
+
+def _check_same_size(name, input, target):
+    """The elementwise losses broadcast a target of another shape, with torch's warning."""
+    if tuple(input.shape) != tuple(target.shape):
+        warnings.warn(
+            f"Using a target size ({tuple(target.shape)}) that is different to the input size "
+            f"({tuple(input.shape)}). This will likely lead to incorrect results due to "
+            f"broadcasting. Please ensure they have the same size.",
+            stacklevel=3,
+        )
+        try:
+            broadcast_shapes(input.shape, target.shape)
+        except (RuntimeError, ValueError):
+            raise RuntimeError(
+                f"{name}(): the size of input {tuple(input.shape)} and target "
+                f"{tuple(target.shape)} do not broadcast"
+            ) from None
+
+
+def _weighted(loss, weight, input, reduction, mean_over_weight=True):
+    """``loss * weight`` reduced as torch's weighted l1/mse losses do: the mean divides by
+    the sum of the weights (huber_loss's, ``mean_over_weight=False``, by the count)."""
+    if weight is None:
+        return _reduce(loss, reduction)
+    if tuple(weight.shape) != tuple(input.shape):
+        raise ValueError("Weights and input must have the same size.")
+    loss = loss * weight
+    if reduction == "mean" and mean_over_weight:
+        return loss.sum() / weight.sum()
+    return _reduce(loss, reduction)
+
+
+def l1_loss(
+    input: Tensor,
+    target: Tensor,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+    weight=None,
+) -> Tensor:
+    """Mean (or sum) of absolute differences ``|input - target|``, times ``weight`` if given."""
+    reduction = _reduction(size_average, reduce, reduction)
+    _check_same_size("l1_loss", input, target)
+    return _weighted((input - target).abs(), weight, input, reduction)
+
+
+def smooth_l1_loss(
+    input: Tensor,
+    target: Tensor,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+    beta: float = 1.0,
+) -> Tensor:
+    """Squared below ``beta``, absolute above: ``0.5 d^2 / beta`` if ``|d| < beta``, else
+    ``|d| - 0.5 beta``, for ``d = input - target``. ``beta=0`` is :func:`l1_loss`."""
+    reduction = _reduction(size_average, reduce, reduction)
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    _check_same_size("smooth_l1_loss", input, target)
+    a = (input - target).abs()
+    if beta == 0.0:
+        return _reduce(a, reduction)
+    loss = where(a < beta, a * a * (0.5 / beta), a - 0.5 * beta)
+    return _reduce(loss, reduction)
+
+
+def huber_loss(
+    input: Tensor,
+    target: Tensor,
+    reduction: str = "mean",
+    delta: float = 1.0,
+    weight=None,
+) -> Tensor:
+    """``0.5 d^2`` if ``|d| <= delta``, else ``delta (|d| - 0.5 delta)``: smooth_l1 times
+    ``delta`` (with ``beta = delta``), so its slope far out is ``delta``, not 1."""
+    reduction = _reduction(None, None, reduction)
+    if delta <= 0:
+        raise RuntimeError("huber_loss does not support non-positive values for delta.")
+    _check_same_size("huber_loss", input, target)
+    a = (input - target).abs()
+    loss = where(a <= delta, a * a * 0.5, (a - 0.5 * delta) * delta)
+    return _weighted(loss, weight, input, reduction, mean_over_weight=False)
+
+
+def kl_div(
+    input: Tensor,
+    target: Tensor,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+    log_target: bool = False,
+) -> Tensor:
+    """KL(target || model) pointwise, for log-probabilities ``input``:
+    ``target * (log target - input)`` (0 where target is 0), or with ``log_target``
+    ``exp(target) * (target - input)``.
+
+    ``reduction='batchmean'`` divides the sum by the batch size ``input.shape[0]``,
+    which is the KL divergence per sample; ``'mean'`` divides by every element, as
+    torch does (and warns that it is not the KL divergence).
+    """
+    if reduction == "batchmean":
+        red = "sum"
+    else:
+        red = _reduction(size_average, reduce, reduction)
+        if red == "mean":
+            warnings.warn(
+                "reduction: 'mean' divides the total loss by both the batch size and the "
+                "support size.'batchmean' divides only by the batch size, and aligns with "
+                "the KL div math definition.'mean' will be changed to behave the same as "
+                "'batchmean' in the next major release.",
+                stacklevel=2,
+            )
+    _check_same_size("kl_div", input, target)
+    if log_target:
+        loss = target.exp() * (target - input)
+    else:
+        pos = target > 0
+        t_log = where(pos, target, full((), 1.0, dtype=target.dtype, device=target.device)).log()
+        loss = target * t_log - target * input  # x log x -> 0 at x = 0
+    if reduction == "batchmean":
+        total = loss.sum()
+        return total / input.shape[0] if input.ndim else total
+    return _reduce(loss, red)
 
 
 # ---------------------------------------------------------------- attention

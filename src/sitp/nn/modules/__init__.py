@@ -5,6 +5,17 @@ from sitp.nn.modules.container import ModuleDict, ModuleList, Sequential
 from sitp.nn.modules.conv import Conv1d
 from sitp.nn.modules.dropout import Dropout
 from sitp.nn.modules.linear import Flatten, Identity, Linear, Unflatten
+from sitp.nn.modules.loss import (
+    BCELoss,
+    BCEWithLogitsLoss,
+    CrossEntropyLoss,
+    HuberLoss,
+    KLDivLoss,
+    L1Loss,
+    MSELoss,
+    NLLLoss,
+    SmoothL1Loss,
+)
 from sitp.nn.modules.module import Module
 from sitp.nn.modules.normalization import BatchNorm1d, LayerNorm, RMSNorm
 from sitp.nn.modules.rnn import GRUCell, RNNCell
