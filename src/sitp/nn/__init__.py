@@ -7,6 +7,9 @@ the layers of chapter 3's models are built here, their kernels in ``sitp.backend
 from sitp.nn import functional, init, parallel, utils
 from sitp.nn.modules import (
     GELU,
+    GRU,
+    LSTM,
+    RNN,
     BatchNorm1d,
     BCELoss,
     BCEWithLogitsLoss,
@@ -23,6 +26,7 @@ from sitp.nn.modules import (
     LayerNorm,
     Linear,
     LogSoftmax,
+    LSTMCell,
     Module,
     ModuleDict,
     ModuleList,
@@ -30,6 +34,7 @@ from sitp.nn.modules import (
     NLLLoss,
     ReLU,
     RMSNorm,
+    RNNBase,
     RNNCell,
     Sequential,
     Sigmoid,

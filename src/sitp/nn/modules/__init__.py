@@ -18,5 +18,5 @@ from sitp.nn.modules.loss import (
 )
 from sitp.nn.modules.module import Module
 from sitp.nn.modules.normalization import BatchNorm1d, LayerNorm, RMSNorm
-from sitp.nn.modules.rnn import GRUCell, RNNCell
+from sitp.nn.modules.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
 from sitp.nn.modules.sparse import Embedding

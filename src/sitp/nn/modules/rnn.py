@@ -7,7 +7,6 @@ load both ways."""
 from __future__ import annotations
 
 import math
-
 import warnings
 
 from sitp._tensor.creation import empty, zeros
@@ -264,7 +263,9 @@ class RNNBase(Module):
             if v <= 0:
                 raise ValueError(f"{name} must be greater than zero")
         if proj_size < 0:
-            raise ValueError("proj_size should be a positive integer or zero to disable projections")
+            raise ValueError(
+                "proj_size should be a positive integer or zero to disable projections"
+            )
         if proj_size >= hidden_size:
             raise ValueError("proj_size has to be smaller than hidden_size")
         if proj_size and mode != "LSTM":
@@ -302,9 +303,7 @@ class RNNBase(Module):
         """The parameters of each layer and direction, as torch lists them."""
         per = len(self._flat_weights_names) // (self.num_layers * (2 if self.bidirectional else 1))
         names = self._flat_weights_names
-        return [
-            [getattr(self, n) for n in names[i : i + per]] for i in range(0, len(names), per)
-        ]
+        return [[getattr(self, n) for n in names[i : i + per]] for i in range(0, len(names), per)]
 
     def _weights(self, layer: int, d: int):
         sfx = f"_l{layer}" + ("_reverse" if d else "")
@@ -452,7 +451,9 @@ class RNN(RNNBase):
         dtype=None,
     ):
         if nonlinearity not in ("tanh", "relu"):
-            raise ValueError(f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or 'relu'.")
+            raise ValueError(
+                f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or 'relu'."
+            )
         super().__init__(
             "RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU",
             input_size,
