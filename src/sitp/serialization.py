@@ -1,11 +1,11 @@
-"""``sitp.save`` and ``sitp.load``: tensors, state dicts and nested containers, in the
-file format of ``torch.save``.
+"""``sitp.save`` and ``sitp.load``: tensors, state dicts, whole modules and any picklable
+object, in the file format of ``torch.save``.
 
 The format is PyTorch's zip format (the default of ``torch.save`` since 1.6): a zip
 archive holding ``archive/data.pkl``, a protocol-2 pickle of the object in which each
 tensor is a call of ``torch._utils._rebuild_tensor_v2`` on a storage, and one record
 ``archive/data/<key>`` of raw little-endian bytes per storage. So, measured against
-torch 2.13 (``tests/test_serialization.py``):
+torch 2.13 (``tests/test_serialization.py``, ``tests/test_serialization_modules.py``):
 
 * a file written by ``sitp.save`` loads with ``torch.load`` (``weights_only=True``, its
   default): the same values, dtypes, shapes and nested containers;
@@ -13,23 +13,29 @@ torch 2.13 (``tests/test_serialization.py``):
   ``_metadata``), optimizer ``state_dict()`` s, and dicts, lists, tuples, numbers,
   strings, bools and None loads with ``sitp.load``. Integer tensors of every width
   load as int64 and float16/bfloat16 ones as float32 (sitp's dtypes; the values are
-  exact); complex tensors, quantized tensors and ``torch.save`` of whole modules or
-  other Python objects do not load (a clear error names what is missing);
+  exact); complex tensors, quantized tensors and ``torch.save`` of whole torch modules
+  do not load (a clear error names what is missing);
 * non-contiguous tensors and tensors that share a storage load with their values,
   each as its own contiguous tensor: sitp does not rebuild the sharing;
 * the legacy pre-1.6 format (``_use_new_zipfile_serialization=False``) is not read.
 
-``sitp.save`` writes only what it knows how to rebuild safely: tensors, dicts (and
-OrderedDicts), lists, tuples, ints, floats, bools, strings, bytes and None. Anything
-else is a ``TypeError`` naming where in the object it sits (save a module's
-``state_dict()``, not the module). A tensor used twice (a tied weight) is stored once
-and loads as one tensor in both places.
+``sitp.save`` pickles anything Python pickles, as ``torch.save`` does: a whole module,
+an optimizer, a user's class (by its dotted name), sets and any container. Tensors,
+parameters, dtypes, devices and sizes are written under torch's names
+(``torch._utils._rebuild_tensor_v2``, ``torch._utils._rebuild_parameter``,
+``torch.float32``, ``torch.device``, ``torch.Size``), so that a file of tensors and
+containers loads in torch. A tensor used twice (a tied weight) is stored once and loads
+as one tensor in both places.
 
-Loading is safe by default, like ``torch.load(weights_only=True)``: the unpickler
-accepts only the globals that rebuild tensors and ``collections.OrderedDict``; any
-other global, which is how a pickle runs arbitrary code, is an
-``pickle.UnpicklingError``. ``weights_only=False`` allows other globals, for files you
-trust. A truncated or damaged file is a ``RuntimeError`` that names the file.
+Loading is weights-only by default, like ``torch.load`` since 2.6: the unpickler
+rebuilds tensors and the globals torch allows by default (``OrderedDict``, ``Counter``,
+``set``, ``bytearray``, ``complex``, torch's dtypes, ``Size`` and ``device``); any
+other global, which is how a pickle runs arbitrary code, is a ``pickle.UnpicklingError``
+that names it and says how to allow it: :func:`add_safe_globals` or the
+:class:`safe_globals` context manager for classes you trust (a whole module loads
+weights-only once its classes are allowed), ``weights_only=False`` for a file you trust.
+A whole module that torch saved does not load in sitp (its classes are torch's). A
+truncated or damaged file is a ``RuntimeError`` that names the file.
 
 Writing to a path is atomic (:func:`write_atomically`, which the checkpoints of
 :mod:`sitp.train.checkpoint` use too): a crash leaves the old file or the new one, never
@@ -39,10 +45,12 @@ half of one.
 from __future__ import annotations
 
 import _codecs
+import _compat_pickle
 import collections
 import io
 import os
 import pickle
+import pickletools
 import struct
 import tempfile
 import zipfile
@@ -52,7 +60,7 @@ import numpy as np
 
 from sitp import dtypes
 from sitp._tensor.creation import tensor
-from sitp._tensor.tensor import Tensor
+from sitp._tensor.tensor import Size, Tensor
 from sitp._tensor.tensor import device as Device
 from sitp.nn.parameter import Parameter
 
@@ -128,137 +136,96 @@ _WRITE = {
 }
 
 
-class _Writer:
-    """Hand-written protocol-2 pickle opcodes for the containers ``save`` allows.
+class _AsTensor:
+    """A parameter's data, pickled as a plain tensor inside ``_rebuild_parameter``."""
 
-    The standard ``pickle.Pickler`` cannot name ``torch._utils._rebuild_tensor_v2``
-    without importing torch, so the few opcodes needed are written directly.
+    def __init__(self, t: Tensor):
+        self.t = t
+
+
+class _Pickler(pickle._Pickler):
+    """The standard pickler (protocol 2), with tensors written as ``torch.save`` writes them.
+
+    A tensor becomes a call of ``torch._utils._rebuild_tensor_v2`` on a storage, whose
+    bytes go into a record of their own (a persistent id); a parameter becomes
+    ``torch._utils._rebuild_parameter`` of such a tensor; dtypes, devices and sizes become
+    ``torch.float32``, ``torch.device``, ``torch.Size``. Everything else (a whole module,
+    an optimizer, a user's class) is pickled as Python pickles it, by its class's
+    dotted name. The Python implementation of the pickler is used because the names
+    ``torch._utils...`` must be written without importing torch (``save_global``).
     """
 
-    def __init__(self):
-        self.out = io.BytesIO()
+    def __init__(self, file):
+        super().__init__(file, protocol=2)
         self.storages: list[bytes] = []
-        self._memo: dict[int, tuple] = {}  # id(tensor) -> (memo index, tensor): tied weights
 
-    def write(self, b: bytes) -> None:
-        self.out.write(b)
+    def save(self, obj, save_persistent_id=True):
+        if isinstance(obj, (np.bool_, np.integer, np.floating)):
+            obj = obj.item()  # numpy scalars as Python numbers, which any loader reads
+        super().save(obj, save_persistent_id)
 
-    def global_(self, module: str, name: str) -> None:
-        self.write(pickle.GLOBAL + f"{module}\n{name}\n".encode())
+    def persistent_id(self, obj):
+        if type(obj) is _StorageOut:
+            return ("storage", _StorageType(obj.name), obj.key, "cpu", obj.numel)
+        return None
 
-    def dump(self, obj, where: str) -> None:
-        w = self.write
-        if obj is None:
-            w(pickle.NONE)
-        elif obj is True or obj is False:
-            w(pickle.NEWTRUE if obj else pickle.NEWFALSE)
-        elif isinstance(obj, Tensor):
-            self.tensor(obj)
-        elif isinstance(obj, (int, np.integer)):
-            n = int(obj)
-            if -(2**31) <= n < 2**31:
-                w(pickle.BININT + struct.pack("<i", n))
-            else:
-                data = n.to_bytes((n.bit_length() + 8) // 8, "little", signed=True)
-                w(pickle.LONG1 + bytes([len(data)]) + data)
-        elif isinstance(obj, (float, np.floating)):
-            w(pickle.BINFLOAT + struct.pack(">d", float(obj)))
-        elif isinstance(obj, str):
-            data = obj.encode("utf-8", "surrogatepass")
-            w(pickle.BINUNICODE + struct.pack("<I", len(data)) + data)
-        elif isinstance(obj, bytes):
-            # protocol 2 has no bytes opcode: _codecs.encode(latin1 text), as pickle does
-            self.global_("_codecs", "encode")
-            self.dump(obj.decode("latin1"), where)
-            self.dump("latin1", where)
-            w(pickle.TUPLE2 + pickle.REDUCE)
-        elif isinstance(obj, (dict, collections.OrderedDict)):
-            if type(obj) is collections.OrderedDict:
-                self.global_("collections", "OrderedDict")
-                w(pickle.EMPTY_TUPLE + pickle.REDUCE)
-            elif type(obj) is dict:
-                w(pickle.EMPTY_DICT)
-            else:
-                raise TypeError(
-                    f"sitp.save cannot save a {type(obj).__name__} at {where}: "
-                    f"only dict and OrderedDict mappings"
-                )
-            if obj:
-                w(pickle.MARK)
-                for k, v in obj.items():
-                    self.dump(k, where)
-                    self.dump(v, f"{where}[{k!r}]")
-                w(pickle.SETITEMS)
-            meta = getattr(obj, "_metadata", None)
-            if meta is not None:  # a state_dict's per-module versions, as torch writes it
-                w(pickle.EMPTY_DICT)
-                self.dump("_metadata", where)
-                self.dump(meta, f"{where}._metadata")
-                w(pickle.SETITEM + pickle.BUILD)
-        elif type(obj) is list:
-            w(pickle.EMPTY_LIST)
-            if obj:
-                w(pickle.MARK)
-                for i, v in enumerate(obj):
-                    self.dump(v, f"{where}[{i}]")
-                w(pickle.APPENDS)
-        elif isinstance(obj, tuple) and (type(obj) is tuple or type(obj).__name__ == "Size"):
-            w(pickle.MARK)
-            for i, v in enumerate(obj):
-                self.dump(v, f"{where}[{i}]")
-            w(pickle.TUPLE)
-        else:
-            hint = " (save its state_dict() instead)" if hasattr(obj, "state_dict") else ""
-            raise TypeError(
-                f"sitp.save cannot save an object of type {type(obj).__name__} "
-                f"at {where}{hint}: it saves tensors, dicts, lists, tuples, "
-                f"numbers, strings, bytes and None"
+    def reducer_override(self, obj):
+        if id(obj) in _TORCH_NAME:  # a dtype, torch.Size, a rebuild function: a global
+            return "global"  # save_global below writes torch's name
+        if isinstance(obj, Parameter):
+            return (
+                _rebuild_parameter,
+                (_AsTensor(obj), obj.requires_grad, collections.OrderedDict()),
             )
+        if isinstance(obj, (Tensor, _AsTensor)):
+            return self.tensor(obj.t if type(obj) is _AsTensor else obj)
+        if isinstance(obj, Device):
+            return (Device, (obj.type,) if obj.index is None else (obj.type, obj.index))
+        if isinstance(obj, Size):
+            return (Size, (tuple(obj),))
+        if isinstance(obj, _StorageType):
+            return obj.name  # a global: save_global below writes torch.<name>
+        return NotImplemented
 
-    def tensor(self, t: Tensor) -> None:
-        if id(t) in self._memo:  # the same tensor again: a reference to the first one
-            self.write(pickle.LONG_BINGET + struct.pack("<I", self._memo[id(t)][0]))
-            return
-        dtype = str(t.dtype).split(".")[-1]
+    def save_global(self, obj, name=None):
+        where = _TORCH_NAME.get(id(obj))
+        if isinstance(obj, _StorageType):
+            where = ("torch", obj.name)
+        if where is None:
+            return super().save_global(obj, name)
+        self.write(pickle.GLOBAL + f"{where[0]}\n{where[1]}\n".encode())
+        self.memoize(obj)
+
+    def tensor(self, t: Tensor):
+        dtype = t.dtype.name
         if dtype not in _WRITE:
             raise TypeError(f"sitp.save: no torch storage for dtype {t.dtype}")
         array = np.ascontiguousarray(t.detach().cpu().numpy()).astype(_WRITE[dtype][1])
-        key = str(len(self.storages))
+        storage = _StorageOut(_WRITE[dtype][0], str(len(self.storages)), array.size)
         self.storages.append(array.tobytes())
-        storage_name = _WRITE[dtype][0]
         shape = tuple(t.shape)
         strides, acc = [], 1
         for n in reversed(shape):
             strides.append(acc)
             acc *= max(n, 1)
-        w = self.write
-        self.global_("torch._utils", "_rebuild_tensor_v2")
-        w(pickle.MARK + pickle.MARK)
-        self.dump("storage", "")
-        self.global_("torch", storage_name)
-        self.dump(key, "")
-        self.dump("cpu", "")
-        self.dump(int(np.prod(shape, dtype=np.int64)), "")
-        w(pickle.TUPLE + pickle.BINPERSID)
-        self.dump(0, "")
-        self.dump(shape, "")
-        self.dump(tuple(reversed(strides)), "")
-        self.dump(bool(t.requires_grad), "")
-        self.global_("collections", "OrderedDict")
-        w(pickle.EMPTY_TUPLE + pickle.REDUCE + pickle.TUPLE + pickle.REDUCE)
-        index = len(self._memo)
-        w(pickle.LONG_BINPUT + struct.pack("<I", index))
-        self._memo[id(t)] = (index, t)  # keeps t alive, so that its id stays unique
+        args = (storage, 0, shape, tuple(reversed(strides)), bool(t.requires_grad))
+        return (_rebuild_tensor_v2, (*args, collections.OrderedDict()))
+
+
+class _StorageOut:
+    """One storage being written: its torch class name, record key and length."""
+
+    def __init__(self, name: str, key: str, numel: int):
+        self.name, self.key, self.numel = name, key, numel
 
 
 def _archive(obj) -> bytes:
-    writer = _Writer()
-    writer.write(pickle.PROTO + b"\x02")
-    writer.dump(obj, "the object")
-    writer.write(pickle.STOP)
+    out = io.BytesIO()
+    writer = _Pickler(out)
+    writer.dump(obj)  # what Python cannot pickle (a lambda, a lock) raises as in torch.save
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
-        z.writestr("archive/data.pkl", writer.out.getvalue())
+        z.writestr("archive/data.pkl", out.getvalue())
         z.writestr("archive/.format_version", b"1")
         z.writestr("archive/.storage_alignment", b"64")
         z.writestr("archive/byteorder", b"little")
@@ -366,45 +333,183 @@ def _rebuild_tensor_v2(
     return t
 
 
-def _rebuild_parameter(data, requires_grad, backward_hooks, *state):
+def _rebuild_parameter(data, requires_grad, backward_hooks=None, *state):
     return Parameter(data, requires_grad=requires_grad)
 
 
+def _torch_dtype(name: str):
+    return getattr(dtypes, "bool_" if name == "bool" else name)
+
+
+# the globals every load allows, as (module, name) -> what rebuilds it here: torch's
+# rebuild functions, torch.Size/device/dtypes, and the few builtins torch allows too
 _SAFE = {
     ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
     ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+    ("torch.nn.parameter", "Parameter"): Parameter,
+    ("torch", "Tensor"): Tensor,
+    ("torch", "Size"): Size,
+    ("torch", "device"): Device,
     ("collections", "OrderedDict"): collections.OrderedDict,
-    ("torch", "Size"): tuple,
+    ("collections", "Counter"): collections.Counter,
+    ("builtins", "set"): set,
+    ("builtins", "bytearray"): bytearray,
+    ("builtins", "complex"): complex,
+    ("_codecs", "encode"): _codecs.encode,
 }
+_SAFE.update(
+    {("torch", name): _torch_dtype(name) for name in ("float32", "float64", "int64", "bool")}
+)
+# what save writes for sitp's objects: id(object) -> torch's (module, name)
+_TORCH_NAME = {id(v): k for k, v in _SAFE.items() if k[0].startswith("torch")}
+_TORCH_DTYPES = (
+    "float16 bfloat16 int32 int16 int8 uint8 complex64 complex128 uint16 uint32 uint64 "
+    "float8_e4m3fn float8_e5m2 half cfloat cdouble"
+).split()
+
+
+# --------------------------------------------------------------- safe globals
+_user_globals: set = set()  # what add_safe_globals / safe_globals allow a weights-only load
+
+
+def add_safe_globals(safe_globals: list) -> None:
+    """Allow weights-only loads to rebuild these classes and functions (as torch's does).
+
+    Each entry is a class or function, allowed under its ``__module__.__qualname__``, or a
+    tuple ``(obj, "module.name")`` for one pickled under another name. Only allow what
+    you trust: a weights-only load calls it with arguments that come from the file.
+
+    >>> import collections, sitp
+    >>> sitp.serialization.add_safe_globals([collections.deque])
+    >>> collections.deque in sitp.serialization.get_safe_globals()
+    True
+    >>> sitp.serialization.clear_safe_globals()
+    """
+    _user_globals.update(safe_globals)
+
+
+def get_safe_globals() -> list:
+    """The classes and functions that :func:`add_safe_globals` allowed, as a list."""
+    return list(_user_globals)
+
+
+def clear_safe_globals() -> None:
+    """Forget every global that :func:`add_safe_globals` allowed."""
+    _user_globals.clear()
+
+
+class safe_globals:
+    """A context manager: :func:`add_safe_globals` on entry; on exit those are removed.
+
+    >>> import collections, io, sitp
+    >>> buf = io.BytesIO()
+    >>> sitp.save(collections.deque([1, 2]), buf)
+    >>> _ = buf.seek(0)
+    >>> with sitp.serialization.safe_globals([collections.deque]):
+    ...     sitp.load(buf)
+    deque([1, 2])
+    """
+
+    def __init__(self, safe_globals: list):
+        self.safe_globals = safe_globals
+
+    def __enter__(self):
+        add_safe_globals(self.safe_globals)
+
+    def __exit__(self, *exc):
+        _user_globals.difference_update(self.safe_globals)
+
+
+def _user_allowed() -> dict:
+    allowed = {}
+    for entry in _user_globals:
+        if isinstance(entry, tuple):
+            if len(entry) != 2:
+                raise ValueError(
+                    f"a safe global given as a tuple is (object, 'module.name'); "
+                    f"got a tuple of length {len(entry)}"
+                )
+            if type(entry[1]) is not str:
+                raise TypeError(
+                    f"a safe global given as a tuple names its object with a str "
+                    f"'module.name', got {type(entry[1]).__name__}"
+                )
+            allowed[entry[1]] = entry[0]
+        else:
+            allowed[f"{entry.__module__}.{entry.__qualname__}"] = entry
+    return allowed
+
+
+def _global_name(module: str, name: str) -> tuple[str, str]:
+    """Python 2's names in a protocol-2 pickle (``__builtin__.set``) as Python 3's."""
+    if (module, name) in _compat_pickle.NAME_MAPPING:
+        return _compat_pickle.NAME_MAPPING[(module, name)]
+    return _compat_pickle.IMPORT_MAPPING.get(module, module), name
+
+
+def _refusal(path: str, full: str) -> str:
+    shown = full[len("builtins.") :] if full.startswith("builtins.") else full
+    return (
+        f"sitp.load: {path} needs the global {full}; weights only load failed. "
+        f"Unsupported global: GLOBAL {shown} is not one that a weights-only load allows by "
+        f"default. If you trust this class or function, allow it with "
+        f"`torch.serialization.add_safe_globals([{shown}])` or inside the "
+        f"`torch.serialization.safe_globals([{shown}])` context manager (sitp.serialization's "
+        f"under `import sitp as torch`); if you trust the whole file, pass weights_only=False."
+    )
+
+
+def get_unsafe_globals_in_checkpoint(f) -> list[str]:
+    """The globals a file needs that a weights-only load would refuse now, without
+    running its pickle: a checkpoint's list of what to allow (or not to trust)."""
+    archive, pkl, path = _open_archive(f)
+    found: list[str] = []
+    allowed = _user_allowed()
+    for op, arg, _ in pickletools.genops(archive.read(pkl)):
+        if op.name == "GLOBAL":
+            module, name = _global_name(*arg.split(" ", 1))
+            full = f"{module}.{name}"
+            if (module, name) in _SAFE or full in allowed or full in found:
+                continue
+            if module == "torch" and name in _STORAGES:
+                continue
+            found.append(full)
+    return found
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, file, archive, prefix, path, weights_only, map_location, **kwargs):
+    def __init__(self, file, archive, prefix, path, weights_only, map_location, allowed, **kwargs):
         super().__init__(file, **kwargs)
         self.archive, self.prefix, self.path = archive, prefix, path
         self.map_location = map_location
         self.weights_only = weights_only
         self.loaded: dict[str, _Storage] = {}
+        self.allowed = allowed
 
     def find_class(self, module, name):
+        module, name = _global_name(module, name)
+        full = f"{module}.{name}"
         if (module, name) in _SAFE:
             return _SAFE[(module, name)]
         if module == "torch" and name in _STORAGES:
             return _StorageType(name)
-        if module == "_codecs" and name == "encode":
-            return _codecs.encode
-        if module in ("torch", "torch._utils") and name.endswith("Storage"):
+        if module in ("torch", "torch._utils") and (
+            name.endswith("Storage") or name in _TORCH_DTYPES
+        ):
             raise pickle.UnpicklingError(
                 f"sitp.load: {self.path} holds a torch.{name}, a dtype sitp does not have"
             )
-        if not self.weights_only and not module.startswith("torch"):
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(
-            f"sitp.load: {self.path} needs the global {module}.{name}, which a weights-only "
-            f"load does not run"
-            + ("" if self.weights_only else " (it is torch's)")
-            + (". If you trust the file, pass weights_only=False." if self.weights_only else "")
-        )
+        if full in self.allowed:
+            return self.allowed[full]
+        if self.weights_only:
+            raise pickle.UnpicklingError(_refusal(self.path, full))
+        if module == "torch" or module.startswith("torch."):
+            raise pickle.UnpicklingError(
+                f"sitp.load: {self.path} needs the global {full}, which is torch's: a "
+                f"whole torch object (a module saved with torch.save(model)) does not load "
+                f"in sitp; save and load its state_dict() instead"
+            )
+        return super().find_class(module, name)
 
     def persistent_load(self, pid):
         if not (isinstance(pid, tuple) and len(pid) >= 3 and pid[0] == "storage"):
@@ -469,6 +574,50 @@ def load(
     if mmap not in (None, False, True):
         raise TypeError(f"mmap must be a bool, got {type(mmap).__name__}")
     _check_location(map_location)
+    allowed = _user_allowed()
+    archive, pkl, path = _open_archive(f)
+    try:
+        unpickler = _Unpickler(
+            io.BytesIO(archive.read(pkl)),
+            archive,
+            pkl[: -len("data.pkl")],
+            path,
+            weights_only,
+            map_location,
+            allowed,
+            encoding=encoding,
+        )
+        obj = unpickler.load()
+    except _DAMAGE as error:
+        raise _corrupt(path, error) from None
+    except pickle.UnpicklingError as error:
+        if str(error).startswith("sitp.load"):
+            raise
+        raise RuntimeError(f"sitp.load: {path} is corrupt (its pickle: {error})") from None
+    return obj
+
+
+_DAMAGE = (
+    zipfile.BadZipFile,
+    EOFError,
+    zipfile.LargeZipFile,
+    struct.error,
+    ValueError,
+    OSError,
+    IndexError,
+)
+
+
+def _corrupt(path: str, error: BaseException) -> RuntimeError:
+    return RuntimeError(
+        f"sitp.load: {path} is truncated or corrupt "
+        f"({type(error).__name__}: {' '.join(str(error).split())[:200]})"
+    )
+
+
+def _open_archive(f) -> tuple[zipfile.ZipFile, str, str]:
+    """The archive in ``f`` (a path or a binary file), its pickle's record, and a name
+    for ``f`` in messages."""
     if isinstance(f, (str, os.PathLike)):
         path = str(f)
         data = Path(f).read_bytes()
@@ -487,40 +636,12 @@ def load(
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
         names = archive.namelist()
-        pkl = next((n for n in names if n.endswith("data.pkl") and n.count("/") == 1), None)
-        if pkl is None:
-            raise RuntimeError(
-                f"sitp.load: {path} is not a torch.save archive (no data.pkl record)"
-            )
-        prefix = pkl[: -len("data.pkl")]
-        unpickler = _Unpickler(
-            io.BytesIO(archive.read(pkl)),
-            archive,
-            prefix,
-            path,
-            weights_only,
-            map_location,
-            encoding=encoding,
-        )
-        obj = unpickler.load()
-    except (
-        zipfile.BadZipFile,
-        EOFError,
-        zipfile.LargeZipFile,
-        struct.error,
-        ValueError,
-        OSError,
-        IndexError,
-    ) as error:
-        raise RuntimeError(
-            f"sitp.load: {path} is truncated or corrupt "
-            f"({type(error).__name__}: {' '.join(str(error).split())[:200]})"
-        ) from None
-    except pickle.UnpicklingError as error:
-        if str(error).startswith("sitp.load"):
-            raise
-        raise RuntimeError(f"sitp.load: {path} is corrupt (its pickle: {error})") from None
-    return obj
+    except _DAMAGE as error:
+        raise _corrupt(path, error) from None
+    pkl = next((n for n in names if n.endswith("data.pkl") and n.count("/") == 1), None)
+    if pkl is None:
+        raise RuntimeError(f"sitp.load: {path} is not a torch.save archive (no data.pkl record)")
+    return archive, pkl, path
 
 
 def _check_location(map_location) -> None:
@@ -551,4 +672,12 @@ def _target(map_location, location: str):
     return None if d.type == "cpu" else d
 
 
-__all__ = ["load", "save"]
+__all__ = [
+    "add_safe_globals",
+    "clear_safe_globals",
+    "get_safe_globals",
+    "get_unsafe_globals_in_checkpoint",
+    "load",
+    "safe_globals",
+    "save",
+]
