@@ -71,3 +71,9 @@ class Unflatten(Module):
 
     def forward(self, x):
         return x.unflatten(self.dim, self.unflattened_size)
+
+
+class NonDynamicallyQuantizableLinear(Linear):
+    """A ``Linear`` under another name: torch uses this class for the output projection of
+    ``MultiheadAttention`` (its quantization tools treat it apart); here it only keeps the
+    name, so that models print and load as in torch."""
