@@ -31,6 +31,7 @@ from sitp.nn.modules import (
     ModuleDict,
     ModuleList,
     MSELoss,
+    MultiheadAttention,
     NLLLoss,
     ReLU,
     RMSNorm,
@@ -42,6 +43,11 @@ from sitp.nn.modules import (
     SmoothL1Loss,
     Softmax,
     Tanh,
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
     Unflatten,
 )
 from sitp.nn.parameter import Parameter

@@ -1,6 +1,15 @@
 """The layers of ``sitp.nn``, one concept per file (chapters 3.1 to 3.5 build them, 4.2 fuses them)."""
 
-from sitp.nn.modules.activation import GELU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
+from sitp.nn.modules.activation import (
+    GELU,
+    LogSoftmax,
+    MultiheadAttention,
+    ReLU,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    Tanh,
+)
 from sitp.nn.modules.container import ModuleDict, ModuleList, Sequential
 from sitp.nn.modules.conv import Conv1d
 from sitp.nn.modules.dropout import Dropout
@@ -20,3 +29,10 @@ from sitp.nn.modules.module import Module
 from sitp.nn.modules.normalization import BatchNorm1d, LayerNorm, RMSNorm
 from sitp.nn.modules.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
 from sitp.nn.modules.sparse import Embedding
+from sitp.nn.modules.transformer import (
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
