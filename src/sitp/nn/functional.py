@@ -21,6 +21,7 @@ import numpy as np
 
 from sitp._tensor.creation import arange, full, tensor
 from sitp._tensor.tensor import Tensor
+from sitp.autograd.grad_mode import no_grad
 from sitp.dtypes import bool_, int64
 from sitp.functional import cat, one_hot, where  # noqa: F401  (one_hot: re-exported)
 from sitp.nn._functions import attention as _attention
@@ -35,15 +36,21 @@ from sitp.random import rand
 from sitp.strides import broadcast_shapes
 
 __all__ = [
+    "adaptive_avg_pool2d",
+    "avg_pool2d",
+    "batch_norm",
     "binary_cross_entropy",
     "binary_cross_entropy_with_logits",
     "conv1d",
+    "conv2d",
     "cross_entropy",
     "dropout",
+    "dropout2d",
     "elu",
     "embedding",
     "gelu",
     "huber_loss",
+    "interpolate",
     "kl_div",
     "l1_loss",
     "layer_norm",
@@ -51,6 +58,7 @@ __all__ = [
     "linear",
     "log_softmax",
     "logsigmoid",
+    "max_pool2d",
     "mse_loss",
     "nll_loss",
     "one_hot",
@@ -486,6 +494,452 @@ def pad(input: Tensor, pad, mode: str = "constant", value=None) -> Tensor:
             raise NotImplementedError(f"pad(): mode {mode!r} is not in sitp")
         x = x.index_select(d, tensor(idx, dtype=int64, device=x.device))
     return x
+
+
+# ------------------------------------------------------------- image layers
+def _pair(v, name, fn):
+    if isinstance(v, (tuple, list)):
+        if len(v) != 2:
+            raise RuntimeError(f"{fn}(): {name} must be an int or a pair of ints, got {v}")
+        return int(v[0]), int(v[1])
+    return int(v), int(v)
+
+
+def _image(input, fn, what="3D (unbatched) or 4D (batched)"):
+    """(input as (N, C, H, W), whether it was unbatched (C, H, W))."""
+    _check_tensor(fn, input)
+    if input.ndim not in (3, 4):
+        raise RuntimeError(
+            f"Expected {what} input to {fn}, but got input of size: {list(input.shape)}"
+        )
+    return (input.unsqueeze(0), True) if input.ndim == 3 else (input, False)
+
+
+# --8<-- [start:window_index]
+def _window_index(H, W, kernel, stride, dilation, out=None):
+    """The im2col table of a 2-D sliding window over an (H, W) grid, as numpy int64.
+
+    Entry (p, k) is the flat position ``h * W + w`` of tap k = (i, j) of output p =
+    (oh, ow): h = oh * stride_h + i * dilation_h, w likewise. Indexing an (N, H*W, C)
+    tensor with it gathers every window at once, (N, H_out*W_out, KH*KW, C); its
+    backward scatter-adds, so the taps that windows share sum their gradients.
+    """
+    (KH, KW), (sh, sw), (dh, dw) = kernel, stride, dilation
+    H_out, W_out = out or ((H - dh * (KH - 1) - 1) // sh + 1, (W - dw * (KW - 1) - 1) // sw + 1)
+    h = (np.arange(H_out) * sh)[:, None, None, None] + (np.arange(KH) * dh)[None, None, :, None]
+    w = (np.arange(W_out) * sw)[None, :, None, None] + (np.arange(KW) * dw)[None, None, None, :]
+    return (h * W + w).reshape(H_out * W_out, KH * KW), H_out, W_out  # (P, KK)
+
+
+# --8<-- [end:window_index]
+
+
+# --8<-- [start:conv2d]
+def conv2d(
+    input: Tensor, weight: Tensor, bias=None, stride=1, padding=0, dilation=1, groups: int = 1
+) -> Tensor:
+    """2-D convolution (cross-correlation, as PyTorch) of (N, C_in, H, W) by
+    (C_out, C_in/groups, KH, KW).
+
+    out[n, o, y, x] = bias[o] + sum_{c, i, j} weight[o, c, i, j]
+                      * input[n, c, y*sh + i*dh - ph, x*sw + j*dw - pw]
+
+    Built as :func:`conv1d` is: pad, gather every window with one index table
+    (im2col, :func:`_window_index`) into (N, H_out*W_out, KH*KW*C_in), then one GEMM
+    per group against the weight as a (KH*KW*C_in, C_out) matrix. Autograd
+    differentiates the composition: the GEMM's backward, then a scatter-add of the
+    windows' gradients (col2im). The gathered matrix costs KH*KW times the input's
+    memory. ``padding`` is an int, a pair, ``'valid'`` or ``'same'``.
+    """
+    fn = "conv2d"
+    (sh, sw), (dh, dw) = _pair(stride, "stride", fn), _pair(dilation, "dilation", fn)
+    x, unbatched = _image(input, fn)
+    if weight.ndim != 4:
+        raise RuntimeError(
+            f"conv2d(): expected a 4-D weight (C_out, C_in/groups, KH, KW), got {list(weight.shape)}"
+        )
+    N, C_in, H, W = x.shape
+    C_out, C_g, KH, KW = weight.shape
+    G = groups
+    if C_out % G:
+        raise RuntimeError(
+            f"Given groups={G}, expected weight to be divisible by {G} at dimension 0, "
+            f"but got weight of size [{list(weight.shape)}] instead"
+        )
+    if C_in != C_g * G:
+        raise RuntimeError(
+            f"Given groups={G}, weight of size {list(weight.shape)}, expected input"
+            f"{list(x.shape)} to have {C_g * G} channels, but got {C_in} channels instead"
+        )
+    if bias is not None and tuple(bias.shape) != (C_out,):
+        raise RuntimeError(
+            f"Given weight of size {list(weight.shape)}, expected bias to be 1-dimensional "
+            f"with {C_out} elements, but got bias of size {list(bias.shape)} instead"
+        )
+    if padding == "valid":
+        pads = (0, 0, 0, 0)
+    elif padding == "same":
+        if (sh, sw) != (1, 1):
+            raise RuntimeError("padding='same' is not supported for strided convolutions")
+        th, tw = dh * (KH - 1), dw * (KW - 1)  # the extra row/column, if odd, goes last
+        pads = (tw // 2, tw - tw // 2, th // 2, th - th // 2)
+    else:
+        ph, pw = _pair(padding, "padding", fn)
+        pads = (pw, pw, ph, ph)
+    Hp, Wp = H + pads[2] + pads[3], W + pads[0] + pads[1]
+    if Hp < dh * (KH - 1) + 1 or Wp < dw * (KW - 1) + 1:
+        raise RuntimeError(
+            f"Calculated padded input size per channel: ({Hp} x {Wp}). Kernel size: "
+            f"({dh * (KH - 1) + 1} x {dw * (KW - 1) + 1}). Kernel size can't be greater "
+            f"than actual input size"
+        )
+    if any(pads):
+        x = pad(x, pads)  # (N, C_in, Hp, Wp)
+    idx, H_out, W_out = _window_index(Hp, Wp, (KH, KW), (sh, sw), (dh, dw))
+    P, KK = idx.shape
+    x_NSC = x.permute(0, 2, 3, 1).reshape(N, Hp * Wp, C_in)  # channels last (a view)
+    cols = x_NSC[:, tensor(idx, dtype=int64, device=x.device)]  # (N, P, KK, C_in)
+    if G == 1:
+        w = weight.permute(2, 3, 1, 0).reshape(KK * C_in, C_out)  # rows in cols' order
+        out = cols.reshape(N * P, KK * C_in) @ w  # (N*P, C_out): one GEMM
+        out = out.reshape(N, P, C_out).permute(0, 2, 1)  # (N, C_out, P)
+    else:
+        cols = cols.reshape(N, P, KK, G, C_g).permute(0, 3, 1, 2, 4)  # (N, G, P, KK, C_g)
+        cols = cols.reshape(N, G, P, KK * C_g)
+        w = weight.reshape(G, C_out // G, C_g, KH, KW).permute(0, 3, 4, 2, 1)
+        w = w.reshape(G, KK * C_g, C_out // G)
+        out = (cols @ w).permute(0, 1, 3, 2)  # (N, G, C_out/G, P)
+    out = out.reshape(N, C_out, H_out, W_out)
+    if bias is not None:
+        out = out + bias.view(1, C_out, 1, 1)
+    return out.squeeze(0) if unbatched else out
+
+
+# --8<-- [end:conv2d]
+
+
+def _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode, fn):
+    """Output size and padding of a 2-D pooling, with torch's rules and messages: a pad
+    at most half the (dilated) kernel; with ``ceil_mode`` a last window that starts in
+    the right padding is dropped."""
+    k = _pair(kernel_size, "kernel_size", fn)
+    s = k if stride is None or stride == [] or stride == () else _pair(stride, "stride", fn)
+    p, d = _pair(padding, "padding", fn), _pair(dilation, "dilation", fn)
+    for i in range(2):
+        if 2 * p[i] > k[i]:
+            raise RuntimeError(
+                f"pad should be at most half of effective kernel size, but got pad={p[i]}, "
+                f"kernel_size={k[i]} and dilation={d[i]}"
+            )
+    out = []
+    for i, n in enumerate(x.shape[2:]):
+        span = n + 2 * p[i] - d[i] * (k[i] - 1) - 1
+        o = (span + (s[i] - 1 if ceil_mode else 0)) // s[i] + 1
+        if ceil_mode and (o - 1) * s[i] >= n + p[i]:
+            o -= 1
+        out.append(o)
+    if min(out) < 1:
+        C, H, W = x.shape[1:]
+        raise RuntimeError(
+            f"Given input size: ({C}x{H}x{W}). Calculated output size: "
+            f"({C}x{out[0]}x{out[1]}). Output size is too small"
+        )
+    return k, s, p, d, tuple(out)
+
+
+def _pool_windows(x, k, s, p, d, out, value):
+    """Every pooling window of x (N, C, H, W) padded with ``value``: (N, C, P, KH*KW),
+    the index table and the padded width."""
+    N, C, H, W = x.shape
+    need = [(out[i] - 1) * s[i] + d[i] * (k[i] - 1) + 1 for i in range(2)]  # padded extent
+    right = [max(need[0] - H - p[0], 0), max(need[1] - W - p[1], 0)]
+    if p[0] or p[1] or right[0] or right[1]:
+        x = pad(x, (p[1], right[1], p[0], right[0]), value=value)
+    Hp, Wp = x.shape[2], x.shape[3]
+    idx, _, _ = _window_index(Hp, Wp, k, s, d, out)
+    cols = x.reshape(N, C, Hp * Wp)[:, :, tensor(idx, dtype=int64, device=x.device)]
+    return cols, idx, Wp  # cols (N, C, P, KK)
+
+
+def max_pool2d(
+    input: Tensor,
+    kernel_size,
+    stride=None,
+    padding=0,
+    dilation=1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+):
+    """The maximum of each (dilated) window of (N, C, H, W) or (C, H, W).
+
+    Pads with -inf, gathers the windows (as :func:`conv2d` does) and takes ``max`` over
+    each; the gradient goes to the first maximum of each window. ``return_indices``
+    also gives, for each output, the flat position ``h * W + w`` of its maximum in the
+    (unpadded) input plane, as torch does.
+    """
+    fn = "max_pool2d"
+    x, unbatched = _image(input, fn)
+    k, s, p, d, out = _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode, fn)
+    N, C, H, W = x.shape
+    cols, idx, Wp = _pool_windows(x, k, s, p, d, out, -math.inf)
+    values, arg = cols.max(3)  # (N, C, P): the value and its tap
+    values = values.reshape(N, C, *out)
+    if not return_indices:
+        return values.squeeze(0) if unbatched else values
+    hp, wp = np.divmod(idx, Wp)  # padded (row, column) of each tap
+    plane = tensor((hp - p[0]) * W + (wp - p[1]), dtype=int64, device=x.device)  # (P, KK)
+    flat = arange(idx.shape[0], device=x.device) * idx.shape[1] + arg  # (N, C, P)
+    indices = plane.reshape(-1)[flat].reshape(N, C, *out)
+    if unbatched:
+        return values.squeeze(0), indices.squeeze(0)
+    return values, indices
+
+
+def avg_pool2d(
+    input: Tensor,
+    kernel_size,
+    stride=None,
+    padding=0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override=None,
+) -> Tensor:
+    """The mean of each window of (N, C, H, W) or (C, H, W).
+
+    The divisor of a window, as torch counts it: its size clipped to the padded input
+    (``count_include_pad=True``), or the number of input cells in it (False), or
+    ``divisor_override``. Windows are gathered and summed, so autograd spreads each
+    output's gradient over its window.
+    """
+    fn = "avg_pool2d"
+    x, unbatched = _image(input, fn)
+    k, s, p, _, out = _pool_geometry(x, kernel_size, stride, padding, 1, ceil_mode, fn)
+    N, C, H, W = x.shape
+    cols, _, _ = _pool_windows(x, k, s, p, (1, 1), out, 0.0)
+    if divisor_override:
+        div = np.full(out, float(divisor_override))
+    else:
+        sizes = []
+        for i, n in enumerate((H, W)):
+            lo = np.arange(out[i]) * s[i] - p[i]
+            hi = np.minimum(lo + k[i], n + p[i])
+            inside = np.minimum(hi, n) - np.maximum(lo, 0)
+            sizes.append(hi - lo if count_include_pad else inside)
+        div = np.outer(sizes[0], sizes[1]).astype(np.float64)  # (H_out, W_out)
+    div_t = tensor(div.reshape(-1), dtype=x.dtype, device=x.device)
+    y = (cols.sum(3) / div_t).reshape(N, C, *out)
+    return y.squeeze(0) if unbatched else y
+
+
+def _adaptive_matrix(n_in, n_out, dtype, device):
+    """(n_out, n_in): row i averages cells floor(i*n_in/n_out) .. ceil((i+1)*n_in/n_out)-1."""
+    A = np.zeros((n_out, n_in))
+    for i in range(n_out):
+        lo, hi = (i * n_in) // n_out, -((-(i + 1) * n_in) // n_out)
+        A[i, lo:hi] = 1.0 / (hi - lo)
+    return tensor(A, dtype=dtype, device=device)
+
+
+def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
+    """Average-pool (N, C, H, W) to ``output_size`` (an int, or a pair whose None keeps
+    that dim), with torch's windows (which may overlap).
+
+    A window is a range of rows times a range of columns, so its mean is separable: two
+    small averaging matrices, ``A_h @ x @ A_w^T``.
+    """
+    _check_tensor("adaptive_avg_pool2d", input)
+    if input.ndim not in (3, 4):
+        raise RuntimeError(
+            f"adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got {list(input.shape)}"
+        )
+    H, W = input.shape[-2:]
+    oh, ow = output_size if isinstance(output_size, (tuple, list)) else (output_size,) * 2
+    oh, ow = H if oh is None else int(oh), W if ow is None else int(ow)
+    A_h = _adaptive_matrix(H, oh, input.dtype, input.device)  # (oh, H)
+    A_w = _adaptive_matrix(W, ow, input.dtype, input.device)  # (ow, W)
+    return A_h @ input @ A_w.mT
+
+
+# --8<-- [start:batch_norm]
+def batch_norm(
+    input: Tensor,
+    running_mean,
+    running_var,
+    weight=None,
+    bias=None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Normalise each channel (dim 1) of (N, C, ...) over every other dim, then scale
+    and shift.
+
+    Training: the batch's mean and biased variance, and the running estimates (when
+    given) move towards them in place, ``running = (1 - momentum) * running +
+    momentum * batch`` (with the unbiased variance). Otherwise: the running estimates.
+    """
+    C = input.shape[1] if input.ndim > 1 else 0
+    for name, t in (("running_mean", running_mean), ("running_var", running_var)):
+        if t is not None and t.numel() != C:
+            raise RuntimeError(f"{name} should contain {C} elements not {t.numel()}")
+    dims = (0,) + tuple(range(2, input.ndim))
+    shape = (1, C) + (1,) * (input.ndim - 2)
+    if training:
+        n = input.numel() // max(C, 1)
+        if n <= 1:
+            raise ValueError(
+                f"Expected more than 1 value per channel when training, got input size "
+                f"{tuple(input.shape)}"
+            )
+        mean = input.mean(dims)
+        var = input.var(dims, correction=0)
+        if running_mean is not None:
+            with no_grad():
+                running_mean.mul_(1 - momentum).add_(mean.detach() * momentum)
+                running_var.mul_(1 - momentum).add_(var.detach() * (momentum * n / (n - 1)))
+    else:
+        mean, var = running_mean, running_var
+    y = (input - mean.view(shape)) * (var.view(shape) + eps).rsqrt()
+    if weight is not None:
+        y = y * weight.view(shape)
+    if bias is not None:
+        y = y + bias.view(shape)
+    return y
+
+
+# --8<-- [end:batch_norm]
+
+
+def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """Zero whole channels: each (n, c) plane of (N, C, H, W) is kept with probability
+    1 - p and scaled by 1/(1-p), or zeroed. A 3-D input is taken as (N, C, L), as torch
+    does (with its warning). The mask is sitp's own draw, not torch's."""
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if input.ndim < 2:
+        raise RuntimeError("Feature dropout requires at least 2 dimensions in the input")
+    if input.ndim == 3:
+        warnings.warn(
+            "dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D "
+            "dropout behavior is desired - input is interpreted as shape (N, C, L), where C "
+            "is the channel dim. This behavior will change in a future release to interpret "
+            "the input as one without a batch dimension, i.e. shape (C, H, W). To maintain "
+            "the 1D channel-wise dropout behavior, please switch to using dropout1d instead.",
+            stacklevel=2,
+        )
+    elif input.ndim != 4:
+        warnings.warn(
+            f"dropout2d: Received a {input.ndim}-D input to dropout2d, which is deprecated "
+            f"and will result in an error in a future release. To retain the behavior and "
+            f"silence this warning, please use dropout instead. Note that dropout2d exists "
+            f"to provide channel-wise dropout on inputs with 2 spatial dimensions, a channel "
+            f"dimension, and an optional batch dimension (i.e. 3D or 4D inputs).",
+            stacklevel=2,
+        )
+    if not training or p == 0.0:
+        return input
+    mask_shape = tuple(input.shape[:2]) + (1,) * (input.ndim - 2)
+    keep = (rand(*mask_shape, dtype=input.dtype, device=input.device) >= p).to(input.dtype)
+    out = input * (keep * (1.0 / (1.0 - p)) if p < 1.0 else keep)
+    return input.copy_(out) if inplace else out
+
+
+def _source_index(n_in, n_out, scale, mode, align_corners):
+    """Where output cell i samples the input, as torch computes it: the float source
+    coordinate (linear modes) or the integer cell (nearest modes)."""
+    i = np.arange(n_out, dtype=np.float64)
+    if mode in ("nearest", "nearest-exact"):
+        r = np.float32(1.0 / scale if scale else n_in / n_out)  # torch: in float
+        shift = 0.5 if mode == "nearest-exact" else 0.0
+        src = np.floor((i.astype(np.float32) + np.float32(shift)) * r).astype(np.int64)
+        return np.minimum(src, n_in - 1)
+    if align_corners:
+        return i * ((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros(n_out)
+    r = 1.0 / scale if scale else n_in / n_out
+    return np.maximum((i + 0.5) * r - 0.5, 0.0)
+
+
+def _linear_matrix(n_in, n_out, scale, align_corners, dtype, device):
+    """(n_out, n_in): row i mixes the two input cells around its source coordinate."""
+    src = _source_index(n_in, n_out, scale, "linear", align_corners)
+    lo = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+    hi = np.minimum(lo + 1, n_in - 1)
+    lam = src - lo
+    M = np.zeros((n_out, n_in))
+    np.add.at(M, (np.arange(n_out), lo), 1.0 - lam)
+    np.add.at(M, (np.arange(n_out), hi), lam)
+    return tensor(M, dtype=dtype, device=device)
+
+
+def interpolate(
+    input: Tensor,
+    size=None,
+    scale_factor=None,
+    mode: str = "nearest",
+    align_corners=None,
+    recompute_scale_factor=None,
+    antialias: bool = False,
+) -> Tensor:
+    """Resize the spatial dims of (N, C, L) or (N, C, H, W).
+
+    Modes ``'nearest'``, ``'nearest-exact'``, ``'linear'`` (3-D) and ``'bilinear'``
+    (4-D), with ``align_corners`` for the linear ones. Nearest is an index_select per
+    dim; (bi)linear is separable, one small interpolation matrix per dim, so it is a
+    matmul and autograd has its backward. sitp has no bicubic, trilinear, area or
+    antialias.
+    """
+    _check_tensor("interpolate", input)
+    spatial = input.ndim - 2
+    if spatial not in (1, 2):
+        raise NotImplementedError(
+            f"interpolate(): sitp resizes 3-D and 4-D inputs, got {input.ndim}-D"
+        )
+    linear = {"linear": 1, "bilinear": 2}
+    if mode in linear:
+        if linear[mode] != spatial:
+            raise NotImplementedError(
+                f"Got {input.ndim}D input, but {mode} mode needs {linear[mode] + 2}D input"
+            )
+        align_corners = bool(align_corners)
+    elif mode in ("nearest", "nearest-exact"):
+        if align_corners is not None:
+            raise ValueError(
+                "align_corners option can only be set with the interpolating modes: "
+                "linear | bilinear | bicubic | trilinear"
+            )
+    else:
+        raise NotImplementedError(f"interpolate(): mode {mode!r} is not in sitp")
+    if antialias:
+        raise NotImplementedError("interpolate(): antialias is not in sitp")
+    if (size is None) == (scale_factor is None):
+        raise ValueError(
+            "only one of size or scale_factor should be defined"
+            if size is not None
+            else "either size or scale_factor should be defined"
+        )
+    n_in = tuple(input.shape[2:])
+    if size is not None:
+        out = tuple(size) if isinstance(size, (tuple, list)) else (size,) * spatial
+        scales = (None,) * spatial
+    else:
+        sf = scale_factor if isinstance(scale_factor, (tuple, list)) else (scale_factor,) * spatial
+        out = tuple(int(math.floor(n * f)) for n, f in zip(n_in, sf))
+        scales = (None,) * spatial if recompute_scale_factor else tuple(float(f) for f in sf)
+    if len(out) != spatial:
+        raise ValueError(
+            f"Input and output must have the same number of spatial dimensions, but got "
+            f"input with spatial dimensions of {list(n_in)} and output size of {list(out)}."
+        )
+    y = input
+    for i in range(spatial):
+        d = 2 + i
+        if mode in linear:
+            M = _linear_matrix(n_in[i], out[i], scales[i], align_corners, y.dtype, y.device)
+            y = y @ M.mT if d == y.ndim - 1 else M @ y  # (.., n_in) -> (.., n_out)
+        else:
+            src = _source_index(n_in[i], out[i], scales[i], mode, None)
+            y = y.index_select(d, tensor(src, dtype=int64, device=y.device))
+    return y
 
 
 # ------------------------------------------------------------------- losses

@@ -11,8 +11,8 @@ from sitp.nn.modules.activation import (
     Tanh,
 )
 from sitp.nn.modules.container import ModuleDict, ModuleList, Sequential
-from sitp.nn.modules.conv import Conv1d
-from sitp.nn.modules.dropout import Dropout
+from sitp.nn.modules.conv import Conv1d, Conv2d
+from sitp.nn.modules.dropout import Dropout, Dropout2d
 from sitp.nn.modules.linear import Flatten, Identity, Linear, Unflatten
 from sitp.nn.modules.loss import (
     BCELoss,
@@ -26,7 +26,8 @@ from sitp.nn.modules.loss import (
     SmoothL1Loss,
 )
 from sitp.nn.modules.module import Module
-from sitp.nn.modules.normalization import BatchNorm1d, LayerNorm, RMSNorm
+from sitp.nn.modules.normalization import BatchNorm1d, BatchNorm2d, LayerNorm, RMSNorm
+from sitp.nn.modules.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from sitp.nn.modules.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
 from sitp.nn.modules.sparse import Embedding
 from sitp.nn.modules.transformer import (
@@ -36,3 +37,4 @@ from sitp.nn.modules.transformer import (
     TransformerEncoder,
     TransformerEncoderLayer,
 )
+from sitp.nn.modules.upsampling import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d

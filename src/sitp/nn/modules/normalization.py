@@ -1,4 +1,4 @@
-"""``LayerNorm``, ``RMSNorm`` and ``BatchNorm1d``."""
+"""``LayerNorm``, ``RMSNorm``, ``BatchNorm1d`` and ``BatchNorm2d``."""
 
 from __future__ import annotations
 
@@ -98,20 +98,21 @@ class RMSNorm(Module):
 
 
 # --8<-- [start:batchnorm]
-class BatchNorm1d(Module):
-    """Normalise each feature over the batch (and length) dims.
+class _BatchNorm(Module):
+    """Normalise each channel (dim 1) over the batch and every dim after the channels.
 
     Training: use the batch's mean and (biased) variance, and update the
     running estimates, ``running = (1 - momentum) * running + momentum * batch``
-    (with the unbiased batch variance). Eval: use the running estimates.
-    Input (N, C) or (N, C, L).
+    (with the unbiased batch variance; ``momentum=None`` makes it the plain average
+    of all batches so far). Eval: use the running estimates. The arithmetic is
+    ``F.batch_norm``'s; the subclasses say which input shapes they take.
     """
 
     def __init__(
         self,
         num_features: int,
         eps: float = 1e-5,
-        momentum: float = 0.1,
+        momentum: float | None = 0.1,
         affine: bool = True,
         track_running_stats: bool = True,
         device=None,
@@ -127,45 +128,73 @@ class BatchNorm1d(Module):
             self.bias = Parameter(zeros(num_features, dtype=dtype, device=device)) if bias else None
             if not bias:
                 self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
         if track_running_stats:
             self.register_buffer("running_mean", zeros(num_features, dtype=dtype, device=device))
             self.register_buffer("running_var", ones(num_features, dtype=dtype, device=device))
             self.register_buffer("num_batches_tracked", zeros((), dtype="int64", device=device))
+        else:
+            self.register_buffer("running_mean", None)
+            self.register_buffer("running_var", None)
+            self.register_buffer("num_batches_tracked", None)
 
     def forward(self, x):
-        if x.ndim not in (2, 3) or x.shape[1] != self.num_features:
-            raise ValueError(
-                f"BatchNorm1d expected input of shape (N, {self.num_features}) or "
-                f"(N, {self.num_features}, L), got {tuple(x.shape)}"
-            )
-        dims = (0,) if x.ndim == 2 else (0, 2)
-        shape = (1, -1) if x.ndim == 2 else (1, -1, 1)
-        if self.training or not self.track_running_stats:
-            n = x.numel() // self.num_features
-            if n <= 1:
-                raise ValueError(
-                    f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)}"
-                )
-            mean = x.mean(dims)
-            var = x.var(dims, correction=0)
-            if self.training and self.track_running_stats:
-                with no_grad():
-                    m = self.momentum
-                    self.running_mean.mul_(1 - m).add_(mean.detach() * m)
-                    self.running_var.mul_(1 - m).add_(var.detach() * (m * n / (n - 1)))
-                    self.num_batches_tracked.add_(1)
-        else:
-            mean, var = self.running_mean, self.running_var
-        y = (x - mean.view(shape)) * (var.view(shape) + self.eps).rsqrt()
-        if self.affine:
-            y = y * self.weight.view(shape)
-            if self.bias is not None:
-                y = y + self.bias.view(shape)
-        return y
+        self._check_input_dim(x)
+        momentum = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats:
+            with no_grad():
+                self.num_batches_tracked.add_(1)
+            if self.momentum is None:  # the cumulative average
+                momentum = 1.0 / int(self.num_batches_tracked.item())
+        use_batch = self.training or self.running_mean is None
+        track = not self.training or self.track_running_stats
+        return F.batch_norm(
+            x,
+            self.running_mean if track else None,
+            self.running_var if track else None,
+            self.weight,
+            self.bias,
+            use_batch,
+            momentum,
+            self.eps,
+        )
+
+
+class BatchNorm1d(_BatchNorm):
+    """Batch norm of (N, C) or (N, C, L): each feature over the batch (and length)."""
+
+    def _check_input_dim(self, x):
+        if x.ndim not in (2, 3):
+            raise ValueError(f"expected 2D or 3D input (got {x.ndim}D input)")
+        _check_channels(self, x, "(N, {C}) or (N, {C}, L)")
 
     # --8<-- [end:batchnorm]
 
     def extra_repr(self) -> str:
         return (
-            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}"
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+            f"track_running_stats={self.track_running_stats}"
+        )
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch norm of images (N, C, H, W): each channel over the batch and the pixels."""
+
+    extra_repr = BatchNorm1d.extra_repr
+
+    def _check_input_dim(self, x):
+        if x.ndim != 4:
+            raise ValueError(f"expected 4D input (got {x.ndim}D input)")
+        _check_channels(self, x, "(N, {C}, H, W)")
+
+
+def _check_channels(bn, x, shape):
+    """A channel count that is not ``num_features`` (torch lets F.batch_norm raise a
+    RuntimeError about running_mean; sitp names the shape it expected)."""
+    if x.shape[1] != bn.num_features:
+        raise ValueError(
+            f"{type(bn).__name__} expected input of shape {shape.format(C=bn.num_features)}, "
+            f"got {tuple(x.shape)}"
         )

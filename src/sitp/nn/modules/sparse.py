@@ -35,6 +35,11 @@ class Embedding(Module):
         super().__init__()
         _unsupported(max_norm=max_norm, scale_grad_by_freq=scale_grad_by_freq, sparse=sparse)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        if padding_idx is not None:  # torch's check and its message
+            assert -num_embeddings <= padding_idx < num_embeddings, (
+                "Padding_idx must be within num_embeddings"
+            )
+            padding_idx = padding_idx % num_embeddings
         self.padding_idx = padding_idx
         self.max_norm, self.norm_type = max_norm, norm_type
         self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
@@ -59,12 +64,43 @@ class Embedding(Module):
                 self.weight[self.padding_idx] = 0.0
 
     def forward(self, idx):
-        return F.embedding(idx, self.weight)
+        return F.embedding(idx, self.weight, self.padding_idx)
 
     # --8<-- [end:embedding]
 
+    @classmethod
+    def from_pretrained(
+        cls,
+        embeddings,
+        freeze: bool = True,
+        padding_idx=None,
+        max_norm=None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+    ) -> "Embedding":
+        """An Embedding whose table is ``embeddings`` (2-D), trained or not (``freeze``).
+
+        The table is used as given (no copy; the row ``padding_idx`` is not zeroed),
+        and ``padding_idx`` only stops that row's gradient.
+        """
+        assert embeddings.ndim == 2, "Embeddings parameter is expected to be 2-dimensional"
+        rows, cols = embeddings.shape
+        return cls(
+            num_embeddings=rows,
+            embedding_dim=cols,
+            _weight=embeddings,
+            _freeze=freeze,
+            padding_idx=padding_idx,
+            max_norm=max_norm,
+            norm_type=norm_type,
+            scale_grad_by_freq=scale_grad_by_freq,
+            sparse=sparse,
+        )
+
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        return s if self.padding_idx is None else s + f", padding_idx={self.padding_idx}"
 
 
 def _unsupported(**options) -> None:
