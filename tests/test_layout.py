@@ -36,6 +36,8 @@ LATE_ALLOWED = (
     "safetensors",
     "plotext",
     "cupy",
+    "onnx",
+    "onnxruntime",
 )
 #: (module, import): late imports allowed in one module only. sitp.cuda reads numba's
 #: config after it has chosen the simulator (NUMBA_ENABLE_CUDASIM), which numba reads

@@ -72,6 +72,7 @@ from sitp.serialization import load, save
 
 from sitp import linalg, nn, optim, utils  # isort: skip  (the mirror builds on the above)
 from sitp.compile import compile  # isort: skip  # noqa: A004  (6: above the mirror)
+from sitp import onnx  # isort: skip  (torch.onnx: export through the capture of compile)
 
 
 int = int64  # noqa: A001  (sitp has one integer type)
