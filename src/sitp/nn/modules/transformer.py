@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 
-from sitp._tensor.creation import full
+from sitp._tensor.creation import full, zeros
 from sitp.dtypes import bool_, float32
 from sitp.nn import functional as F
 from sitp.nn import init
@@ -48,10 +48,11 @@ def _clones(module, n):
 
 def _generate_square_subsequent_mask(sz: int, device=None, dtype=None):
     """(sz, sz): 0 on and below the diagonal, -inf above (True above, for bool)."""
-    dtype = float32 if dtype is None else dtype
+    dtype = float32 if dtype is None else dtype  # sitp's default dtype
+    above = full((sz, sz), True, dtype=bool_, device=device).triu(1)
     if dtype is bool_:
-        return full((sz, sz), True, dtype=bool_, device=device).triu(1)
-    return full((sz, sz), float("-inf"), dtype=dtype, device=device).triu(1)
+        return above
+    return zeros(sz, sz, dtype=dtype, device=device).masked_fill(above, float("-inf"))
 
 
 def _detect_is_causal_mask(mask, is_causal=None, size=None) -> bool:
