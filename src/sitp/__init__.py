@@ -73,6 +73,19 @@ from sitp.serialization import load, save
 from sitp import linalg, nn, optim, utils  # isort: skip  (the mirror builds on the above)
 from sitp.compile import compile  # isort: skip  # noqa: A004  (6: above the mirror)
 from sitp import onnx  # isort: skip  (torch.onnx: export through the capture of compile)
+from sitp import accelerator  # isort: skip  (torch.accelerator: the GPU, or none)
+from sitp._legacy import (  # isort: skip  (torch.LongTensor & co.: dtype-checking types)
+    BFloat16Tensor,
+    BoolTensor,
+    ByteTensor,
+    CharTensor,
+    DoubleTensor,
+    FloatTensor,
+    HalfTensor,
+    IntTensor,
+    LongTensor,
+    ShortTensor,
+)
 
 
 int = int64  # noqa: A001  (sitp has one integer type)
