@@ -115,6 +115,14 @@ class Builder:
     def cast(self, x: str, np_dtype) -> str:
         return self.node("Cast", [x], to=self.elem_type(np_dtype))
 
+    def reduce(self, op_type: str, x: str, axes, keepdims: bool) -> str:
+        """A Reduce* node over ``axes``: an input from opset 18 (13 for ReduceSum), an
+        attribute before."""
+        axes = [int(a) for a in axes]
+        if op_type == "ReduceSum" or self.opset >= 18:
+            return self.node(op_type, [x, self.ints(axes)], keepdims=int(keepdims))
+        return self.node(op_type, [x], axes=axes, keepdims=int(keepdims))
+
     # ---------------------------------------------------------------- sizes
     def dim(self, values) -> Dim:
         """The :class:`Dim` whose value in trace ``i`` is ``values[i]``."""

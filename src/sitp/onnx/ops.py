@@ -202,7 +202,7 @@ def reduce(b, nodes):
     if not len(x_ref.shape):  # a 0-d tensor: nothing to reduce
         y = b.node("Identity", [x])
     else:
-        y = b.node(kind, [x, b.ints(dims)], keepdims=int(bool(keep)))
+        y = b.reduce(kind, x, dims, bool(keep))
     if _np(n0.result) != np.dtype(np.int32) and op in ("any", "all"):
         y = b.cast(y, out)
     b.bind(_res(nodes), y)
@@ -213,7 +213,7 @@ def argreduce(b, nodes):
     dim, is_max = n0.args[1], n0.args[2]
     keep = int(bool(n0.args[3] if len(n0.args) > 3 else n0.kwargs.get("keepdim", False)))
     x = b.ref(_arg(nodes, 0))
-    values = b.node("ReduceMax" if is_max else "ReduceMin", [x, b.ints([dim])], keepdims=keep)
+    values = b.reduce("ReduceMax" if is_max else "ReduceMin", x, [dim], keep)
     idx = b.node("ArgMax" if is_max else "ArgMin", [x], axis=dim, keepdims=keep)
     b.bind([n.result[0] for n in nodes], values)
     b.bind([n.result[1] for n in nodes], idx)
@@ -412,8 +412,8 @@ def rms_norm(b, nodes):
     axis = _norm_axis(x_ref.shape, n)
     dt = _np(x_ref)
     x = b.ref(_arg(nodes, 1))
-    axes = b.ints(range(len(x_ref.shape) + axis, len(x_ref.shape)))
-    ms = b.node("ReduceMean", [b.node("Mul", [x, x]), axes], keepdims=1)
+    axes = range(len(x_ref.shape) + axis, len(x_ref.shape))
+    ms = b.reduce("ReduceMean", b.node("Mul", [x, x]), axes, True)
     y = b.node("Div", [x, b.node("Sqrt", [b.node("Add", [ms, b.scalar(eps, dt)])])])
     if w_ref is not None:
         y = b.node("Mul", [y, b.ref(_arg(nodes, 2))])
