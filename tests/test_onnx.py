@@ -199,3 +199,52 @@ def test_missing_onnx_package_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnx", None)  # import onnx raises ImportError
     with pytest.raises(ImportError, match="pip install onnx"):
         _export(build_model("bigram", **LADDER["bigram"]), (torch.zeros(2, 1, dtype=torch.long),))
+
+
+def test_gpt_with_dynamic_batch_and_length():
+    torch.manual_seed(2)
+    model = build_model("gpt", **LADDER["gpt"]).eval()
+    data = _export(
+        model,
+        (torch.randint(0, 7, (2, 4)),),
+        input_names=["idx"],
+        dynamic_axes={"idx": {0: "batch", 1: "T"}},
+    )
+    sess = _session(data)
+    for B, T in ((2, 4), (3, 7), (1, 1), (1, 8)):  # T up to block_size; causal mask follows T
+        x = torch.randint(0, 7, (B, T))
+        (got,) = sess.run(None, {"idx": x.numpy()})
+        np.testing.assert_allclose(got, _sitp_out(model, x), rtol=RTOL, atol=ATOL)
+
+
+class Indexing(torch.nn.Module):
+    """Advanced indexing with two index tensors, gather, tril, a batched matmul, new
+    tensors whose shape follows the batch, masked_fill, comparisons and casts."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(5, 4, 3))
+
+    def forward(self, i_B, j_B, x_BNN):
+        B = x_BNN.shape[0]
+        rows = self.table[i_B, j_B]  # (B, 3): one index tuple per row
+        g = torch.gather(x_BNN, 1, (i_B % 3).view(B, 1, 1).expand(B, 1, 3))  # (B, 1, 3)
+        t = torch.tril(x_BNN) @ x_BNN.transpose(1, 2)  # (B, 3, 3)
+        z = torch.zeros(B, 3) + torch.arange(3).float()
+        keep = (t != 0) & (t > -1.0)
+        t = t.masked_fill(~keep, 0.5)
+        return (rows + z + g[:, 0, :]).unsqueeze(1) * t.sum(-1, keepdim=True) + keep.long()
+
+
+def test_indexing_ops_match_onnxruntime():
+    torch.manual_seed(3)
+    model = Indexing()
+    i, j, x = torch.tensor([4, -1]), torch.tensor([0, 3]), torch.randn(2, 3, 3)
+    dyn = {"i_B": {0: "batch"}, "j_B": {0: "batch"}, "x_BNN": {0: "batch"}}
+    sess = _session(_export(model, (i, j, x), dynamic_axes=dyn))
+    for B in (2, 4):
+        i, j, x = torch.randint(-5, 5, (B,)), torch.randint(0, 4, (B,)), torch.randn(B, 3, 3)
+        (got,) = sess.run(None, {"i_B": i.numpy(), "j_B": j.numpy(), "x_BNN": x.numpy()})
+        with torch.no_grad():
+            want = model(i, j, x).numpy()
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)

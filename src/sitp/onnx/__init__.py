@@ -408,6 +408,7 @@ def _build(onnx, traces, base_ts, in_names, out_names, opset, syms, dynamic_axes
         outputs_vi.append(
             helper.make_tensor_value_info(names[k], b.elem_type(refs[0].dtype.np), labels)
         )
+    b.prune(names)
     graph = helper.make_graph(b.nodes, "sitp_model", inputs_vi, outputs_vi, b.initializers)
     opsets = [helper.make_opsetid("", opset)]
     model = helper.make_model(graph, opset_imports=opsets, producer_name=producer_name)

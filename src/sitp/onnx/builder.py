@@ -123,6 +123,17 @@ class Builder:
             return self.node(op_type, [x, self.ints(axes)], keepdims=int(keepdims))
         return self.node(op_type, [x], axes=axes, keepdims=int(keepdims))
 
+    def prune(self, outputs) -> None:
+        """Drops the nodes and initializers that no output depends on (a check the
+        program made and did not read, a constant that a view replaced)."""
+        need, kept = set(outputs), []
+        for node in reversed(self.nodes):
+            if any(o in need for o in node.output):
+                kept.append(node)
+                need.update(i for i in node.input if i)
+        self.nodes = kept[::-1]
+        self.initializers = [t for t in self.initializers if t.name in need]
+
     # ---------------------------------------------------------------- sizes
     def dim(self, values) -> Dim:
         """The :class:`Dim` whose value in trace ``i`` is ``values[i]``."""
@@ -247,14 +258,28 @@ class Builder:
         return out
 
     def _arr_ref(self, refs) -> str:
-        r0 = refs[0]
-        if r0.value.kind not in ("const", "literal", "scratch") or any(
-            r.key()[2:] != r0.key()[2:] for r in refs
-        ):
+        """A raw array argument (an index array that Python built from constants): an
+        initializer, or, when it changes with a dynamic axis, a Range (positions 0..T-1)."""
+        if any(r.value.kind not in ("const", "literal", "scratch") for r in refs):
+            raise OnnxExporterError("sitp.onnx: a raw array argument computed in the program")
+        arrays = [np.ascontiguousarray(view_of(r.value.array, r)) for r in refs]
+        if all(a.shape == arrays[0].shape and np.array_equal(a, arrays[0]) for a in arrays):
+            return self.const(arrays[0])
+        ranges = [_as_range(a) for a in arrays]
+        if any(r is None for r in ranges) or len({r[:2] for r in ranges}) != 1:
             raise OnnxExporterError(
-                "sitp.onnx: a raw array argument that is computed in the program"
+                "sitp.onnx: a constant index array that changes with a dynamic axis and is "
+                "not a range of positions"
             )
-        return self.const(np.ascontiguousarray(view_of(r0.value.array, r0)))
+        start, step, _ = ranges[0]
+        n = self.dim([r[2] for r in ranges])
+        count = self.node("Squeeze", [self.shape([n]), self.ints([0])])
+        end = self.node(
+            "Add",
+            [self.node("Mul", [count, self.scalar(step, np.int64)]), self.scalar(start, np.int64)],
+        )
+        rng = self.node("Range", [self.scalar(start, np.int64), end, self.scalar(step, np.int64)])
+        return self.node("Unsqueeze", [rng, self.ints([0])])  # one row of index tuples
 
     # ---------------------------------------------------------------- views
     def view(self, name: str, canon, refs) -> str:
@@ -407,6 +432,17 @@ def _plan(N: int, shape, strides, offset):
         return None
     perm = [kept.index(i) for i in order]
     return {"kept": kept, "perm": perm, "R": R, "start": start, "end": end, "tail": tail}
+
+
+def _as_range(a: np.ndarray):
+    """(start, step, length) when ``a`` is one row of an arithmetic sequence, else None."""
+    if a.ndim != 2 or a.shape[0] != 1 or a.dtype.kind not in "iu" or a.shape[1] < 2:
+        return None
+    row = a[0].astype(np.int64)
+    step = int(row[1] - row[0])
+    if step == 0 or not np.array_equal(row, row[0] + step * np.arange(row.size)):
+        return None
+    return int(row[0]), step, row.size
 
 
 def _positions(r: Ref) -> np.ndarray:
