@@ -248,3 +248,22 @@ def test_indexing_ops_match_onnxruntime():
         with torch.no_grad():
             want = model(i, j, x).numpy()
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+def test_a_number_computed_from_a_dynamic_size_is_refused():
+    class Scale(torch.nn.Module):
+        def forward(self, x):
+            return x * x.shape[0]  # baked in at the example's batch size
+
+    with pytest.raises(torch.onnx.OnnxExporterError, match="changes with a dynamic axis"):
+        _export(Scale(), (torch.randn(2, 3),), dynamic_axes={"x": [0]})
+    _export(Scale(), (torch.randn(2, 3),))  # static sizes: a constant, rightly
+
+
+def test_a_float_argument_computed_from_a_dynamic_size_is_refused():
+    class Pow(torch.nn.Module):
+        def forward(self, x):
+            return x.abs() ** (1.0 / x.shape[0])
+
+    with pytest.raises(torch.onnx.OnnxExporterError, match="'pow' changes with a dynamic"):
+        _export(Pow(), (torch.randn(2, 3),), dynamic_axes={"x": [0]})

@@ -245,6 +245,8 @@ class Builder:
         if key in self.views:
             return self.views[key]
         v = r0.value
+        if v.kind in ("const", "literal", "scratch"):
+            self._same_constant(refs)
         if v.kind in ("const", "literal", "scratch") and v.id not in self.values:
             if r0.contiguous_whole() and math.prod(r0.shape) == v.size:
                 if all(r.key() == r0.key() for r in refs):  # a parameter, as it is
@@ -256,6 +258,18 @@ class Builder:
         out = self.view(name, canon, refs)
         self.views[key] = out
         return out
+
+    def _same_constant(self, refs) -> None:
+        """A constant must be the same in every trace: a Python number that follows a
+        dynamic size (``x * x.shape[0]``) would be baked in at the example's value."""
+        a0 = refs[0].value.array
+        for r in refs[1:]:
+            a = r.value.array
+            if a is not a0 and (a.shape != a0.shape or not np.array_equal(a, a0)):
+                raise OnnxExporterError(
+                    "sitp.onnx: a constant that changes with a dynamic axis (a Python number "
+                    "computed from a size?); export with static sizes"
+                )
 
     def _arr_ref(self, refs) -> str:
         """A raw array argument (an index array that Python built from constants): an

@@ -197,9 +197,7 @@ def reduce(b, nodes):
             x = b.cast(x, out)
     else:
         refuse(op)
-    if not dims and len(x_ref.shape):
-        dims = tuple(range(len(x_ref.shape)))
-    if not len(x_ref.shape):  # a 0-d tensor: nothing to reduce
+    if not dims:  # no dims: nothing to reduce (the backend's meaning of ())
         y = b.node("Identity", [x])
     else:
         y = b.reduce(kind, x, dims, bool(keep))
@@ -524,4 +522,27 @@ def convert(b, nodes) -> None:
         if name.endswith(".backward"):
             refuse(name, "a backward pass; export the forward in eval mode under no_grad")
         refuse(name.removesuffix(".forward"))
+    _same_numbers(n0, nodes)
     fn(b, nodes)
+
+
+def _floats(a, out: list) -> list:
+    if isinstance(a, float):
+        out.append(a)
+    elif isinstance(a, (list, tuple)):
+        for x in a:
+            _floats(x, out)
+    return out
+
+
+def _same_numbers(n0, nodes) -> None:
+    """The float arguments (an exponent, a scale, a fill value) are written from the
+    first trace: they must not change with a dynamic axis."""
+    want = _floats(list(n0.args) + list(n0.kwargs.values()), [])
+    for n in nodes[1:]:
+        got = _floats(list(n.args) + list(n.kwargs.values()), [])
+        if any(g != w and not (g != g and w != w) for g, w in zip(got, want)):
+            raise OnnxExporterError(
+                f"sitp.onnx: a number argument of {n0.op!r} changes with a dynamic axis "
+                f"({want} and {got}); export with static sizes"
+            )
