@@ -267,3 +267,33 @@ def test_a_float_argument_computed_from_a_dynamic_size_is_refused():
 
     with pytest.raises(torch.onnx.OnnxExporterError, match="'pow' changes with a dynamic"):
         _export(Pow(), (torch.randn(2, 3),), dynamic_axes={"x": [0]})
+
+
+def test_counting_bigram_table_with_a_keyword_input(capsys):
+    """Chapter 1's counted bigram is a table, not a module: a module that looks its rows
+    up exports, with a tensor passed by keyword as a second input."""
+    from sitp.data import Vocab
+    from sitp.models.bigram import BigramCounts
+
+    words = ["emma", "ava", "anna"]
+    counted = BigramCounts(Vocab(words)).fit(words)
+
+    class Lookup(torch.nn.Module):
+        def __init__(self, probs):
+            super().__init__()
+            self.register_buffer("probs", probs)
+
+        def forward(self, ix, *, temperature):
+            return (self.probs[ix].log() / temperature).softmax(-1)
+
+    model = Lookup(counted.probs)
+    ix, temp = torch.tensor([0, 1, 3]), torch.tensor(2.0)
+    data = _export(
+        model, (ix,), kwargs={"temperature": temp}, dynamic_axes={"ix": [0]}, verbose=True
+    )
+    assert "Softmax" in capsys.readouterr().out  # verbose prints the graph
+    sess = _session(data)
+    assert [i.name for i in sess.get_inputs()] == ["ix", "temperature"]
+    ix = torch.tensor([5, 0, 2, 2, 4])
+    (got,) = sess.run(None, {"ix": ix.numpy(), "temperature": temp.numpy()})
+    np.testing.assert_allclose(got, model(ix, temperature=temp).numpy(), rtol=RTOL, atol=ATOL)

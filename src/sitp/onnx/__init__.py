@@ -293,41 +293,13 @@ def export(
                 kw[s] = t
         return tuple(a), kw
 
-    # the dynamic sizes: (symbol, base size, other size, [(input, axis), ...])
-    symbols: dict = {}
-    for name, axes in (dynamic_axes or {}).items():
-        if name not in slot_names and name not in (output_names or []):
-            raise ValueError(
-                f"sitp.onnx.export: dynamic_axes names {name!r}, which is not an input or "
-                f"output name (inputs: {slot_names})"
-            )
-        if isinstance(axes, dict):
-            pairs = [(int(a), str(s)) for a, s in axes.items()]
-        else:
-            pairs = [(int(a), f"{name}_dynamic_axes_{int(a) + 1}") for a in axes]
-        if name not in slot_names:
-            continue  # an output's axes follow from the inputs'
-        t = tensors(args, kwargs)[slot_names.index(name)]
-        for axis, sym in pairs:
-            if not -t.ndim <= axis < t.ndim:
-                raise IndexError(
-                    f"sitp.onnx.export: dynamic axis {axis} of input {name!r} of {t.ndim} dims"
-                )
-            symbols.setdefault(sym, []).append((slot_names.index(name), axis % t.ndim))
-
     base_ts = [_fresh(t) for t in tensors(args, kwargs)]
-    syms = []
-    for sym, uses in symbols.items():
-        sizes = {base_ts[i].shape[a] for i, a in uses}
-        if len(sizes) != 1:
-            raise ValueError(
-                f"sitp.onnx.export: dynamic axis {sym!r} has sizes {sorted(sizes)} in the inputs"
-            )
-        size = max(sizes.pop(), 2)  # a size of 1 would hide which strides follow it
-        for i, a in uses:
-            if base_ts[i].shape[a] != size:
-                base_ts[i] = _resized(base_ts[i], a, size)
-        syms.append((sym, size, size + 1, uses))
+    if any(t.is_cuda for t in base_ts) or any(p.is_cuda for p in model.parameters()):
+        raise NotImplementedError(
+            "sitp.onnx.export captures on the CPU backend: move the model and its inputs "
+            "to the CPU first (model.cpu())"
+        )
+    syms = _symbols(dynamic_axes, slot_names, output_names, base_ts)
 
     modes = [(m, m.training) for m in model.modules()]
     if training == TrainingMode.EVAL:
@@ -349,11 +321,50 @@ def export(
             m.training = mode
     onnx.checker.check_model(model_proto, full_check=True)
     if verbose:
-        print(onnx.helper.printable_graph(model_proto.graph))
+        print(onnx.printer.to_text(model_proto.graph))
     if verify:
         _verify(model_proto, base_ts, traces[0][2], slot_names)
     onnx.save(model_proto, f)
     return None
+
+
+def _symbols(dynamic_axes, in_names, out_names, ts) -> list:
+    """The dynamic sizes as ``(symbol, base size, other size, [(input, axis), ...])``;
+    inputs whose axis has size 1 in ``ts`` are resized to 2 in place (a size of 1 would
+    hide which strides follow it)."""
+    uses: dict = {}
+    for name, axes in (dynamic_axes or {}).items():
+        if name not in in_names and name not in (out_names or []):
+            raise ValueError(
+                f"sitp.onnx.export: dynamic_axes names {name!r}, which is not an input or "
+                f"output name (inputs: {in_names})"
+            )
+        if name not in in_names:
+            continue  # an output's axes follow from the inputs'
+        if isinstance(axes, dict):
+            pairs = [(int(a), str(sym)) for a, sym in axes.items()]
+        else:
+            pairs = [(int(a), f"{name}_dynamic_axes_{int(a) + 1}") for a in axes]
+        i = in_names.index(name)
+        for axis, sym in pairs:
+            if not -ts[i].ndim <= axis < ts[i].ndim:
+                raise IndexError(
+                    f"sitp.onnx.export: dynamic axis {axis} of input {name!r} of {ts[i].ndim} dims"
+                )
+            uses.setdefault(sym, []).append((i, axis % ts[i].ndim))
+    syms = []
+    for sym, where in uses.items():
+        sizes = {ts[i].shape[a] for i, a in where}
+        if len(sizes) != 1:
+            raise ValueError(
+                f"sitp.onnx.export: dynamic axis {sym!r} has sizes {sorted(sizes)} in the inputs"
+            )
+        size = max(sizes.pop(), 2)
+        for i, a in where:
+            if ts[i].shape[a] != size:
+                ts[i] = _resized(ts[i], a, size)
+        syms.append((sym, size, size + 1, where))
+    return syms
 
 
 def _build(onnx, traces, base_ts, in_names, out_names, opset, syms, dynamic_axes):
