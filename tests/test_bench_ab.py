@@ -1,0 +1,192 @@
+"""sitp.bench.ab: the A-against-B harness, on busy-wait workloads of known length.
+
+The workloads spin on the CPU (not sleep: a sleeping arm would look fast under the CPU
+clock and would not compete for a core), 1 ms against 2 ms, so the ratio the harness
+reports must be about 2, and about 1/2 if the arms were swapped. The bands are wide
+(the machine is shared), yet no band holds for a swapped or an untimed arm.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from sitp.bench import ab
+
+WORKLOADS = textwrap.dedent(
+    """
+    import os
+    import time
+
+
+    def spin(ms, first_ms=0.0, fail_at=None, die=False, prints=False):
+        calls = [0]
+
+        def busy(seconds):
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                pass
+
+        def fn():
+            calls[0] += 1
+            if prints:
+                print("a line of the workload's own")
+            if die:
+                os._exit(7)
+            if fail_at is not None and calls[0] == fail_at:
+                raise ValueError(f"spin: call {calls[0]} fails as asked")
+            busy((first_ms if calls[0] == 1 and first_ms else ms) / 1e3)
+
+        fn.info = lambda: {"calls_so_far": calls[0], "pid": os.getpid()}
+        fn.result = lambda: {"calls": calls[0]}
+        return fn
+
+
+    def self_timed(ms):
+        def fn():
+            time.sleep(0.005)  # untimed work, such as an evaluation
+            return {"seconds": ms / 1e3, "note": "self-timed"}
+
+        return fn
+
+
+    def broken_factory():
+        raise KeyError("no such model")
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ab") / "workloads.py"
+    path.write_text(WORKLOADS)
+    return lambda name: f"{path}:{name}"
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/status").read_text().find("zombie") < 0
+
+
+def test_ratio_order_warmup_ranges_and_cleanup(spec):
+    with ab.workers(["a", "b"], threads=1) as w:
+        arms = {
+            "fast": ab.Arm(w["a"], spec("spin"), {"ms": 1.0, "first_ms": 300.0}, warmup=1),
+            "slow": ab.Arm(w["b"], spec("spin"), {"ms": 2.0, "first_ms": 300.0}, warmup=1),
+        }
+        res = ab.compare(arms, rounds=4, calls=5, ratios=[("slow", "fast")], pause=0.0)
+        pids = [w["a"].proc.pid, w["b"].proc.pid]
+        assert all(alive(p) for p in pids)
+    assert not any(alive(p) for p in pids)  # stopped when the block ended
+    json.dumps(res)  # ready for JSON
+    # alternation: A B, B A, A B, B A
+    assert res["order"] == [["fast", "slow"], ["slow", "fast"], ["fast", "slow"], ["slow", "fast"]]
+    fast, slow = res["arms"]["fast"], res["arms"]["slow"]
+    # the slow first call (300 ms) is the warm-up's, reported apart, not in the rounds
+    assert fast["warmup_s"][0] > 0.25 and slow["warmup_s"][0] > 0.25
+    assert fast["info"]["calls_so_far"] == 1  # info is read after the warm-up
+    assert max(fast["rounds_s"]) < 0.1 and max(slow["rounds_s"]) < 0.1
+    # the busy-waits are at least their length; a median can't beat its block's minimum
+    assert len(fast["rounds_s"]) == len(slow["rounds_s"]) == 4
+    assert fast["min"] >= 1e-3 and slow["min"] >= 2e-3
+    assert fast["min"] <= fast["median"] <= fast["max"]
+    assert all(m >= b for m, b in zip(fast["rounds_s"], fast["block_min_s"]))
+    r = res["ratios"]["slow/fast"]
+    assert 1.4 < r["median"] < 2.6, r  # swapped: 0.5; untimed: nonsense
+    assert r["min"] <= r["median"] <= r["max"] and len(r["rounds"]) == 4
+    # the same threads, pinned to the same cores, in both
+    assert res["threads"] == 1 and len(res["cores"]) == 1
+    assert set(res["versions"]) == {"a", "b"}
+    assert res["machine"]["isa"] and res["machine"]["cpu"]
+    assert res["load"]["loadavg_before"] is not None
+    text = ab.table(res)
+    assert "time slow/fast:" in text and "over 4 rounds" in text
+
+
+def test_cpu_clock_and_pinning(spec):
+    with ab.workers(["a"], threads=1) as w:
+        arms = {
+            "one": ab.Arm(w["a"], spec("spin"), {"ms": 1.0}, warmup=0),
+            "three": ab.Arm(w["a"], spec("spin"), {"ms": 3.0}, warmup=0),
+        }
+        res = ab.compare(arms, rounds=3, calls=4, pause=0.0, clock="cpu")
+        about = w["a"].ask("about")
+    assert about["cores"] == res["cores"] == ab.default_cores(1)
+    assert 0.2 < res["ratios"]["one/three"]["median"] < 0.5
+
+
+def test_self_timed_calls_and_result(spec):
+    with ab.workers(["a"]) as w:
+        arms = {
+            "two": ab.Arm(w["a"], spec("self_timed"), {"ms": 2.0}, warmup=0),
+            "spin": ab.Arm(w["a"], spec("spin"), {"ms": 1.0}, warmup=0),
+        }
+        res = ab.compare(arms, rounds=2, calls=3, pause=0.0)
+        done = w["a"].ask("result", key=arms["spin"].key)["result"]
+    assert res["arms"]["two"]["median"] == pytest.approx(2e-3)  # the call's own figure
+    assert res["arms"]["two"]["extra"] == {"note": "self-timed"}
+    assert done == {"calls": 6}
+
+
+def test_a_worker_exception_is_shown_and_workers_stop(spec):
+    with pytest.raises(ab.WorkerError) as err:
+        with ab.workers(["a", "b"]) as w:
+            pids = [w["a"].proc.pid, w["b"].proc.pid]
+            arms = {
+                "ok": ab.Arm(w["a"], spec("spin"), {"ms": 1.0}, warmup=0),
+                "bad": ab.Arm(w["b"], spec("spin"), {"ms": 1.0, "fail_at": 3}, warmup=0),
+            }
+            ab.compare(arms, rounds=3, calls=2, pause=0.0)
+    msg = str(err.value)
+    assert "worker 'b' failed" in msg and "ValueError: spin: call 3 fails as asked" in msg
+    assert "Traceback" in msg
+    assert not any(alive(p) for p in pids)
+
+
+def test_a_failing_factory_and_a_dying_worker(spec):
+    with ab.workers(["a"]) as w:
+        with pytest.raises(ab.WorkerError, match="KeyError: 'no such model'"):
+            w["a"].load("x", spec("broken_factory"))
+        w["a"].load("ok", spec("spin"), {"ms": 0.1}, warmup=1)  # the worker lives on
+    with ab.workers(["d"]) as w:
+        with pytest.raises(
+            ab.WorkerError, match=r"(?s)ended with status 7 .*a line of the workload"
+        ):
+            w["d"].load("die", spec("spin"), {"ms": 1.0, "die": True, "prints": True}, warmup=1)
+
+
+def test_bad_arguments(spec):
+    with ab.workers(["a"]) as w:
+        arm = ab.Arm(w["a"], spec("spin"), {"ms": 1.0})
+        with pytest.raises(ValueError, match="names an arm"):
+            ab.compare({"x": arm}, ratios=[("x", "y")])
+        with pytest.raises(ValueError, match="clock must be"):
+            ab.compare({"x": arm}, clock="gpu")
+    with pytest.raises(ValueError, match="threads=999"):
+        ab.Worker("big", threads=999)
+
+
+# ------------------------------------------------------------------ the scripts, tiny
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+
+
+def run_script(name, *argv, timeout=600):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / name), *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc, time.perf_counter() - t0
