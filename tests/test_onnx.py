@@ -297,3 +297,16 @@ def test_counting_bigram_table_with_a_keyword_input(capsys):
     ix = torch.tensor([5, 0, 2, 2, 4])
     (got,) = sess.run(None, {"ix": ix.numpy(), "temperature": temp.numpy()})
     np.testing.assert_allclose(got, model(ix, temperature=temp).numpy(), rtol=RTOL, atol=ATOL)
+
+
+def test_initializers_carry_the_parameter_names():
+    model = build_model("gpt", **LADDER["gpt"]).eval()
+    proto = onnx.load_from_string(_export(model, (torch.randint(0, 7, (2, 3)),)))
+    names = {t.name for t in proto.graph.initializer}
+    params = dict(model.named_parameters())  # the tied wte / lm_head weight is listed once
+    assert set(params) <= names
+    for t in proto.graph.initializer:
+        if t.name in params:
+            np.testing.assert_array_equal(
+                onnx.numpy_helper.to_array(t), params[t.name].detach().numpy()
+            )

@@ -223,6 +223,18 @@ def export(
     Returns:
         None (torch's TorchScript exporter's return; the model is in ``f``).
 
+    Example:
+        >>> import io, onnx, sitp
+        >>> f = io.BytesIO()
+        >>> layer = sitp.nn.Linear(3, 2)
+        >>> sitp.onnx.export(layer, (sitp.randn(4, 3),), f, input_names=["x"],
+        ...                  dynamic_axes={"x": {0: "batch"}})
+        >>> graph = onnx.load_from_string(f.getvalue()).graph
+        >>> [n.op_type for n in graph.node], [t.name for t in graph.initializer]
+        (['Gemm', 'Identity'], ['weight', 'bias'])
+        >>> [d.dim_param or d.dim_value for d in graph.output[0].type.tensor_type.shape.dim]
+        ['batch', 2]
+
     Raises:
         OnnxExporterError: a call with no ONNX mapping (``cannot export op 'scatter_add'``),
             or a program that is not one graph.
@@ -312,8 +324,10 @@ def export(
             for i, a in uses:
                 ts[i] = _resized(ts[i], a, other)
             traces.append(_trace(model, *with_tensors(ts), slots))
+        params = {id(t._storage): n for n, t in model.named_parameters()}
+        params.update({id(t._storage): n for n, t in model.named_buffers() if t is not None})
         model_proto = _build(
-            onnx, traces, base_ts, slot_names, output_names, opset, syms, dynamic_axes
+            onnx, traces, base_ts, slot_names, output_names, opset, syms, dynamic_axes, params
         )
     finally:
         _in_export = False
@@ -367,7 +381,7 @@ def _symbols(dynamic_axes, in_names, out_names, ts) -> list:
     return syms
 
 
-def _build(onnx, traces, base_ts, in_names, out_names, opset, syms, dynamic_axes):
+def _build(onnx, traces, base_ts, in_names, out_names, opset, syms, dynamic_axes, params):
     """The ModelProto of the captured traces (trace 0 at the base sizes)."""
     graphs = [t[0] for t in traces]
     g0 = graphs[0]
@@ -378,7 +392,10 @@ def _build(onnx, traces, base_ts, in_names, out_names, opset, syms, dynamic_axes
                 "size (control flow on a size); export it with static sizes"
             )
     b = Builder(
-        onnx, opset, [(s, base, other, in_names[u[0][0]], u[0][1]) for s, base, other, u in syms]
+        onnx,
+        opset,
+        [(s, base, other, in_names[u[0][0]], u[0][1]) for s, base, other, u in syms],
+        params,
     )
     helper = onnx.helper
     inputs_vi = []

@@ -68,9 +68,11 @@ class Builder:
             its other value.
     """
 
-    def __init__(self, onnx, opset: int, syms=()):
+    def __init__(self, onnx, opset: int, syms=(), param_names=None):
         self.onnx, self.helper, self.opset = onnx, onnx.helper, opset
         self.syms = list(syms)
+        self.param_names = dict(param_names or {})  # id(storage) -> the module's name for it
+        self._used: set = set()
         self.nodes: list = []
         self.initializers: list = []
         self._n = 0
@@ -84,6 +86,15 @@ class Builder:
         self._n += 1
         return f"{hint}_{self._n}"
 
+    def _param_name(self, value):
+        """The module's name of a parameter or buffer (``lm_head.weight``), once; None for
+        other constants."""
+        name = self.param_names.get(id(value.array))
+        if name is None or name in self._used:
+            return None
+        self._used.add(name)
+        return name
+
     def node(self, op_type: str, inputs, n_out: int = 1, name_hint=None, **attrs):
         """Adds one ONNX node; returns its output name (a list of them when ``n_out > 1``)."""
         outs = [self.fresh(name_hint or op_type.lower()) for _ in range(n_out)]
@@ -92,9 +103,13 @@ class Builder:
         )
         return outs[0] if n_out == 1 else outs
 
-    def const(self, array, hint: str = "c") -> str:
-        """An initializer holding ``array`` (numpy), shared by equal small constants."""
+    def const(self, array, hint: str = "c", name=None) -> str:
+        """An initializer holding ``array`` (numpy), shared by equal small constants;
+        ``name`` names it (a parameter's)."""
         a = np.asarray(array)
+        if name is not None:
+            self.initializers.append(self.onnx.numpy_helper.from_array(a, name))
+            return name
         key = None
         if a.size <= 64:
             key = (a.dtype.str, a.shape, a.tobytes())
@@ -231,7 +246,7 @@ class Builder:
             a = np.asarray(value.array).reshape(-1)
             if a.dtype == np.uint8 and value.np_dtype != np.uint8:
                 a = a.view(value.np_dtype)
-            name = self.const(a, "w")
+            name = self.const(a, "w", self._param_name(value))
             self.define(value, name, [(a.size,)] * (1 + len(self.syms)))
             return self.values[value.id]
         raise OnnxExporterError(f"sitp.onnx: the graph reads {value.name} before it is made")
@@ -249,9 +264,9 @@ class Builder:
             self._same_constant(refs)
         if v.kind in ("const", "literal", "scratch") and v.id not in self.values:
             if r0.contiguous_whole() and math.prod(r0.shape) == v.size:
-                if all(r.key() == r0.key() for r in refs):  # a parameter, as it is
+                if all(r.key()[1:] == r0.key()[1:] for r in refs):  # a parameter, as it is
                     a = np.asarray(v.array).reshape(r0.shape)
-                    name = self.const(a, "w")
+                    name = self.const(a, "w", self._param_name(v))
                     self.views[key] = name
                     return name
         name, canon = self.value_tensor(v)
