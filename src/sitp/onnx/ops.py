@@ -284,7 +284,8 @@ def take(b, nodes):
         lin = None
         for j, row in enumerate(rows):
             n = sizes[j].coef
-            row = b.node("Mod", [row, b.ints([n])], fmod=0)  # negative entries from the end
+            neg = b.node("Less", [row, b.ints([0])])  # negative entries count from the end
+            row = b.node("Where", [neg, b.node("Add", [row, b.ints([n])]), row])
             lin = row if lin is None else b.node("Add", [b.node("Mul", [lin, b.ints([n])]), row])
         flat = b.dims([s[:a] + (math.prod(s[a : a + k]),) + s[a + k :] for s in shapes])
         x = b.node("Reshape", [x, b.shape(flat)])
