@@ -15,6 +15,7 @@ from sitp.nn import functional as F
 from sitp.nn import init
 from sitp.nn._functions import gru as _gru
 from sitp.nn._functions import lstm as _lstm
+from sitp.nn._functions import recurrent as _recurrent
 from sitp.nn.modules.module import Module
 from sitp.nn.parameter import Parameter
 from sitp.nn.utils.rnn import PackedSequence
@@ -173,7 +174,7 @@ def _rnn_step(mode):
     return {"LSTM": lstm, "GRU": gru}.get(mode, tanh_or_relu)
 
 
-def _run_direction(step, x_NI, batch_sizes, h0, c0, w, reverse):
+def _run_direction(mode, x_NI, batch_sizes, h0, c0, w, reverse):
     """Run one layer in one direction over packed rows ``x_NI`` (N = sum of batch_sizes).
 
     The input projection of every step is one GEMM; the loop does the recurrent part.
@@ -181,11 +182,24 @@ def _run_direction(step, x_NI, batch_sizes, h0, c0, w, reverse):
     of the state: going forward the state shrinks as sequences end (their final states
     are set aside); going backward it grows as sequences start, from their h0.
     Returns the outputs (N, H_out) in the rows' order, and the final h and c (B, H).
+    On the CPU, an LSTM (without projection) or GRU over equal batch sizes is one node,
+    ``sitp.nn._functions.recurrent.RecurrentLayer``; the loop below is the general case.
     """
     w_ih, w_hh, b_ih, b_hh, w_hr = w
     gi_NG = F.linear(x_NI, w_ih, b_ih)  # all steps at once
-    gi_steps = gi_NG.split(batch_sizes, 0) if len(batch_sizes) > 1 else (gi_NG,)
     T, B = len(batch_sizes), h0.shape[0]
+    if (
+        w_hr is None
+        and batch_sizes.count(B) == T
+        and _recurrent.fits(mode, gi_NG, h0, c0, w_hh, b_hh)
+    ):
+        res = _recurrent.RecurrentLayer.apply(
+            gi_NG.view(T, B, -1), h0, c0, w_hh, b_hh, mode, reverse
+        )
+        out, h, c = res if mode == "LSTM" else (*res, None)
+        return out.view(T * B, -1), h, c
+    step = _rnn_step(mode)
+    gi_steps = gi_NG.split(batch_sizes, 0) if len(batch_sizes) > 1 else (gi_NG,)
     outs, ended_h, ended_c = [None] * T, [], []
     if reverse:
         b = batch_sizes[-1]
@@ -298,6 +312,10 @@ class RNNBase(Module):
         for p in self.parameters():
             init.uniform_(p, -bound, bound)
 
+    def flatten_parameters(self) -> None:
+        """Nothing to do: torch packs the weights into one buffer for cuDNN here; sitp
+        keeps them as separate parameters (kept so that torch code runs unchanged)."""
+
     @property
     def all_weights(self):
         """The parameters of each layer and direction, as torch lists them."""
@@ -379,14 +397,13 @@ class RNNBase(Module):
             self._check_state(h0, (L, B, H_out), "hidden[0]" if is_lstm else "hidden")
             if is_lstm:
                 self._check_state(c0, (L, B, H), "hidden[1]")
-        step = _rnn_step(self.mode)
         layer_in, h_n, c_n = data, [], []
         for layer in range(self.num_layers):
             outs = []
             for d in range(D):
                 k = layer * D + d
                 out, h, c = _run_direction(
-                    step,
+                    self.mode,
                     layer_in,
                     batch_sizes,
                     h0[k],
