@@ -2,20 +2,28 @@
 
 Usage::
 
-    python scripts/bench_compile.py [--reps 20] [--no-torch-compile] [--cold] [--cpu-time]
-        [--json PATH [--append]]
+    python scripts/bench_compile.py [--reps 20] [--rounds 5] [--no-torch-compile] [--cold]
+        [--cpu-time] [--json PATH [--append]] [--smoke] [--blocks NAME,...]
 
 Three blocks of a GPT's step, each written once with ops so that both libraries run the
 same code: GELU(x W + b) (tanh form), layer norm of a residual sum, and the attention
 softmax chain (scale, causal mask, softmax). Then a small GPT train step (forward and
-backward; sitp's GPT is built from fused layers, some of which the compiler lowers),
-its eager and compiled calls alternating so that a change of load falls on both. For each: the
-median time of a call (ms); the compile time apart (the first two calls: the trace and
-the passes, then numba's compilation at each kernel's first call; ``--cold`` makes
-sources numba has not cached); the graph's ops before and the steps after the passes
-(of which generated kernels); the bytes the calls read and write, estimated from the
-graph (each operand's entries once, each result once). PyTorch runs in a child
-process: numba's and torch's thread pools interfere when they share one.
+backward; sitp's GPT is built from fused layers, some of which the compiler lowers; the
+same model file runs in PyTorch through sitp.models.port).
+
+Four arms per block, timed by sitp.bench.ab: eager sitp and sitp.compile in one worker
+process, PyTorch eager and torch.compile in another (numba's and torch's thread pools
+interfere when they share a process), each worker on one thread pinned to the same core.
+Every arm is warmed by two untimed calls; for the compiled arms these are the compile
+time, reported apart (sitp: the trace and the passes, then numba's compilation at each
+kernel's first call, ``--cold`` making sources numba has not cached; inductor: its
+compilation at the first call). Then ``--rounds`` rounds, the arms taking turns (the
+order reversed every other round, so that a change of load falls on all), each timing
+``--reps`` calls. For each block: each arm's median over the rounds of its rounds'
+medians, in ms, with the range of the rounds; the time ratios of the arms per round, their
+median and range; the graph's ops before and the steps after the passes (of which
+generated kernels); the bytes the calls read and write, estimated from the graph (each
+operand's entries once, each result once); the machine and its load.
 """
 
 from __future__ import annotations
@@ -23,8 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -53,7 +59,8 @@ def attn_softmax(lib, s, mask):
     return e / e.sum(-1, keepdim=True)
 
 
-def inputs(lib, dtype):
+def inputs(lib, dtype, dims):
+    B, T, C, H = (dims[k] for k in "BTCH")
     rng = np.random.default_rng(0)
 
     def t(*shape):
@@ -65,31 +72,6 @@ def inputs(lib, dtype):
         "layernorm(x+r)": (ln_residual, (t(B * T, C), t(B * T, C), t(C), t(C))),
         "attention softmax": (attn_softmax, (t(B, H, T, T), mask)),
     }
-
-
-CLOCK = time.perf_counter  # --cpu-time: time.process_time, this process's CPU time
-
-
-def median_ms(fn, reps):
-    times = []
-    for _ in range(reps):
-        t0 = CLOCK()
-        fn()
-        times.append(CLOCK() - t0)
-    return 1e3 * float(np.median(times))
-
-
-def median_ms_pair(f, g, reps):
-    """Median ms of calls of f and of g, the calls alternating (f, g, f, g, ...): a
-    change in the machine's load during the run falls on both alike."""
-    f(), g()
-    tf, tg = [], []
-    for _ in range(reps):
-        for fn, times in ((f, tf), (g, tg)):
-            t0 = CLOCK()
-            fn()
-            times.append(CLOCK() - t0)
-    return 1e3 * float(np.median(tf)), 1e3 * float(np.median(tg))
 
 
 def graph_bytes(g) -> int:
@@ -106,112 +88,206 @@ def graph_bytes(g) -> int:
     return total
 
 
-def run_sitp(reps):
-    import sitp  # late: the child process for torch must not import numba's pool
-    from sitp.bench import threads
-    from sitp.compile.api import CompiledFunction
-    from sitp.models.gpt import GPT, GPTConfig
 
-    rows = {}
-    with threads(1), sitp.no_grad():
-        for name, (fn, args) in inputs(sitp, sitp.float32).items():
-            f = lambda *a, fn=fn: fn(sitp, *a)  # noqa: E731
-            raw = CompiledFunction(f, passes_on=())  # the captured graph, no passes
+# ------------------------------------------------------------------ the arms' workloads
+# Each arm runs in a worker process of sitp.bench.ab, which imports this file and calls
+# workload(); the imports of a library sit inside, so the torch worker never imports
+# numba for the blocks, and the sitp worker never imports torch.
+
+
+def salt_sources(salt: str) -> None:
+    """--cold: a comment unique to this run, appended to every generated source, so that
+    numba compiles each kernel anew (its disk cache has never seen the source)."""
+    from sitp.compile import codegen  # late: in the sitp worker only
+
+    if salt and not getattr(codegen, "_bench_salt", None):
+        generate = codegen.generate
+        codegen.generate = lambda kernel, target="cpu": generate(kernel, target) + salt
+        codegen._bench_salt = salt
+
+
+def sitp_graph_info(raw, cf) -> dict:
+    """The compiled function's report, and the bytes of the graph before and after the passes."""
+    rep = cf.entries[0].report
+    assert len(cf.entries) == 1 and cf.entries[0].program is not None
+    return {
+        "ops": rep["ops_before"],
+        "steps": rep["steps_after"],
+        "kernels": rep["kernels"],
+        "bytes_eager": graph_bytes(raw.graph),
+        "bytes_compiled": graph_bytes(cf.graph),
+    }
+
+
+def block_workload(lib, lib_name, block, mode, dims, salt):
+    fn, args = inputs(lib, lib.float32, dims)[block]
+    f = lambda *a: fn(lib, *a)  # noqa: E731
+    if mode == "compiled":
+        if lib_name == "sitp":
+            salt_sources(salt)
+        target = lib.compile(f)
+    else:
+        target = f
+
+    def call():
+        with lib.no_grad():
+            return target(*args)
+
+    def info():  # after the warm-up: the compiled result checked against eager
+        with lib.no_grad():
+            got, want = target(*args).numpy(), f(*args).numpy()
+        assert np.allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True), (lib_name, block)
+        if lib_name != "sitp":
+            return {}
+        from sitp.compile.api import CompiledFunction  # late: in the sitp worker only
+
+        raw = CompiledFunction(f, passes_on=())  # the captured graph, no passes
+        with lib.no_grad():
             raw(*args)
-            cf = sitp.compile(f)
-            t0 = time.perf_counter()
-            cf(*args)  # the trace and the passes
-            cf(*args)  # numba compiles each kernel at its first call
-            compile_s = time.perf_counter() - t0
-            got, want = cf(*args).numpy(), f(*args).numpy()
-            assert np.allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True), name
-            rep = cf.entries[0].report
-            rows[name] = {
-                "eager": median_ms(lambda: f(*args), reps),
-                "compiled": median_ms(lambda: cf(*args), reps),
-                "compile_s": compile_s,
-                "ops": rep["ops_before"],
-                "steps": rep["steps_after"],
-                "kernels": rep["kernels"],
-                "bytes_eager": graph_bytes(raw.graph),
-                "bytes_compiled": graph_bytes(cf.graph),
-            }
-    # a small GPT's train step: forward, loss, backward (the optimizer step stays outside)
-    with threads(1):
-        sitp.manual_seed(0)
-        cfg = GPTConfig(block_size=T, vocab_size=65, n_layer=2, n_head=H, n_embd=C, dropout=0.0)
-        model = GPT(cfg)
-        rng = np.random.default_rng(0)
-        x = sitp.tensor(rng.integers(0, 65, (B, T)))
-        y = sitp.tensor(rng.integers(0, 65, (B, T)))
+        return sitp_graph_info(raw, target)
 
-        def step():
-            _, loss = model(x, y)
-            loss.backward()
-            return loss
+    if mode == "compiled":
+        call.info = info
+    return call
 
-        def fresh(fn):  # the gradients start from None, as after zero_grad(set_to_none=True)
-            return lambda: (model.zero_grad(set_to_none=True), fn())[1]
+
+def gpt_workload(lib, lib_name, mode, dims, salt):
+    """A small GPT's train step: forward, loss, backward (the optimizer step stays
+    outside); the gradients start from None each call, as after zero_grad(set_to_none=True)."""
+    from sitp.models.port import load_module  # late: the same model file for both libraries
+
+    B, T, C, H = (dims[k] for k in "BTCH")
+    gpt = load_module("gpt", lib_name)
+    lib.manual_seed(0)
+    cfg = gpt.GPTConfig(block_size=T, vocab_size=65, n_layer=2, n_head=H, n_embd=C, dropout=0.0)
+    model = gpt.GPT(cfg)
+    rng = np.random.default_rng(0)
+    x = lib.tensor(rng.integers(0, 65, (B, T)))
+    y = lib.tensor(rng.integers(0, 65, (B, T)))
+
+    def step():
+        _, loss = model(x, y)
+        loss.backward()
+        return loss
+
+    if mode == "compiled":
+        if lib_name == "sitp":
+            salt_sources(salt)
+        target = lib.compile(step)
+    else:
+        target = step
+
+    def call():
+        model.zero_grad(set_to_none=True)
+        return target()
+
+    def info():
+        model.zero_grad(set_to_none=True)
+        want = step().item()
+        assert abs(call().item() - want) < 1e-4, (lib_name, "GPT train step")
+        if lib_name != "sitp":
+            return {}
+        from sitp.compile.api import CompiledFunction  # late: in the sitp worker only
 
         raw = CompiledFunction(step, passes_on=())
-        fresh(raw)()
-        cs = sitp.compile(step)
-        t0 = time.perf_counter()
-        fresh(cs)()
-        fresh(cs)()
-        compile_s = time.perf_counter() - t0
-        assert abs(fresh(cs)().item() - fresh(step)().item()) < 1e-5
-        rep = cs.entries[0].report
-        assert len(cs.entries) == 1 and cs.entries[0].program is not None
-        eager_ms, compiled_ms = median_ms_pair(fresh(step), fresh(cs), reps)
-        rows["GPT train step"] = {
-            "eager": eager_ms,
-            "compiled": compiled_ms,
-            "compile_s": compile_s,
-            "ops": rep["ops_before"],
-            "steps": rep["steps_after"],
-            "kernels": rep["kernels"],
-            "bytes_eager": graph_bytes(raw.graph),
-            "bytes_compiled": graph_bytes(cs.graph),
-        }
-    return rows
+        model.zero_grad(set_to_none=True)
+        raw()
+        return sitp_graph_info(raw, target)
+
+    if mode == "compiled":
+        call.info = info
+    return call
 
 
-def run_torch(reps, use_compile):
-    import torch  # late: only in the child process
+def workload(lib_name: str, block: str, mode: str, dims: dict, salt: str = ""):
+    """The call an arm times: ``block`` in ``lib_name`` ("sitp" or "torch"), ``mode``
+    "eager" or "compiled" (sitp.compile; torch.compile with inductor)."""
+    if lib_name == "sitp":
+        import sitp as lib  # late: each worker imports its own library
+    else:
+        import torch as lib  # late: as above
 
-    torch.set_num_threads(1)
-    rows = {}
-    with torch.no_grad():
-        for name, (fn, args) in inputs(torch, torch.float32).items():
-            f = lambda *a, fn=fn: fn(torch, *a)  # noqa: E731
-            row = {"torch": median_ms(lambda: f(*args), reps)}
-            if use_compile:
-                cf = torch.compile(f)
-                t0 = time.perf_counter()
-                cf(*args)
-                row["inductor_compile_s"] = time.perf_counter() - t0
-                row["inductor"] = median_ms(lambda: cf(*args), reps)
-            rows[name] = row
-    return rows
+    if block == "GPT train step":
+        return gpt_workload(lib, lib_name, mode, dims, salt)
+    return block_workload(lib, lib_name, block, mode, dims, salt)
 
 
-def write_json(path, args, rows, ref, load, cpu) -> None:
+# ------------------------------------------------------------------ the run
+BLOCKS = ["gelu(xW+b)", "layernorm(x+r)", "attention softmax", "GPT train step"]
+SMOKE = {"B": 2, "T": 8, "C": 16, "H": 2}  # --smoke: seconds, for the tests
+ARMS = {  # arm -> (worker, mode)
+    "eager": ("sitp", "eager"),
+    "compiled": ("sitp", "compiled"),
+    "torch": ("torch", "eager"),
+    "inductor": ("torch", "compiled"),
+}
+RATIOS = [("eager", "compiled"), ("compiled", "torch"), ("compiled", "inductor")]
+
+
+def measure(args, dims, salt) -> tuple[dict, dict]:
+    """Every block's arms through sitp.bench.ab; (rows, the harness's record)."""
+    from sitp.bench import ab  # late: the workers import this file without sitp
+
+    arm_names = [a for a in ARMS if not (args.no_torch_compile and a == "inductor")]
+    rows, loads = {}, {}
+    env = {"torch": {"SITP_MALLOC_TUNING": "0"}}  # PyTorch keeps glibc's malloc settings
+    with ab.workers(["sitp", "torch"], threads=1, env=env) as w:
+        for block in args.blocks:
+            arms = {
+                name: ab.Arm(
+                    w[ARMS[name][0]],
+                    f"{os.path.abspath(__file__)}:workload",
+                    dict(lib_name=ARMS[name][0], block=block, mode=ARMS[name][1], dims=dims,
+                         salt=salt if ARMS[name] == ("sitp", "compiled") else ""),
+                    warmup=2,  # the compiled arms: the trace and the passes, then the compilers
+                )
+                for name in arm_names
+            }  # fmt: skip
+            ratios = [(x, y) for x, y in RATIOS if x in arms and y in arms]
+            res = ab.compare(
+                arms, rounds=args.rounds, calls=args.reps, ratios=ratios, clock=args.clock
+            )
+            a = res["arms"]
+            row = {name: 1e3 * a[name]["median"] for name in arm_names}
+            row["compile_s"] = sum(a["compiled"]["warmup_s"])
+            row.update(a["compiled"]["info"])
+            if "inductor" in a:
+                row["inductor_compile_s"] = sum(a["inductor"]["warmup_s"])
+            row["range_ms"] = {n: [1e3 * a[n]["min"], 1e3 * a[n]["max"]] for n in arm_names}
+            row["ratios"] = {
+                k: {s: v[s] for s in ("median", "min", "max")} for k, v in res["ratios"].items()
+            }
+            rows[block] = row
+            loads[block] = res["load"]
+            print(f"{block}:\n{ab.table(res)}\n", flush=True)
+    harness = {
+        k: res[k] for k in ("harness", "machine", "threads", "cores", "versions", "order")
+    }
+    harness["load"] = loads
+    return rows, harness
+
+
+def write_json(path, args, dims, rows, harness, load, cpu) -> None:
     """Write the run to ``path``: machine, config and a list of runs (``--append`` adds
     this one to the runs already there), atomically."""
-    config = {"B": B, "T": T, "C": C, "heads": H, "dtype": "float32", "threads": 1}
+    config = {"B": dims["B"], "T": dims["T"], "C": dims["C"], "heads": dims["H"],
+              "dtype": "float32", "threads": 1}  # fmt: skip
     run = {
         "reps": args.reps,
+        "rounds": args.rounds,
         "clock": "process_time" if args.cpu_time else "perf_counter",
         "cache": "cold" if args.cold else "warm",
         "loadavg_1min": round(load, 2),
-        "rows": {name: {**r, **ref.get(name, {})} for name, r in rows.items()},
+        "rows": rows,
+        "harness": harness,
     }
     record = {
         "machine": cpu,
         "config": config,
-        "statistic": "median ms of a call (eager, compiled, torch, inductor); "
-        "compile_s and inductor_compile_s: the first calls, in s; bytes as graph_bytes counts",
+        "statistic": "median ms of a call (eager, compiled, torch, inductor): the median over "
+        "the rounds of each round's median of reps calls, the four arms alternating "
+        "(sitp.bench.ab); range_ms: the rounds' min and max; compile_s and "
+        "inductor_compile_s: the first two calls, in s; bytes as graph_bytes counts",
         "runs": [],
     }
     if args.append and os.path.exists(path):
@@ -230,7 +306,8 @@ def write_json(path, args, rows, ref, load, cpu) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=20, help="calls per arm in each round (20)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds, the arms alternating (5)")
     ap.add_argument("--no-torch-compile", action="store_true")
     ap.add_argument(
         "--cold",
@@ -248,42 +325,34 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--cpu-time",
         action="store_true",
-        help="time each call by this process's CPU time (time.process_time), not the wall "
+        help="time each call by its worker's CPU time (time.process_time), not the wall "
         "clock: on a machine other jobs share, a call's wall time includes their turns",
     )
-    ap.add_argument("--child", choices=["torch"], help=argparse.SUPPRESS)
+    ap.add_argument("--smoke", action="store_true", help="tiny blocks and GPT (the tests)")
+    ap.add_argument(
+        "--blocks",
+        type=lambda v: v.split(","),
+        default=BLOCKS,
+        help="the blocks to time, comma-separated (default: all four)",
+    )
     args = ap.parse_args(argv)
-    if args.cpu_time:
-        global CLOCK
-        CLOCK = time.process_time
-    if args.child:
-        print(json.dumps(run_torch(args.reps, not args.no_torch_compile)))
-        return 0
-    from sitp.bench import cpu_model  # late: see run_sitp
+    for b in args.blocks:
+        if b not in BLOCKS:
+            ap.error(f"--blocks: no block {b!r}; the blocks are {', '.join(BLOCKS)}")
+    args.clock = "cpu" if args.cpu_time else "wall"
+    from sitp.bench import cpu_model  # late: the workers import this file without sitp
 
+    dims = SMOKE if args.smoke else {"B": B, "T": T, "C": C, "H": H}
     load = os.getloadavg()[0]  # other processes' demand for the cores, as the run starts
-
-    flags = ["--child", "torch", "--reps", str(args.reps)] + (
-        ["--cpu-time"] if args.cpu_time else []
-    )
-    if args.no_torch_compile:
-        flags.append("--no-torch-compile")
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    out = subprocess.run(
-        [sys.executable, __file__, *flags], capture_output=True, text=True, env=env, check=True
-    )
-    ref = json.loads(out.stdout.strip().splitlines()[-1])
-    if args.cold:  # a comment unique to this run: new sources, which numba has never compiled
-        from sitp.compile import codegen  # late: see run_sitp
-
-        generate, salt = codegen.generate, f"# bench_compile --cold {time.time_ns()}\n"
-        codegen.generate = lambda kernel, target="cpu": generate(kernel, target) + salt
-    rows = run_sitp(args.reps)
-    print(f"CPU: {cpu_model()}; one thread; float32; B={B} T={T} C={C} heads={H}")
+    salt = f"# bench_compile --cold {time.time_ns()}\n" if args.cold else ""
+    rows, harness = measure(args, dims, salt)
+    print(f"CPU: {cpu_model()}; one thread; float32; B={dims['B']} T={dims['T']} "
+          f"C={dims['C']} heads={dims['H']}")  # fmt: skip
     cache = "cold: numba compiles each kernel" if args.cold else "warm: kernels from the disk cache"
-    clock = "CPU time of this process" if args.cpu_time else "wall clock"
+    clock = "CPU time of its worker" if args.cpu_time else "wall clock"
     print(
-        f"medians of {args.reps} calls in ms ({clock}); compile time (the first two calls) "
+        f"medians over {args.rounds} rounds of the median of {args.reps} calls, in ms ({clock}; "
+        f"each arm in a worker, the arms alternating); compile time (the first two calls) "
         f"apart, in s ({cache})\n"
     )
     head = (
@@ -291,17 +360,23 @@ def main(argv=None) -> int:
         f" {'compile s':>10} {'ind. s':>7} {'ops->steps (kernels)':>22} {'MB eager->compiled':>19}"
     )
     print(head)
+    nan = float("nan")
     for name, r in rows.items():
-        t = ref.get(name, {})
         print(
             f"{name:<18} {r['eager']:8.3f} {r['compiled']:9.3f} {r['eager'] / r['compiled']:5.2f}"
-            f" {t.get('torch', float('nan')):8.3f} {t.get('inductor', float('nan')):9.3f}"
-            f" {r['compile_s']:10.2f} {t.get('inductor_compile_s', float('nan')):7.2f}"
+            f" {r.get('torch', nan):8.3f} {r.get('inductor', nan):9.3f}"
+            f" {r['compile_s']:10.2f} {r.get('inductor_compile_s', nan):7.2f}"
             f" {str(r['ops']) + ' -> ' + str(r['steps']) + ' (' + str(r['kernels']) + ')':>22}"
             f" {r['bytes_eager'] / 1e6:8.2f} -> {r['bytes_compiled'] / 1e6:7.2f}"
         )
+    print(f"\ntime ratios, median (min-max) over {args.rounds} rounds:")
+    for name, r in rows.items():
+        cells = [
+            f"{k} {v['median']:.2f} ({v['min']:.2f}-{v['max']:.2f})" for k, v in r["ratios"].items()
+        ]
+        print(f"{name:<18} " + "; ".join(cells))
     if args.json:
-        write_json(args.json, args, rows, ref, load, cpu_model())
+        write_json(args.json, args, dims, rows, harness, load, cpu_model())
     return 0
 
 

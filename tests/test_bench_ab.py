@@ -24,12 +24,13 @@ WORKLOADS = textwrap.dedent(
     import time
 
 
-    def spin(ms, first_ms=0.0, fail_at=None, die=False, prints=False):
+    def spin(ms, first_ms=0.0, fail_at=None, die=False, prints=False, cpu=False):
         calls = [0]
+        clock = time.process_time if cpu else time.perf_counter
 
         def busy(seconds):
-            end = time.perf_counter() + seconds
-            while time.perf_counter() < end:
+            end = clock() + seconds
+            while clock() < end:
                 pass
 
         def fn():
@@ -114,8 +115,8 @@ def test_ratio_order_warmup_ranges_and_cleanup(spec):
 def test_cpu_clock_and_pinning(spec):
     with ab.workers(["a"], threads=1) as w:
         arms = {
-            "one": ab.Arm(w["a"], spec("spin"), {"ms": 1.0}, warmup=0),
-            "three": ab.Arm(w["a"], spec("spin"), {"ms": 3.0}, warmup=0),
+            "one": ab.Arm(w["a"], spec("spin"), {"ms": 1.0, "cpu": True}, warmup=0),
+            "three": ab.Arm(w["a"], spec("spin"), {"ms": 3.0, "cpu": True}, warmup=0),
         }
         res = ab.compare(arms, rounds=3, calls=4, pause=0.0, clock="cpu")
         about = w["a"].ask("about")
@@ -190,3 +191,22 @@ def run_script(name, *argv, timeout=600):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc, time.perf_counter() - t0
+
+
+def test_bench_compile_smoke(tmp_path):
+    out = tmp_path / "compile.json"
+    blocks = "gelu(xW+b),GPT train step"
+    argv = ["--smoke", "--reps", "2", "--rounds", "2", "--no-torch-compile", "--blocks", blocks]
+    proc, _ = run_script("bench_compile.py", *argv, "--json", str(out))
+    run = json.loads(out.read_text())["runs"][0]
+    assert list(run["rows"]) == ["gelu(xW+b)", "GPT train step"]
+    for row in run["rows"].values():  # the fields the book and its figures read
+        for key in ("eager", "compiled", "torch", "compile_s", "ops", "steps", "kernels"):
+            assert key in row, key
+        assert row["range_ms"]["torch"][0] <= row["torch"] <= row["range_ms"]["torch"][1]
+        assert set(row["ratios"]) == {"eager/compiled", "compiled/torch"}
+    assert run["harness"]["order"] == [
+        ["eager", "compiled", "torch"],
+        ["torch", "compiled", "eager"],
+    ]
+    assert "time ratios, median (min-max) over 2 rounds" in proc.stdout

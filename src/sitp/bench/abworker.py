@@ -44,9 +44,10 @@ LIBRARIES = ("sitp", "torch", "numba", "numpy")
 
 
 def cpu_seconds() -> float:
-    """User and system CPU seconds of this process and of the children it waited for."""
+    """CPU seconds of this process (all its threads; ``time.process_time``, finer than
+    the scheduler's ticks) and of the children it waited for (``os.times``)."""
     t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+    return time.process_time() + t.children_user + t.children_system
 
 
 def resolve(spec: str):
