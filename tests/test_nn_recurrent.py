@@ -324,3 +324,40 @@ def test_full_paths_resolve():
         "unsorted_indices",
     )
     assert callable(sitp.nn.utils.clip_grad_norm_)
+
+
+@pytest.mark.parametrize(
+    "kind, used",
+    [("LSTM", "output"), ("LSTM", "h_n"), ("LSTM", "c_n"), ("GRU", "output"), ("GRU", "h_n")],
+)
+def test_gradient_of_one_result_only(kind, used):
+    """Backward from one of the results alone: the layer node gets None for the others."""
+    t_mod, s_mod = _pair(kind, I, H, num_layers=2, bidirectional=True)
+    x = np.random.default_rng(15).standard_normal((T, B, I))
+    results = []
+    for lib, mod, arr in ((torch, t_mod, torch.tensor(x)), (sitp, s_mod, _s(x))):
+        out, state = mod(arr)
+        h_n, c_n = state if kind == "LSTM" else (state, None)
+        pick = {"output": out, "h_n": h_n, "c_n": c_n}[used]
+        (pick * pick).sum().backward()
+        results.append({n: p.grad.numpy() for n, p in mod.named_parameters()})
+    for name, g in results[0].items():
+        np.testing.assert_allclose(results[1][name], g, atol=1e-10, err_msg=name)
+
+
+def test_lstm_gates_composed_path_matches_the_kernel(monkeypatch):
+    """The tensor-op formulas the gates node uses off the CPU (no kernel) agree with torch."""
+    from sitp.nn._functions import lstm as _lstm
+
+    monkeypatch.setattr(_lstm, "_kernels", lambda: None)
+    t_mod, s_mod = _pair("LSTM", I, H, proj_size=3)  # projections: the per-step path
+    x = np.random.default_rng(16).standard_normal((T, B, I))
+    _compare(t_mod, s_mod, x, hx=_states("LSTM", 1, B, h_out=3))
+
+
+def test_all_weights_and_flatten_parameters():
+    t_mod = torch.nn.GRU(I, H, num_layers=2, bidirectional=True)
+    s_mod = nn.GRU(I, H, num_layers=2, bidirectional=True)
+    s_mod.flatten_parameters()  # torch code calls it; nothing to do here
+    t_shapes = [[tuple(p.shape) for p in layer] for layer in t_mod.all_weights]
+    assert [[tuple(p.shape) for p in layer] for layer in s_mod.all_weights] == t_shapes
