@@ -15,15 +15,24 @@ the test loss each library reaches, and their difference.
 
 Part 2, throughput. Training steps per second of the GPT (n_layer 4, n_head 4,
 n_embd 64) at batch 32 x block 32 on windows of the names stream (nanoGPT's
-get_batch), with numba and PyTorch limited to the same number of threads.
+get_batch), timed by sitp.bench.ab: each library in a worker process of its own, on the
+same number of threads pinned to the same cores, warmed, the two taking turns in
+``--repeats`` rounds; medians with the range of the rounds. Then the twelve matrix
+products of one block, the same way. ``--json PATH`` writes every figure (the losses
+table, the throughput with the harness's record of machine and load, the products).
+The losses table's ms/step come from one process that runs both libraries one after the
+other: a rough guide, not the comparison.
 """
 from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -109,14 +118,86 @@ def compare_losses(name: str, steps: int, batch_size: int, seed: int, data: str,
             "last_batch_loss": s_last}
 
 
-def gpt_throughput(steps: int, warmup: int, seed: int, torch, repeats: int = 5) -> dict:
+# ------------------------------------------------------------------ the timed workloads
+# Each runs in a worker process of sitp.bench.ab (one for sitp, one for PyTorch), which
+# imports this file and calls the factory; each factory imports only its library.
+THROUGHPUT = dict(block_size=32, n_layer=4, n_head=4, n_embd=64)  # the GPT of chapter 3.5
+
+
+def import_lib(lib_name: str):
+    if lib_name == "sitp":
+        import sitp as lib  # late: each worker imports its own library
+    else:
+        import torch as lib  # late: as above
+    return lib
+
+
+def gpt_train_step(lib_name: str, work: str):
+    """One training step (forward, backward, AdamW) of the GPT on the next of the batches
+    the parent drew, from sitp's initial weights; the batches cycle."""
+    from sitp.models import MODELS  # late: the model file, run by either library
+
+    lib = import_lib(lib_name)
+    meta = json.loads((Path(work) / "meta.json").read_text())
+    init = np.load(Path(work) / "init.npz")
+    data = np.load(Path(work) / "batches.npz")
+    spec = MODELS["gpt"]
+    fields = dict(vocab_size=meta["vocab_size"], **THROUGHPUT)
+    config = spec.make_config(**fields) if lib_name == "sitp" else spec.make_config("torch", **fields)
+    model = spec.build(config) if lib_name == "sitp" else spec.build(config, "torch")
+    model.load_state_dict({k: lib.tensor(init[k]) for k in init.files})
+    opt = lib.optim.AdamW(model.parameters(), lr=1e-3)
+    batches = [(lib.tensor(x), lib.tensor(y)) for x, y in zip(data["x"], data["y"])]
+    at = [0]
+
+    def step():
+        X, Y = batches[at[0] % len(batches)]
+        at[0] += 1
+        _, loss = model(X, Y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    step.info = {"params": sum(p.numel() for p in model.parameters())}
+    return step
+
+
+def sitp_blas():
+    """sitp's GEMM module (sitp.kernels.cpu.blas; sitp.backends.cpu.blas before the rename)."""
+    try:
+        from sitp.kernels.cpu import blas  # late: in the sitp worker only
+    except ImportError:
+        from sitp.backends.cpu import blas  # late: as above
+    return blas
+
+
+def gemm_call(lib_name: str, M: int, K: int, N: int, ta: bool):
+    """One product of the shapes: sitp's blas.matmul, or torch.mm, on the same arrays."""
+    rng = np.random.default_rng([M, K, N])
+    a = (rng.standard_normal((K, M)).astype(np.float32).T if ta
+         else rng.standard_normal((M, K)).astype(np.float32))  # dW = dY^T X: A transposed
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    if lib_name == "sitp":
+        blas = sitp_blas()
+        return lambda: blas.matmul(a, b)
+    torch = import_lib("torch")
+    ta_t = torch.from_numpy(np.ascontiguousarray(a.T)).T if ta else torch.from_numpy(a)
+    tb_t = torch.from_numpy(b)
+    return lambda: torch.mm(ta_t, tb_t)
+
+
+# ------------------------------------------------------------------ the timings
+def gpt_throughput(steps: int, warmup: int, seed: int, w, repeats: int = 5) -> dict:
     """Steps per second of a GPT training step (forward, backward, AdamW) at B=32, T=32.
 
-    ``repeats`` rounds, each timing ``steps`` steps of sitp and then of PyTorch, so
-    that both libraries see the same machine conditions; the medians are reported
-    (the machines we measure on are shared and noisy), with each round's ratio.
+    Through sitp.bench.ab: each library in its worker (``w``), warmed by ``warmup``
+    steps, then ``repeats`` rounds in which each times ``steps`` steps, the libraries
+    taking turns (sitp first in one round, PyTorch in the next). A round's figure is the
+    median step; steps/s is one over the median of the rounds' figures, and the ratio's
+    median and range are over the rounds.
     """
     import sitp
+    from sitp.bench import ab
     from sitp.data import Vocab, build_token_stream, get_batch, load_names
     from sitp.models import MODELS
 
@@ -126,49 +207,31 @@ def gpt_throughput(steps: int, warmup: int, seed: int, torch, repeats: int = 5) 
     g = sitp.Generator().manual_seed(seed)
     batches = [get_batch(stream, 32, 32, generator=g) for _ in range(steps + warmup)]
     spec = MODELS["gpt"]
-    fields = dict(vocab_size=len(vocab), block_size=32, n_layer=4, n_head=4, n_embd=64)
     sitp.manual_seed(seed)
-    smodel = spec.build(spec.make_config(**fields))
-    tmodel = spec.build(spec.make_config("torch", **fields), "torch")
-    tmodel.load_state_dict({k: torch.tensor(v.numpy().copy())
-                            for k, v in smodel.state_dict().items()})
-    sopt = sitp.optim.AdamW(smodel.parameters(), lr=1e-3)
-    topt = torch.optim.AdamW(tmodel.parameters(), lr=1e-3)
-
-    def s_step(X, Y):
-        _, loss = smodel(X, Y)
-        sopt.zero_grad()
-        loss.backward()
-        sopt.step()
-
-    def t_step(X, Y):
-        _, loss = tmodel(X, Y)
-        topt.zero_grad()
-        loss.backward()
-        topt.step()
-
-    t_batches = [(torch.tensor(X.numpy()), torch.tensor(Y.numpy())) for X, Y in batches]
-    runs = (("sitp", s_step, batches), ("torch", t_step, t_batches))
-    for _, step, data in runs:
-        for X, Y in data[:warmup]:  # numba compiles (or loads its cache) here
-            step(X, Y)
-    rates = {"sitp": [], "torch": []}
-    for _ in range(repeats):
-        for lib, step, data in runs:
-            t0 = time.perf_counter()
-            for X, Y in data[warmup:]:
-                step(X, Y)
-            rates[lib].append(steps / (time.perf_counter() - t0))
-    ratios = sorted(s / t for s, t in zip(rates["sitp"], rates["torch"]))
-    return {"sitp": float(np.median(rates["sitp"])), "torch": float(np.median(rates["torch"])),
-            "ratio": float(np.median(ratios)), "ratios": ratios, "repeats": repeats,
-            "params": sum(p.numel() for p in smodel.parameters())}
+    smodel = spec.build(spec.make_config(vocab_size=len(vocab), **THROUGHPUT))
+    with tempfile.TemporaryDirectory() as work:
+        np.savez(Path(work) / "init.npz", **{k: v.numpy() for k, v in smodel.state_dict().items()})
+        np.savez(Path(work) / "batches.npz", x=np.stack([x.numpy() for x, _ in batches]),
+                 y=np.stack([y.numpy() for _, y in batches]))
+        (Path(work) / "meta.json").write_text(json.dumps({"vocab_size": len(vocab)}))
+        factory = f"{os.path.abspath(__file__)}:gpt_train_step"
+        arms = {lib: ab.Arm(w[lib], factory, {"lib_name": lib, "work": work}, warmup=warmup)
+                for lib in ("sitp", "torch")}
+        res = ab.compare(arms, rounds=repeats, calls=steps, ratios=[("torch", "sitp")])
+    a, r = res["arms"], res["ratios"]["torch/sitp"]  # torch's time over sitp's: sitp's speed over torch's
+    return {"sitp": 1.0 / a["sitp"]["median"], "torch": 1.0 / a["torch"]["median"],
+            "sitp_range": [1.0 / a["sitp"]["max"], 1.0 / a["sitp"]["min"]],
+            "torch_range": [1.0 / a["torch"]["max"], 1.0 / a["torch"]["min"]],
+            "ratio": r["median"], "ratios": sorted(r["rounds"]), "repeats": repeats,
+            "steps": steps, "warmup": warmup, "params": a["sitp"]["info"]["params"],
+            "harness": res}
 
 
-def linear_gemms(torch, reps: int = 30) -> list[dict]:
+def linear_gemms(w, rounds: int = 5, calls: int = 6, limit=None) -> list[dict]:
     """The matrix products of one GPT block (1,024 rows = 32 x 32 tokens, width 64), forward
-    and backward, timed with sitp.backends.cpu.blas.matmul and torch.mm on the same arrays (medians)."""
-    from sitp.backends.cpu import blas
+    and backward: sitp's blas.matmul and torch.mm on the same arrays, through sitp.bench.ab
+    (medians over ``rounds`` alternating rounds of ``calls`` calls)."""
+    from sitp.bench import ab
 
     rows, C = 32 * 32, 64
     shapes = []  # (name, M, K, N, A transposed)
@@ -177,28 +240,20 @@ def linear_gemms(torch, reps: int = 30) -> list[dict]:
         shapes += [(f"{layer} forward", rows, n_in, n_out, False),
                    (f"{layer} dX", rows, n_out, n_in, False),
                    (f"{layer} dW", n_out, rows, n_in, True)]
-    rng = np.random.default_rng(0)
-
-    def median_time(f):
-        f()
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            f()
-            times.append(time.perf_counter() - t0)
-        return float(np.median(times))
-
+    factory = f"{os.path.abspath(__file__)}:gemm_call"
     out = []
-    for name, M, K, N, ta in shapes:
-        a = (rng.standard_normal((K, M)).astype(np.float32).T if ta
-             else rng.standard_normal((M, K)).astype(np.float32))      # dW = dY^T X: A transposed
-        b = rng.standard_normal((K, N)).astype(np.float32)
-        ta_t, tb_t = torch.from_numpy(np.ascontiguousarray(a.T)).T if ta else torch.from_numpy(a), \
-            torch.from_numpy(b)
-        s = median_time(lambda: blas.matmul(a, b))
-        t = median_time(lambda: torch.mm(ta_t, tb_t))
-        out.append({"name": name, "shape": f"{M}x{K}x{N}", "sitp_ms": 1e3 * s, "torch_ms": 1e3 * t,
-                    "gflops": 2 * M * N * K / s / 1e9})
+    for name, M, K, N, ta in shapes[:limit]:
+        arms = {lib: ab.Arm(w[lib], factory, dict(lib_name=lib, M=M, K=K, N=N, ta=ta), warmup=2)
+                for lib in ("sitp", "torch")}
+        res = ab.compare(arms, rounds=rounds, calls=calls, ratios=[("torch", "sitp")])
+        s, t = res["arms"]["sitp"], res["arms"]["torch"]
+        r = res["ratios"]["torch/sitp"]
+        out.append({"name": name, "shape": f"{M}x{K}x{N}", "sitp_ms": 1e3 * s["median"],
+                    "torch_ms": 1e3 * t["median"],
+                    "sitp_range_ms": [1e3 * s["min"], 1e3 * s["max"]],
+                    "torch_range_ms": [1e3 * t["min"], 1e3 * t["max"]],
+                    "torch_over_sitp": [r["median"], r["min"], r["max"]],
+                    "gflops": 2 * M * N * K / s["median"] / 1e9})
     return out
 
 
@@ -210,59 +265,82 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--data", default="offline")
     parser.add_argument("--threads", type=int, default=None,
-                        help="threads for numba and torch (default: numba's default)")
-    parser.add_argument("--bench-steps", type=int, default=20)
+                        help="threads for numba and torch (default: every core this process may use)")
+    parser.add_argument("--bench-steps", type=int, default=20,
+                        help="timed steps per library in each round of the throughput benchmark")
     parser.add_argument("--repeats", type=int, default=5,
                         help="rounds of the throughput benchmark (medians are reported)")
     parser.add_argument("--skip-train", action="store_true")
     parser.add_argument("--skip-bench", action="store_true")
+    parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a few steps, two rounds and two of the products (the tests)")
     args = parser.parse_args(argv)
 
     import numba
     import torch
 
     import sitp  # noqa: F401
-    from sitp.bench import cpu_model
+    from sitp.bench import ab, cpu_model
 
-    threads = args.threads or numba.get_num_threads()
+    threads = args.threads or len(os.sched_getaffinity(0))
     numba.set_num_threads(threads)
     torch.set_num_threads(threads)
     print(f"machine: {cpu_model()}, {os.cpu_count()} logical CPUs; threads: numba {threads}, "
           f"torch {torch.get_num_threads()}; torch {torch.__version__}; "
           f"load average {os.getloadavg()[0]:.1f}")
+    record = {"machine": cpu_model(), "logical_cpus": os.cpu_count(), "threads": threads,
+              "torch": torch.__version__, "sitp": sitp.__version__,
+              "config": {k: v for k, v in vars(args).items() if k != "json"}}
     if not args.skip_train:
         print(f"\nTest loss after {args.steps} steps, batch {args.batch_size}, "
               f"names {args.data!r}, seed {args.seed} (same init, same batches):\n")
         print("| model | params | sitp test | torch test | abs diff | max abs weight diff "
               "| sitp ms/step | torch ms/step |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        record["losses"] = []
         for name in args.models.split(","):
             r = compare_losses(name, args.steps, args.batch_size, args.seed, args.data, torch)
+            record["losses"].append(r)
             print(f"| {r['model']} | {r['params']:,} | {r['sitp']:.4f} | {r['torch']:.4f} | "
                   f"{r['diff']:.4f} | {r['max_dw']:.1e} | {r['sitp_ms']:.1f} | "
                   f"{r['torch_ms']:.1f} |", flush=True)
+        print("\n(ms/step here: both libraries in this process, one after the other, as a "
+              "rough guide; the timing below is the fair one)")
     if not args.skip_bench:
-        r = gpt_throughput(args.bench_steps, 3, args.seed, torch, args.repeats)
+        env = {"torch": {"SITP_MALLOC_TUNING": "0"}}  # PyTorch keeps glibc's malloc settings
+        with ab.workers(["sitp", "torch"], threads=threads, env=env) as w:
+            r = gpt_throughput(args.bench_steps, 3, args.seed, w, args.repeats)
+            rows = linear_gemms(w, rounds=2 if args.smoke else 5, calls=6,
+                                limit=2 if args.smoke else None)
         print(f"\nGPT training throughput (n_layer 4, n_head 4, n_embd 64, {r['params']:,} "
-              f"params; batch 32 x block 32; AdamW; median of {r['repeats']} rounds of "
-              f"{args.bench_steps} timed steps, the libraries taking turns):\n")
-        print("| library | steps/s | ms/step |")
-        print("|---|---:|---:|")
+              f"params; batch 32 x block 32; AdamW; each library in a worker process on "
+              f"{threads} thread(s) pinned to cores {r['harness']['cores']}, warmed by 3 steps; "
+              f"{r['repeats']} rounds of {args.bench_steps} timed steps, the libraries taking "
+              f"turns; steps/s is one over the median step, with the range of the rounds):\n")
+        print("| library | steps/s | ms/step | range of the rounds, steps/s |")
+        print("|---|---:|---:|---:|")
         for lib in ("sitp", "torch"):
-            print(f"| {lib} | {r[lib]:.2f} | {1e3 / r[lib]:.1f} |")
+            lo, hi = r[f"{lib}_range"]
+            print(f"| {lib} | {r[lib]:.2f} | {1e3 / r[lib]:.1f} | {lo:.2f}-{hi:.2f} |")
         print(f"\nsitp / torch = {r['ratio']:.2f} (median of the rounds' ratios; range "
-              f"{r['ratios'][0]:.2f} to {r['ratios'][-1]:.2f}); load average after: "
-              f"{os.getloadavg()[0]:.1f}")
-        rows = linear_gemms(torch)
-        print("\nThe matrix products of one block (float32; M x K x N; medians of 30):\n")
-        print("| product | shape | sitp ms | torch ms | torch / sitp time | sitp GFLOP/s |")
+              f"{r['ratios'][0]:.2f} to {r['ratios'][-1]:.2f} over {r['repeats']} rounds)")
+        print(ab.load_line(r["harness"]))
+        print("\nThe matrix products of one block (float32; M x K x N; medians of 5 alternating "
+              "rounds of 6 calls):\n")
+        print("| product | shape | sitp ms | torch ms | torch / sitp time (range) | sitp GFLOP/s |")
         print("|---|---|---:|---:|---:|---:|")
         for g in rows:
+            m, lo, hi = g["torch_over_sitp"]
             print(f"| {g['name']} | {g['shape']} | {g['sitp_ms']:.3f} | {g['torch_ms']:.3f} | "
-                  f"{g['torch_ms'] / g['sitp_ms']:.2f} | {g['gflops']:.1f} |")
+                  f"{m:.2f} ({lo:.2f}-{hi:.2f}) | {g['gflops']:.1f} |")
         total_s, total_t = sum(g["sitp_ms"] for g in rows), sum(g["torch_ms"] for g in rows)
-        print(f"\nall twelve: sitp {total_s:.2f} ms, torch {total_t:.2f} ms "
+        print(f"\nall {len(rows)}: sitp {total_s:.2f} ms, torch {total_t:.2f} ms "
               f"(torch / sitp = {total_t / total_s:.2f})")
+        record["throughput"], record["gemms"] = r, rows
+    if args.json:
+        Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
+        print(f"wrote {args.json}")
     return 0
 
 

@@ -210,3 +210,21 @@ def test_bench_compile_smoke(tmp_path):
         ["torch", "compiled", "eager"],
     ]
     assert "time ratios, median (min-max) over 2 rounds" in proc.stdout
+
+
+def test_compare_torch_smoke(tmp_path):
+    out = tmp_path / "torch.json"
+    argv = ["--smoke", "--models", "bigram", "--steps", "3", "--bench-steps", "2"]
+    proc, _ = run_script("compare_torch.py", *argv, "--repeats", "2", "--threads", "1",
+                         "--json", str(out))  # fmt: skip
+    record = json.loads(out.read_text())
+    assert record["losses"][0]["model"] == "bigram"
+    r = record["throughput"]
+    assert r["sitp_range"][0] <= r["sitp"] <= r["sitp_range"][1]
+    assert r["ratios"][0] <= r["ratio"] <= r["ratios"][-1] and len(r["ratios"]) == 2
+    assert r["harness"]["threads"] == 1 and r["harness"]["order"] == [
+        ["sitp", "torch"],
+        ["torch", "sitp"],
+    ]
+    assert len(record["gemms"]) == 2 and record["gemms"][0]["shape"] == "1024x64x192"
+    assert "sitp / torch = " in proc.stdout and "over 2 rounds" in proc.stdout
