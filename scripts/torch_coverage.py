@@ -13,9 +13,11 @@ re-walks the installed torch and fails when the JSON is stale.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import json
+import re
 import sys
 import types
 from pathlib import Path
@@ -27,8 +29,12 @@ DATA = ROOT / "docs" / "api" / "torch-names.json"
 NAMESPACES = [
     "torch", "torch.Tensor", "torch.nn", "torch.nn.functional", "torch.nn.init",
     "torch.optim", "torch.optim.lr_scheduler", "torch.utils.data", "torch.autograd",
-    "torch.linalg",
+    "torch.linalg", "torch.serialization", "torch.amp", "torch.accelerator", "torch.backends",
 ]
+# The PyTorch scripts that tests run unchanged with either library (tests/scripts/), and
+# the tests that run them.
+SCRIPTS = ROOT / "tests" / "scripts"
+SCRIPT_TESTS = "test_torch_scripts*.py"
 
 
 def _kind(obj) -> str:
@@ -132,6 +138,104 @@ def _has(obj, name: str) -> bool:
         return hasattr(obj, name)
 
 
+def scripts_run() -> list[dict]:
+    """The scripts of tests/scripts/ that a test runs: each one's file, the tests that
+    name it, the first paragraph of its docstring, and the torch names it uses."""
+    tests = {t.name: t.read_text(encoding="utf-8") for t in sorted((ROOT / "tests").glob(SCRIPT_TESTS))}
+    out = []
+    for script in sorted(SCRIPTS.glob("*.py")):
+        quoted = re.compile(r"[\"']%s(\.py)?[\"']" % re.escape(script.stem))
+        by = [name for name, text in tests.items() if quoted.search(text)]
+        if not by or script.name == "run_with.py":  # the runner, not a script it runs
+            continue
+        source = script.read_text(encoding="utf-8")
+        doc = ast.get_docstring(ast.parse(source)) or ""
+        uses = set(torch_names_used(source))
+        for local in _local_imports(source):  # the model file a script imports
+            uses |= set(torch_names_used(local.read_text(encoding="utf-8")))
+        out.append({
+            "script": script.name,
+            "tests": by,
+            "about": " ".join(doc.split("\n\n")[0].split()),
+            "uses": sorted(n for n in uses if not any(m.startswith(n + ".") for m in uses)),
+        })
+    return out
+
+
+def _local_imports(source: str) -> list[Path]:
+    """The files of tests/scripts/ or tests/ that a script imports (its model.py)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        mods = []
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            mods = [node.module]
+        elif isinstance(node, ast.Import):
+            mods = [a.name for a in node.names]
+        for m in mods:
+            for folder in (SCRIPTS, SCRIPTS.parent):
+                if (folder / f"{m}.py").is_file():
+                    found.append(folder / f"{m}.py")
+    return found
+
+
+def torch_names_used(source: str) -> list[str]:
+    """The dotted torch names a script reaches from its imports of torch, sorted:
+    ``nn.LSTM`` after ``import torch.nn as nn`` is ``torch.nn.LSTM``. Methods called on
+    tensors and modules (``x.view``) are not names of torch and are not listed."""
+    tree = ast.parse(source)
+    alias: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == "torch" or a.name.startswith("torch."):
+                    alias[a.asname or "torch"] = a.name if a.asname else "torch"
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
+            for a in node.names:
+                alias[a.asname or a.name] = f"{node.module}.{a.name}"
+    names = set(v for v in alias.values() if v != "torch")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            parts, inner = [], node
+            while isinstance(inner, ast.Attribute):
+                parts.append(inner.attr)
+                inner = inner.value
+            if isinstance(inner, ast.Name) and inner.id in alias:
+                names.add(".".join([alias[inner.id], *reversed(parts)]))
+    # keep the longest chains: torch.nn.utils.clip_grad_norm_, not also torch.nn.utils
+    return sorted(n for n in names if not any(m.startswith(n + ".") for m in names))
+
+
+def render_scripts(scripts: list[dict]) -> list[str]:
+    """The page's section on the scripts that run unchanged, with each torch name they
+    use checked against sitp."""
+    used = sorted({n for s in scripts for n in s["uses"]})
+    have = [n for n in used if resolve(sitp_name(n)) is not None or _resolves_as_attribute(n)]
+    lines = [
+        "## Scripts that run unchanged {#scripts}", "",
+        f"{len(scripts)} PyTorch scripts in `tests/scripts/` are run by the tests with "
+        "`torch` bound to torch and to sitp (`tests/scripts/run_with.py`), from the same "
+        "weights and batches, and their losses compared step by step. Between them they "
+        f"reach {len(used)} torch names from their imports ({len(have)} of them in sitp); "
+        "the methods they call on tensors and modules are not counted.", "",
+        "| script | what it is | torch names | run by |", "|---|---|---:|---|",
+    ]
+    for s in scripts:
+        tests = ", ".join(f"`tests/{t}`" for t in s["tests"])
+        lines.append(f"| `{s['script']}` | {s['about']} | {len(s['uses'])} | {tests} |")
+    lines.append("")
+    for s in scripts:
+        names = ", ".join(f"`{n}`" for n in s["uses"])
+        lines += [f'??? info "The torch names `{s["script"]}` uses ({len(s["uses"])})"', "",
+                  "    " + names, ""]
+    return lines
+
+
+def _resolves_as_attribute(dotted: str) -> bool:
+    head, _, last = sitp_name(dotted).rpartition(".")
+    target = resolve(head)
+    return target is not None and _has(target, last)
+
+
 def render(data: dict) -> str:
     """The generated part of the coverage page (Markdown)."""
     cov = coverage(data)
@@ -148,6 +252,7 @@ def render(data: dict) -> str:
         anchor = ns.replace(".", "").lower()
         lines.append(f"| [`{ns}`](#{anchor}) | {have} | {len(names)} | {share} |")
     lines += [f"| all | {total_have} | {total} | {100 * total_have / total:.0f}% |", ""]
+    lines += render_scripts(scripts_run())
     for ns, names in cov.items():
         kinds = data["namespaces"][ns]
         have = [n for n, ok in names.items() if ok]

@@ -114,3 +114,38 @@ def test_the_page_is_wired_into_the_build(entry):
         "requirements/constraints.txt": "mkdocs-gen-files==",
     }[entry]
     assert expected in text
+
+
+def test_scripts_section_lists_every_script_the_tests_run():
+    """Each script of tests/scripts/ but the runner is run by a test and on the page, with
+    the torch names it uses, all of which sitp has (the scripts run on it)."""
+    scripts = tc.scripts_run()
+    on_disk = {p.name for p in tc.SCRIPTS.glob("*.py")} - {"run_with.py"}
+    assert {s["script"] for s in scripts} == on_disk
+    assert {"nanogpt_train.py", "word_lm.py", "makemore_mlp.py"} <= on_disk
+    page = tc.render(tc.load())
+    assert "## Scripts that run unchanged {#scripts}" in page
+    for s in scripts:
+        assert s["tests"] and s["about"] and s["uses"], s["script"]
+        assert f"| `{s['script']}` | {s['about']} | {len(s['uses'])} |" in page
+        missing = [n for n in s["uses"] if not tc._resolves_as_attribute(n)]
+        assert not missing, (s["script"], missing)
+    used = {n for s in scripts for n in s["uses"]}
+    assert f"reach {len(used)} torch names from their imports ({len(used)} of them in sitp)" in page
+
+
+def test_torch_names_used_follows_aliases():
+    src = (
+        "import torch\nimport torch.nn as nn\nfrom torch.nn import functional as F\n"
+        "from torch.utils.data import DataLoader\n"
+        "x = torch.zeros(2); m = nn.LSTM(1, 1); F.relu(x); nn.utils.clip_grad_norm_([], 1)\n"
+        "torch.backends.cudnn.allow_tf32 = True; x.view(2)\n"
+    )
+    assert tc.torch_names_used(src) == [
+        "torch.backends.cudnn.allow_tf32",
+        "torch.nn.LSTM",
+        "torch.nn.functional.relu",
+        "torch.nn.utils.clip_grad_norm_",
+        "torch.utils.data.DataLoader",
+        "torch.zeros",
+    ]
