@@ -5,6 +5,7 @@ Usage::
     python scripts/compare_shakespeare.py                     # the whole recipe, 2000 steps
     python scripts/compare_shakespeare.py --iters 200 --eval-every 100   # a quick look
     python scripts/compare_shakespeare.py --json src/sitp/examples/shakespeare-anchor.json
+    python scripts/compare_shakespeare.py --smoke          # a tiny GPT, a few steps (tests)
 
 nanoGPT's README trains a small GPT on the 65 characters of tinyshakespeare on a laptop
 CPU: 4 layers, 4 heads, width 128, block 64, batch 12, 2000 iterations, no dropout, no
@@ -20,13 +21,17 @@ prints the validation loss of each (the mean over the whole validation split, cu
 windows of 64 characters: less noisy than nanoGPT's 20 random batches) at every
 ``--eval-every`` steps, the training speed of each, and a sample from sitp's model.
 
-Each library trains in an interpreter of its own (this script run with ``--child``): the
-parent draws the batches and sitp's initial weights into a temporary directory, and each
-child reads them. In one process, numba's and PyTorch's thread pools would run after
-each other's spinning threads and slow each other down, and the timing would say more
-about the order of the runs than about the libraries. Each child first runs one untimed
-step on a throwaway model (:func:`warm_up`): the time per step is training, not numba
-compiling sitp's kernels at their first call.
+Each library trains in a worker process of its own (sitp.bench.ab): the parent draws the
+batches and sitp's initial weights into a temporary directory, and each worker reads
+them. In one process, numba's and PyTorch's thread pools would run after each other's
+spinning threads and slow each other down. Both workers run the same number of threads,
+pinned to the same cores. Each first runs one untimed step on a throwaway model
+(:func:`warm_up`): the time per step is training, not numba compiling sitp's kernels at
+their first call. Then the two take turns: ``--round-steps`` steps of one, then of the
+other (the order reversed every other round), so that a change of the machine's load
+falls on both. A round's figure is each library's median step; ms/step is the median over
+the rounds, with their range, and sitp's speed over PyTorch's is the median of the
+rounds' ratios, with their range. Evaluations are not timed.
 """
 
 from __future__ import annotations
@@ -35,8 +40,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -116,44 +119,89 @@ def warm_up(lib, gpt, meta, batch, xv, yv, args) -> None:
     lib.random.set_rng_state(state)
 
 
-def child(args) -> int:
-    """Train one library on the batches and weights the parent wrote to ``args.work``."""
-    work = Path(args.work)
+class Training:
+    """One library's run of nanoGPT's loop, one step a call (the workload of an arm of
+    sitp.bench.ab): evaluation every ``eval_every`` steps, untimed; each call returns the
+    seconds of its step alone."""
+
+    def __init__(self, lib, gpt, model, pairs, args, xv, yv, label):
+        from sitp.train.trainer import param_groups  # late: a helper, run by both libraries
+
+        self.lib, self.gpt, self.model, self.pairs, self.args = lib, gpt, model, pairs, args
+        self.xv, self.yv, self.label = xv, yv, label
+        self.opt = lib.optim.AdamW(
+            param_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, 0.99), eps=1e-8
+        )
+        self.sched = lib.optim.lr_scheduler.LambdaLR(
+            self.opt, lambda s: lr_factor(s, args.warmup, args.iters, args.lr, args.min_lr)
+        )
+        self.curve, self.seconds, self.step, self.loss = [], 0.0, 0, None
+
+    def __call__(self) -> dict:
+        lib, args = self.lib, self.args
+        if self.step % args.eval_every == 0:
+            self.curve.append((self.step, evaluate(lib, self.model, self.xv, self.yv)))
+            print(f"  {self.label} step {self.step:5d}: val {self.curve[-1][1]:.4f}", flush=True)
+        xb, yb = self.pairs[self.step]
+        t0 = time.perf_counter()
+        _, loss = self.model(lib.tensor(xb), lib.tensor(yb))
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        lib.nn.utils.clip_grad_norm_(self.model.parameters(), args.grad_clip)
+        self.opt.step()
+        self.sched.step()
+        seconds = time.perf_counter() - t0
+        self.seconds += seconds
+        self.step += 1
+        self.loss = loss
+        return {"seconds": seconds}
+
+    def result(self) -> dict:
+        lib, args = self.lib, self.args
+        self.curve.append((self.step, evaluate(lib, self.model, self.xv, self.yv)))
+        print(f"  {self.label} step {self.step:5d}: val {self.curve[-1][1]:.4f}", flush=True)
+        out = {"curve": self.curve, "val": self.curve[-1][1], "seconds": self.seconds,
+               "mean_ms_per_step": 1e3 * self.seconds / max(1, self.step),
+               "last_train_loss": self.loss.item()}  # fmt: skip
+        if self.label == "sitp" and args.sample:
+            g = lib.Generator().manual_seed(args.seed)
+            idx = lib.tensor([[self.newline]])
+            T = self.block_size
+            self.model.eval()
+            with lib.no_grad():
+                for _ in range(args.sample):
+                    logits, _ = self.model(idx[:, -T:])
+                    probs = logits[:, -1, :].softmax(-1)
+                    idx = lib.cat([idx, lib.multinomial(probs, 1, generator=g)], dim=1)
+            out["sample_ids"] = idx[0].tolist()
+        return out
+
+
+def workload(lib_name: str, work: str, args: dict):
+    """The arm's workload: the model from sitp's initial weights, warmed on a throwaway
+    copy, then one training step a call on the batches the parent drew to ``work``."""
+    args = argparse.Namespace(**args)
+    work = Path(work)
     meta = json.loads((work / "meta.json").read_text())
     batches = np.load(work / "batches.npz")
     val = np.load(work / "val.npz")
     init = np.load(work / "init.npz")
-    if args.child == "torch":
-        import torch as lib
-
-        lib.set_num_threads(meta["threads"])
+    if lib_name == "torch":
+        import torch as lib  # late: each worker imports its own library
     else:
-        import numba
+        import sitp as lib  # late: as above
+    from sitp.models.port import load_module  # late: the same model file for both
 
-        import sitp as lib
-
-        numba.set_num_threads(meta["threads"])
-    from sitp.models.port import load_module
-
-    gpt = load_module("gpt", args.child)
+    gpt = load_module("gpt", lib_name)
     model = gpt.GPT(gpt.GPTConfig(**meta["fields"]))
     model.load_state_dict({k: lib.tensor(init[k]) for k in init.files})
     pairs = list(zip(batches["x"], batches["y"]))
+    t0 = time.perf_counter()
     warm_up(lib, gpt, meta, pairs[0], val["x"][:2], val["y"][:2], args)
-    result = train(lib, model, pairs, args, val["x"], val["y"], args.child)
-    if args.child == "sitp" and args.sample:
-        g = lib.Generator().manual_seed(args.seed)
-        idx = lib.tensor([[meta["newline"]]])
-        T = meta["fields"]["block_size"]
-        model.eval()
-        with lib.no_grad():
-            for _ in range(args.sample):
-                logits, _ = model(idx[:, -T:])
-                probs = logits[:, -1, :].softmax(-1)
-                idx = lib.cat([idx, lib.multinomial(probs, 1, generator=g)], dim=1)
-        result["sample_ids"] = idx[0].tolist()
-    (work / f"{args.child}.json").write_text(json.dumps(result))
-    return 0
+    run = Training(lib, gpt, model, pairs, args, val["x"], val["y"], lib_name)
+    run.newline, run.block_size = meta["newline"], meta["fields"]["block_size"]
+    run.info = {"warm_up_s": time.perf_counter() - t0}
+    return run
 
 
 def main(argv=None) -> int:
@@ -175,23 +223,27 @@ def main(argv=None) -> int:
                         help="threads for numba and torch (default: numba's default)")
     parser.add_argument("--sample", type=int, default=300, help="characters to sample (0: none)")
     parser.add_argument("--json", default=None, help="also write the results here")
-    parser.add_argument("--child", choices=["sitp", "torch"], help=argparse.SUPPRESS)
-    parser.add_argument("--work", help=argparse.SUPPRESS)
+    parser.add_argument("--round-steps", type=int, default=100,
+                        help="steps of one library before the other takes its turn (100)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny GPT for a few steps (the tests); overrides the sizes")
     args = parser.parse_args(argv)
-    if args.child:
-        return child(args)
+    if args.smoke:
+        args.iters, args.eval_every, args.round_steps, args.sample = 4, 2, 2, 5
+        args.n_layer, args.n_head, args.n_embd, args.block_size, args.batch_size = 1, 2, 16, 16, 2
+        args.warmup = 1
 
     import numba
     import torch
 
     import sitp
     from sitp import _target
-    from sitp.bench import cpu_model
+    from sitp.bench import ab, cpu_model
     from sitp.data import load_tinyshakespeare
     from sitp.data.tokens import CharTokenizer
     from sitp.models.port import load_module
 
-    threads = args.threads or numba.get_num_threads()
+    threads = args.threads or len(os.sched_getaffinity(0))
     numba.set_num_threads(threads)
     torch.set_num_threads(threads)
     machine = (f"{cpu_model()} ({_target.isa_name()}, sitp compiled for {_target.cpu_name()}), "
@@ -232,28 +284,42 @@ def main(argv=None) -> int:
         np.savez(w / "val.npz", x=xv, y=yv)
         (w / "meta.json").write_text(json.dumps(
             {"fields": fields, "threads": threads, "newline": tok.encode("\n")[0]}))
-        passed = [a for a in (argv if argv is not None else sys.argv[1:])]
-        for name in ("sitp", "torch"):
-            # PyTorch's child keeps glibc's malloc settings: sitp's tuning (sitp/backends/
-            # cpu/memory.py, applied when sitp is imported) is not PyTorch's to have
-            env = dict(os.environ, **({"SITP_MALLOC_TUNING": "0"} if name == "torch" else {}))
-            subprocess.run([sys.executable, __file__, *passed, "--child", name, "--work", work],
-                           check=True, env=env)
-            results[name] = json.loads((w / f"{name}.json").read_text())
+        # PyTorch's worker keeps glibc's malloc settings: sitp's tuning (applied when sitp
+        # is imported, sitp's CPU memory module) is not PyTorch's to have
+        env = {"torch": {"SITP_MALLOC_TUNING": "0"}}
+        factory = f"{os.path.abspath(__file__)}:workload"
+        rounds, rest = divmod(args.iters, args.round_steps)
+        with ab.workers(["sitp", "torch"], threads=threads, env=env, echo=True) as wk:
+            arms = {name: ab.Arm(wk[name], factory, {"lib_name": name, "work": work,
+                                                     "args": vars(args)}, warmup=0)
+                    for name in ("sitp", "torch")}  # fmt: skip
+            harness = ab.compare(arms, rounds=max(1, rounds), calls=min(args.round_steps,
+                                 args.iters), ratios=[("torch", "sitp")])  # fmt: skip
+            for name in ("torch", "sitp") if rounds % 2 else ("sitp", "torch"):
+                if rounds and rest:  # the steps left over: one more turn each, untimed by the rounds
+                    wk[name].ask("time", key=arms[name].key, calls=rest)
+            for name in ("sitp", "torch"):
+                results[name] = wk[name].ask("result", key=arms[name].key)["result"]
+                a = harness["arms"][name]
+                results[name]["ms_per_step"] = 1e3 * a["median"]
+                results[name]["ms_per_step_range"] = [1e3 * a["min"], 1e3 * a["max"]]
+                results[name]["warm_up_s"] = a["info"]["warm_up_s"]
 
     s, t = results["sitp"], results["torch"]
     tokens = B * T
     print(f"\nAfter {args.iters} steps (same init, same batches; each library in its own "
-          f"process); machine: {machine}\n")
-    print("| library | val loss | ms/step | tokens/s | train time |")
+          f"process, the two taking turns every {args.round_steps} steps); machine: {machine}\n")
+    print("| library | val loss | ms/step (range of the rounds) | tokens/s | train time |")
     print("|---|---:|---:|---:|---:|")
     for name in ("sitp", "torch"):
         r = results[name]
-        print(f"| {name} | {r['val']:.4f} | {r['ms_per_step']:.1f} | "
+        lo, hi = r["ms_per_step_range"]
+        print(f"| {name} | {r['val']:.4f} | {r['ms_per_step']:.1f} ({lo:.1f}-{hi:.1f}) | "
               f"{1e3 * tokens / r['ms_per_step']:,.0f} | {r['seconds']:.0f} s |")
-    speed = t["ms_per_step"] / s["ms_per_step"]
+    speed = harness["ratios"]["torch/sitp"]
     print(f"\nval loss difference sitp - torch: {s['val'] - t['val']:+.4f}; "
-          f"sitp / torch speed: {speed:.2f}; load average after: {os.getloadavg()[0]:.1f}")
+          f"sitp / torch speed: {ab.ratio_text(harness, 'torch/sitp')}")
+    print(ab.load_line(harness))
 
     sample = tok.decode(s.pop("sample_ids", []))
     if sample:
@@ -261,7 +327,9 @@ def main(argv=None) -> int:
         print(sample)
     if args.json:
         out = {"machine": machine, "config": vars(args), "params": n_params,
-               "results": results, "speed_ratio": speed, "sample": sample}
+               "results": results, "speed_ratio": speed["median"],
+               "speed_ratio_range": [speed["min"], speed["max"]], "rounds": harness["rounds"],
+               "sample": sample, "harness": harness}
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0
 

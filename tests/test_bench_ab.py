@@ -228,3 +228,20 @@ def test_compare_torch_smoke(tmp_path):
     ]
     assert len(record["gemms"]) == 2 and record["gemms"][0]["shape"] == "1024x64x192"
     assert "sitp / torch = " in proc.stdout and "over 2 rounds" in proc.stdout
+
+
+def test_compare_shakespeare_smoke(tmp_path):
+    out = tmp_path / "anchor.json"
+    proc, _ = run_script("compare_shakespeare.py", "--smoke", "--threads", "1", "--json", str(out))
+    run = json.loads(out.read_text())
+    for name in ("sitp", "torch"):  # the fields the pages read, and the rounds' range
+        r = run["results"][name]
+        assert r["ms_per_step_range"][0] <= r["ms_per_step"] <= r["ms_per_step_range"][1]
+        assert [step for step, _ in r["curve"]] == [0, 2, 4]
+    # same weights, same batches: the same losses
+    assert abs(run["results"]["sitp"]["val"] - run["results"]["torch"]["val"]) < 1e-3
+    lo, hi = run["speed_ratio_range"]
+    assert lo <= run["speed_ratio"] <= hi and run["rounds"] == 2
+    assert run["params"] > 0 and run["machine"] and len(run["sample"]) == 6
+    assert run["harness"]["order"] == [["sitp", "torch"], ["torch", "sitp"]]
+    assert "over 2 rounds" in proc.stdout
