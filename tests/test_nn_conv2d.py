@@ -444,3 +444,38 @@ def test_module_paths_are_torchs():
         nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.ReLU(), nn.MaxPool2d(2))(
             sitp.randn(2, 1, 8, 8)
         )
+
+
+def test_image_layers_on_a_device_match_the_cpu():
+    """Built with device='cuda' (numba's simulator when no GPU answers), the layers put
+    their parameters and buffers there and compute what they compute on the CPU."""
+    x = rng(15).standard_normal((2, 3, 6, 7)).astype(np.float32)
+
+    def build(device):
+        sitp.manual_seed(0)
+        return nn.Sequential(
+            nn.Conv2d(3, 4, 3, padding=1, groups=1, device=device),
+            nn.BatchNorm2d(4, device=device),
+            nn.ReLU(),
+            nn.MaxPool2d(2, ceil_mode=True),
+            nn.Upsample(scale_factor=2, mode="bilinear"),
+            nn.AvgPool2d(2, padding=1),
+        )
+
+    mc, md = build("cpu"), build("cuda")
+    assert all(t.device.type == "cuda" for t in [*md.parameters(), *md.buffers()])
+    xc = sitp.tensor(x, requires_grad=True)
+    xd = sitp.tensor(x, device="cuda", requires_grad=True)
+    yc, yd = mc(xc), md(xd)
+    assert yd.device.type == "cuda"
+    np.testing.assert_allclose(yd.detach().cpu().numpy(), np_of(yc), rtol=1e-5, atol=1e-6)
+    yc.square().sum().backward()
+    yd.square().sum().backward()
+    np.testing.assert_allclose(xd.grad.cpu().numpy(), np_of(xc.grad), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        md[0].weight.grad.cpu().numpy(), np_of(mc[0].weight.grad), rtol=1e-4, atol=1e-5
+    )
+    np.testing.assert_allclose(md[1].running_var.cpu().numpy(), np_of(mc[1].running_var), rtol=1e-6)
+    _, idx_d = F.max_pool2d(xd, 3, 2, 1, return_indices=True)
+    _, idx_c = F.max_pool2d(xc, 3, 2, 1, return_indices=True)
+    np.testing.assert_array_equal(idx_d.cpu().numpy(), np_of(idx_c))
