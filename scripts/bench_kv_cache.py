@@ -2,41 +2,37 @@
 
 Usage::
 
-    python scripts/bench_kv_cache.py                       # contexts 16..256, one thread
+    python scripts/bench_kv_cache.py                       # contexts 16..255, one thread
     python scripts/bench_kv_cache.py --threads 2 --plot docs/assets/part3/kv-cache.png
+    python scripts/bench_kv_cache.py --smoke               # two short contexts (the tests)
 
 The model is section 5.3's modern GPT (rotary, RMSNorm without gains, QK-norm,
 ReLU², no biases, untied head, soft-capping): 4 layers, 4 heads, width 128,
 block 256, 65 characters, with random weights (the time of a step does not
-depend on them). It runs twice in one process, in sitp and in PyTorch, from the
-same file (sitp.models.port), with both libraries limited to the same threads.
-PyTorch is timed in a child interpreter of this run that never runs sitp's
-kernels, so that numba's and PyTorch's thread pools never share a process
-(one library's pool then competes with the other's for the same cores).
+depend on them). It runs in sitp and in PyTorch from the same file
+(sitp.models.port), timed by sitp.bench.ab: each library in a worker process of its
+own (numba's and PyTorch's thread pools never share one), both on the same threads
+pinned to the same cores, every workload warmed by two untimed calls, and the four arms
+of a context (sitp and PyTorch, with and without the cache) taking turns for
+``--rounds`` rounds, the order reversed every other round, so that a change of the
+machine's load falls on all of them.
 
 Table 1 is the cost of the next token at context L: with the cache, one forward
 pass over one position whose query reads the L cached keys and values; without
-it, a forward pass over all L + 1 positions. Each figure is the median over
-``--repeats`` clean calls (``sitp.bench.median_time``), sampling included.
-Table 2 runs the engine end to end: a prompt of 16 tokens extended to 256.
+it, a forward pass over all L + 1 positions. Each figure is one over the median over the
+rounds of each round's median of ``--repeats`` calls, sampling included; the ratios
+below it are medians of the rounds' ratios, with their range.
+Table 2 runs the engine end to end: a prompt of 16 tokens extended to 256, one call a
+round, after one untimed call.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
-import torch
-
-import sitp
-import sitp.bench
-from sitp.bench import cpu_model, median_time, threads
-from sitp.models.port import load_module
 
 CONFIG = dict(
     block_size=256, vocab_size=65, n_layer=4, n_head=4, n_embd=128, rope=True, norm="rmsnorm",
@@ -45,54 +41,107 @@ CONFIG = dict(
 )  # fmt: skip
 
 
-def build(name):
-    gpt, engine = load_module("gpt", name), load_module("engine", name)
-    return gpt.GPT(gpt.GPTConfig(**CONFIG)).eval(), engine
+
+MODELS = {}  # lib_name -> (model, engine module): built once per worker
 
 
-def step_fns(model, engine, lib, L):
-    """(cached, uncached): each draws the token after a context of L tokens."""
+def import_lib(lib_name: str):
+    if lib_name == "sitp":
+        import sitp as lib  # late: each worker imports its own library
+    else:
+        import torch as lib  # late: as above
+    return lib
+
+
+def build(lib_name: str):
+    """The model (random weights, seed 0) and the engine module, once per worker."""
+    if lib_name not in MODELS:
+        from sitp.models.port import load_module  # late: the same file for both libraries
+
+        lib = import_lib(lib_name)
+        lib.manual_seed(0)
+        gpt, engine = load_module("gpt", lib_name), load_module("engine", lib_name)
+        MODELS[lib_name] = gpt.GPT(gpt.GPTConfig(**CONFIG)).eval(), engine
+    return MODELS[lib_name]
+
+
+def step_workload(lib_name: str, L: int, cached: bool):
+    """The call that draws the token after a context of L tokens, with the cache or without."""
+    lib = import_lib(lib_name)
+    model, engine = build(lib_name)
     seq = lib.tensor(np.random.default_rng(L).integers(0, 65, (1, L + 1)))
     cache = model.make_kv_cache(1)
     with lib.no_grad():
         model(seq[:, :L], kv_cache=cache)  # the prefill, outside the timing
 
-    def cached():
+    def with_cache():
         cache.pos = L  # overwrite position L each call: the context stays L
         with lib.no_grad():
             logits = model(seq[:, L:], kv_cache=cache)[0][:, -1, :]
             engine.sample_next(logits, top_k=10)
 
-    def uncached():
+    def without():
         with lib.no_grad():
             logits = model(seq)[0][:, -1, :]
             engine.sample_next(logits, top_k=10)
 
-    return cached, uncached
+    return with_cache if cached else without
 
 
-def measure(name, args) -> dict:
-    """Table 1's rates by context and Table 2's, for one library."""
-    lib = sitp if name == "sitp" else torch
-    model, engine = build(name)
-    out = {"steps": {}, "engine": {}}
-    # numba's and OpenBLAS's threads for sitp; torch.set_num_threads (in main) for PyTorch
-    with threads(args.threads) if name == "sitp" else contextlib.nullcontext():
+def engine_workload(lib_name: str, use_cache: bool, new_tokens: int):
+    """The engine end to end: a prompt of 16 tokens extended by ``new_tokens``."""
+    lib = import_lib(lib_name)
+    model, engine = build(lib_name)
+    prompt = lib.tensor(np.random.default_rng(0).integers(0, 65, (1, 16)))
+    return lambda: engine.Engine(model).generate(prompt, new_tokens, top_k=10, use_cache=use_cache)
+
+
+def measure(args) -> dict:
+    """Table 1's rates by context and Table 2's, through sitp.bench.ab."""
+    from sitp.bench import ab  # late: the workers import this file without sitp
+
+    res = {"sitp": {"steps": {}, "engine": {}}, "torch": {"steps": {}, "engine": {}}}
+    res["ratios"], res["harness"] = {}, {}
+    me = os.path.abspath(__file__)
+    env = {"torch": {"SITP_MALLOC_TUNING": "0"}}  # PyTorch keeps glibc's malloc settings
+    with ab.workers(["sitp", "torch"], threads=args.threads, env=env) as w:
         for L in args.contexts:
-            cached, uncached = step_fns(model, engine, lib, L)
-            out["steps"][str(L)] = {
-                label: 1.0 / median_time(fn, repeats=args.repeats, warmup=2, n_threads=args.threads)
-                for label, fn in (("cached", cached), ("uncached", uncached))
-            }
-        prompt = lib.tensor(np.random.default_rng(0).integers(0, 65, (1, 16)))
-        for use_cache in (True, False):
+            arms = {
+                f"{lib} {label}": ab.Arm(w[lib], f"{me}:step_workload",
+                                         dict(lib_name=lib, L=L, cached=label == "cached"))
+                for lib in ("sitp", "torch") for label in ("cached", "uncached")
+            }  # fmt: skip
+            ratios = [("torch cached", "sitp cached"), ("sitp uncached", "sitp cached"),
+                      ("torch uncached", "torch cached")]  # fmt: skip
+            r = ab.compare(arms, rounds=args.rounds, calls=args.repeats, ratios=ratios,
+                           clock=args.clock)  # fmt: skip
+            for name, a in r["arms"].items():
+                lib, label = name.split()
+                res[lib]["steps"][str(L)] = res[lib]["steps"].get(str(L), {})
+                res[lib]["steps"][str(L)][label] = 1.0 / a["median"]
+                res[lib]["steps"][str(L)][label + "_range"] = [1.0 / a["max"], 1.0 / a["min"]]
+            res["ratios"][str(L)] = r["ratios"]
+            res["harness"][str(L)] = {k: r[k] for k in ("load", "order")}
+        arms = {
+            f"{lib} {label}": ab.Arm(w[lib], f"{me}:engine_workload",
+                                     dict(lib_name=lib, use_cache=label == "cached",
+                                          new_tokens=args.new_tokens), warmup=1)
+            for lib in ("sitp", "torch") for label in ("cached", "uncached")
+        }  # fmt: skip
+        r = ab.compare(arms, rounds=args.engine_rounds, calls=1, clock=args.clock,
+                       ratios=[("torch cached", "sitp cached")])  # fmt: skip
+        for name, a in r["arms"].items():
+            lib, label = name.split()
+            res[lib]["engine"][label] = args.new_tokens / a["median"]
+        res["ratios"]["engine"] = r["ratios"]
+        res["harness"]["engine"] = {k: r[k] for k in ("load", "order")}
+        res["harness"].update({k: r[k] for k in ("machine", "threads", "cores", "versions")})
+    return res
 
-            def fn(use_cache=use_cache):
-                return engine.Engine(model).generate(prompt, 240, top_k=10, use_cache=use_cache)
 
-            rate = 240 / median_time(fn, repeats=3, warmup=1, n_threads=args.threads)
-            out["engine"]["cached" if use_cache else "uncached"] = rate
-    return out
+def ratio(res, where, pair) -> str:
+    r = res["ratios"][where][pair]
+    return f"{r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f})"
 
 
 def main(argv=None) -> None:
@@ -107,26 +156,25 @@ def main(argv=None) -> None:
         help="cpu: time by CPU time used (for a machine that other jobs keep busy)",
     )
     p.add_argument("--plot", help="draw tokens/s against context into this PNG")
-    p.add_argument("--only", choices=["torch"], help=argparse.SUPPRESS)  # the child run
+    p.add_argument("--rounds", type=int, default=5, help="rounds of Table 1, the arms alternating")
+    p.add_argument("--engine-rounds", type=int, default=3, help="rounds of Table 2 (one call each)")
+    p.add_argument("--json", help="also write every figure, with the harness's record, here")
+    p.add_argument("--smoke", action="store_true", help="contexts 8 and 16, short runs (the tests)")
     args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    sitp.bench.CLOCK = args.clock
-    torch.manual_seed(0)
-    sitp.manual_seed(0)
-    if args.only:
-        print(json.dumps(measure("torch", args)))
-        return
-    argv = [a for a in (sys.argv[1:] if argv is None else argv)]
-    child = subprocess.run([sys.executable, __file__, *argv, "--only", "torch"],
-                           capture_output=True, text=True, check=True)  # fmt: skip
-    res = {
-        "torch": json.loads(child.stdout.strip().splitlines()[-1]),
-        "sitp": measure("sitp", args),
-    }
+    args.new_tokens = 240
+    if args.smoke:
+        args.contexts, args.repeats, args.rounds, args.engine_rounds = [8, 16], 2, 2, 2
+        args.new_tokens = 8
+    from sitp.bench import ab, cpu_model  # late: the workers import this file without sitp
+
+    res = measure(args)
+    h = res["harness"]
+    sitp_v, torch_v = h["versions"]["sitp"].get("sitp"), h["versions"]["torch"].get("torch")
     print(f"CPU: {cpu_model()} ({os.cpu_count()} cores), {args.threads} thread(s), {args.clock} "
-          f"clock; sitp {sitp.__version__}, PyTorch {torch.__version__}")  # fmt: skip
+          f"clock; sitp {sitp_v}, PyTorch {torch_v}")  # fmt: skip
     print(f"GPT: {CONFIG}")
-    print("\nTable 1: tokens/s for the next token at context L (median of clean calls)")
+    print(f"\nTable 1: tokens/s for the next token at context L (median of {args.rounds} "
+          f"alternating rounds of {args.repeats} calls)")
     print("| L | sitp cached | sitp uncached | cached/uncached | torch cached | torch uncached "
           "| cached/uncached | sitp/torch cached |")  # fmt: skip
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -137,14 +185,29 @@ def main(argv=None) -> None:
             f"| {t['cached']:.0f} | {t['uncached']:.0f} | {t['cached'] / t['uncached']:.1f}x | "
             f"{s['cached'] / t['cached']:.2f} |"
         )
-    print("\nTable 2: the engine end to end, a prompt of 16 tokens extended by 240 "
-          "(top-k 10; median of 3)")  # fmt: skip
+    print(f"\nsitp/torch speed with the cache, median (min-max) over {args.rounds} rounds: "
+          + "; ".join(f"L={L} {ratio(res, str(L), 'torch cached/sitp cached')}"
+                      for L in args.contexts))  # fmt: skip
+    print("cache speed-ups, sitp: "
+          + "; ".join(f"L={L} {ratio(res, str(L), 'sitp uncached/sitp cached')}"
+                      for L in args.contexts))  # fmt: skip
+    print("cache speed-ups, torch: "
+          + "; ".join(f"L={L} {ratio(res, str(L), 'torch uncached/torch cached')}"
+                      for L in args.contexts))  # fmt: skip
+    print(ab.load_line({**h, "load": h[str(args.contexts[-1])]["load"]}))
+    print(f"\nTable 2: the engine end to end, a prompt of 16 tokens extended by {args.new_tokens} "
+          f"(top-k 10; median of {args.engine_rounds} alternating rounds)")  # fmt: skip
     print("| library | cached tokens/s | uncached tokens/s | speed-up |")
     print("|---|---:|---:|---:|")
     for name in ("sitp", "torch"):
         e = res[name]["engine"]
         print(f"| {name} | {e['cached']:.0f} | {e['uncached']:.0f} | "
               f"{e['cached'] / e['uncached']:.1f}x |")  # fmt: skip
+    print(f"sitp/torch speed with the cache: {ratio(res, 'engine', 'torch cached/sitp cached')}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"config": CONFIG, "args": vars(args), **res}, f, indent=1)
+            f.write("\n")
     if args.plot:
         import matplotlib  # late: optional, only for the figure
 

@@ -245,3 +245,21 @@ def test_compare_shakespeare_smoke(tmp_path):
     assert run["params"] > 0 and run["machine"] and len(run["sample"]) == 6
     assert run["harness"]["order"] == [["sitp", "torch"], ["torch", "sitp"]]
     assert "over 2 rounds" in proc.stdout
+
+
+def test_bench_kv_cache_smoke(tmp_path):
+    out = tmp_path / "kv.json"
+    proc, _ = run_script("bench_kv_cache.py", "--smoke", "--json", str(out))
+    res = json.loads(out.read_text())
+    for lib in ("sitp", "torch"):
+        for L in ("8", "16"):
+            row = res[lib]["steps"][L]
+            lo, hi = row["cached_range"]
+            assert lo <= row["cached"] <= hi
+        assert set(res[lib]["engine"]) == {"cached", "uncached"}
+    r = res["ratios"]["16"]["torch cached/sitp cached"]
+    assert r["min"] <= r["median"] <= r["max"] and len(r["rounds"]) == 2
+    # Table 1 keeps the columns that the book's checks read from the recorded text
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| 8 |")]
+    assert len(rows) == 1 and rows[0].count("|") == 9
+    assert "sitp/torch speed with the cache, median (min-max) over 2 rounds" in proc.stdout
