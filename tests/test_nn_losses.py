@@ -242,9 +242,21 @@ def test_kl_div_matches_torch(reduction, log_target):
         )
 
 
-def test_kl_div_mean_warns_and_module_path():
+def test_kl_div_mean_warns_broadcasts_silently_and_module_path():
     x = sitp.zeros(2, 3)
     with pytest.warns(UserWarning, match="batchmean"):
         F.kl_div(x, x)
+    r = rng(8)
+    a, b = r.standard_normal((4, 3)), r.random((1, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # neither library warns about the broadcast
+        both(
+            lambda a, b: F.kl_div(a, b, reduction="sum"),
+            lambda a, b: TF.kl_div(a, b, reduction="sum"),
+            [a, b],
+            grads={0},
+        )
+    with pytest.raises(RuntimeError, match=r"\(4, 3\) and \(5,\) cannot be broadcast"):
+        F.kl_div(sitp.zeros(4, 3), sitp.zeros(5), reduction="sum")
     assert nn.NLLLoss is sitp.nn.modules.loss.NLLLoss
     assert nn.KLDivLoss.__module__ == "sitp.nn.modules.loss"

@@ -1317,7 +1317,7 @@ def kl_div(
                 "'batchmean' in the next major release.",
                 stacklevel=2,
             )
-    _check_same_size("kl_div", input, target)
+    broadcast_shapes(input.shape, target.shape)  # torch broadcasts here without a warning
     if log_target:
         loss = target.exp() * (target - input)
     else:
