@@ -1,6 +1,7 @@
 """GPT training throughput on 2 ranks against 1 rank, and the overlap timeline of a DDP step.
 
     nice -n 19 python scripts/bench_ddp.py            # writes src/sitp/examples/ddp-bench.json
+    python scripts/bench_ddp.py --smoke --json /tmp/ddp.json   # a tiny GPT (the tests)
 
 Chapter 5's anchor GPT (4 layers, 4 heads, width 128, block 64, characters of
 tinyshakespeare) is trained with the trainer behind ``python -m sitp train``
@@ -12,9 +13,18 @@ windows, three ways:
 * 2 ranks of 1 thread each, under ``python -m sitp.distributed.run`` (DDP: 12 windows
   per rank, the gradients averaged in buckets during backward).
 
-Each way runs ``--warmup`` steps, then ``--steps`` timed ones; the figure is the median
-step time of rank 0 (the ranks meet in the all-reduce of every step), and tokens/s is
-24 x 64 over it. Beside it, the CPU seconds the processes used per step (all ranks and
+Each run of a way starts its processes afresh, runs ``--warmup`` steps, then ``--steps``
+timed ones; a run's figure is the median step time of rank 0 (the ranks meet in the
+all-reduce of every step). The three ways take turns through sitp.bench.ab for
+``--rounds`` rounds (default 3; 2 with ``--smoke``), one whole run of each way a round,
+the order reversed every other round (1x1, 1x2, 2x1, then 2x1, 1x2, 1x1, ...), so that a
+change of the machine's load falls on all three. The harness's worker that starts the
+runs holds both cores; each run sets its own threads (``NUMBA_NUM_THREADS``,
+``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``: 1 or 2), so what is
+compared is whole runs, not single calls. A way's ms/step is the median over the rounds
+of the runs' medians, with the range of the rounds; tokens/s is 24 x 64 over it; the
+speed-up of each way over 1 rank x 1 thread is the median of the rounds' ratios, with
+their range. Beside it, the CPU seconds the processes used per step (all ranks and
 threads, ``time.process_time``): on a shared machine, more processes or threads are
 given more of its cores, so tokens per CPU-second say what the wall clock cannot
 (an MPI rank waiting in a collective spins, and its wait counts as CPU time).
@@ -56,6 +66,7 @@ DEFAULT_JSON = ROOT / "src" / "sitp" / "examples" / "ddp-bench.json"
 ANCHOR = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64}  # chapter 5
 SMOKE = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16}
 MARK = "BENCH-DDP-JSON "
+THREAD_VARS = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 WAYS = [  # (name, ranks, threads per rank)
     ("1 rank, 1 thread", 1, 1),
     ("1 rank, 2 threads", 1, 2),
@@ -196,7 +207,8 @@ def run_way(ranks: int, threads: int, args, work: str) -> dict:
     else:
         cmd = [sys.executable, "-m", "sitp.distributed.run", "--nproc-per-node", str(ranks)]
         cmd += ["--timeout", str(args.timeout), *me]
-    env = {**os.environ, "NUMBA_NUM_THREADS": str(threads)}  # numba's pool: the threads used
+    # every library's pool: the threads of the way (numba's, and OpenBLAS's and OpenMP's)
+    env = {**os.environ, **{v: str(threads) for v in THREAD_VARS}}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout + 60, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)]
     if proc.returncode != 0 or not lines:
@@ -205,6 +217,18 @@ def run_way(ranks: int, threads: int, args, work: str) -> dict:
             f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         )
     return json.loads(lines[-1][len(MARK) :])
+
+
+def way_run(ranks: int, threads: int, args: dict, work: str) -> callable:
+    """The workload of one way for sitp.bench.ab: each call is one whole run, which times
+    itself (its rank 0's median step) and hands back what rank 0 printed."""
+    ns = argparse.Namespace(**args)
+
+    def run() -> dict:
+        out = run_way(ranks, threads, ns, work)
+        return {"seconds": statistics.median(out["step_seconds"]), "out": out}
+
+    return run
 
 
 def timeline(trace: list[dict]) -> dict:
@@ -245,17 +269,24 @@ def timeline(trace: list[dict]) -> dict:
 
 
 def table(record: dict) -> str:
-    base = record["results"][0]["tokens_per_s"]
     rows = [
-        f"{'way':<22}{'ms/step':>10}{'tokens/s':>11}{'vs 1x1':>8}{'CPU s/step':>12}"
-        f"{'tokens/CPU s':>14}"
+        f"{'way':<22}{'ms/step':>10}{'range':>16}{'tokens/s':>11}{'vs 1x1 (range)':>20}"
+        f"{'CPU s/step':>12}{'tokens/CPU s':>14}"
     ]
     for r in record["results"]:
+        lo, hi = r["median_step_ms_range"]
+        up = r["speedup"]
+        up = f"{up['median']:.2f} ({up['min']:.2f}-{up['max']:.2f})"
         rows.append(
-            f"{r['way']:<22}{r['median_step_ms']:>10.1f}{r['tokens_per_s']:>11,.0f}"
-            f"{r['tokens_per_s'] / base:>8.2f}{r['cpu_seconds_per_step']:>12.3f}"
-            f"{r['tokens_per_cpu_second']:>14,.0f}"
+            f"{r['way']:<22}{r['median_step_ms']:>10.1f}{f'{lo:.1f}-{hi:.1f}':>16}"
+            f"{r['tokens_per_s']:>11,.0f}"
+            f"{up:>20}"
+            f"{r['cpu_seconds_per_step']:>12.3f}{r['tokens_per_cpu_second']:>14,.0f}"
         )
+    rows.append(
+        f"medians over {record['rounds']} rounds, one run of each way a round, the ways "
+        f"alternating (sitp.bench.ab); speed-ups: the median of the rounds' ratios"
+    )
     for k, rank in enumerate(record["timeline"]["ranks"]):
         rows.append(
             f"rank {k} traced step: forward {rank['backward_start_ms'] - rank['forward_start_ms']:.1f}"
@@ -279,7 +310,9 @@ def main(argv=None) -> int:
     p.add_argument("--data", default="shakespeare", help="the text (tinyshakespeare)")
     p.add_argument("--json", default=str(DEFAULT_JSON), help="where the record goes")
     p.add_argument("--smoke", action="store_true", help="a tiny GPT and a few steps (tests)")
-    p.add_argument("--timeout", type=float, default=600, help="seconds per way (600)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds per run (600)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="rounds, one run of each way a round (3; 2 with --smoke)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--work", default=None, help=argparse.SUPPRESS)
@@ -287,28 +320,47 @@ def main(argv=None) -> int:
     if args.worker:
         worker(args)
         return 0
+    from sitp.bench import ab  # late: the --worker runs do without it
+
+    rounds = args.rounds or (2 if args.smoke else 3)
     load_start = os.getloadavg()
+    tokens = args.batch_size * (SMOKE if args.smoke else ANCHOR)["block_size"]
     results, trace = [], None
-    with tempfile.TemporaryDirectory() as work:
-        for name, ranks, threads in WAYS:
-            out = run_way(ranks, threads, args, work)
-            median = statistics.median(out["step_seconds"])
-            tokens = args.batch_size * (SMOKE if args.smoke else ANCHOR)["block_size"]
-            results.append(
-                {
-                    "way": name,
-                    "ranks": ranks,
-                    "threads_per_rank": out["threads_per_rank"],
-                    "median_step_ms": median * 1e3,
-                    "tokens_per_s": tokens / median,
-                    "cpu_seconds_per_step": sum(out["cpu_seconds"]) / args.steps,
-                    "tokens_per_cpu_second": tokens * args.steps / sum(out["cpu_seconds"]),
-                    "step_ms": [round(s * 1e3, 3) for s in out["step_seconds"]],
-                }
-            )
-            if "trace" in out:
-                trace, buckets, params = out["trace"], out["buckets"], out["params"]
-            print(f"{name}: {median * 1e3:.1f} ms per step", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as work, ab.workers(["runner"], threads=2) as w:
+        kwargs = {k: v for k, v in vars(args).items() if k != "json"}
+        arms = {
+            name: ab.Arm(w["runner"], f"{Path(__file__).resolve()}:way_run",
+                         dict(ranks=ranks, threads=threads, args=kwargs, work=work), warmup=0)
+            for name, ranks, threads in WAYS
+        }  # fmt: skip
+        base = WAYS[0][0]
+        res = ab.compare(arms, rounds=rounds, calls=1, ratios=[(base, n) for n, _, _ in WAYS[1:]])
+    for name, ranks, _ in WAYS:
+        a = res["arms"][name]
+        outs = [e["out"] for e in a["extras"]]
+        median = a["median"]
+        middle = sorted(range(len(outs)), key=lambda i: a["rounds_s"][i])[(len(outs) - 1) // 2]
+        cpu = [sum(o["cpu_seconds"]) for o in outs]  # each run's CPU seconds, all ranks
+        results.append(
+            {
+                "way": name,
+                "ranks": ranks,
+                "threads_per_rank": outs[0]["threads_per_rank"],
+                "median_step_ms": median * 1e3,
+                "median_step_ms_range": [a["min"] * 1e3, a["max"] * 1e3],
+                "rounds_median_step_ms": [round(t * 1e3, 3) for t in a["rounds_s"]],
+                "tokens_per_s": tokens / median,
+                "speedup": res["ratios"].get(f"{base}/{name}", {"median": 1.0, "min": 1.0,
+                                                                "max": 1.0, "rounds": None}),
+                "cpu_seconds_per_step": statistics.median(cpu) / args.steps,
+                "tokens_per_cpu_second": tokens * args.steps / statistics.median(cpu),
+                "step_ms": [round(t * 1e3, 3) for t in outs[middle]["step_seconds"]],
+            }
+        )  # fmt: skip
+        for o in outs:
+            if "trace" in o:
+                trace, buckets, params = o["trace"], o["buckets"], o["params"]
+        print(f"{name}: {median * 1e3:.1f} ms per step", file=sys.stderr)
     load_end = os.getloadavg()
     record = {
         "cpu": cpu_model(),
@@ -326,6 +378,7 @@ def main(argv=None) -> int:
             "warmup_steps": args.warmup,
             "smoke": args.smoke,
         },
+        "rounds": rounds,
         "load_average_start": list(load_start),
         "load_average_end": list(load_end),
         "note": "run with nice -n 19 on a 2-core machine that other jobs shared (see the "
@@ -334,6 +387,8 @@ def main(argv=None) -> int:
         "results": results,
         "ddp_buckets": buckets,
         "timeline": timeline(trace),
+        "harness": {k: res[k] for k in ("harness", "order", "machine", "threads", "cores",
+                                        "load", "statistic")},  # fmt: skip
         "command": "nice -n 19 python scripts/bench_ddp.py",
     }
     Path(args.json).write_text(json.dumps(record, indent=1) + "\n")

@@ -293,7 +293,9 @@ def compare(arms: dict, rounds=5, calls=10, ratios=None, pause=PAUSE_S, clock="w
     Returns:
         A dict for JSON (seconds throughout): ``arms`` (per arm its rounds' medians,
         their median, min and max, its block's CPU per wall second, its set-up and
-        warm-up seconds, its workload's info), ``ratios``, ``order`` (the arms of each
+        warm-up seconds, its workload's info; for self-timed calls, ``extras``: what the
+        last call of each round returned besides its seconds, and ``extra``, the last
+        round's), ``ratios``, ``order`` (the arms of each
         round, in the order timed), ``machine``, ``threads``, ``cores``, ``load``,
         ``versions`` (per worker), ``rounds``, ``calls``, ``clock``.
     """
@@ -317,7 +319,7 @@ def compare(arms: dict, rounds=5, calls=10, ratios=None, pause=PAUSE_S, clock="w
     about0 = {w.name: w.ask("about") for w in procs}
     load0, stat0, ours0 = loadavg(), proc_stat(), sum(os.times()[:2])
     per_arm = {
-        n: {"rounds_s": [], "cpu_per_wall": [], "block_min_s": [], "extra": None} for n in names
+        n: {"rounds_s": [], "cpu_per_wall": [], "block_min_s": [], "extras": []} for n in names
     }
     order = []
     for r in range(rounds):
@@ -331,8 +333,7 @@ def compare(arms: dict, rounds=5, calls=10, ratios=None, pause=PAUSE_S, clock="w
             rec["rounds_s"].append(statistics.median(got["times"]))
             rec["block_min_s"].append(min(got["times"]))
             rec["cpu_per_wall"].append(round(got["cpu_s"] / max(got["wall_s"], 1e-9), 3))
-            if got["extra"] is not None:
-                rec["extra"] = got["extra"]
+            rec["extras"].append(got["extra"])
     about1 = {w.name: w.ask("about") for w in procs}
     ours = sum(os.times()[:2]) - ours0
     ours += sum(about1[k]["cpu_s"] - about0[k]["cpu_s"] for k in about1)
@@ -351,8 +352,9 @@ def compare(arms: dict, rounds=5, calls=10, ratios=None, pause=PAUSE_S, clock="w
             "warmup_s": info["warmup_s"],
             "info": info["info"],
         }
-        if rec["extra"] is not None:
-            out_arms[name]["extra"] = rec["extra"]
+        if any(e is not None for e in rec["extras"]):  # self-timed calls: what they returned
+            out_arms[name]["extras"] = rec["extras"]
+            out_arms[name]["extra"] = rec["extras"][-1]
     out_ratios = {}
     for x, y in ratios:
         per_round = [a / b for a, b in zip(per_arm[x]["rounds_s"], per_arm[y]["rounds_s"])]
