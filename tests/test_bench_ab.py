@@ -193,6 +193,7 @@ def run_script(name, *argv, timeout=600):
     return proc, time.perf_counter() - t0
 
 
+@pytest.mark.slow  # a script's run at its smallest: 10-20 s
 def test_bench_compile_smoke(tmp_path):
     out = tmp_path / "compile.json"
     blocks = "gelu(xW+b),GPT train step"
@@ -212,6 +213,7 @@ def test_bench_compile_smoke(tmp_path):
     assert "time ratios, median (min-max) over 2 rounds" in proc.stdout
 
 
+@pytest.mark.slow  # a script's run at its smallest: 10-20 s
 def test_compare_torch_smoke(tmp_path):
     out = tmp_path / "torch.json"
     argv = ["--smoke", "--models", "bigram", "--steps", "3", "--bench-steps", "2"]
@@ -230,6 +232,7 @@ def test_compare_torch_smoke(tmp_path):
     assert "sitp / torch = " in proc.stdout and "over 2 rounds" in proc.stdout
 
 
+@pytest.mark.slow  # a script's run at its smallest: 10-20 s
 def test_compare_shakespeare_smoke(tmp_path):
     out = tmp_path / "anchor.json"
     proc, _ = run_script("compare_shakespeare.py", "--smoke", "--threads", "1", "--json", str(out))
@@ -247,6 +250,7 @@ def test_compare_shakespeare_smoke(tmp_path):
     assert "over 2 rounds" in proc.stdout
 
 
+@pytest.mark.slow  # a script's run at its smallest: 10-20 s
 def test_bench_kv_cache_smoke(tmp_path):
     out = tmp_path / "kv.json"
     proc, _ = run_script("bench_kv_cache.py", "--smoke", "--json", str(out))
@@ -265,6 +269,7 @@ def test_bench_kv_cache_smoke(tmp_path):
     assert "sitp/torch speed with the cache, median (min-max) over 2 rounds" in proc.stdout
 
 
+@pytest.mark.slow  # a script's run at its smallest: 10-20 s
 def test_bench_ddp_smoke(tmp_path):
     """The three ways alternate as whole runs; each way's median with its rounds' range."""
     line = "ROMEO: but soft, what light through yonder window breaks? It is the east.\n"
