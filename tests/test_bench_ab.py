@@ -173,6 +173,15 @@ def test_bad_arguments(spec):
             ab.compare({"x": arm}, clock="gpu")
     with pytest.raises(ValueError, match="threads=999"):
         ab.Worker("big", threads=999)
+    if len(os.sched_getaffinity(0)) >= 2:  # the same thread count on other cores: refused
+        other = [sorted(os.sched_getaffinity(0))[1]]
+        with ab.workers(["a"]) as w, ab.workers(["b"], cores=other) as v:
+            arms = {
+                "x": ab.Arm(w["a"], spec("spin"), {"ms": 1.0}),
+                "y": ab.Arm(v["b"], spec("spin"), {"ms": 1.0}),
+            }
+            with pytest.raises(ValueError, match="pinned to different cores"):
+                ab.compare(arms)
 
 
 # ------------------------------------------------------------------ the scripts, tiny

@@ -312,6 +312,9 @@ def compare(arms: dict, rounds=5, calls=10, ratios=None, pause=PAUSE_S, clock="w
     threads = {a.worker.threads for a in arms.values()}
     if len(threads) != 1:
         raise ValueError(f"the arms' workers run different thread counts: {sorted(threads)}")
+    pinned = {tuple(a.worker.cores or ()) for a in arms.values()}
+    if len(pinned) != 1:
+        raise ValueError(f"the arms' workers are pinned to different cores: {sorted(pinned)}")
     loaded = {}
     for name, arm in arms.items():  # one after the other: a compile does not share the CPUs
         loaded[name] = arm.worker.load(arm.key, arm.factory, arm.kwargs, arm.warmup, clock)
