@@ -7,6 +7,7 @@ Usage::
 
 262,144 = batch 32 x block 32 x MLP width 256: one GELU of the chapter's GPT.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,7 +21,7 @@ import torch.nn.functional as TF
 
 import sitp
 import sitp.nn.functional as F
-from sitp.backends.cpu.fused.gelu import gelu_backward_kernel
+from sitp.kernels.cpu.fused.gelu import gelu_backward_kernel
 
 
 def median_ms(fn, reps):
@@ -60,19 +61,27 @@ def main():
         bwd = median_ms(lambda: gelu_backward_kernel(x_np, g_np, dx, tanh), args.reps)
         with torch.no_grad():
             fwd_t = median_ms(lambda: TF.gelu(xt, approximate=approx), args.reps)
-            bwd_t = median_ms(lambda: torch.ops.aten.gelu_backward(gt, xt, approximate=approx), args.reps)
+            bwd_t = median_ms(
+                lambda: torch.ops.aten.gelu_backward(gt, xt, approximate=approx), args.reps
+            )
         rows.append((f"gelu ({approx}) forward", fwd, fwd_old, fwd_t))
         rows.append((f"gelu ({approx}) backward", bwd, bwd_old, bwd_t))
 
-    print(f"GELU on {args.n:,} float32 values, 1 thread, median of {args.reps} runs "
-          f"(load average {os.getloadavg()[0]:.2f}); torch {torch.__version__}, numba {numba.__version__}\n")
-    print("| op | sitp fused (ms) | sitp old map_kernel (ms) | torch (ms) | fused / torch | old / fused |")
+    print(
+        f"GELU on {args.n:,} float32 values, 1 thread, median of {args.reps} runs "
+        f"(load average {os.getloadavg()[0]:.2f}); torch {torch.__version__}, numba {numba.__version__}\n"
+    )
+    print(
+        "| op | sitp fused (ms) | sitp old map_kernel (ms) | torch (ms) | fused / torch | old / fused |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     for name, new, old, ref in rows:
         print(f"| {name} | {new:.3f} | {old:.3f} | {ref:.3f} | {new / ref:.2f} | {old / new:.1f} |")
-    print("\nsitp fused forward: F.gelu (Function overhead included); backward: gelu_backward_kernel."
-          "\nold backward: g * x._unary('gelu_grad') (two ops, as ops.py's table). torch backward:"
-          " aten.gelu_backward.")
+    print(
+        "\nsitp fused forward: F.gelu (Function overhead included); backward: gelu_backward_kernel."
+        "\nold backward: g * x._unary('gelu_grad') (two ops, as ops.py's table). torch backward:"
+        " aten.gelu_backward."
+    )
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ table, the throughput with the harness's record of machine and load, the product
 The losses table's ms/step come from one process that runs both libraries one after the
 other: a rough guide, not the comparison.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,13 @@ import numpy as np
 def make_lambda(warmup: int, steps: int):
     from sitp.optim.lr_scheduler import _warmup_cosine
 
-    return functools.partial(_warmup_cosine, num_warmup_steps=min(warmup, steps),
-                             num_training_steps=steps, num_cycles=0.5, min_lr_ratio=0.1)
+    return functools.partial(
+        _warmup_cosine,
+        num_warmup_steps=min(warmup, steps),
+        num_training_steps=steps,
+        num_cycles=0.5,
+        min_lr_ratio=0.1,
+    )
 
 
 def torch_evaluate(torch, model, X, Y, batch_size=1024) -> float:
@@ -50,7 +56,7 @@ def torch_evaluate(torch, model, X, Y, batch_size=1024) -> float:
     total, count = 0.0, 0
     with torch.no_grad():
         for i in range(0, len(X), batch_size):
-            Xb, Yb = X[i:i + batch_size], Y[i:i + batch_size]
+            Xb, Yb = X[i : i + batch_size], Y[i : i + batch_size]
             n = int((Yb != -1).sum().item())
             if n:
                 total += model(Xb, Yb)[1].item() * n
@@ -71,20 +77,21 @@ def compare_losses(name: str, steps: int, batch_size: int, seed: int, data: str,
     sitp.manual_seed(seed)
     smodel = spec.build(spec.make_config(vocab_size=V))
     tmodel = spec.build(spec.make_config("torch", vocab_size=V), "torch")
-    tmodel.load_state_dict({k: torch.tensor(v.numpy().copy())
-                            for k, v in smodel.state_dict().items()})
+    tmodel.load_state_dict(
+        {k: torch.tensor(v.numpy().copy()) for k, v in smodel.state_dict().items()}
+    )
     warmup = min(100, steps // 10)
     sopt = make_optimizer(smodel, spec.lr, 0.01)
     ssched = make_scheduler(sopt, warmup, steps)
-    topt = torch.optim.AdamW(tmodel.parameters(), lr=spec.lr, betas=(0.9, 0.99), eps=1e-8,
-                             weight_decay=0.01)
+    topt = torch.optim.AdamW(
+        tmodel.parameters(), lr=spec.lr, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.01
+    )
     tsched = torch.optim.lr_scheduler.LambdaLR(topt, make_lambda(warmup, steps))
 
     Xtr, Ytr = splits.tensors["train"]
     tXtr, tYtr = torch.tensor(Xtr.numpy()), torch.tensor(Ytr.numpy())
     g = sitp.Generator().manual_seed(seed)
-    batches = [sitp.randint(0, len(Xtr), (batch_size,), generator=g).numpy()
-               for _ in range(steps)]
+    batches = [sitp.randint(0, len(Xtr), (batch_size,), generator=g).numpy() for _ in range(steps)]
 
     t0 = time.perf_counter()
     for ix in batches:
@@ -110,12 +117,21 @@ def compare_losses(name: str, steps: int, batch_size: int, seed: int, data: str,
     Xte, Yte = splits.tensors["test"]
     s_test = evaluate(smodel, Xte, Yte)
     t_test = torch_evaluate(torch, tmodel, torch.tensor(Xte.numpy()), torch.tensor(Yte.numpy()))
-    max_w = max(float(np.abs(p.detach().numpy() - tp.detach().numpy()).max())
-                for p, tp in zip(smodel.parameters(), tmodel.parameters()))
-    return {"model": name, "params": sum(p.numel() for p in smodel.parameters()),
-            "sitp": s_test, "torch": t_test, "diff": abs(s_test - t_test), "max_dw": max_w,
-            "sitp_ms": 1e3 * s_time / steps, "torch_ms": 1e3 * t_time / steps,
-            "last_batch_loss": s_last}
+    max_w = max(
+        float(np.abs(p.detach().numpy() - tp.detach().numpy()).max())
+        for p, tp in zip(smodel.parameters(), tmodel.parameters())
+    )
+    return {
+        "model": name,
+        "params": sum(p.numel() for p in smodel.parameters()),
+        "sitp": s_test,
+        "torch": t_test,
+        "diff": abs(s_test - t_test),
+        "max_dw": max_w,
+        "sitp_ms": 1e3 * s_time / steps,
+        "torch_ms": 1e3 * t_time / steps,
+        "last_batch_loss": s_last,
+    }
 
 
 # ------------------------------------------------------------------ the timed workloads
@@ -143,7 +159,9 @@ def gpt_train_step(lib_name: str, work: str):
     data = np.load(Path(work) / "batches.npz")
     spec = MODELS["gpt"]
     fields = dict(vocab_size=meta["vocab_size"], **THROUGHPUT)
-    config = spec.make_config(**fields) if lib_name == "sitp" else spec.make_config("torch", **fields)
+    config = (
+        spec.make_config(**fields) if lib_name == "sitp" else spec.make_config("torch", **fields)
+    )
     model = spec.build(config) if lib_name == "sitp" else spec.build(config, "torch")
     model.load_state_dict({k: lib.tensor(init[k]) for k in init.files})
     opt = lib.optim.AdamW(model.parameters(), lr=1e-3)
@@ -163,19 +181,22 @@ def gpt_train_step(lib_name: str, work: str):
 
 
 def sitp_blas():
-    """sitp's GEMM module (sitp.kernels.cpu.blas; sitp.backends.cpu.blas before the rename)."""
+    """sitp's GEMM module (sitp.kernels.cpu.blas; sitp.kernels.cpu.blas before the rename)."""
     try:
         from sitp.kernels.cpu import blas  # late: in the sitp worker only
     except ImportError:
-        from sitp.backends.cpu import blas  # late: as above
+        from sitp.kernels.cpu import blas  # late: as above
     return blas
 
 
 def gemm_call(lib_name: str, M: int, K: int, N: int, ta: bool):
     """One product of the shapes: sitp's blas.matmul, or torch.mm, on the same arrays."""
     rng = np.random.default_rng([M, K, N])
-    a = (rng.standard_normal((K, M)).astype(np.float32).T if ta
-         else rng.standard_normal((M, K)).astype(np.float32))  # dW = dY^T X: A transposed
+    a = (
+        rng.standard_normal((K, M)).astype(np.float32).T
+        if ta
+        else rng.standard_normal((M, K)).astype(np.float32)
+    )  # dW = dY^T X: A transposed
     b = rng.standard_normal((K, N)).astype(np.float32)
     if lib_name == "sitp":
         blas = sitp_blas()
@@ -211,20 +232,35 @@ def gpt_throughput(steps: int, warmup: int, seed: int, w, repeats: int = 5) -> d
     smodel = spec.build(spec.make_config(vocab_size=len(vocab), **THROUGHPUT))
     with tempfile.TemporaryDirectory() as work:
         np.savez(Path(work) / "init.npz", **{k: v.numpy() for k, v in smodel.state_dict().items()})
-        np.savez(Path(work) / "batches.npz", x=np.stack([x.numpy() for x, _ in batches]),
-                 y=np.stack([y.numpy() for _, y in batches]))
+        np.savez(
+            Path(work) / "batches.npz",
+            x=np.stack([x.numpy() for x, _ in batches]),
+            y=np.stack([y.numpy() for _, y in batches]),
+        )
         (Path(work) / "meta.json").write_text(json.dumps({"vocab_size": len(vocab)}))
         factory = f"{os.path.abspath(__file__)}:gpt_train_step"
-        arms = {lib: ab.Arm(w[lib], factory, {"lib_name": lib, "work": work}, warmup=warmup)
-                for lib in ("sitp", "torch")}
+        arms = {
+            lib: ab.Arm(w[lib], factory, {"lib_name": lib, "work": work}, warmup=warmup)
+            for lib in ("sitp", "torch")
+        }
         res = ab.compare(arms, rounds=repeats, calls=steps, ratios=[("torch", "sitp")])
-    a, r = res["arms"], res["ratios"]["torch/sitp"]  # torch's time over sitp's: sitp's speed over torch's
-    return {"sitp": 1.0 / a["sitp"]["median"], "torch": 1.0 / a["torch"]["median"],
-            "sitp_range": [1.0 / a["sitp"]["max"], 1.0 / a["sitp"]["min"]],
-            "torch_range": [1.0 / a["torch"]["max"], 1.0 / a["torch"]["min"]],
-            "ratio": r["median"], "ratios": sorted(r["rounds"]), "repeats": repeats,
-            "steps": steps, "warmup": warmup, "params": a["sitp"]["info"]["params"],
-            "harness": res}
+    a, r = (
+        res["arms"],
+        res["ratios"]["torch/sitp"],
+    )  # torch's time over sitp's: sitp's speed over torch's
+    return {
+        "sitp": 1.0 / a["sitp"]["median"],
+        "torch": 1.0 / a["torch"]["median"],
+        "sitp_range": [1.0 / a["sitp"]["max"], 1.0 / a["sitp"]["min"]],
+        "torch_range": [1.0 / a["torch"]["max"], 1.0 / a["torch"]["min"]],
+        "ratio": r["median"],
+        "ratios": sorted(r["rounds"]),
+        "repeats": repeats,
+        "steps": steps,
+        "warmup": warmup,
+        "params": a["sitp"]["info"]["params"],
+        "harness": res,
+    }
 
 
 def linear_gemms(w, rounds: int = 5, calls: int = 6, limit=None) -> list[dict]:
@@ -235,25 +271,39 @@ def linear_gemms(w, rounds: int = 5, calls: int = 6, limit=None) -> list[dict]:
 
     rows, C = 32 * 32, 64
     shapes = []  # (name, M, K, N, A transposed)
-    for layer, n_in, n_out in (("c_attn", C, 3 * C), ("attn c_proj", C, C),
-                               ("c_fc", C, 4 * C), ("mlp c_proj", 4 * C, C)):
-        shapes += [(f"{layer} forward", rows, n_in, n_out, False),
-                   (f"{layer} dX", rows, n_out, n_in, False),
-                   (f"{layer} dW", n_out, rows, n_in, True)]
+    for layer, n_in, n_out in (
+        ("c_attn", C, 3 * C),
+        ("attn c_proj", C, C),
+        ("c_fc", C, 4 * C),
+        ("mlp c_proj", 4 * C, C),
+    ):
+        shapes += [
+            (f"{layer} forward", rows, n_in, n_out, False),
+            (f"{layer} dX", rows, n_out, n_in, False),
+            (f"{layer} dW", n_out, rows, n_in, True),
+        ]
     factory = f"{os.path.abspath(__file__)}:gemm_call"
     out = []
     for name, M, K, N, ta in shapes[:limit]:
-        arms = {lib: ab.Arm(w[lib], factory, dict(lib_name=lib, M=M, K=K, N=N, ta=ta), warmup=2)
-                for lib in ("sitp", "torch")}
+        arms = {
+            lib: ab.Arm(w[lib], factory, dict(lib_name=lib, M=M, K=K, N=N, ta=ta), warmup=2)
+            for lib in ("sitp", "torch")
+        }
         res = ab.compare(arms, rounds=rounds, calls=calls, ratios=[("torch", "sitp")])
         s, t = res["arms"]["sitp"], res["arms"]["torch"]
         r = res["ratios"]["torch/sitp"]
-        out.append({"name": name, "shape": f"{M}x{K}x{N}", "sitp_ms": 1e3 * s["median"],
-                    "torch_ms": 1e3 * t["median"],
-                    "sitp_range_ms": [1e3 * s["min"], 1e3 * s["max"]],
-                    "torch_range_ms": [1e3 * t["min"], 1e3 * t["max"]],
-                    "torch_over_sitp": [r["median"], r["min"], r["max"]],
-                    "gflops": 2 * M * N * K / s["median"] / 1e9})
+        out.append(
+            {
+                "name": name,
+                "shape": f"{M}x{K}x{N}",
+                "sitp_ms": 1e3 * s["median"],
+                "torch_ms": 1e3 * t["median"],
+                "sitp_range_ms": [1e3 * s["min"], 1e3 * s["max"]],
+                "torch_range_ms": [1e3 * t["min"], 1e3 * t["max"]],
+                "torch_over_sitp": [r["median"], r["min"], r["max"]],
+                "gflops": 2 * M * N * K / s["median"] / 1e9,
+            }
+        )
     return out
 
 
@@ -264,17 +314,32 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--data", default="offline")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="threads for numba and torch (default: every core this process may use)")
-    parser.add_argument("--bench-steps", type=int, default=20,
-                        help="timed steps per library in each round of the throughput benchmark")
-    parser.add_argument("--repeats", type=int, default=5,
-                        help="rounds of the throughput benchmark (medians are reported)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="threads for numba and torch (default: every core this process may use)",
+    )
+    parser.add_argument(
+        "--bench-steps",
+        type=int,
+        default=20,
+        help="timed steps per library in each round of the throughput benchmark",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="rounds of the throughput benchmark (medians are reported)",
+    )
     parser.add_argument("--skip-train", action="store_true")
     parser.add_argument("--skip-bench", action="store_true")
     parser.add_argument("--json", default=None, help="also write the results here")
-    parser.add_argument("--smoke", action="store_true",
-                        help="a few steps, two rounds and two of the products (the tests)")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a few steps, two rounds and two of the products (the tests)",
+    )
     args = parser.parse_args(argv)
 
     import numba
@@ -286,57 +351,84 @@ def main(argv=None) -> int:
     threads = args.threads or len(os.sched_getaffinity(0))
     numba.set_num_threads(threads)
     torch.set_num_threads(threads)
-    print(f"machine: {cpu_model()}, {os.cpu_count()} logical CPUs; threads: numba {threads}, "
-          f"torch {torch.get_num_threads()}; torch {torch.__version__}; "
-          f"load average {os.getloadavg()[0]:.1f}")
-    record = {"machine": cpu_model(), "logical_cpus": os.cpu_count(), "threads": threads,
-              "torch": torch.__version__, "sitp": sitp.__version__,
-              "config": {k: v for k, v in vars(args).items() if k != "json"}}
+    print(
+        f"machine: {cpu_model()}, {os.cpu_count()} logical CPUs; threads: numba {threads}, "
+        f"torch {torch.get_num_threads()}; torch {torch.__version__}; "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
+    record = {
+        "machine": cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "threads": threads,
+        "torch": torch.__version__,
+        "sitp": sitp.__version__,
+        "config": {k: v for k, v in vars(args).items() if k != "json"},
+    }
     if not args.skip_train:
-        print(f"\nTest loss after {args.steps} steps, batch {args.batch_size}, "
-              f"names {args.data!r}, seed {args.seed} (same init, same batches):\n")
-        print("| model | params | sitp test | torch test | abs diff | max abs weight diff "
-              "| sitp ms/step | torch ms/step |")
+        print(
+            f"\nTest loss after {args.steps} steps, batch {args.batch_size}, "
+            f"names {args.data!r}, seed {args.seed} (same init, same batches):\n"
+        )
+        print(
+            "| model | params | sitp test | torch test | abs diff | max abs weight diff "
+            "| sitp ms/step | torch ms/step |"
+        )
         print("|---|---:|---:|---:|---:|---:|---:|---:|")
         record["losses"] = []
         for name in args.models.split(","):
             r = compare_losses(name, args.steps, args.batch_size, args.seed, args.data, torch)
             record["losses"].append(r)
-            print(f"| {r['model']} | {r['params']:,} | {r['sitp']:.4f} | {r['torch']:.4f} | "
-                  f"{r['diff']:.4f} | {r['max_dw']:.1e} | {r['sitp_ms']:.1f} | "
-                  f"{r['torch_ms']:.1f} |", flush=True)
-        print("\n(ms/step here: both libraries in this process, one after the other, as a "
-              "rough guide; the timing below is the fair one)")
+            print(
+                f"| {r['model']} | {r['params']:,} | {r['sitp']:.4f} | {r['torch']:.4f} | "
+                f"{r['diff']:.4f} | {r['max_dw']:.1e} | {r['sitp_ms']:.1f} | "
+                f"{r['torch_ms']:.1f} |",
+                flush=True,
+            )
+        print(
+            "\n(ms/step here: both libraries in this process, one after the other, as a "
+            "rough guide; the timing below is the fair one)"
+        )
     if not args.skip_bench:
         env = {"torch": {"SITP_MALLOC_TUNING": "0"}}  # PyTorch keeps glibc's malloc settings
         with ab.workers(["sitp", "torch"], threads=threads, env=env) as w:
             r = gpt_throughput(args.bench_steps, 3, args.seed, w, args.repeats)
-            rows = linear_gemms(w, rounds=2 if args.smoke else 5, calls=6,
-                                limit=2 if args.smoke else None)
-        print(f"\nGPT training throughput (n_layer 4, n_head 4, n_embd 64, {r['params']:,} "
-              f"params; batch 32 x block 32; AdamW; each library in a worker process on "
-              f"{threads} thread(s) pinned to cores {r['harness']['cores']}, warmed by 3 steps; "
-              f"{r['repeats']} rounds of {args.bench_steps} timed steps, the libraries taking "
-              f"turns; steps/s is one over the median step, with the range of the rounds):\n")
+            rows = linear_gemms(
+                w, rounds=2 if args.smoke else 5, calls=6, limit=2 if args.smoke else None
+            )
+        print(
+            f"\nGPT training throughput (n_layer 4, n_head 4, n_embd 64, {r['params']:,} "
+            f"params; batch 32 x block 32; AdamW; each library in a worker process on "
+            f"{threads} thread(s) pinned to cores {r['harness']['cores']}, warmed by 3 steps; "
+            f"{r['repeats']} rounds of {args.bench_steps} timed steps, the libraries taking "
+            f"turns; steps/s is one over the median step, with the range of the rounds):\n"
+        )
         print("| library | steps/s | ms/step | range of the rounds, steps/s |")
         print("|---|---:|---:|---:|")
         for lib in ("sitp", "torch"):
             lo, hi = r[f"{lib}_range"]
             print(f"| {lib} | {r[lib]:.2f} | {1e3 / r[lib]:.1f} | {lo:.2f}-{hi:.2f} |")
-        print(f"\nsitp / torch = {r['ratio']:.2f} (median of the rounds' ratios; range "
-              f"{r['ratios'][0]:.2f} to {r['ratios'][-1]:.2f} over {r['repeats']} rounds)")
+        print(
+            f"\nsitp / torch = {r['ratio']:.2f} (median of the rounds' ratios; range "
+            f"{r['ratios'][0]:.2f} to {r['ratios'][-1]:.2f} over {r['repeats']} rounds)"
+        )
         print(ab.load_line(r["harness"]))
-        print("\nThe matrix products of one block (float32; M x K x N; medians of 5 alternating "
-              "rounds of 6 calls):\n")
+        print(
+            "\nThe matrix products of one block (float32; M x K x N; medians of 5 alternating "
+            "rounds of 6 calls):\n"
+        )
         print("| product | shape | sitp ms | torch ms | torch / sitp time (range) | sitp GFLOP/s |")
         print("|---|---|---:|---:|---:|---:|")
         for g in rows:
             m, lo, hi = g["torch_over_sitp"]
-            print(f"| {g['name']} | {g['shape']} | {g['sitp_ms']:.3f} | {g['torch_ms']:.3f} | "
-                  f"{m:.2f} ({lo:.2f}-{hi:.2f}) | {g['gflops']:.1f} |")
+            print(
+                f"| {g['name']} | {g['shape']} | {g['sitp_ms']:.3f} | {g['torch_ms']:.3f} | "
+                f"{m:.2f} ({lo:.2f}-{hi:.2f}) | {g['gflops']:.1f} |"
+            )
         total_s, total_t = sum(g["sitp_ms"] for g in rows), sum(g["torch_ms"] for g in rows)
-        print(f"\nall {len(rows)}: sitp {total_s:.2f} ms, torch {total_t:.2f} ms "
-              f"(torch / sitp = {total_t / total_s:.2f})")
+        print(
+            f"\nall {len(rows)}: sitp {total_s:.2f} ms, torch {total_t:.2f} ms "
+            f"(torch / sitp = {total_t / total_s:.2f})"
+        )
         record["throughput"], record["gemms"] = r, rows
     if args.json:
         Path(args.json).write_text(json.dumps(record, indent=1) + "\n")

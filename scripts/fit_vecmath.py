@@ -1,10 +1,10 @@
-"""Fit the coefficients of ``sitp/backends/cpu/vecmath.py`` (float32 exp and erf) with numpy.
+"""Fit the coefficients of ``sitp/kernels/cpu/vecmath.py`` (float32 exp and erf) with numpy.
 
 Usage::
 
     python scripts/fit_vecmath.py
 
-Prints the constants to paste into ``src/sitp/backends/cpu/vecmath.py`` and the largest
+Prints the constants to paste into ``src/sitp/kernels/cpu/vecmath.py`` and the largest
 relative error each approximation makes, measured in float32 arithmetic (the
 coefficients rounded to float32, Horner's rule evaluated in float32) against
 float64 references on dense grids.
@@ -18,6 +18,7 @@ is linearized (Sanathanan-Koerner): P(t) - f(t) Q(t) = 0 is linear in the
 coefficients, and dividing by the previous Q makes it approximate the true
 error (P/Q - f).
 """
+
 from __future__ import annotations
 
 import math
@@ -54,7 +55,7 @@ def horner32(coefs, x):
 # ---------------------------------------------------------------- exp
 def split_ln2():
     """ln 2 = HI + LO with HI's low bits zero, so n * HI is exact for |n| < 256."""
-    hi = np.float32(math.floor(LN2 * 2.0**16) / 2.0**16)   # 16 significant bits at most
+    hi = np.float32(math.floor(LN2 * 2.0**16) / 2.0**16)  # 16 significant bits at most
     lo = np.float32(LN2 - float(hi))
     return hi, lo
 
@@ -84,25 +85,33 @@ def fit_erf(np_, nq, xmax=4.0, iters=12):
     runs in s = t / xmax^2 (in [0, 1], so the columns t^k stay well scaled);
     the coefficients are rescaled to powers of t at the end.
     """
-    x = xmax * np.sin(np.linspace(0.0, np.pi / 2, 4001))   # denser near both ends
+    x = xmax * np.sin(np.linspace(0.0, np.pi / 2, 4001))  # denser near both ends
     t = (x / xmax) ** 2
     erf = np.vectorize(math.erf)
     f = np.where(x > 0, erf(x) / np.where(x > 0, x, 1.0), 2 / math.sqrt(math.pi))
     # unknowns: p_0..p_np, q_1..q_nq ; equation P(t) - f q_k t^k = f
-    A = np.concatenate([np.stack([t**k for k in range(np_ + 1)], axis=1),
-                        np.stack([-f * t**k for k in range(1, nq + 1)], axis=1)], axis=1)
+    A = np.concatenate(
+        [
+            np.stack([t**k for k in range(np_ + 1)], axis=1),
+            np.stack([-f * t**k for k in range(1, nq + 1)], axis=1),
+        ],
+        axis=1,
+    )
     qprev = np.ones_like(t)
     best, best_err = None, np.inf
     for _ in range(iters):
         c = lawson(A, f, f * qprev, iters=200)
-        p, q = c[:np_ + 1], np.concatenate([[1.0], c[np_ + 1:]])
+        p, q = c[: np_ + 1], np.concatenate([[1.0], c[np_ + 1 :]])
         qv = np.polyval(q[::-1], t)
         err = np.max(np.abs(np.polyval(p[::-1], t) / qv - f) / f)
         if err < best_err:
             best, best_err = (list(p), list(q)), err
         qprev = qv
     p, q = best
-    return ([c / xmax ** (2 * k) for k, c in enumerate(p)], [c / xmax ** (2 * k) for k, c in enumerate(q)])
+    return (
+        [c / xmax ** (2 * k) for k, c in enumerate(p)],
+        [c / xmax ** (2 * k) for k, c in enumerate(q)],
+    )
 
 
 def erf32(p, q, x):
@@ -133,16 +142,20 @@ def main():
     print(f"LN2_HI = {float(hi)!r}\nLN2_LO = {float(lo)!r}")
     for deg in (5, 6):
         c = fit_exp(deg)
-        print(f"# exp: degree {deg}, max rel error (float32 Horner on |r| <= ln2/2): {check_exp(c):.3e}")
-    c = fit_exp(6)                        # the one _vecmath.py uses
+        print(
+            f"# exp: degree {deg}, max rel error (float32 Horner on |r| <= ln2/2): {check_exp(c):.3e}"
+        )
+    c = fit_exp(6)  # the one _vecmath.py uses
     print(fmt("EXP_C", c[2:]))
     print()
     for np_, nq in ((5, 4), (6, 4), (5, 5)):
         p, q = fit_erf(np_, nq)
         rel, ab = check_erf(p, q)
-        print(f"# erf: P degree {np_}, Q degree {nq} in x^2: max rel error {rel:.3e}, abs {ab:.3e}"
-              " (float32 Horner without FMA, 0 < x <= 6)")
-    p, q = fit_erf(6, 4)                  # the one _vecmath.py uses
+        print(
+            f"# erf: P degree {np_}, Q degree {nq} in x^2: max rel error {rel:.3e}, abs {ab:.3e}"
+            " (float32 Horner without FMA, 0 < x <= 6)"
+        )
+    p, q = fit_erf(6, 4)  # the one _vecmath.py uses
     print(fmt("ERF_P", p))
     print(fmt("ERF_Q", q[1:]))
 

@@ -30,11 +30,11 @@ plt.rcParams.update(
 LAYERS = [
     ("0  foundation", [("", "_env  _target  dtypes  strides", 1)], "2.1", "#eeeeee"),
     (
-        "1  backends",
+        "1  kernels",
         [
-            ("backends/cpu", "ops kernels blas/ vecmath fused/ memory", 1),
-            ("backends/cuda", "ops gemm attention fused layouts launch", 1),
-            ("backends/", "interface scalar layout", 0.62),
+            ("kernels/cpu", "ops kernels blas/ vecmath fused/ memory", 1),
+            ("kernels/cuda", "ops gemm attention fused layouts launch", 1),
+            ("kernels/", "interface scalar layout", 0.62),
             ("cuda.py", "the device API", 0.42),
         ],
         "2.2, 2.3, 4.2–4.6",
@@ -126,7 +126,7 @@ def main() -> None:
                     family="monospace",
                     fontsize=8.5,
                 )
-            if title == "backends/cuda":  # the two backends do not import each other
+            if title == "kernels/cuda":  # the two backends do not import each other
                 ax.text(
                     bx - 0.15,
                     y + row / 2,

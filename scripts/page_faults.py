@@ -7,8 +7,9 @@ Usage::
 The GPT of chapter 3.5 (4 layers, 4 heads, width 64) at batch 32 x block 32 with
 AdamW, one numba thread; after 5 warm-up steps, 20 steps are measured with
 ``resource.getrusage`` (minor page faults, system and user CPU time) and the wall
-clock. ``sitp/backends/cpu/memory.py`` explains the setting.
+clock. ``sitp/kernels/cpu/memory.py`` explains the setting.
 """
+
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import resource, time
 import numba
 numba.set_num_threads(1)
 import sitp
-from sitp.backends.cpu import memory as _malloc
+from sitp.kernels.cpu import memory as _malloc
 from sitp.models import MODELS
 
 spec = MODELS["gpt"]
@@ -47,7 +48,9 @@ print(f"| {_malloc.applied} | {(r1.ru_minflt - r0.ru_minflt) / n:,.0f} | "
 
 
 def main() -> int:
-    print("GPT step (batch 32 x block 32, AdamW, 1 thread), per step, mean of 20 after 5 warm-up:\n")
+    print(
+        "GPT step (batch 32 x block 32, AdamW, 1 thread), per step, mean of 20 after 5 warm-up:\n"
+    )
     print("| memory setting applied | minor page faults | system ms | user ms | wall ms |")
     print("|---|---:|---:|---:|---:|")
     for value in ("1", "0"):

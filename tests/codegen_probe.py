@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 import sitp
-from sitp.backends.cpu import blas
-from sitp.backends.cpu.blas import packed
+from sitp.kernels.cpu import blas
+from sitp.kernels.cpu.blas import packed
 
 WIDTH = {"x": 128, "y": 256, "z": 512}
 
@@ -88,7 +88,7 @@ def gemm_kernels():
 def training_step():
     """A tiny GPT-style step, so that the loop-vectorised kernels get compiled."""
     from sitp import nn
-    from sitp.backends.cpu.fused import (
+    from sitp.kernels.cpu.fused import (
         adam,
         attention,
         cross_entropy,
@@ -122,7 +122,7 @@ def training_step():
     loss.backward()
     nn.utils.clip_grad_norm_(params, 1.0)
     opt.step()
-    from sitp.backends.cpu import kernels as K
+    from sitp.kernels.cpu import kernels as K
 
     return {
         "zip_fast_kernel": K.zip_fast_kernel,

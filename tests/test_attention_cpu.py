@@ -1,5 +1,5 @@
 """The fused CPU attention kernels (sitp.nn._functions.attention.Attention,
-over sitp.backends.cpu.fused.attention) against PyTorch.
+over sitp.kernels.cpu.fused.attention) against PyTorch.
 
 ``F.scaled_dot_product_attention`` without dropout runs attention_forward_kernel
 on the inputs' strided storage and saves one logsumexp per query row; its
@@ -21,7 +21,7 @@ import sitp
 import sitp.nn.functional as F
 from helpers import np_of
 from sitp.autograd.gradcheck import gradcheck
-from sitp.backends.cpu import ops as cpu_ops
+from sitp.kernels.cpu import ops as cpu_ops
 from sitp.nn._functions import attention as _attention
 
 DTYPES = [np.float32, np.float64]

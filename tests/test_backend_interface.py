@@ -1,4 +1,4 @@
-"""The two backends implement sitp/backends/interface.py, and stay in their layer.
+"""The two backends implement sitp/kernels/interface.py, and stay in their layer.
 
 * both define every function of the interface, with its parameter names;
 * neither imports the other, nor the tensor layer or anything above it (checked on the
@@ -20,18 +20,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sitp.backends import interface
-from sitp.backends.cpu import ops as cpu_ops
-from sitp.backends.cuda import ops as cuda_ops
 from sitp.dtypes import bool_, float32, float64, int64
+from sitp.kernels import interface
+from sitp.kernels.cpu import ops as cpu_ops
+from sitp.kernels.cuda import ops as cuda_ops
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 BACKENDS = {"cpu": cpu_ops, "cuda": cuda_ops}
 
 # What a backend may import from sitp: the foundation and the backends package (less the
 # other backend, checked below).
-ALLOWED = ("sitp.backends", "sitp.dtypes", "sitp.strides", "sitp._env", "sitp._target")
-OTHER = {"cpu": "sitp.backends.cuda", "cuda": "sitp.backends.cpu"}
+ALLOWED = ("sitp.kernels", "sitp.dtypes", "sitp.strides", "sitp._env", "sitp._target")
+OTHER = {"cpu": "sitp.kernels.cuda", "cuda": "sitp.kernels.cpu"}
 
 
 def _params(f):
@@ -79,7 +79,7 @@ def _imports(path: Path):
             else:
                 mod = node.module
             yield mod
-            for a in node.names:  # "from sitp.backends import layout" imports a module too
+            for a in node.names:  # "from sitp.kernels import layout" imports a module too
                 yield f"{mod}.{a.name}"
 
 
@@ -97,11 +97,9 @@ def test_backend_imports_only_below_it(backend):
 
 def test_shared_modules_have_no_cuda():
     for name in ("layout.py", "scalar.py", "interface.py"):
-        mods = list(_imports(SRC / "sitp" / "backends" / name))
+        mods = list(_imports(SRC / "sitp" / "kernels" / name))
         assert not any(m.startswith("numba.cuda") for m in mods), name
-        assert not any(m.startswith(("sitp.backends.cpu", "sitp.backends.cuda")) for m in mods), (
-            name
-        )
+        assert not any(m.startswith(("sitp.kernels.cpu", "sitp.kernels.cuda")) for m in mods), name
 
 
 # ------------------------------------------------------------------ bare operands
@@ -266,7 +264,7 @@ def test_no_operand_functions_return_bare_storages(be):
 
 
 def test_the_cpu_backend_does_not_import_numba_cuda():
-    """numba-cuda is an extra: every module of backends/cpu must import without it."""
-    for path in sorted((SRC / "sitp" / "backends" / "cpu").rglob("*.py")):
+    """numba-cuda is an extra: every module of kernels/cpu must import without it."""
+    for path in sorted((SRC / "sitp" / "kernels" / "cpu").rglob("*.py")):
         mods = list(_imports(path))
-        assert not any(m.startswith(("numba.cuda", "sitp.backends.cuda")) for m in mods), path
+        assert not any(m.startswith(("numba.cuda", "sitp.kernels.cuda")) for m in mods), path

@@ -1,4 +1,4 @@
-"""sitp.backends.cpu.blas against numpy on awkward sizes: odd, prime, below and above one tile.
+"""sitp.kernels.cpu.blas against numpy on awkward sizes: odd, prime, below and above one tile.
 
 Tile sizes depend on the target (sitp/_target.py): MR x NR = 6 x 16 with KC = 512,
 MC = 60 on AVX2; 14 x 32 with KC = 384, MC = 112 on AVX-512. The shapes below cover
@@ -11,8 +11,8 @@ import numba
 import numpy as np
 import pytest
 
-from sitp.backends.cpu import blas
-from sitp.backends.cpu.blas.small import KD, gemm_direct_parallel, gemm_small_set
+from sitp.kernels.cpu import blas
+from sitp.kernels.cpu.blas.small import KD, gemm_direct_parallel, gemm_small_set
 
 # (M, K, N): not multiples of any tile; one-element; one tile exactly; K = 0
 SHAPES = [

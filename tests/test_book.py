@@ -536,12 +536,12 @@ def test_blocks_hash_their_chain_and_mark_volatile_ones():
     assert edited[0].hash != blocks[0].hash and edited[1].hash != blocks[1].hash
     assert edited[2].hash == blocks[2].hash
     assert pagecode.masked("took 12.5 ms on 2 threads at 0x7f3a") == "took # ms on # threads at #"
-    cached = "cached in /root/.cache/sitp/numba/e6a6e98a33ca/backends/cpu"
-    elsewhere = "cached in /tmp/xdg/sitp/numba/ec3c87d1c5d5/backends/cpu"
+    cached = "cached in /root/.cache/sitp/numba/e6a6e98a33ca/kernels/cpu"
+    elsewhere = "cached in /tmp/xdg/sitp/numba/ec3c87d1c5d5/kernels/cpu"
     assert (
         pagecode.masked(cached)
         == pagecode.masked(elsewhere)
-        == ("cached in <cache>/sitp/numba/#/backends/cpu")
+        == ("cached in <cache>/sitp/numba/#/kernels/cpu")
     )
     assert pagecode.masked("in /root/.cache/other/x") == "in ~/.cache/other/x"
     assert pagecode.same_output(blocks[2], "took 1.0 ms\n", "took 33.25 ms\n")

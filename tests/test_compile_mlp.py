@@ -10,10 +10,10 @@ import torch
 import sitp
 import sitp.nn as nn
 import sitp.nn.functional as F
-from sitp.backends.cpu import blas
-from sitp.backends.cpu.fused import gelu, linear
 from sitp.bench import threads
 from sitp.compile import kernels
+from sitp.kernels.cpu import blas
+from sitp.kernels.cpu.fused import gelu, linear
 
 K, N = 7, 21  # the MLP's width and hidden width: ragged column tiles in both dtypes
 

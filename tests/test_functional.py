@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 import sitp
 from helpers import np_of
-from sitp.backends.cpu.fused import layer_norm as ln_kernels
 from sitp.bench import threads
+from sitp.kernels.cpu.fused import layer_norm as ln_kernels
 from sitp.nn import functional as F
 
 SETTINGS = settings(max_examples=20, deadline=None)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import sitp
 import sitp.nn.functional as F
 from helpers import assert_close, np_of, pair
-from sitp.backends.cpu.fused.linear import column_sum
+from sitp.kernels.cpu.fused.linear import column_sum
 from sitp.nn._functions import linear as _linear
 
 TOL = {sitp.float32: dict(rtol=2e-5, atol=2e-5), sitp.float64: dict(rtol=1e-11, atol=1e-11)}

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
 
-from sitp.backends.cuda import fused as FG  # noqa: E402  (imports numba after the skip check)
+from sitp.kernels.cuda import fused as FG  # noqa: E402  (imports numba after the skip check)
 from sitp.nn._functions import cross_entropy as CE  # noqa: E402
 from test_numerics_extremes import close  # noqa: E402
 

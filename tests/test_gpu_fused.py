@@ -1,4 +1,4 @@
-"""The fused GPU kernels of layer norm and cross-entropy (``sitp.backends.cuda.fused``, run by
+"""The fused GPU kernels of layer norm and cross-entropy (``sitp.kernels.cuda.fused``, run by
 the nodes ``LayerNormGPU`` and ``CrossEntropyGPU`` of ``sitp.nn._functions``), forward and
 backward, against sitp's CPU kernels and torch.
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
 
-from sitp.backends.cuda import fused as FG  # noqa: E402  (imports numba after the skip check)
+from sitp.kernels.cuda import fused as FG  # noqa: E402  (imports numba after the skip check)
 from sitp.nn._functions.cross_entropy import CrossEntropyGPU  # noqa: E402
 from sitp.nn._functions.layer_norm import LayerNormGPU  # noqa: E402
 

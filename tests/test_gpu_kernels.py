@@ -1,4 +1,4 @@
-"""The GPU kernels of sitp.backends.cuda (sections 4.3-4.6) against numpy and torch.
+"""The GPU kernels of sitp.kernels.cuda (sections 4.3-4.6) against numpy and torch.
 
 Under the CUDA simulator (no GPU) every thread runs as Python, so these tests use tiny
 tilings and odd sizes (33 x 17 x 29, T = 9): every rung still runs several blocks,
@@ -12,10 +12,10 @@ import math
 import numpy as np
 import pytest
 
-from sitp.backends.cuda import attention as attn
-from sitp.backends.cuda import gemm as G
-from sitp.backends.cuda import layouts as L
-from sitp.backends.cuda.launch import ceil_div, grid_2d, has_gpu, simulated
+from sitp.kernels.cuda import attention as attn
+from sitp.kernels.cuda import gemm as G
+from sitp.kernels.cuda import layouts as L
+from sitp.kernels.cuda.launch import ceil_div, grid_2d, has_gpu, simulated
 
 # Tilings small enough for the simulator, with more than one block and one K step.
 TINY = {

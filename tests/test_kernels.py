@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 import sitp
-from sitp.backends.cpu import kernels as K
-from sitp.backends.cpu import ops as cpu
 from sitp.bench import threads
+from sitp.kernels.cpu import kernels as K
+from sitp.kernels.cpu import ops as cpu
 from sitp.strides import contiguous_strides
 
 I64 = np.int64

@@ -27,10 +27,10 @@ SRC = ROOT / "src"
 PACKAGE = SRC / "sitp"
 
 #: What may be imported inside a function: optional dependencies, and slow ones that
-#: only some calls need. ``sitp.backends.cuda`` (the device backend) imports numba.cuda.
+#: only some calls need. ``sitp.kernels.cuda`` (the device backend) imports numba.cuda.
 LATE_ALLOWED = (
     "numba.cuda",
-    "sitp.backends.cuda",
+    "sitp.kernels.cuda",
     "matplotlib",
     "torch",
     "safetensors",

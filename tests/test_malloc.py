@@ -1,4 +1,4 @@
-"""sitp keeps freed tensor memory in the process (sitp/backends/cpu/memory.py): glibc's mallopt.
+"""sitp keeps freed tensor memory in the process (sitp/kernels/cpu/memory.py): glibc's mallopt.
 
 Without it, each large output array is a fresh mmap of zeroed pages and every 4 KiB
 of it page-faults when first written (about 4,900 faults per GPT training step).
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(
 PROBE = """
 import resource, sys
 import numpy as np
-import sitp, sitp.backends.cpu.memory as m
+import sitp, sitp.kernels.cpu.memory as m
 sizes = [(1 << 18) * (1 + i % 4) for i in range(40)]     # 0.25 to 1 MiB
 def one_pass():
     arrays = []

@@ -21,7 +21,7 @@ PROBE = r"""
 import json, sys
 import numpy as np
 import sitp
-from sitp.backends.cpu.blas import level1
+from sitp.kernels.cpu.blas import level1
 x, y = np.ones(5, np.float32), np.ones(5, np.float32)
 level1.saxpy(np.float32(2), x, y)
 locator = level1.saxpy._cache._impl._locator
@@ -73,9 +73,9 @@ def test_a_copy_of_the_sources_at_another_path_reuses_the_cache(tmp_path):
     first = _run(PROBE, cache, cwd=tmp_path)
     assert first["locator"] == "PackageCacheLocator"
     assert first["misses"] == 1 and first["hits"] == 0
-    assert Path(first["path"]).relative_to(cache).parts[1:] == ("backends", "cpu", "blas")
+    assert Path(first["path"]).relative_to(cache).parts[1:] == ("kernels", "cpu", "blas")
     copy = _copy_package(tmp_path / "copy")
-    (copy / "sitp" / "backends" / "cpu" / "blas" / "level1.py").touch()  # a newer mtime
+    (copy / "sitp" / "kernels" / "cpu" / "blas" / "level1.py").touch()  # a newer mtime
     second = _run(PROBE, cache, pythonpath=copy, cwd=tmp_path)
     assert Path(second["file"]).resolve().is_relative_to(copy.resolve())
     assert second["hits"] == 1 and second["misses"] == 0
@@ -86,7 +86,7 @@ def test_a_copy_whose_kernel_source_differs_compiles_again(tmp_path):
     cache = tmp_path / "cache"
     _run(PROBE, cache, cwd=tmp_path)
     copy = _copy_package(tmp_path / "edited")
-    level1 = copy / "sitp" / "backends" / "cpu" / "blas" / "level1.py"
+    level1 = copy / "sitp" / "kernels" / "cpu" / "blas" / "level1.py"
     level1.write_text(level1.read_text() + "\n# an edit\n")
     edited = _run(PROBE, cache, pythonpath=copy, cwd=tmp_path)
     assert edited["hits"] == 0 and edited["misses"] == 1

@@ -240,7 +240,7 @@ def test_attention_extremes(data, L, S, D, mask_kind, causal):
         outs.append([o.detach().numpy()] + [t.grad.numpy() for t in (qq, kk, vv)])
     s_out, t_out = outs
     # rows with no key left: torch's math path gives NaN, its fused CPU kernel and
-    # sitp give zeros (sitp/backends/cpu/fused/attention.py); compare the rows that have a key
+    # sitp give zeros (sitp/kernels/cpu/fused/attention.py); compare the rows that have a key
     keep = ~np.isnan(t_out[0]).any(-1)
     close(s_out[0][keep], t_out[0][keep], atol=1e-5)
     if keep.all():

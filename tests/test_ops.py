@@ -15,7 +15,7 @@ from hypothesis.extra import numpy as hnp
 import sitp
 from helpers import assert_close, non_contiguous
 from sitp._tensor import dispatch
-from sitp.backends import scalar
+from sitp.kernels import scalar
 
 SETTINGS = settings(max_examples=25, deadline=None)
 
@@ -23,7 +23,7 @@ SETTINGS = settings(max_examples=25, deadline=None)
 class Op(NamedTuple):
     """A row of the op tables: one op, called the same way in sitp and in torch."""
 
-    op: str  # the scalar op it runs (sitp/backends/scalar.py)
+    op: str  # the scalar op it runs (sitp/kernels/scalar.py)
     fn: str  # its name in both: lib.fn(x, ...), x.fn(...), x.fn_(...), where torch has each
     args: tuple = ()  # after the tensor operands
     kwargs: dict = {}
@@ -317,7 +317,7 @@ def test_binary_edges_like_torch(name):
 
 
 def test_compare_ops_like_torch():
-    """Every comparison code of sitp/backends/scalar.py, through the backend, against
+    """Every comparison code of sitp/kernels/scalar.py, through the backend, against
     torch's function of the same name; and logical_not."""
     a = np.array([0.0, 1.0, -1.0, 2.0, math.nan, math.inf, 0.0])
     b = np.array([0.0, 2.0, -1.0, 1.0, 1.0, math.inf, math.nan])

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sitp
-from sitp.backends.cpu.fused import adam as fused_adam
 from sitp.bench import threads
+from sitp.kernels.cpu.fused import adam as fused_adam
 
 RNG = np.random.default_rng(0)
 X_ND = RNG.normal(size=(16, 4))

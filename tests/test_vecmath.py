@@ -1,4 +1,4 @@
-"""sitp.backends.cpu.vecmath (float32 exp and erf without libm) and the fused GELU kernels.
+"""sitp.kernels.cpu.vecmath (float32 exp and erf without libm) and the fused GELU kernels.
 
 The error bounds are stated in ulps of the float32 result (for a subnormal
 result, in units of the smallest subnormal, 2**-149). Measured over every 7th
@@ -19,8 +19,8 @@ from numba import njit
 
 import sitp
 from sitp.autograd.gradcheck import gradcheck
-from sitp.backends.cpu.fused.gelu import gelu_backward_kernel, gelu_kernel
-from sitp.backends.cpu.vecmath import FASTMATH, erf_f32, exp_f32
+from sitp.kernels.cpu.fused.gelu import gelu_backward_kernel, gelu_kernel
+from sitp.kernels.cpu.vecmath import FASTMATH, erf_f32, exp_f32
 from sitp.nn import functional as F
 
 EXP_ULPS = 1.5
@@ -277,7 +277,7 @@ def test_coefficients_are_what_the_fit_script_prints():
     import importlib.util
     from pathlib import Path
 
-    from sitp.backends.cpu import vecmath as V
+    from sitp.kernels.cpu import vecmath as V
 
     path = Path(__file__).resolve().parents[1] / "scripts" / "fit_vecmath.py"
     spec = importlib.util.spec_from_file_location("fit_vecmath", path)
@@ -302,7 +302,7 @@ def test_gelu_and_layer_norm_on_two_threads_equal_one(approximate):
     row-wise work gives the same bits as on one thread."""
     import numba
 
-    from sitp.backends.cpu.fused import gelu, layer_norm
+    from sitp.kernels.cpu.fused import gelu, layer_norm
 
     shape = (2, gelu.PARALLEL_MIN // 256 + 3, 256)
     assert np.prod(shape) >= max(gelu.PARALLEL_MIN, layer_norm._PARALLEL_ROWS_MIN)

@@ -7,7 +7,7 @@
 from sitp import _env  # noqa: F401  (must run before numba is imported)
 
 # isort: split
-# The layers, bottom to top (docs/layout.md): backends, the tensor, autograd, the
+# The layers, bottom to top (docs/layout.md): kernels, the tensor, autograd, the
 # methods (importing sitp.methods installs them on Tensor), the PyTorch mirror.
 from sitp import autograd, cuda, dtypes, random
 from sitp._config import __version__, show_config

@@ -15,8 +15,8 @@ import numba
 import numpy as np
 
 from sitp import _env, _target
-from sitp.backends.cpu.blas import packed
 from sitp.bench import cpu_model
+from sitp.kernels.cpu.blas import packed
 
 #: The package's version (``sitp.__version__``; the same as pyproject.toml's).
 __version__ = "0.1.0"

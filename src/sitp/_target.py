@@ -5,7 +5,7 @@ numba compiles for the CPU it runs on, or for the one named by ``NUMBA_CPU_NAME`
 once, before anything is compiled:
 
 * the **vector width** (128-bit SSE or NEON, 256-bit AVX2, 512-bit AVX-512) and the
-  number of vector registers, from which :mod:`sitp.backends.cpu.blas` sizes its register tile;
+  number of vector registers, from which :mod:`sitp.kernels.cpu.blas` sizes its register tile;
 * the **cache key**: numba's on-disk cache records the CPU name and features, but not
   the vectorizer flags (``NUMBA_SLP_VECTORIZE``, ``NUMBA_LOOP_VECTORIZE``), the
   optimisation level, nor constants that one module's kernels take from another (the
@@ -171,8 +171,8 @@ def kernel_sources_hash() -> str:
         except OSError:
             continue
         # every file of the backend layer (kernels inline plain functions from files that
-        # compile nothing themselves, such as backends/scalar.py), and any file that compiles
-        if path.is_relative_to(root / "backends") or any(m in data for m in _KERNEL_MARKERS):
+        # compile nothing themselves, such as kernels/scalar.py), and any file that compiles
+        if path.is_relative_to(root / "kernels") or any(m in data for m in _KERNEL_MARKERS):
             h.update(str(path.relative_to(root)).encode() + b"\0" + data)
     return h.hexdigest()[:16]
 

@@ -2,7 +2,7 @@
 
 Tensors move to the GPU with ``x.to("cuda")`` / ``x.cuda()`` or are made there
 with ``device="cuda"``; their ops then run sitp's Numba CUDA kernels
-(``sitp/backends/cuda/ops.py``). Without a GPU, numba's CUDA simulator
+(``sitp/kernels/cuda/ops.py``). Without a GPU, numba's CUDA simulator
 (``NUMBA_ENABLE_CUDASIM=1``) runs the same kernels on the CPU, one Python thread
 per GPU thread: slowly, but correctly. There ``is_available()`` is False and
 ``is_simulated()`` True, and device tensors still work.

@@ -9,7 +9,7 @@ A tensor is a flat buffer (its *storage*) plus three pieces of metadata:
 
 Entry ``idx`` lives at ``offset + sum(i * s for i, s in zip(idx, strides))``.
 Everything here is plain Python on tuples of ints: the kernels in
-``sitp.backends.cpu.kernels`` do the same arithmetic inside their loops.
+``sitp.kernels.cpu.kernels`` do the same arithmetic inside their loops.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Registers, shared memory and spills of every sitp.backends.cuda kernel, as ptxas reports them.
+"""Registers, shared memory and spills of every sitp.kernels.cuda kernel, as ptxas reports them.
 
 Sections 4.4 and 4.6 quote this table. It needs no GPU, only NVIDIA's compilers:
 numba-cuda turns each kernel into PTX with NVVM, and ``ptxas -v`` assembles it for one
@@ -14,6 +14,7 @@ ptxas, which reads PTX up to version 8.8, the header of NVVM 13's PTX (9.0) is l
 the kernels use no instruction that needs the newer version, and the tables come out
 the same.
 """
+
 import re
 import subprocess
 import sys
@@ -21,8 +22,8 @@ import tempfile
 
 from numba import cuda, types
 
-from sitp.backends.cuda import attention as A
-from sitp.backends.cuda import gemm as G
+from sitp.kernels.cuda import attention as A
+from sitp.kernels.cuda import gemm as G
 
 F2, F3, F4 = (types.Array(types.float32, n, "C") for n in (2, 3, 4))
 F, BOOL = types.float32, types.boolean
@@ -37,7 +38,11 @@ def kernels():
     yield "attention `weighted_sum`", A.weighted_sum_kernel(), (F4, F4, F4)
     yield "attention `fused_softmax`", A.fused_softmax_kernel(), (F4, F4, F4, F, BOOL)
     yield "flash forward", A.flash_forward_kernel(64), (F4, F4, F4, F4, F3, F, BOOL)
-    yield "flash backward dK, dV", A.flash_backward_dkdv_kernel(64), (F4,) * 4 + (F3, F3, F4, F4, F, BOOL)
+    yield (
+        "flash backward dK, dV",
+        A.flash_backward_dkdv_kernel(64),
+        (F4,) * 4 + (F3, F3, F4, F4, F, BOOL),
+    )
     yield "flash backward dQ", A.flash_backward_dq_kernel(64), (F4,) * 4 + (F3, F3, F4, F, BOOL)
 
 
@@ -51,22 +56,33 @@ def resources(ptx, arch, ptxas):
     with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
         f.write(ptx)
         f.flush()
-        out = subprocess.run([ptxas, "-v", f"-arch={arch}", f.name, "-o", "/dev/null"],
-                             capture_output=True, text=True, check=True).stderr
+        out = subprocess.run(
+            [ptxas, "-v", f"-arch={arch}", f.name, "-o", "/dev/null"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stderr
 
     def num(pattern):
         m = re.search(pattern, out)
         return int(m.group(1)) if m else 0
-    return (num(r"Used (\d+) registers"), num(r"(\d+) bytes smem"),
-            num(r"(\d+) bytes stack frame"), num(r"(\d+) bytes spill stores"),
-            num(r"(\d+) bytes spill loads"))
+
+    return (
+        num(r"Used (\d+) registers"),
+        num(r"(\d+) bytes smem"),
+        num(r"(\d+) bytes stack frame"),
+        num(r"(\d+) bytes spill stores"),
+        num(r"(\d+) bytes spill loads"),
+    )
 
 
 def main(cc="8.0", ptxas="ptxas"):
     major, minor = (int(x) for x in cc.split("."))
     arch = f"sm_{major}{minor}"
-    print(f"| kernel ({arch}) | registers per thread | shared memory, bytes | stack frame, bytes "
-          "| spill stores / loads, bytes |")
+    print(
+        f"| kernel ({arch}) | registers per thread | shared memory, bytes | stack frame, bytes "
+        "| spill stores / loads, bytes |"
+    )
     print("|---|---|---|---|---|")
     for name, kern, sig in kernels():
         bounds = getattr(kern, "targetoptions", {}).get("launch_bounds")

@@ -10,8 +10,8 @@ from sitp import cuda
 from sitp._tensor import dispatch
 from sitp._tensor.tensor import Tensor
 from sitp._tensor.tensor import device as _device
-from sitp.backends.cpu import ops as cpu
 from sitp.dtypes import bool_, float32, from_numpy_dtype, int64, promote, scalar_dtype, to_dtype
+from sitp.kernels.cpu import ops as cpu
 from sitp.strides import contiguous_strides
 
 

@@ -1,10 +1,10 @@
-"""The one dispatch point: which backend runs an op (``sitp/backends/cpu`` or ``sitp/backends/cuda``).
+"""The one dispatch point: which backend runs an op (``sitp/kernels/cpu`` or ``sitp/kernels/cuda``).
 
 A tensor's storage says where it lives: a numpy array on the CPU, a Numba device array on
 the GPU. An op with any GPU operand runs on the GPU backend, which accepts 0-d CPU tensors
 (Python scalars) and rejects every other CPU tensor with an error naming both devices.
 
-Both backends implement ``sitp/backends/interface.py``, module-level functions with the
+Both backends implement ``sitp/kernels/interface.py``, module-level functions with the
 same names and parameters, so the module that :func:`of` returns is the backend: a call is
 ``dispatch.of(x).unary("exp", x)``, with no object in between. A backend reads a tensor
 only through its storage and layout and makes results with the tensor's own ``_make``;
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sitp.backends.cpu import ops as cpu
+from sitp.kernels.cpu import ops as cpu
 
 _cuda = None
 
@@ -26,7 +26,7 @@ def cuda():
     costs a second at start-up and is not needed by a program that stays on the CPU."""
     global _cuda
     if _cuda is None:
-        from sitp.backends.cuda import ops  # late: imports numba.cuda (see the docstring)
+        from sitp.kernels.cuda import ops  # late: imports numba.cuda (see the docstring)
 
         _cuda = ops
     return _cuda

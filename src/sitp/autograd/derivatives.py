@@ -1,7 +1,7 @@
 """The table of local derivatives: every differentiable op, forward beside backward.
 
 Each op is a :class:`~sitp.autograd.function.Function`. ``forward`` computes with the
-CPU backend (``sitp/backends/cpu/ops.py``) and saves what ``backward`` needs; ``backward``
+CPU backend (``sitp/kernels/cpu/ops.py``) and saves what ``backward`` needs; ``backward``
 receives ``grad`` — d(loss)/d(output) — and returns d(loss)/d(input) for each
 tensor input, by the chain rule: grad times the op's local derivative.
 Backward code runs with recording off and may use any tensor op.

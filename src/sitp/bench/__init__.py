@@ -30,7 +30,7 @@ import numba
 import numpy as np
 
 from sitp import _target
-from sitp.backends.cpu.blas import packed, saxpy
+from sitp.kernels.cpu.blas import packed, saxpy
 
 PAUSE_S = 0.3  # between phases: lets OpenBLAS / OpenMP worker threads fall asleep
 

@@ -11,8 +11,8 @@ import statistics
 import numpy as np
 
 from sitp import bench
-from sitp.backends.cpu import blas
 from sitp.bench import machine_info, median_time, pause, threads, wait_for_idle
+from sitp.kernels.cpu import blas
 
 # name, kernel, uses threads, largest N to time (the naive loop takes seconds beyond)
 LADDER = [

@@ -1,6 +1,6 @@
 """``python -m sitp.bench gpu-gemm`` and ``gpu-attention``: the GPU kernels, timed (4.4, 4.6).
 
-gpu-gemm prints the GFLOP/s of every rung of the GEMM ladder (``sitp.backends.cuda.gemm``) and of
+gpu-gemm prints the GFLOP/s of every rung of the GEMM ladder (``sitp.kernels.cuda.gemm``) and of
 cuBLAS (through CuPy, or PyTorch's CUDA build; TF32 off, so all of them do fp32
 arithmetic) for square N x N float32 products, and each rung's share of cuBLAS.
 
@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 
-from sitp.backends.cuda.launch import has_gpu, no_gpu_reason
+from sitp.kernels.cuda.launch import has_gpu, no_gpu_reason
 
 
 def add_arguments(p):
@@ -140,7 +140,7 @@ def cublas_matmul(n, repeats):
 def gemm_main(args):
     from numba import cuda  # late: numba-cuda is optional; only GPU runs need it
 
-    from sitp.backends.cuda import gemm as G  # late: imports numba.cuda (optional)
+    from sitp.kernels.cuda import gemm as G  # late: imports numba.cuda (optional)
 
     kernels = args.kernels or list(G.KERNELS)
     print(f"GEMM ladder, float32, C = A @ B, square N; {device_name()}\n")
@@ -198,7 +198,7 @@ def gemm_main(args):
 def attention_main(args):
     from numba import cuda  # late: numba-cuda is optional; only GPU runs need it
 
-    from sitp.backends.cuda import attention as attn  # late: imports numba.cuda (optional)
+    from sitp.kernels.cuda import attention as attn  # late: imports numba.cuda (optional)
 
     B, H, D = args.batch, args.heads, args.head_dim
     print(f"Attention, float32, B={B} H={H} D={D} causal={args.causal}; {device_name()}\n")

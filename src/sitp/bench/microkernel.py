@@ -1,7 +1,7 @@
 """``python -m sitp.bench microkernel``: the micro-kernel, and what each numba detail is worth.
 
 Times, on L1-resident panels on one core, the shipped micro-kernel
-(``sitp.backends.cpu.blas.packed.micro_kernel``, whose tile is written with explicit vector
+(``sitp.kernels.cpu.blas.packed.micro_kernel``, whose tile is written with explicit vector
 types by ``tile_fma``) next to the plain-loop version (``micro_kernel_loops``),
 which leaves the vectors to LLVM, compiled four ways:
 
@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from sitp import _target
-from sitp.backends.cpu.blas import packed
+from sitp.kernels.cpu.blas import packed
 
 # name: (function, text edits to packed.py's source, SLP, loop vectorizer)
 VARIANTS = {

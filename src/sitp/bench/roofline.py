@@ -14,9 +14,9 @@ import numpy as np
 from numba import njit, prange
 
 from sitp import bench
-from sitp.backends.cpu import blas
 from sitp.bench import machine_info, median_time, pause, threads, wait_for_idle
 from sitp.bench.gemm import gemm_gflops, level12_gbps
+from sitp.kernels.cpu import blas
 
 
 # --8<-- [start:peak]

@@ -1,6 +1,6 @@
 """Capture: run the function once on real tensors and record every backend call (6.1).
 
-While :func:`tracing` is active, the functions of the CPU backend (``sitp/backends/cpu/ops.py``:
+While :func:`tracing` is active, the functions of the CPU backend (``sitp/kernels/cpu/ops.py``:
 the interface's, plus ``linear`` and ``_new``) are replaced by recording wrappers, and so
 are the ``forward`` and ``backward`` of the fused layers (the ``Function`` classes of
 ``sitp/nn/_functions``). The recording sits at the backend module, not in
@@ -37,9 +37,9 @@ from sitp import random as _random
 from sitp._tensor.tensor import Tensor
 from sitp.autograd import engine as _engine
 from sitp.autograd.function import Function
-from sitp.backends.cpu import ops as _cpu
-from sitp.backends.interface import FUNCTIONS
 from sitp.compile.graph import ArrRef, CtxArg, Graph, HostIndex, Node, Ref, Value
+from sitp.kernels.cpu import ops as _cpu
+from sitp.kernels.interface import FUNCTIONS
 from sitp.nn import utils as _nn_utils
 from sitp.nn._functions import attention as _l_attention
 from sitp.nn._functions import binary_cross_entropy as _l_bce

@@ -10,7 +10,7 @@ The source is plain Python, to be read: one loop per dim, ``prange`` on the oute
 when the index space is large (with a serial twin of the same loops, which a call on
 one thread runs: starting numba's thread pool costs about 20 us), one line per fused
 op, each cast to the op's dtype as the eager backend's store does. The scalar functions
-are those of ``sitp/backends/scalar.py`` (the same ones the eager kernels inline), so a
+are those of ``sitp/kernels/scalar.py`` (the same ones the eager kernels inline), so a
 compiled float64 chain gives eager's bits.
 The CPU source is written to a file named by its hash under the package's numba cache
 directory (``sitp/_env.py``: a directory keyed by the CPU and the kernel sources), and
@@ -29,7 +29,7 @@ import sys
 import numpy as np
 
 from sitp import _env
-from sitp.backends.scalar import BINARY, COMPARE, UNARY
+from sitp.kernels.scalar import BINARY, COMPARE, UNARY
 
 PARALLEL_MIN = 1 << 16  # entries of the index space from which the outer loop is a prange
 SERIAL = "_serial"  # suffix of a parallel kernel's serial twin, which a one-thread call runs
@@ -314,8 +314,8 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
         "import numpy as np",
         "from numba import njit, prange",
         "",
-        "from sitp.backends.cpu.kernels import binary, compare, unary",
-        "from sitp.backends.cpu.vecmath import exp_f32",
+        "from sitp.kernels.cpu.kernels import binary, compare, unary",
+        "from sitp.kernels.cpu.vecmath import exp_f32",
         "from sitp.compile.scalars import tanh_f32",
         "",
         "",
@@ -368,7 +368,7 @@ def _cuda_source(kernel, space, outer, inner, init, body, store, v, params, root
         "import numpy as np",
         "from numba import cuda",
         "",
-        "from sitp.backends import scalar",
+        "from sitp.kernels import scalar",
         "",
         "unary = cuda.jit(device=True)(scalar.unary)",
         "binary = cuda.jit(device=True)(scalar.binary)",

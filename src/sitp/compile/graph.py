@@ -1,10 +1,10 @@
 """The graph that ``sitp.compile`` captures: buffers, views of them, and the backend calls
 that read and write them (chapter 6.1).
 
-The graph lives at the level of the backend interface (``sitp/backends/interface.py``):
+The graph lives at the level of the backend interface (``sitp/kernels/interface.py``):
 a :class:`Value` is one buffer (a flat storage), a :class:`Ref` is a tensor's view of a
 buffer (shape, strides, offset, dtype: what a backend reads), and a :class:`Node` is one
-call of a backend function, or of a fused kernel of ``sitp/backends/cpu/fused``, with its
+call of a backend function, or of a fused kernel of ``sitp/kernels/cpu/fused``, with its
 arguments. Views (``reshape``, ``transpose``, ``expand``) are not nodes: they are Refs
 with other strides, and a generated kernel bakes those strides in.
 

@@ -14,10 +14,10 @@ own that reads the whole result back from memory:
 And one that is not a product: :func:`cross_entropy_rows`, the loss of a row of logits
 with its exps vectorised.
 
-The tiles are the CPU backend's (``sitp.backends.cpu.blas.small``): the same blocks,
+The tiles are the CPU backend's (``sitp.kernels.cpu.blas.small``): the same blocks,
 the same sums in the same order, so the products are those of eager sitp's
 ``matmul``; the pointwise functions are the backend's GELU elements
-(``sitp.backends.cpu.fused.gelu``), compiled with the same flags.
+(``sitp.kernels.cpu.fused.gelu``), compiled with the same flags.
 
 When the rows do not divide into blocks, the last block ends flush with the matrix's
 edge, as in ``_gemm_set``, and overlaps the block before. In the forward its tiles
@@ -33,9 +33,9 @@ import math
 import numpy as np
 from numba import njit
 
-from sitp.backends.cpu.blas.packed import tile_nr
-from sitp.backends.cpu.blas.small import SMALL_MR, _column_tiles, _tile, gemm_small_set
-from sitp.backends.cpu.fused.gelu import (
+from sitp.kernels.cpu.blas.packed import tile_nr
+from sitp.kernels.cpu.blas.small import SMALL_MR, _column_tiles, _tile, gemm_small_set
+from sitp.kernels.cpu.fused.gelu import (
     _is_float32,
     gelu_f32,
     gelu_f64,
@@ -46,8 +46,8 @@ from sitp.backends.cpu.fused.gelu import (
     gelu_tanh_grad_f32,
     gelu_tanh_grad_f64,
 )
-from sitp.backends.cpu.fused.layer_norm import layer_norm_kernel
-from sitp.backends.cpu.vecmath import FASTMATH, exp_f32
+from sitp.kernels.cpu.fused.layer_norm import layer_norm_kernel
+from sitp.kernels.cpu.vecmath import FASTMATH, exp_f32
 
 
 # --------------------------------------------------------------- the elements

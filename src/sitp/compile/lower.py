@@ -35,16 +35,16 @@ from numba import njit, prange, types
 from numba.extending import overload
 
 from sitp.autograd.function import Context
-from sitp.backends.cpu import blas
-from sitp.backends.cpu import ops as cpu
-from sitp.backends.cpu.blas.packed import FASTMATH
-from sitp.backends.cpu.blas.small import gemm_small_set
-from sitp.backends.cpu.fused import gelu as gelu_fused
-from sitp.backends.cpu.fused import layer_norm as ln_fused
-from sitp.backends.cpu.fused import linear as linear_fused
-from sitp.backends.cpu.vecmath import exp_f32
 from sitp.compile import kernels
 from sitp.compile.graph import CtxArg, Graph, Ref, contiguous
+from sitp.kernels.cpu import blas
+from sitp.kernels.cpu import ops as cpu
+from sitp.kernels.cpu.blas.packed import FASTMATH
+from sitp.kernels.cpu.blas.small import gemm_small_set
+from sitp.kernels.cpu.fused import gelu as gelu_fused
+from sitp.kernels.cpu.fused import layer_norm as ln_fused
+from sitp.kernels.cpu.fused import linear as linear_fused
+from sitp.kernels.cpu.vecmath import exp_f32
 
 
 # --8<-- [start:attention_lowered]

@@ -13,9 +13,9 @@ import numpy as np
 
 from sitp._tensor.tensor import Tensor
 from sitp.autograd.function import Context
-from sitp.backends.cpu import ops as _cpu
 from sitp.compile import capture
 from sitp.compile.graph import ArrRef, CtxArg, Graph, HostIndex, Node, Ref
+from sitp.kernels.cpu import ops as _cpu
 
 
 def backend_function(name: str):

@@ -2,7 +2,7 @@
 
 numba compiles ``math.tanh`` on a float32 to a call of the C library's ``tanhf``, one
 value at a time (16 ns each on the benchmark's CPU); a loop containing a call is not
-vectorised. ``tanh_f32`` uses ``sitp.backends.cpu.vecmath.exp_f32`` (adds, multiplies,
+vectorised. ``tanh_f32`` uses ``sitp.kernels.cpu.vecmath.exp_f32`` (adds, multiplies,
 selects) and the odd series near zero, where ``1 - 2 / (exp(2|x|) + 1)`` would cancel.
 Its relative error is below 1e-6 (``tests/test_compile_passes.py`` measures it).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from sitp.backends.cpu.vecmath import FASTMATH, exp_f32
+from sitp.kernels.cpu.vecmath import FASTMATH, exp_f32
 
 
 @njit(cache=True, inline="always", fastmath=FASTMATH, error_model="numpy")

@@ -1,7 +1,7 @@
 """``sitp.nn``: modules, parameters, functional ops and initialisation (chapter 4.2).
 
 Part of the PyTorch mirror (layer 5 of docs/layout.md), at ``torch.nn``'s dotted paths;
-the layers of chapter 3's models are built here, their kernels in ``sitp.backends``.
+the layers of chapter 3's models are built here, their kernels in ``sitp.kernels``.
 """
 
 from sitp.nn import functional, init, parallel, utils

@@ -5,7 +5,7 @@
 Most functions here are short compositions of tensor ops, so autograd derives
 their gradients; the others are one autograd node each, over fused kernels with their
 own backward (``sitp/nn/_functions/``, which calls the kernels of
-``sitp/backends/cpu/fused/`` and ``sitp/backends/cuda/fused.py``): :func:`linear`,
+``sitp/kernels/cpu/fused/`` and ``sitp/kernels/cuda/fused.py``): :func:`linear`,
 :func:`gelu`, :func:`cross_entropy`, :func:`layer_norm`, :func:`rms_norm` and
 :func:`scaled_dot_product_attention`.
 
@@ -95,9 +95,9 @@ def _reduce(loss, reduction):
 
 def _on_host(*tensors):
     """Whether every tensor lives on the CPU. The fused kernels of
-    ``sitp.backends.cpu.fused`` are numba CPU code. On a GPU,
+    ``sitp.kernels.cpu.fused`` are numba CPU code. On a GPU,
     :func:`layer_norm` and :func:`cross_entropy` (class-index targets) run the fused
-    CUDA kernels of ``sitp.backends.cuda.fused``; the other cases, and
+    CUDA kernels of ``sitp.kernels.cuda.fused``; the other cases, and
     :func:`scaled_dot_product_attention`, fall back to compositions of ops, each of
     which runs on the tensors' own backend."""
     return all(t is None or isinstance(t._storage, np.ndarray) for t in tensors)
@@ -123,7 +123,7 @@ def relu(input: Tensor, inplace: bool = False) -> Tensor:
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     """x * Phi(x) (``approximate='none'``) or its tanh approximation (``'tanh'``, GPT-2's).
 
-    Float tensors on the CPU take the fused kernels of ``backends/cpu/fused/gelu.py`` (one
+    Float tensors on the CPU take the fused kernels of ``kernels/cpu/fused/gelu.py`` (one
     vectorised pass each way); other tensors, the generic unary op.
     """
     if approximate not in ("none", "tanh"):
@@ -306,7 +306,7 @@ def layer_norm(
 
 def _layer_norm_composed(x, k, weight, bias, eps):
     """What ``_ln.LayerNorm`` computes, as a composition of ops (the device
-    fallback where ``sitp.backends.cuda.fused`` does not apply)."""
+    fallback where ``sitp.kernels.cuda.fused`` does not apply)."""
     dims = tuple(range(x.ndim - k, x.ndim))
     xc = x - x.mean(dims, keepdim=True)
     y = xc * ((xc * xc).mean(dims, keepdim=True) + eps).rsqrt()
@@ -1031,7 +1031,7 @@ def cross_entropy(
 
 def _cross_entropy_composed(x_RC, t_R, weight, ignore_index, eps, reduction):
     """What ``_ce.CrossEntropy`` computes, as a composition of ops (the device
-    fallback where ``sitp.backends.cuda.fused`` does not apply)."""
+    fallback where ``sitp.kernels.cuda.fused`` does not apply)."""
     C = x_RC.shape[1]
     logp = x_RC.log_softmax(1)
     loss, w_R, keep = _nll_rows(logp, t_R, weight, ignore_index, "cross_entropy")

@@ -20,9 +20,9 @@ import numpy as np
 
 from sitp._tensor.creation import tensor, zeros_like
 from sitp.autograd.grad_mode import no_grad
-from sitp.backends.cpu.fused.adam import adam_update
 from sitp.dtypes import float32
 from sitp.functional import maximum
+from sitp.kernels.cpu.fused.adam import adam_update
 from sitp.optim.optimizer import Optimizer
 
 
@@ -62,7 +62,7 @@ class Adam(Optimizer):
         maximize: ascend the objective instead of descending it.
         decoupled_weight_decay: decay the weights directly, as AdamW does.
         foreach, fused: accepted for compatibility with PyTorch and ignored: contiguous CPU
-            tensors always take the one-pass kernel of ``backends/cpu/fused/adam.py``.
+            tensors always take the one-pass kernel of ``kernels/cpu/fused/adam.py``.
 
     >>> import sitp
     >>> w = sitp.tensor([3.0, -1.0], requires_grad=True)
@@ -148,7 +148,7 @@ class Adam(Optimizer):
                     t = _bump(state["step"])  # step += 1, as a float
                     arrays = [_flat(x) for x in (p, g, m, v)] if not amsgrad else [None]
                     if all(a is not None for a in arrays) and len({a.dtype for a in arrays}) == 1:
-                        # the same update in one pass (backends/cpu/fused/adam.py)
+                        # the same update in one pass (kernels/cpu/fused/adam.py)
                         adam_update(
                             *arrays,
                             lr,

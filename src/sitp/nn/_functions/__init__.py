@@ -1,8 +1,8 @@
 """The autograd nodes of chapter 4.2's fused kernels: one module per op.
 
 Each module holds the ``Function`` that calls the op's CPU kernels
-(``sitp.backends.cpu.fused``) and, where the GPU has its own, the ``Function`` that
-calls the CUDA kernels (``sitp.backends.cuda.fused``), next to it:
+(``sitp.kernels.cpu.fused``) and, where the GPU has its own, the ``Function`` that
+calls the CUDA kernels (``sitp.kernels.cuda.fused``), next to it:
 
 * ``linear`` -- :class:`Linear`, y = x W^T + b as one node;
 * ``gelu`` -- :class:`GELU`;

@@ -1,6 +1,6 @@
 """What the GPU nodes need from the CUDA backend, reached through one late import.
 
-``sitp.backends.cuda`` imports ``numba.cuda``, which is slow to import and absent on some
+``sitp.kernels.cuda`` imports ``numba.cuda``, which is slow to import and absent on some
 installs, so it is imported when a device tensor first reaches a fused GPU node, not
 when ``sitp.nn`` is imported.
 """
@@ -13,8 +13,8 @@ from sitp._tensor.tensor import Tensor
 
 
 def backend():
-    """(``sitp.backends.cuda.fused``, ``sitp.backends.cuda.ops``): the kernels and the backend."""
-    from sitp.backends.cuda import fused, ops  # late: imports numba.cuda
+    """(``sitp.kernels.cuda.fused``, ``sitp.kernels.cuda.ops``): the kernels and the backend."""
+    from sitp.kernels.cuda import fused, ops  # late: imports numba.cuda
 
     return fused, ops
 

@@ -1,7 +1,7 @@
 """Attention as one autograd node, flash-style on the CPU: :class:`Attention` (chapter 4.2).
 
 Per block of query rows, scores, masked softmax and P V run in one kernel that reads
-q, k, v through their strides (``sitp.backends.cpu.fused.attention``); it saves one row
+q, k, v through their strides (``sitp.kernels.cpu.fused.attention``); it saves one row
 max and one 1 / row sum per query row, and the backward kernel recomputes P from them.
 A float mask that needs its gradient takes the exact path instead: scores and
 probabilities as tensors, with the masked softmax of ``sitp.nn._functions.softmax``.
@@ -14,9 +14,9 @@ import numpy as np
 from sitp._tensor.tensor import Tensor
 from sitp.autograd.derivatives import unbroadcast
 from sitp.autograd.function import Function
-from sitp.backends.cpu import ops as cpu
-from sitp.backends.cpu.fused import attention as cpu_fused
 from sitp.dtypes import bool_
+from sitp.kernels.cpu import ops as cpu
+from sitp.kernels.cpu.fused import attention as cpu_fused
 from sitp.nn._functions.softmax import masked_softmax
 from sitp.strides import broadcast_shapes, broadcast_strides, numel
 

@@ -3,7 +3,7 @@
 
 Log-softmax, negative log-likelihood, label smoothing and class weights run as one
 kernel per row; the gradient, ``softmax - target distribution`` scaled, as one more.
-The kernels are ``sitp.backends.cpu.fused.cross_entropy`` and ``sitp.backends.cuda.fused``.
+The kernels are ``sitp.kernels.cpu.fused.cross_entropy`` and ``sitp.kernels.cuda.fused``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import math
 import numpy as np
 
 from sitp.autograd.function import Function
-from sitp.backends.cpu import ops as cpu
-from sitp.backends.cpu.fused import cross_entropy as cpu_fused
+from sitp.kernels.cpu import ops as cpu
+from sitp.kernels.cpu.fused import cross_entropy as cpu_fused
 from sitp.nn._functions import _cuda
 
 

@@ -1,12 +1,12 @@
 """GELU as one autograd node, :class:`GELU` (chapter 4.2): one vectorising kernel forward
-and one backward (``sitp.backends.cpu.fused.gelu``), for float32 and float64 CPU tensors.
+and one backward (``sitp.kernels.cpu.fused.gelu``), for float32 and float64 CPU tensors.
 """
 
 from __future__ import annotations
 
 from sitp.autograd.function import Function
-from sitp.backends.cpu import ops as cpu
-from sitp.backends.cpu.fused import gelu as cpu_fused
+from sitp.kernels.cpu import ops as cpu
+from sitp.kernels.cpu.fused import gelu as cpu_fused
 
 
 # --8<-- [start:gelu_function]

@@ -2,7 +2,7 @@
 "layers as single nodes").
 
 After its two linear maps, a GRU cell's step is a dozen small tensor ops; here it is one
-kernel each way (``sitp.backends.cpu.fused.gru``, whose docstring writes out the
+kernel each way (``sitp.kernels.cpu.fused.gru``, whose docstring writes out the
 derivatives). On a GPU the cell composes the ops instead.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from sitp.autograd.function import Function
-from sitp.backends.cpu import ops as cpu
-from sitp.backends.cpu.fused import gru as cpu_fused
+from sitp.kernels.cpu import ops as cpu
+from sitp.kernels.cpu.fused import gru as cpu_fused
 
 
 class GRUGates(Function):

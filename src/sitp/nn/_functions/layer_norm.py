@@ -3,7 +3,7 @@ on a GPU (chapter 4.2; sections 4.3, 4.5 for the GPU kernels).
 
 Forward is one fused kernel (mean, rstd and the affine map per row) and backward one
 more, recomputing the normalized row from the saved mean and rstd. The kernels are
-``sitp.backends.cpu.fused.layer_norm`` and ``sitp.backends.cuda.fused``.
+``sitp.kernels.cpu.fused.layer_norm`` and ``sitp.kernels.cuda.fused``.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from sitp.autograd.function import Function
-from sitp.backends.cpu import ops as cpu
-from sitp.backends.cpu.fused import layer_norm as cpu_fused
+from sitp.kernels.cpu import ops as cpu
+from sitp.kernels.cpu.fused import layer_norm as cpu_fused
 from sitp.nn._functions import _cuda
 
 

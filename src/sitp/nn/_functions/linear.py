@@ -14,8 +14,8 @@ every network, so it gets a node of its own, as PyTorch's ``addmm``:
   with ``dY^T`` again read in place. A leading batch shape (B, T, C) is folded
   into the rows: a (B*T, C) matrix.
 
-The GEMMs are ``sitp.backends.cpu.blas`` (through ``sitp.backends.cpu.ops``); the column
-sum is ``sitp.backends.cpu.fused.linear.column_sum``.
+The GEMMs are ``sitp.kernels.cpu.blas`` (through ``sitp.kernels.cpu.ops``); the column
+sum is ``sitp.kernels.cpu.fused.linear.column_sum``.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from sitp.autograd.function import Function
-from sitp.backends.cpu import ops as cpu
-from sitp.backends.cpu.fused import linear as cpu_fused
+from sitp.kernels.cpu import ops as cpu
+from sitp.kernels.cpu.fused import linear as cpu_fused
 
 
 # --8<-- [start:linear_function]

@@ -6,7 +6,7 @@ time step, and its backward adds each step's share of ``dW_hh`` into the weight'
 gradient, T passes over a (G, H) matrix. Here the layer is one node, as in cuDNN:
 
 * forward, for each step: gh = h W_hh^T + b_hh (one GEMM), then the fused gates kernel
-  (``sitp.backends.cpu.fused.lstm`` or ``.gru``), which writes h_t into the output and
+  (``sitp.kernels.cpu.fused.lstm`` or ``.gru``), which writes h_t into the output and
   saves the gates;
 * backward, from the last step to the first: the gates' backward kernel gives d(gh_t)
   (and d(gi_t)), and dh_{t-1} = d(gh_t) W_hh (+ the direct path of the GRU's z h term);
@@ -23,10 +23,10 @@ from __future__ import annotations
 import numpy as np
 
 from sitp.autograd.function import Function
-from sitp.backends.cpu import blas
-from sitp.backends.cpu import ops as cpu
-from sitp.backends.cpu.fused import gru as cpu_gru
-from sitp.backends.cpu.fused import linear as cpu_linear
+from sitp.kernels.cpu import blas
+from sitp.kernels.cpu import ops as cpu
+from sitp.kernels.cpu.fused import gru as cpu_gru
+from sitp.kernels.cpu.fused import linear as cpu_linear
 
 cpu_lstm = None  # sitp.kernels.cpu.fused.lstm, once the kernel layer holds it
 

@@ -1,5 +1,5 @@
 """RMS norm as one autograd node on the CPU (the kernels are
-``sitp.backends.cpu.fused.rms_norm``).
+``sitp.kernels.cpu.fused.rms_norm``).
 
 Forward is one fused kernel (rstd and the scaling per row) and backward one more,
 recomputing the normalized row from the saved rstd. ``F.rms_norm`` composes ops
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from sitp.autograd.function import Function
-from sitp.backends.cpu import ops as cpu
-from sitp.backends.cpu.fused import rms_norm as cpu_fused
+from sitp.kernels.cpu import ops as cpu
+from sitp.kernels.cpu.fused import rms_norm as cpu_fused
 
 
 class RMSNorm(Function):

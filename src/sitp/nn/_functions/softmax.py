@@ -1,14 +1,14 @@
 """Attention's masked softmax as one autograd node, :class:`MaskedSoftmax` (chapter 4.2):
 scale, causal or explicit mask and softmax in one pass per row of scores
-(``sitp.backends.cpu.fused.softmax``). Used when attention applies dropout to its weights.
+(``sitp.kernels.cpu.fused.softmax``). Used when attention applies dropout to its weights.
 """
 
 from __future__ import annotations
 
 from sitp.autograd.derivatives import unbroadcast
 from sitp.autograd.function import Function
-from sitp.backends.cpu import ops as cpu
-from sitp.backends.cpu.fused import softmax as cpu_fused
+from sitp.kernels.cpu import ops as cpu
+from sitp.kernels.cpu.fused import softmax as cpu_fused
 from sitp.strides import broadcast_strides
 
 

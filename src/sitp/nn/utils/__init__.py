@@ -6,14 +6,14 @@ import math
 
 from sitp._tensor.creation import tensor
 from sitp.autograd.grad_mode import no_grad
-from sitp.backends.cpu.fused.norms import sum_of_squares
-from sitp.backends.cpu.ops import flat
+from sitp.kernels.cpu.fused.norms import sum_of_squares
+from sitp.kernels.cpu.ops import flat
 from sitp.nn.utils import rnn  # noqa: F401  (torch.nn.utils.rnn)
 
 
 def _norm_pow(g, norm_type: float) -> float:
     """``sum(|g|**norm_type)`` as a Python float: one fused pass for the 2-norm of a
-    contiguous CPU gradient (``sitp/backends/cpu/fused/norms.py``), ops otherwise."""
+    contiguous CPU gradient (``sitp/kernels/cpu/fused/norms.py``), ops otherwise."""
     if norm_type == 2.0 and not g.is_cuda and g.is_contiguous() and g.dtype.is_floating_point:
         return sum_of_squares(flat(g))
     return (g.double().abs() ** norm_type).sum().item()

@@ -1,5 +1,5 @@
-"""The backend interface, written down once: what ``sitp/backends/cpu/ops.py`` and
-``sitp/backends/cuda/ops.py`` each provide.
+"""The backend interface, written down once: what ``sitp/kernels/cpu/ops.py`` and
+``sitp/kernels/cuda/ops.py`` each provide.
 
 A backend is a module of plain functions with the names and parameters below (the
 stubs here are the documentation; ``tests/test_backend_interface.py`` checks that both
@@ -31,7 +31,7 @@ range raises at once on the CPU; on the GPU a kernel sets a flag and
 :func:`check_errors` raises at the next copy to the host, like PyTorch's device-side
 asserts.
 
-Op names (``op``) are the keys of the op-code dicts in ``sitp/backends/scalar.py``:
+Op names (``op``) are the keys of the op-code dicts in ``sitp/kernels/scalar.py``:
 ``UNARY``, ``BINARY``, ``COMPARE`` and ``REDUCE``.
 """
 

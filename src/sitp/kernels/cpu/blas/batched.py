@@ -9,8 +9,8 @@ no Python in between.
 
 from numba import njit, prange
 
-from sitp.backends.cpu.blas.packed import gemm_packed
-from sitp.backends.cpu.blas.small import gemm_small
+from sitp.kernels.cpu.blas.packed import gemm_packed
+from sitp.kernels.cpu.blas.small import gemm_small
 
 # Products with fewer multiply-adds than this skip packing (gemm_small): while B
 # fits in L2, packing costs more than it saves. Measured crossover: about 200^3.

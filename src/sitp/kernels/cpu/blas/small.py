@@ -10,7 +10,7 @@ A. Narrower tiles cover the edges; only the last few columns use the ikj loop.
 import numpy as np
 from numba import njit, prange
 
-from sitp.backends.cpu.blas.packed import FASTMATH, MR, make_tile_fma, tile_nr
+from sitp.kernels.cpu.blas.packed import FASTMATH, MR, make_tile_fma, tile_nr
 
 # Rows of gemm_small's tiles. With AVX-512's 14-row micro-kernel tile, the small
 # products attention makes (32 rows) would leave 4 rows over; 8 rows divide them.

@@ -23,7 +23,7 @@ so each rung is a *kernel factory*: ``blocktile2d(BM=128, BN=128, BK=8, TM=8, TN
 returns a kernel compiled for that tiling (cached). The tests use tiny tilings, which
 the CUDA simulator runs in seconds; the defaults are for a real GPU.
 
-Every kernel writes C = A @ B (it does not accumulate, unlike sitp.backends.cpu.blas on the CPU),
+Every kernel writes C = A @ B (it does not accumulate, unlike sitp.kernels.cpu.blas on the CPU),
 handles any M, N, K (tiles past the edge are padded with zeros in shared memory and
 never written back), and takes C-contiguous float32 device arrays.
 """
@@ -34,7 +34,7 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda, float32
 
-from sitp.backends.cuda.launch import ceil_div, grid_2d, jit_bounded, to_device
+from sitp.kernels.cuda.launch import ceil_div, grid_2d, jit_bounded, to_device
 
 
 # --8<-- [start:naive]

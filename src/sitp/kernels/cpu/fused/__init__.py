@@ -4,8 +4,8 @@ Composing a layer or a loss from small ops writes every intermediate to memory a
 records an autograd node for each. The kernels here do each op in one pass (and its
 backward in one more), on numpy arrays, with no Tensor and no autograd:
 
-* ``linear`` -- the bias gradient's column sum (the GEMMs are ``sitp.backends.cpu.blas``);
-* ``gelu`` -- GELU and its derivative, vectorised with ``sitp.backends.cpu.vecmath``;
+* ``linear`` -- the bias gradient's column sum (the GEMMs are ``sitp.kernels.cpu.blas``);
+* ``gelu`` -- GELU and its derivative, vectorised with ``sitp.kernels.cpu.vecmath``;
 * ``attention`` -- flash-style attention, forward and backward, on strided storages;
 * ``layer_norm`` -- mean, rstd and the affine map per row, and the backward;
 * ``rms_norm`` -- the root mean square and the gain per row, and the backward;
@@ -17,5 +17,5 @@ backward in one more), on numpy arrays, with no Tensor and no autograd:
 
 Their autograd nodes (the ``Function`` classes) are in ``sitp.nn._functions``; the Adam
 kernel is called by ``sitp.optim.adam``. The GPU versions of layer norm and
-cross-entropy are ``sitp.backends.cuda.fused``.
+cross-entropy are ``sitp.kernels.cuda.fused``.
 """

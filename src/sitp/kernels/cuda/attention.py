@@ -25,7 +25,7 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda, float32
 
-from sitp.backends.cuda.launch import ceil_div, to_device
+from sitp.kernels.cuda.launch import ceil_div, to_device
 
 NEG_INF = -math.inf
 

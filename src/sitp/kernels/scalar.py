@@ -3,14 +3,14 @@
 An elementwise kernel applies one of these to each entry, chosen by an integer *op code*:
 ``unary(op, x, p0, p1)``, ``binary(op, x, y)`` and ``compare(op, x, y)`` are plain Python
 with an ``if``/``elif`` chain, so that the CPU backend compiles them with
-``numba.njit(inline="always")`` (``sitp/backends/cpu/kernels.py``) and the CUDA backend with
-``numba.cuda.jit(device=True)`` (``sitp/backends/cuda/ops.py``): one definition, two
+``numba.njit(inline="always")`` (``sitp/kernels/cpu/kernels.py``) and the CUDA backend with
+``numba.cuda.jit(device=True)`` (``sitp/kernels/cuda/ops.py``): one definition, two
 targets. The tensor layer names ops, the kernels see codes: ``UNARY["exp"]`` is the code
 of ``exp``, and the branch for it tests ``op == UnaryOp.exp``.
 
 This module imports no numba. numba's own cache would not notice an edit here (a cached
 kernel inlines these functions from another file), but sitp keys its numba cache on a
-hash of every file of ``sitp/backends`` (``sitp._target.kernel_sources_hash``), so an
+hash of every file of ``sitp/kernels`` (``sitp._target.kernel_sources_hash``), so an
 edit compiles the kernels again.
 """
 

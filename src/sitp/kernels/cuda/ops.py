@@ -1,10 +1,10 @@
-"""The CUDA backend: the functions of ``sitp/backends/interface.py``, as Numba CUDA kernels (chapter 4.3).
+"""The CUDA backend: the functions of ``sitp/kernels/interface.py``, as Numba CUDA kernels (chapter 4.3).
 
 A tensor on the GPU keeps its storage in a flat Numba device array; every op
 launches kernels on it and allocates its result on the device, so data stays
 there between ops. The kernels here are the simple, general ones — one thread
 per output entry (elementwise ops, copies, gathers) or per row (reductions,
-softmax) — written for correctness on any strides; ``sitp.backends.cuda`` holds the
+softmax) — written for correctness on any strides; ``sitp.kernels.cuda`` holds the
 tuned GEMM and attention kernels that chapter 4.4 and 4.6 build.
 
 Where data does cross the bus, it is on purpose and said so:
@@ -22,7 +22,7 @@ filled by a kernel, not copied.
 Like the CPU backend, this one reads an operand only through ``_storage, _shape, _strides,
 _offset, dtype`` and makes results with the operand's own ``_make``; it imports neither
 the CPU backend nor anything above the backends. The scalar functions of the elementwise
-ops (``sitp/backends/scalar.py``) and the layout arithmetic (``sitp/backends/layout.py``)
+ops (``sitp/kernels/scalar.py``) and the layout arithmetic (``sitp/kernels/layout.py``)
 are shared with the CPU backend.
 """
 
@@ -33,9 +33,10 @@ import math
 import numpy as np
 from numba import cuda
 
-from sitp.backends import layout
-from sitp.backends import scalar as S
-from sitp.backends.layout import (
+from sitp.dtypes import bool_, float64, int64
+from sitp.kernels import layout
+from sitp.kernels import scalar as S
+from sitp.kernels.layout import (
     collapse,
     dense,
     expanded,
@@ -45,7 +46,6 @@ from sitp.backends.layout import (
     reshaped,
     strides_of,
 )
-from sitp.dtypes import bool_, float64, int64
 from sitp.strides import broadcast_shapes, broadcast_strides, contiguous_strides, numel
 
 TPB = 128  # threads per block for the one-thread-per-entry kernels

@@ -1,4 +1,4 @@
-"""sitp.backends.cpu.blas: the matrix kernels of section 2.3, and the matmul behind ``Tensor.__matmul__``.
+"""sitp.kernels.cpu.blas: the matrix kernels of section 2.3, and the matmul behind ``Tensor.__matmul__``.
 
 Kernels, in the order the book builds them (each accumulates into its last argument):
 
@@ -14,7 +14,7 @@ allocate the result and pick a kernel by size.
 
 Example:
     >>> import numpy as np
-    >>> from sitp.backends.cpu import blas
+    >>> from sitp.kernels.cpu import blas
     >>> a = np.arange(6, dtype=np.float32).reshape(2, 3)
     >>> b = np.ones((3, 2), dtype=np.float32)
     >>> blas.matmul(a, b)
@@ -26,16 +26,16 @@ import numba  # noqa: E402
 import numpy as np
 
 from sitp import _env  # noqa: F401  (must run before numba compiles anything)
-from sitp.backends.cpu.blas.batched import (
+from sitp.kernels.cpu.blas.batched import (
     PARALLEL_BMM_MNK,
     SMALL_MNK,
     bmm_kernel,
     bmm_kernel_serial,
 )
-from sitp.backends.cpu.blas.ladder import gemm_blocked, gemm_ikj, gemm_naive
-from sitp.backends.cpu.blas.level1 import saxpy, triad
-from sitp.backends.cpu.blas.level2 import sgemv
-from sitp.backends.cpu.blas.packed import (
+from sitp.kernels.cpu.blas.ladder import gemm_blocked, gemm_ikj, gemm_naive
+from sitp.kernels.cpu.blas.level1 import saxpy, triad
+from sitp.kernels.cpu.blas.level2 import sgemv
+from sitp.kernels.cpu.blas.packed import (
     KC,
     MC,
     MR,
@@ -46,7 +46,7 @@ from sitp.backends.cpu.blas.packed import (
     micro_kernel,
     stored,
 )
-from sitp.backends.cpu.blas.small import (
+from sitp.kernels.cpu.blas.small import (
     DIRECT_MAX_B_BYTES,
     DIRECT_MAX_N,
     KD,
@@ -121,7 +121,7 @@ def matmul(a, b, bias=None):
     transposed, whose slab of KD rows of B does (a weight's gradient), the same
     unpacked tiles on all threads (``gemm_direct_parallel``); the rest the packed
     micro-kernel on all threads. Transposed operands are
-    read in place (see :func:`sitp.backends.cpu.blas.packed.stored`).
+    read in place (see :func:`sitp.kernels.cpu.blas.packed.stored`).
     """
     a, b = _check(a, b, 2, "matmul")
     (M, K), N = a.shape, b.shape[1]

@@ -1,7 +1,7 @@
 """Layouts for the backends: pure index arithmetic that both backends share (chapter 2.2).
 
 Nothing here touches a tensor's data or imports numba.cuda; the CPU backend
-(``sitp/backends/cpu/ops.py``) and the CUDA backend (``sitp/backends/cuda/ops.py``)
+(``sitp/kernels/cpu/ops.py``) and the CUDA backend (``sitp/kernels/cuda/ops.py``)
 both import it, and not each other.
 
 * :func:`positions` / :func:`row_starts`: the odometer over a strided view (compiled by

@@ -13,7 +13,7 @@ import math
 import numpy as np
 from numba import njit
 
-from sitp.backends.cpu import kernels as K
+from sitp.kernels.cpu import kernels as K
 from sitp.strides import numel
 
 _I64 = np.int64

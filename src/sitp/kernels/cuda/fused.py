@@ -1,7 +1,7 @@
 """Fused layer norm and cross-entropy on the GPU, forward and backward (sections 4.3, 4.5).
 
 On the CPU, ``F.layer_norm`` and ``F.cross_entropy`` run one fused numba kernel each way
-(``sitp/backends/cpu/fused/``). Composed from ops on the device, a layer norm is about ten
+(``sitp/kernels/cpu/fused/``). Composed from ops on the device, a layer norm is about ten
 kernels (mean, subtract, square, mean, add, rsqrt, multiply, ...), each reading and
 writing a full tensor in global memory, and each recording an autograd node. The kernels
 here do a row in one launch, the way ``attention.fused_softmax_kernel`` does a row of
@@ -39,7 +39,7 @@ Nothing here reads data back to the host: kernel arguments are shapes, flags and
 scalars (eps, ignore_index), the reduced loss is a one-entry device array, and the
 backward pass of a reduced loss reads the upstream gradient and the weight total from
 device arrays. An out-of-range target sets the backend's device error flag
-(``sitp.backends.cuda.ops.check_errors``), which raises at the next copy to the host.
+(``sitp.kernels.cuda.ops.check_errors``), which raises at the next copy to the host.
 
 This module holds the kernels and their launches, on device arrays; the autograd nodes
 that call them are ``LayerNormGPU`` in ``sitp/nn/_functions/layer_norm.py`` and
@@ -56,8 +56,8 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda, float32, float64
 
-from sitp.backends.cuda import ops
-from sitp.backends.cuda.launch import ceil_div
+from sitp.kernels.cuda import ops
+from sitp.kernels.cuda.launch import ceil_div
 
 NT = 128  # threads per block for the row kernels (a power of two: the tree halves it)
 CW = 32  # dw/db partial sums: columns per block (one warp wide: coalesced reads)

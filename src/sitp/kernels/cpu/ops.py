@@ -1,9 +1,9 @@
 """The CPU backend: from strided operands to kernel launches.
 
-Each function here implements one function of ``sitp/backends/interface.py`` (no autograd:
+Each function here implements one function of ``sitp/kernels/interface.py`` (no autograd:
 that is ``sitp/autograd/derivatives.py``'s job): it views every operand with the output's
 shape, merges dimensions that are contiguous in all operands, computes row starts and
-calls one kernel of ``sitp.backends.cpu.kernels``. An operand is read only through its
+calls one kernel of ``sitp.kernels.cpu.kernels``. An operand is read only through its
 ``_storage, _shape, _strides, _offset, dtype``; a result is a new contiguous tensor made by
 an operand's own ``_make`` (or, with no operand, a bare storage).
 """
@@ -15,11 +15,12 @@ import math
 import numpy as np
 from numba import get_num_threads
 
-from sitp.backends import layout
-from sitp.backends import scalar as S
-from sitp.backends.cpu import blas
-from sitp.backends.cpu import kernels as K
-from sitp.backends.layout import (
+from sitp.dtypes import bool_, float32, float64, int64
+from sitp.kernels import layout
+from sitp.kernels import scalar as S
+from sitp.kernels.cpu import blas
+from sitp.kernels.cpu import kernels as K
+from sitp.kernels.layout import (
     collapse,
     dense,
     expanded,
@@ -29,7 +30,6 @@ from sitp.backends.layout import (
     reshaped,
     strides_of,
 )
-from sitp.dtypes import bool_, float32, float64, int64
 from sitp.strides import broadcast_shapes, broadcast_strides, contiguous_strides, numel
 
 _I64 = np.int64

@@ -1,7 +1,7 @@
 """sitp's GPU kernels, in Numba CUDA (sections 4.3 to 4.6).
 
 The CUDA backend (layer 1 of docs/layout.md): it never imports the CPU backend, and
-``ops`` implements the same functions as ``sitp/backends/cpu/ops.py``.
+``ops`` implements the same functions as ``sitp/kernels/cpu/ops.py``.
 
 * ``launch``    grids, blocks, host/device copies, whether a GPU is present
 * ``gemm``      the GEMM ladder, from one thread per element to warp tiling

@@ -9,7 +9,7 @@
 * ``memory``   the memory allocator's settings (2.3)
 """
 
-from sitp.backends.cpu import memory
+from sitp.kernels.cpu import memory
 
 # Freed tensor memory stays in the process for the next tensor (see memory.py): set once,
 # when the CPU backend is first imported (``import sitp`` imports it).

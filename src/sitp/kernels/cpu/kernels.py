@@ -9,11 +9,11 @@ with steps, or a broadcast (stride 0) operand. The pattern is always:
    operands, so that the last dimension (a *row*) is as long as possible.
 2. :func:`row_starts` computes where each row begins in each operand's
    storage (an "odometer" over the leading dimensions; it lives in
-   ``sitp/backends/layout.py`` with the other layout helpers both backends share).
+   ``sitp/kernels/layout.py`` with the other layout helpers both backends share).
 3. The kernel walks the rows, and inside a row steps by the last stride.
 
 Which scalar function a kernel applies is an integer op code, dispatched by
-``if``/``elif`` in a small inlined function (written once, in ``sitp/backends/scalar.py``,
+``if``/``elif`` in a small inlined function (written once, in ``sitp/kernels/scalar.py``,
 for both backends); one compiled kernel per dtype
 signature serves every op, and all of them are cached on disk
 (``cache=True``) so a second Python session starts fast.
@@ -26,15 +26,15 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from sitp.backends import scalar
-from sitp.backends.layout import index_table, positions, row_starts  # noqa: F401 (used by the launchers)
-from sitp.backends.scalar import BINARY, COMPARE, REDUCE, UNARY, ReduceOp  # noqa: F401 (the op codes)
+from sitp.kernels import scalar
+from sitp.kernels.layout import index_table, positions, row_starts  # noqa: F401 (used by the launchers)
+from sitp.kernels.scalar import BINARY, COMPARE, REDUCE, UNARY, ReduceOp  # noqa: F401 (the op codes)
 
 # The codes of the four zips with loops of their own (zip_fast_kernel), as plain ints:
 # numba compiles a global int as a constant.
 _ADD, _SUB, _MUL, _DIV = BINARY["add"], BINARY["sub"], BINARY["mul"], BINARY["div"]
 
-# The scalar functions of sitp/backends/scalar.py, compiled for the CPU and inlined into
+# The scalar functions of sitp/kernels/scalar.py, compiled for the CPU and inlined into
 # the kernels below (the CUDA backend compiles the same functions for the GPU).
 unary = njit(cache=True, inline="always")(scalar.unary)
 binary = njit(cache=True, inline="always")(scalar.binary)

@@ -2,7 +2,7 @@
 (chapter 4.2).
 
 ``y = x W^T + b`` runs as one GEMM whose output starts as the bias
-(``sitp.backends.cpu.blas``); its backward is two GEMMs and
+(``sitp.kernels.cpu.blas``); its backward is two GEMMs and
 :func:`column_sum`, db = sum over rows of dY. The autograd node that calls them is
 ``sitp.nn._functions.linear.Linear``.
 """

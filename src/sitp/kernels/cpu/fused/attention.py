@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads, njit, prange
 
-from sitp.backends.cpu.blas.small import gemm_small
-from sitp.backends.cpu.vecmath import exp_f32
+from sitp.kernels.cpu.blas.small import gemm_small
+from sitp.kernels.cpu.vecmath import exp_f32
 from sitp.strides import numel
 
 _I64 = np.int64
@@ -73,7 +73,7 @@ def _exp_rows64(x, n, shift):
 @njit(cache=True, error_model="numpy")
 def _exp_rows32(x, n, shift):
     """_exp_rows64 in float32 arithmetic (8 lanes a vector), with
-    :func:`sitp.backends.cpu.vecmath.exp_f32`; masked keys (-inf) give 0."""
+    :func:`sitp.kernels.cpu.vecmath.exp_f32`; masked keys (-inf) give 0."""
     sh = np.float32(shift)
     for t in range(n):
         x[t] = exp_f32(np.float32(x[t] - sh))  # (typed for float64 rows too; never run on them)
@@ -90,7 +90,7 @@ def _exp_block64(s, n, shifts):
 
 @njit(cache=True, error_model="numpy")
 def _exp_block32(s, n, shifts):
-    """_exp_block64 in float32, with :func:`sitp.backends.cpu.vecmath.exp_f32`."""
+    """_exp_block64 in float32, with :func:`sitp.kernels.cpu.vecmath.exp_f32`."""
     for r in range(s.shape[0]):
         row = s[r]
         sh = np.float32(shifts[r])
@@ -524,7 +524,7 @@ def attention_backward_kernel_parallel(
 
 # Below this many multiply-adds (about 100 us on one core) attention stays on the
 # calling thread: a parallel region on a busy machine can wait a whole scheduler
-# slice for its second thread (the same rule as sitp.backends.cpu.blas.batched).
+# slice for its second thread (the same rule as sitp.kernels.cpu.blas.batched).
 _PARALLEL_ATTENTION_WORK = 1 << 20
 _NO_MASK = np.zeros(1, np.bool_)
 

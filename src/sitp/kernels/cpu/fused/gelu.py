@@ -7,7 +7,7 @@ array. In a GPT's MLP, GELU sees four times the width of the residual stream,
 so those calls add up (about a fifth of a training step at width 64).
 
 Here each direction is one pass over contiguous memory. For float32 the
-element functions use :mod:`sitp.backends.cpu.vecmath` (``erf_f32``, ``exp_f32``) in
+element functions use :mod:`sitp.kernels.cpu.vecmath` (``erf_f32``, ``exp_f32``) in
 float32 arithmetic, which LLVM turns into AVX2 code, 8 values at a time;
 float64 keeps ``math.erf`` / ``math.exp`` / ``math.tanh``, the same formulas
 as the generic op codes.
@@ -38,7 +38,7 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from sitp.backends.cpu.vecmath import FASTMATH, erf_f32, exp_f32
+from sitp.kernels.cpu.vecmath import FASTMATH, erf_f32, exp_f32
 
 _F = np.float32
 HALF, ONE, TWO = _F(0.5), _F(1.0), _F(2.0)
@@ -56,7 +56,7 @@ def _is_float32(typingctx, ary):
 
     The kernels below serve both dtypes; numba compiles one version per dtype,
     and with a constant condition LLVM deletes the branch that version never
-    takes (as ``tile_nr`` in ``sitp/backends/cpu/blas/packed.py`` fixes a loop's length).
+    takes (as ``tile_nr`` in ``sitp/kernels/cpu/blas/packed.py`` fixes a loop's length).
     """
     value = ary.dtype == types.float32
 
