@@ -75,6 +75,7 @@ from sitp.compile import compile  # isort: skip  # noqa: A004  (6: above the mir
 from sitp import onnx  # isort: skip  (torch.onnx: export through the capture of compile)
 from sitp import accelerator  # isort: skip  (torch.accelerator: the GPU, or none)
 from sitp import amp  # isort: skip  (torch.amp: autocast, GradScaler)
+from sitp import backends  # isort: skip  (torch.backends: the switches)
 from sitp._legacy import (  # isort: skip  (torch.LongTensor & co.: dtype-checking types)
     BFloat16Tensor,
     BoolTensor,
