@@ -27,8 +27,7 @@ from sitp.kernels.cpu import blas
 from sitp.kernels.cpu import ops as cpu
 from sitp.kernels.cpu.fused import gru as cpu_gru
 from sitp.kernels.cpu.fused import linear as cpu_linear
-
-cpu_lstm = None  # sitp.kernels.cpu.fused.lstm, once the kernel layer holds it
+from sitp.kernels.cpu.fused import lstm as cpu_lstm
 
 
 class RecurrentLayer(Function):
@@ -149,7 +148,7 @@ def fits(mode, gi_TBG, h0, c0, w_hh, b_hh) -> bool:
     dt = h0.dtype
     tensors = [t for t in (gi_TBG, h0, c0, w_hh, b_hh) if t is not None]
     return (
-        (mode == "GRU" or (mode == "LSTM" and cpu_lstm is not None))
+        mode in ("LSTM", "GRU")
         and dt.is_floating_point
         and all(t.dtype is dt for t in tensors)
         and gi_TBG.numel() > 0
