@@ -181,11 +181,9 @@ def gpt_train_step(lib_name: str, work: str):
 
 
 def sitp_blas():
-    """sitp's GEMM module (sitp.kernels.cpu.blas; sitp.kernels.cpu.blas before the rename)."""
-    try:
-        from sitp.kernels.cpu import blas  # late: in the sitp worker only
-    except ImportError:
-        from sitp.kernels.cpu import blas  # late: as above
+    """sitp's GEMM module, sitp.kernels.cpu.blas."""
+    from sitp.kernels.cpu import blas  # late: in the sitp worker only
+
     return blas
 
 
