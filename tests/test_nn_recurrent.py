@@ -361,3 +361,16 @@ def test_all_weights_and_flatten_parameters():
     s_mod.flatten_parameters()  # torch code calls it; nothing to do here
     t_shapes = [[tuple(p.shape) for p in layer] for layer in t_mod.all_weights]
     assert [[tuple(p.shape) for p in layer] for layer in s_mod.all_weights] == t_shapes
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_step_by_step_path_matches_torch(kind, monkeypatch):
+    """The general loop (one autograd node per step; what runs off the CPU) on a packed
+    batch in both directions, with the whole-layer node switched off."""
+    from sitp.nn._functions import recurrent as _recurrent
+
+    monkeypatch.setattr(_recurrent, "fits", lambda *args: False)
+    t_mod, s_mod = _pair(kind, I, H, num_layers=2, bidirectional=True)
+    x = np.random.default_rng(17).standard_normal((T, B, I))
+    _compare(t_mod, s_mod, x, hx=_states(kind, 4, B), packed=[4, 5, 2])
+    _compare(t_mod, s_mod, x)

@@ -14,8 +14,14 @@ gradient, T passes over a (G, H) matrix. Here the layer is one node, as in cuDNN
   dW_hh = sum_t d(gh_t)^T h_{t-1} = dGH^T X with X the stacked h_{t-1}, and db_hh a
   column sum.
 
-The input projections gi = x W_ih^T + b_ih of all steps come in as one (T, B, G) tensor,
-made by one GEMM before the layer; their gradient goes out the same way.
+The input projections gi = x W_ih^T + b_ih of all steps come in as one (N, G) tensor,
+made by one GEMM before the layer; their gradient goes out the same way. The rows are
+those of a packed sequence (``sitp.nn.utils.rnn``): step t holds ``batch_sizes[t]``
+rows, non-increasing, at offset ``batch_sizes[0] + ... + batch_sizes[t - 1]``; a padded
+batch is the case of equal sizes. Step t reads its h_{t-1} from the first rows of the
+previous step's output (going backward in time, the rows of sequences that start at t
+come from h0); the forward pass copies each step's h_{t-1} (and c_{t-1}) into X (and
+C), which the backward reads.
 """
 
 from __future__ import annotations
@@ -31,127 +37,203 @@ from sitp.kernels.cpu.fused import lstm as cpu_lstm
 
 
 class RecurrentLayer(Function):
-    """(out (T, B, H), h_T, c_T) for an LSTM or GRU layer in one direction.
+    """(out (N, H), h_T, c_T) for an LSTM or GRU layer in one direction.
 
-    ``forward(ctx, gi_TBG, h0_BH, c0_BH, w_hh, b_hh, mode, reverse)``: ``mode`` is
-    ``'LSTM'`` (gates i, f, g, o; G = 4H) or ``'GRU'`` (r, z, n; G = 3H; c0 is None and
-    c_T too); ``reverse`` runs from the last step to the first. out[t] is h after step
-    t, in time order either way.
+    ``forward(ctx, gi_NG, h0_BH, c0_BH, w_hh, b_hh, mode, reverse, batch_sizes)``:
+    ``mode`` is ``'LSTM'`` (gates i, f, g, o; G = 4H) or ``'GRU'`` (r, z, n; G = 3H; c0
+    is None and no c_T is returned); ``reverse`` runs from the last step to the first;
+    ``batch_sizes`` is a tuple of ints. out's rows are those of gi; h_T[b] is sequence
+    b's h after its last step in the direction of travel.
     """
 
     @staticmethod
-    def forward(ctx, gi_TBG, h0, c0, w_hh, b_hh, mode, reverse):
-        gi_TBG, h0 = gi_TBG.contiguous(), h0.contiguous()
-        T, B, G = gi_TBG.shape
-        H, dt = h0.shape[-1], h0.dtype
+    def forward(ctx, gi_NG, h0, c0, w_hh, b_hh, mode, reverse, batch_sizes):
+        gi_NG, h0 = gi_NG.contiguous(), h0.contiguous()
+        (N, G), (B, H), dt = gi_NG.shape, h0.shape, h0.dtype
         lstm = mode == "LSTM"
-        out = cpu._new((T, B, H), dt, h0)
-        # what the backward reads, per step: rows of the gates kernels' saved values
-        saved = [
-            cpu._new((T, B, G if lstm and k == 1 else H), dt, h0) for k in range(3 + (not lstm))
-        ]
-        gi, o_ = cpu.flat(gi_TBG).reshape(T, -1), out._storage.reshape(T, -1)
-        sv = [s._storage.reshape(T, -1) for s in saved]
+        offs = np.cumsum((0,) + batch_sizes)
+        out = cpu._new((N, H), dt, h0)
+        # X (and C): each step's h_{t-1} (c_{t-1}); then what the gates kernels save:
+        # LSTM: c_t, the gates (i, f, g, o), tanh(c_t); GRU: r, z, n, W_hn h + b_hn
+        kept = [cpu._new((N, H), dt, h0) for _ in range(2 if lstm else 1)]
+        saved = [cpu._new((N, G if lstm and k == 1 else H), dt, h0) for k in range(3 + (not lstm))]
+        gi, o_ = cpu.flat(gi_NG).reshape(N, G), out._storage.reshape(N, H)
+        X, C = (
+            (k._storage.reshape(N, H) for k in kept)
+            if lstm
+            else (kept[0]._storage.reshape(N, H), None)
+        )
+        sv = [a._storage.reshape(N, -1) for a in saved]
+        h0_ = cpu.flat(h0).reshape(B, H)
+        c0_ = cpu.flat(c0.contiguous()).reshape(B, H) if lstm else None
         w = cpu.as_numpy(w_hh).T  # (H, G), read in place
-        b = None if b_hh is None else cpu.as_numpy(b_hh)
-        h_prev = cpu.flat(h0)
-        c_prev = cpu.flat(c0.contiguous()) if lstm else None
-        for t in range(T - 1, -1, -1) if reverse else range(T):
-            gh = blas.matmul(h_prev.reshape(B, H), w, b).reshape(-1)
-            if lstm:  # saved: c_t, the gates (i, f, g, o), tanh(c_t)
+        bias = None if b_hh is None else cpu.as_numpy(b_hh)
+        T = len(batch_sizes)
+        steps = range(T - 1, -1, -1) if reverse else range(T)
+        prev = None
+        for t in steps:
+            b, r = batch_sizes[t], slice(offs[t], offs[t] + batch_sizes[t])
+            for dst, src, start in ((X, o_, h0_), (C, sv[0], c0_)) if lstm else ((X, o_, h0_),):
+                if prev is None:  # the first step: h0
+                    dst[r] = start[:b]
+                else:  # the previous step's first rows, and h0 for sequences that start here
+                    pb = min(b, batch_sizes[prev])
+                    dst[offs[t] : offs[t] + pb] = src[offs[prev] : offs[prev] + pb]
+                    dst[offs[t] + pb : offs[t] + b] = start[pb:b]
+            gh = blas.matmul(X[r], w, bias).reshape(-1)
+            if lstm:
                 cpu_lstm.lstm_gates_kernel(
-                    gi[t], gh, c_prev, H, o_[t], sv[0][t], sv[1][t], sv[2][t]
+                    gi[r].reshape(-1),
+                    gh,
+                    C[r].reshape(-1),
+                    H,
+                    o_[r].reshape(-1),
+                    *(a[r].reshape(-1) for a in sv),
                 )
-                c_prev = sv[0][t]
-            else:  # saved: r, z, n, the hidden part of n's pre-activation
-                cpu_gru.gru_gates_kernel(gi[t], gh, h_prev, H, o_[t], *(s[t] for s in sv))
-            h_prev = o_[t]
-        ctx.save_for_backward(h0, c0 if lstm else None, w_hh, out, *saved)
-        ctx.mode, ctx.reverse, ctx.has_bias = mode, reverse, b_hh is not None
-        last = 0 if reverse else T - 1
-        h_T = out[last].clone()  # copies: outputs of their own, not views of out
-        return (out, h_T, saved[0][last].clone()) if lstm else (out, h_T)
+            else:
+                cpu_gru.gru_gates_kernel(
+                    gi[r].reshape(-1),
+                    gh,
+                    X[r].reshape(-1),
+                    H,
+                    o_[r].reshape(-1),
+                    *(a[r].reshape(-1) for a in sv),
+                )
+            prev = t
+        ctx.save_for_backward(w_hh, out, *kept, *saved)
+        ctx.mode, ctx.reverse, ctx.has_bias, ctx.sizes = (
+            mode,
+            reverse,
+            b_hh is not None,
+            batch_sizes,
+        )
+        ctx.h0_shape = (B, H)
+        finals = [_final_rows(o_, batch_sizes, offs, reverse, B)]
+        if lstm:
+            finals.append(_final_rows(sv[0], batch_sizes, offs, reverse, B))
+        return (out, *(h0._make(f.reshape(-1), (B, H), (H, 1), 0, dt) for f in finals))
 
     @staticmethod
     def backward(ctx, grads):
-        h0, c0, w_hh, out, *saved = ctx.saved_tensors
         lstm = ctx.mode == "LSTM"
-        d_out, dh_T = grads[0], grads[1]
-        dc_T = grads[2] if lstm else None
-        T, B, H = out.shape
-        G, dt = w_hh.shape[0], out.dtype
+        w_hh, out, *rest = ctx.saved_tensors
+        kept, saved = (rest[:2], rest[2:]) if lstm else (rest[:1], rest[1:])
+        sizes, reverse = ctx.sizes, ctx.reverse
+        (N, H), G, dt = out.shape, w_hh.shape[0], out.dtype
+        B, T = sizes[0], len(sizes)
         np_dt = out._storage.dtype
+        offs = np.cumsum((0,) + sizes)
 
-        def rows(t):  # a gradient as (T, B*H) rows (None stays None)
-            return None if t is None else cpu.flat(t.to(dt).contiguous()).reshape(T, -1)
+        def dense(g, shape):  # an incoming gradient as a fresh array (zeros for None)
+            if g is None:
+                return np.zeros(shape, np_dt)
+            return cpu.flat(g.to(dt).contiguous()).reshape(shape).copy()
 
-        d_o = rows(d_out)
-        dh = np.zeros(B * H, np_dt) if dh_T is None else cpu.flat(dh_T.to(dt).contiguous()).copy()
-        dc = None
+        # dO (dC): the gradient reaching each step's h_t (c_t): from the output, from the
+        # final state, and (filled in as the loop goes) from the step that reads it next
+        dO = dense(grads[0], (N, H))
+        _final_rows(dO, sizes, offs, reverse, B, add=dense(grads[1], (B, H)))
+        dC = None
         if lstm:
-            dc = (
-                np.zeros(B * H, np_dt)
-                if dc_T is None
-                else cpu.flat(dc_T.to(dt).contiguous()).copy()
-            )
-        dgh = cpu._new((T, B, G), dt, out)
-        dgi = dgh if lstm else cpu._new((T, B, G), dt, out)
-        dgh_, dgi_ = dgh._storage.reshape(T, -1), dgi._storage.reshape(T, -1)
-        o_ = out._storage.reshape(T, -1)
-        sv = [s._storage.reshape(T, -1) for s in saved]
-        h0_, c0_ = cpu.flat(h0), (cpu.flat(c0.contiguous()) if lstm else None)
+            dC = np.zeros((N, H), np_dt)
+            _final_rows(dC, sizes, offs, reverse, B, add=dense(grads[2], (B, H)))
+        dh0, dc0 = np.zeros((B, H), np_dt), (np.zeros((B, H), np_dt) if lstm else None)
+        dgh = cpu._new((N, G), dt, out)
+        dgi = dgh if lstm else cpu._new((N, G), dt, out)
+        dgh_, dgi_ = dgh._storage.reshape(N, G), dgi._storage.reshape(N, G)
+        X = kept[0]._storage.reshape(N, H)
+        C = kept[1]._storage.reshape(N, H) if lstm else None
+        sv = [a._storage.reshape(N, -1) for a in saved]
         w = cpu.as_numpy(w_hh)  # (G, H)
-        g = np.empty(B * H, np_dt)
-        first = T - 1 if ctx.reverse else 0  # the step whose h_{t-1} is h0
-        direct = np.empty(B * H, np_dt)
-        for t in range(T) if ctx.reverse else range(T - 1, -1, -1):
-            if d_o is not None:  # the output's gradient at t joins the recurrent one
-                np.add(dh, d_o[t], out=g)
-            else:
-                np.copyto(g, dh)
-            prev = t + 1 if ctx.reverse else t - 1
+        order = list(range(T - 1, -1, -1) if reverse else range(T))
+        for i in range(T - 1, -1, -1):  # the forward pass's steps, last first
+            t, b = order[i], sizes[order[i]]
+            r = slice(offs[t], offs[t] + b)
             if lstm:
-                c_prev = c0_ if t == first else sv[0][prev]
-                dc_new = np.empty_like(dc)
+                dc_prev = np.empty((b, H), np_dt)
                 cpu_lstm.lstm_gates_backward_kernel(
-                    g, dc, c_prev, sv[1][t], sv[2][t], H, dgh_[t], dc_new
+                    dO[r].reshape(-1),
+                    dC[r].reshape(-1),
+                    C[r].reshape(-1),
+                    sv[1][r].reshape(-1),
+                    sv[2][r].reshape(-1),
+                    H,
+                    dgh_[r].reshape(-1),
+                    dc_prev.reshape(-1),
                 )
-                dc = dc_new
-                dh = blas.matmul(dgh_[t].reshape(B, G), w).reshape(-1)
+                d_prev = blas.matmul(dgh_[r], w)
             else:
-                h_prev = h0_ if t == first else o_[prev]
+                d_prev = np.empty((b, H), np_dt)  # first the direct path, z dh'
                 cpu_gru.gru_gates_backward_kernel(
-                    g, h_prev, *(s[t] for s in sv), H, dgi_[t], dgh_[t], direct
+                    dO[r].reshape(-1),
+                    X[r].reshape(-1),
+                    *(a[r].reshape(-1) for a in sv),
+                    H,
+                    dgi_[r].reshape(-1),
+                    dgh_[r].reshape(-1),
+                    d_prev.reshape(-1),
                 )
-                dh = blas.matmul(dgh_[t].reshape(B, G), w).reshape(-1) + direct
+                d_prev += blas.matmul(dgh_[r], w)
+            # send dh_{t-1} (dc_{t-1}) where step t read h_{t-1} from
+            pairs = ((dO, dh0, d_prev), (dC, dc0, dc_prev)) if lstm else ((dO, dh0, d_prev),)
+            for into, start, d in pairs:
+                if i == 0:
+                    start[:b] += d
+                else:
+                    p = order[i - 1]
+                    pb = min(b, sizes[p])
+                    into[offs[p] : offs[p] + pb] += d[:pb]
+                    start[pb:b] += d[pb:]
         need = ctx.needs_input_grad
         dw = db = None
-        if need[3]:  # dW_hh = dGH^T X, X the h_{t-1} of every step in the rows' order
-            X = np.empty((T, B * H), np_dt)
-            if ctx.reverse:
-                X[: T - 1], X[T - 1] = o_[1:], h0_
-            else:
-                X[0], X[1:] = h0_, o_[: T - 1]
-            dw_ = blas.matmul(dgh._storage.reshape(T * B, G).T, X.reshape(T * B, H))
+        if need[3]:  # dW_hh = dGH^T X: every step's share in one GEMM
+            dw_ = blas.matmul(dgh_.T, X)
             dw = w_hh._make(dw_.reshape(-1), (G, H), (H, 1), 0, dt)
         if ctx.has_bias and need[4]:
             db = cpu._new((G,), dt, out)
-            cpu_linear.column_sum(dgh._storage.reshape(T * B, G), db._storage)
-        dh0 = h0._make(dh, tuple(h0.shape), (H, 1), 0, dt) if need[1] else None
-        dc0 = h0._make(dc, tuple(h0.shape), (H, 1), 0, dt) if lstm and need[2] else None
-        return dgi if need[0] else None, dh0, dc0, dw, db
+            cpu_linear.column_sum(dgh_, db._storage)
+
+        def as_tensor(a):
+            return out._make(a.reshape(-1), (B, H), (H, 1), 0, dt)
+
+        return (
+            dgi if need[0] else None,
+            as_tensor(dh0) if need[1] else None,
+            as_tensor(dc0) if lstm and need[2] else None,
+            dw,
+            db,
+        )
 
 
-def fits(mode, gi_TBG, h0, c0, w_hh, b_hh) -> bool:
-    """Whether :class:`RecurrentLayer` takes these: CPU floats of one dtype, no empty dims,
-    and a fused kernel for ``mode``."""
+def _final_rows(rows, sizes, offs, reverse, B, add=None):
+    """The rows of each sequence's last step in the direction of travel, as a (B, H)
+    array; with ``add``, add ``add``'s rows into those rows instead."""
+    if reverse:  # every sequence ends at step 0, whose rows are all B
+        if add is not None:
+            rows[:B] += add
+        return rows[:B].copy()
+    T = len(sizes)
+    final = None if add is not None else np.empty((B, rows.shape[1]), rows.dtype)
+    for t in range(T):  # the sequences b in [sizes[t + 1], sizes[t]) end at step t
+        lo, hi = (sizes[t + 1] if t + 1 < T else 0), sizes[t]
+        if lo < hi:
+            if add is not None:
+                rows[offs[t] + lo : offs[t] + hi] += add[lo:hi]
+            else:
+                final[lo:hi] = rows[offs[t] + lo : offs[t] + hi]
+    return final
+
+
+def fits(mode, gi_NG, h0, c0, w_hh, b_hh) -> bool:
+    """Whether :class:`RecurrentLayer` takes these: CPU floats of one dtype, no empty
+    dims, and a fused kernel for ``mode`` (LSTM or GRU)."""
     dt = h0.dtype
-    tensors = [t for t in (gi_TBG, h0, c0, w_hh, b_hh) if t is not None]
+    tensors = [t for t in (gi_NG, h0, c0, w_hh, b_hh) if t is not None]
     return (
         mode in ("LSTM", "GRU")
         and dt.is_floating_point
         and all(t.dtype is dt for t in tensors)
-        and gi_TBG.numel() > 0
+        and gi_NG.numel() > 0
         and h0.shape[-1] > 0
         and all(isinstance(t._storage, np.ndarray) for t in tensors)
     )

@@ -182,22 +182,17 @@ def _run_direction(mode, x_NI, batch_sizes, h0, c0, w, reverse):
     of the state: going forward the state shrinks as sequences end (their final states
     are set aside); going backward it grows as sequences start, from their h0.
     Returns the outputs (N, H_out) in the rows' order, and the final h and c (B, H).
-    On the CPU, an LSTM (without projection) or GRU over equal batch sizes is one node,
+    On the CPU, an LSTM (without projection) or GRU layer is one node,
     ``sitp.nn._functions.recurrent.RecurrentLayer``; the loop below is the general case.
     """
     w_ih, w_hh, b_ih, b_hh, w_hr = w
     gi_NG = F.linear(x_NI, w_ih, b_ih)  # all steps at once
     T, B = len(batch_sizes), h0.shape[0]
-    if (
-        w_hr is None
-        and batch_sizes.count(B) == T
-        and _recurrent.fits(mode, gi_NG, h0, c0, w_hh, b_hh)
-    ):
+    if w_hr is None and _recurrent.fits(mode, gi_NG, h0, c0, w_hh, b_hh):
         res = _recurrent.RecurrentLayer.apply(
-            gi_NG.view(T, B, -1), h0, c0, w_hh, b_hh, mode, reverse
+            gi_NG, h0, c0, w_hh, b_hh, mode, reverse, tuple(batch_sizes)
         )
-        out, h, c = res if mode == "LSTM" else (*res, None)
-        return out.view(T * B, -1), h, c
+        return res if mode == "LSTM" else (*res, None)
     step = _rnn_step(mode)
     gi_steps = gi_NG.split(batch_sizes, 0) if len(batch_sizes) > 1 else (gi_NG,)
     outs, ended_h, ended_c = [None] * T, [], []
