@@ -399,9 +399,10 @@ def load_line(res: dict) -> str:
 def ratio_text(res: dict, pair: str, digits=2) -> str:
     """``'0.65 (0.61-0.70 over 5 rounds)'``: a ratio with its range."""
     r = res["ratios"][pair]
+    few = "; fewer than 3: not a headline" if res["rounds"] < 3 else ""
     return (
         f"{r['median']:.{digits}f} ({r['min']:.{digits}f}-{r['max']:.{digits}f} over "
-        f"{res['rounds']} rounds)"
+        f"{res['rounds']} rounds{few})"
     )
 
 
