@@ -54,39 +54,38 @@ def _sigmoid(a):
     return e / (1.0 + e)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def _tanh(a):
-    return math.tanh(a)
-
-
-@njit(cache=True, inline="always", fastmath=FASTMATH, error_model="numpy")
-def _gates(gi, gh, c, H, h_out, c_out, gates, tc, sigmoid, tanh):
-    for b in range(c.size // H):
-        g4 = b * 4 * H
-        for j in range(H):
-            k = b * H + j
-            i = sigmoid(gi[g4 + j] + gh[g4 + j])
-            f = sigmoid(gi[g4 + H + j] + gh[g4 + H + j])
-            g = tanh(gi[g4 + 2 * H + j] + gh[g4 + 2 * H + j])
-            o = sigmoid(gi[g4 + 3 * H + j] + gh[g4 + 3 * H + j])
-            cc = f * c[k] + i * g
-            t = tanh(cc)
-            gates[g4 + j], gates[g4 + H + j] = i, f
-            gates[g4 + 2 * H + j], gates[g4 + 3 * H + j] = g, o
-            c_out[k], tc[k], h_out[k] = cc, t, o * t
-
-
 # --8<-- [start:lstm_gates_kernel]
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
 def lstm_gates_kernel(gi, gh, c, H, h_out, c_out, gates, tc):
     """(h', c') = LSTM(gi, gh, c) for rows of ``H`` hidden units; gi, gh are rows of 4H.
 
     Saves the activated gates (i, f, g, o; rows of 4H) and tanh(c') for the backward.
+    Two passes: the gates (reading gi, gh, writing gates), then the cell. Each loop
+    touches few arrays, so LLVM can prove they do not overlap and vectorise it (one
+    loop over all eight would need too many runtime overlap checks, and stays scalar).
     """
-    if _is_float32(gi):
-        _gates(gi, gh, c, H, h_out, c_out, gates, tc, _sigmoid_f32, _tanh_f32)
-    else:
-        _gates(gi, gh, c, H, h_out, c_out, gates, tc, _sigmoid, _tanh)
+    R = c.size // H  # rows
+    f32 = _is_float32(gi)
+    for b in range(R):
+        g4 = b * 4 * H
+        for j in range(g4, g4 + 2 * H):  # i and f
+            a = gi[j] + gh[j]
+            gates[j] = _sigmoid_f32(a) if f32 else _sigmoid(a)
+        for j in range(g4 + 2 * H, g4 + 3 * H):  # g
+            a = gi[j] + gh[j]
+            gates[j] = _tanh_f32(a) if f32 else math.tanh(a)
+        for j in range(g4 + 3 * H, g4 + 4 * H):  # o
+            a = gi[j] + gh[j]
+            gates[j] = _sigmoid_f32(a) if f32 else _sigmoid(a)
+    for b in range(R):
+        g4 = b * 4 * H
+        for j in range(H):
+            k = b * H + j
+            cc = gates[g4 + H + j] * c[k] + gates[g4 + j] * gates[g4 + 2 * H + j]
+            t = _tanh_f32(cc) if f32 else math.tanh(cc)
+            c_out[k] = cc
+            tc[k] = t
+            h_out[k] = gates[g4 + 3 * H + j] * t
 
 
 @njit(cache=True, error_model="numpy")
