@@ -113,31 +113,32 @@ def collect(procs):
 @pytest.fixture(scope="module")
 def gpt_runs(data):
     """Each library trains 8 iterations straight, and 4 then stops (a checkpoint at
-    iteration 4); then sitp resumes from its own checkpoint and from torch's."""
+    iteration 4); sitp trains 8 with ``--compile=True`` (``torch.compile(model)``); then
+    sitp resumes from its own checkpoint and from torch's."""
     out = data / "gpt"
     base = [f"--data_dir={data / 'chars'}", *GPT]
-    first = {}
-    for lib in ("torch", "sitp"):
-        first[lib, "full"] = start(
-            lib, "nanogpt_train.py", [*base, f"--out_dir={out}/{lib}-full"], data
+
+    def run(lib, name, *extra):
+        return start(lib, "nanogpt_train.py", [*base, f"--out_dir={out}/{name}", *extra], data)
+
+    # one sitp run first: on a cold numba cache it compiles the kernels once, for all
+    runs = collect(
+        {
+            ("torch", "full"): run("torch", "torch-full"),
+            ("torch", "half"): run("torch", "torch-half", "--max_iters=4"),
+            ("sitp", "full"): run("sitp", "sitp-full"),
+        }
+    )
+    runs.update(
+        collect(
+            {
+                ("sitp", "half"): run("sitp", "sitp-half", "--max_iters=4"),
+                ("sitp", "compiled"): run("sitp", "sitp-compiled", "--compile=True"),
+                ("sitp", "resume-torch"): run("sitp", "torch-half", "--init_from=resume"),
+            }
         )
-        first[lib, "half"] = start(
-            lib,
-            "nanogpt_train.py",
-            [*base, f"--out_dir={out}/{lib}-half", "--max_iters=4"],
-            data,
-        )
-    runs = collect(first)
-    second = {
-        ("sitp", f"resume-{src}"): start(
-            "sitp",
-            "nanogpt_train.py",
-            [*base, f"--out_dir={out}/{src}-half", "--init_from=resume"],
-            data,
-        )
-        for src in ("sitp", "torch")
-    }
-    runs.update(collect(second))
+    )
+    runs["sitp", "resume-sitp"] = collect({0: run("sitp", "sitp-half", "--init_from=resume")})[0]
     return runs
 
 
@@ -151,6 +152,11 @@ def test_nanogpt_trains_alike_step_by_step(gpt_runs):
         for split in ("train", "val"):
             assert abs(s["eval"][it][split] - t["eval"][it][split]) < ATOL, (it, split)
     assert np.mean(t["train"][-3:]) < np.mean(t["train"][:3])  # it trains at all
+
+
+def test_nanogpt_compiled_trains_as_torch_eager(gpt_runs):
+    compiled, eager = gpt_runs["sitp", "compiled"], gpt_runs["torch", "full"]
+    np.testing.assert_allclose(compiled["train"], eager["train"], rtol=0, atol=ATOL)
 
 
 def test_nanogpt_resumes_where_it_stopped(gpt_runs):
