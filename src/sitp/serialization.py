@@ -246,13 +246,16 @@ def save(
     """Save ``obj`` to ``f`` (a path or a binary file object) in ``torch.save``'s format.
 
     Args:
-        obj: tensors, dicts, lists, tuples, numbers, strings, bytes and None, nested.
+        obj: anything Python pickles: tensors and containers of them (a state dict),
+            a whole module, an optimizer, a user's object (pickled by its class's name,
+            so loading it needs that class importable, and allowed, see :func:`load`).
         f: a path (written atomically) or an object with ``write``.
-        pickle_module: only the standard ``pickle`` (sitp writes the opcodes itself).
+        pickle_module: only the standard ``pickle`` (sitp writes torch's names itself).
         pickle_protocol: only 2, what ``torch.save`` writes.
 
     Raises:
-        TypeError: for an object ``save`` does not store (the message says where).
+        pickle.PicklingError, TypeError, AttributeError: for what Python cannot pickle
+            (a lambda, a lock, a local class), as ``torch.save`` raises them.
         ValueError: for a pickle module, protocol or legacy format sitp does not write.
 
     >>> import io, sitp
@@ -262,6 +265,11 @@ def save(
     >>> back = sitp.load(buf)
     >>> back["w"].shape, back["step"]
     (sitp.Size([2, 3]), 7)
+    >>> _ = buf.seek(0); _ = buf.truncate()
+    >>> sitp.save(sitp.nn.Linear(3, 2), buf)  # a whole module
+    >>> _ = buf.seek(0)
+    >>> sitp.load(buf, weights_only=False)
+    Linear(in_features=3, out_features=2, bias=True)
     """
     if pickle_module is not pickle:
         raise ValueError(
@@ -552,14 +560,17 @@ def load(
             a dict from the saved location strings (``"cuda:0"``) to devices.
         pickle_module: None or the standard ``pickle`` module.
         weights_only: True (the default, as in torch 2.6+): only tensors, containers,
-            numbers and strings are rebuilt. False: other globals too (trusted files).
+            numbers, strings and the globals torch allows by default are rebuilt, plus
+            what :func:`add_safe_globals` or :class:`safe_globals` allowed (the classes
+            of a whole module, for one). False: any global (files you trust).
         mmap: accepted; the file is read into memory either way, with the same result.
         encoding: for pickles written by Python 2, as in ``pickle.load``.
 
     Raises:
         RuntimeError: the file is truncated, not a zip archive, a legacy torch file, or
             missing a record (the message names the file).
-        pickle.UnpicklingError: the file needs a global a weights-only load refuses.
+        pickle.UnpicklingError: the file needs a global a weights-only load refuses
+            (the message names it and how to allow it), or a whole torch module.
         FileNotFoundError: there is no such file.
     """
     if pickle_module is not None and pickle_module is not pickle:
