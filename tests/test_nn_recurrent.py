@@ -374,3 +374,24 @@ def test_step_by_step_path_matches_torch(kind, monkeypatch):
     x = np.random.default_rng(17).standard_normal((T, B, I))
     _compare(t_mod, s_mod, x, hx=_states(kind, 4, B), packed=[4, 5, 2])
     _compare(t_mod, s_mod, x)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_on_a_device_as_on_the_cpu(kind):
+    """On a CUDA device (numba's simulator without a GPU) the step-by-step path with
+    tensor ops computes what the CPU's kernels do, gradients included."""
+    import copy
+
+    cpu_mod = getattr(nn, kind)(2, 3, bidirectional=True)  # tiny: the simulator is slow
+    dev_mod = copy.deepcopy(cpu_mod).to("cuda")
+    x = sitp.randn(2, 2, 2)
+    for mod, inp in ((cpu_mod, x), (dev_mod, x.to("cuda"))):
+        out, _ = mod(inp)
+        (out * out).sum().backward()
+    np.testing.assert_allclose(
+        dev_mod(x.to("cuda"))[0].cpu().detach().numpy(),
+        cpu_mod(x)[0].detach().numpy(),
+        atol=1e-5,
+    )
+    for (name, p), q in zip(cpu_mod.named_parameters(), dev_mod.parameters()):
+        np.testing.assert_allclose(q.grad.cpu().numpy(), p.grad.numpy(), atol=1e-5, err_msg=name)

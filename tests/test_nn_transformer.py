@@ -327,3 +327,22 @@ def test_full_paths_resolve():
     assert act.MultiheadAttention is nn.MultiheadAttention
     assert issubclass(lin.NonDynamicallyQuantizableLinear, nn.Linear)
     assert type(nn.MultiheadAttention(E, NH).out_proj) is lin.NonDynamicallyQuantizableLinear
+
+
+def test_on_a_device_as_on_the_cpu():
+    """On a CUDA device (numba's simulator without a GPU): attention as composed ops."""
+    import copy
+
+    cpu_mod = nn.TransformerEncoderLayer(4, 2, 3, dropout=0.0, norm_first=True)  # tiny
+    dev_mod = copy.deepcopy(cpu_mod).to("cuda")
+    x = sitp.randn(3, 2, 4)
+    kpm = _s(np.array([[False, False, True], [False, False, False]]))  # (N, L)
+    mask = nn.Transformer.generate_square_subsequent_mask(3)
+    outs = []
+    for mod, dev in ((cpu_mod, "cpu"), (dev_mod, "cuda")):
+        y = mod(x.to(dev), src_mask=mask.to(dev), src_key_padding_mask=kpm.to(dev))
+        (y * y).sum().backward()
+        outs.append(y.cpu().detach().numpy())
+    np.testing.assert_allclose(outs[1], outs[0], atol=1e-5)
+    for (name, p), q in zip(cpu_mod.named_parameters(), dev_mod.parameters()):
+        np.testing.assert_allclose(q.grad.cpu().numpy(), p.grad.numpy(), atol=1e-5, err_msg=name)
