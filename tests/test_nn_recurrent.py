@@ -255,6 +255,10 @@ def test_bad_shapes_raise():
         lstm(sitp.randn(T, I), (sitp.zeros(2, 1, H), sitp.zeros(2, 1, H)))
     with pytest.raises(RuntimeError, match=r"Expected hidden size \(1, 3, 7\), got \[1, 4, 7\]"):
         nn.GRU(I, H)(sitp.randn(T, B, I), sitp.zeros(1, B + 1, H))
+    with pytest.raises(ValueError, match=r"input dtype \(sitp.float64\) does not match weight"):
+        lstm(sitp.randn(T, B, I, dtype=sitp.float64))
+    with pytest.raises(RuntimeError, match="hidden state of dtype sitp.float64"):
+        nn.GRU(I, H)(sitp.randn(T, B, I), sitp.zeros(1, B, H, dtype=sitp.float64))
     with pytest.raises(ValueError, match="LSTMCell: Expected input to be 1D or 2D"):
         nn.LSTMCell(I, H)(sitp.randn(T, B, I))
 

@@ -358,6 +358,12 @@ class RNNBase(Module):
                 x = x.transpose(0, 1)  # (T, B, I)
             T, B = x.shape[0], x.shape[1]
             data, batch_sizes = x.reshape(T * B, x.shape[2]), [B] * T
+        w_dtype = self.weight_ih_l0.dtype
+        if data.dtype is not w_dtype:
+            raise ValueError(
+                f"RNN input dtype ({data.dtype}) does not match weight dtype ({w_dtype}). "
+                f"Convert input: input.to({w_dtype}), or convert model: model.to({data.dtype})"
+            )
         if data.shape[-1] != self.input_size:
             raise RuntimeError(
                 f"input.size(-1) must be equal to input_size. Expected {self.input_size}, "
@@ -392,6 +398,12 @@ class RNNBase(Module):
             self._check_state(h0, (L, B, H_out), "hidden[0]" if is_lstm else "hidden")
             if is_lstm:
                 self._check_state(c0, (L, B, H), "hidden[1]")
+            for state in (h0, c0) if is_lstm else (h0,):
+                if state.dtype is not data.dtype:
+                    raise RuntimeError(
+                        f"hidden state of dtype {state.dtype} and input of dtype {data.dtype}: "
+                        "they must have the same dtype"
+                    )
         layer_in, h_n, c_n = data, [], []
         for layer in range(self.num_layers):
             outs = []
