@@ -58,11 +58,8 @@ class RecurrentLayer(Function):
         kept = [cpu._new((N, H), dt, h0) for _ in range(2 if lstm else 1)]
         saved = [cpu._new((N, G if lstm and k == 1 else H), dt, h0) for k in range(3 + (not lstm))]
         gi, o_ = cpu.flat(gi_NG).reshape(N, G), out._storage.reshape(N, H)
-        X, C = (
-            (k._storage.reshape(N, H) for k in kept)
-            if lstm
-            else (kept[0]._storage.reshape(N, H), None)
-        )
+        X = kept[0]._storage.reshape(N, H)
+        C = kept[1]._storage.reshape(N, H) if lstm else None
         sv = [a._storage.reshape(N, -1) for a in saved]
         h0_ = cpu.flat(h0).reshape(B, H)
         c0_ = cpu.flat(c0.contiguous()).reshape(B, H) if lstm else None
@@ -101,13 +98,8 @@ class RecurrentLayer(Function):
                 )
             prev = t
         ctx.save_for_backward(w_hh, out, *kept, *saved)
-        ctx.mode, ctx.reverse, ctx.has_bias, ctx.sizes = (
-            mode,
-            reverse,
-            b_hh is not None,
-            batch_sizes,
-        )
-        ctx.h0_shape = (B, H)
+        ctx.mode, ctx.reverse, ctx.sizes = mode, reverse, batch_sizes
+        ctx.has_bias = b_hh is not None
         finals = [_final_rows(o_, batch_sizes, offs, reverse, B)]
         if lstm:
             finals.append(_final_rows(sv[0], batch_sizes, offs, reverse, B))
