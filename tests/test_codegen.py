@@ -55,12 +55,13 @@ TARGETS = {
 }
 
 # Kernels whose reads may be gathers: they load through strides known only at run
-# time (attention reads q, k, v in any layout; gemm_small with a B whose layout numba
-# cannot see handles its edge strips with strided loads).
+# time (attention reads q, k, v in any layout; gemm_small is compiled once for
+# operands of any layout, sitp.kernels.cpu.anylayout, and its edge strip, the last
+# columns past the vector tiles, reads B through its run-time stride).
 STRIDED = (
     "attention_forward_kernel",
     "attention_backward_kernel",
-    "gemm_small[array(float32, 2d, C),array(float32, 2d, A)",
+    "gemm_small[",
 )
 VECTORISED = (
     "zip_fast_kernel",

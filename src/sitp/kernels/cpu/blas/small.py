@@ -10,6 +10,7 @@ A. Narrower tiles cover the edges; only the last few columns use the ikj loop.
 import numpy as np
 from numba import njit, prange
 
+from sitp.kernels.cpu.anylayout import any_layout
 from sitp.kernels.cpu.blas.packed import FASTMATH, MR, make_tile_fma, tile_nr
 
 # Rows of gemm_small's tiles. With AVX-512's 14-row micro-kernel tile, the small
@@ -44,6 +45,7 @@ def _tile(full, A, a_off, a_si, a_sp, B, b_off, b_sp, K, C, c_off, ldc, mode, bi
 
 
 # --8<-- [start:gemm_small]
+@any_layout  # compiled once per dtype, whatever the layouts of A, B and C
 @njit(cache=True, fastmath=FASTMATH)
 def gemm_small(A, B, C):
     """C += A @ B with register tiles read straight from A and B (no packing).
@@ -65,6 +67,7 @@ def gemm_small(A, B, C):
     _gemm_small(A, B, C, 0, C[0, :0])  # (an empty bias: mode 0 never reads it)
 
 
+@any_layout
 @njit(cache=True, fastmath=FASTMATH)
 def gemm_small_set(A, B, C, bias, has_bias):
     """C = A @ B (+ bias on every row): gemm_small for a C not yet written (np.empty).
@@ -288,6 +291,7 @@ DIRECT_MAX_B_BYTES = 1 << 19
 
 
 # --8<-- [start:gemm_direct_parallel]
+@any_layout
 @njit(cache=True, parallel=True)
 def gemm_direct_parallel(A, B, C, bias, has_bias, n_threads):
     """C = A @ B (+ bias) for a C not yet written: gemm_small_set on n_threads
