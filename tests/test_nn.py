@@ -260,3 +260,35 @@ def test_module_errors():
         nn.Linear(1, 1).nope
     with pytest.raises(ValueError, match="expected input of shape"):
         nn.BatchNorm1d(3)(sitp.zeros(4, 2))
+
+
+def test_reassigned_parameter_and_module_keep_their_place():
+    """Assigning a new Parameter (or module) to an existing name replaces it where it
+    stands, as in torch: the state dict's order does not change."""
+    torch = pytest.importorskip("torch")
+    import sitp
+
+    for lib in (sitp, torch):
+        lin = lib.nn.Linear(2, 3)
+        lin.weight = lib.nn.Parameter(lib.zeros(3, 2))
+        seq = lib.nn.Sequential(lib.nn.Linear(2, 2), lib.nn.Tanh())
+        seq[0] = lib.nn.Linear(2, 2)
+        seq.register_module("0", lib.nn.Linear(2, 2))
+        assert list(lin.state_dict()) == ["weight", "bias"]
+        assert [k.split(".")[0] for k in seq.state_dict()] == ["0", "0"]
+        assert list(dict(seq.named_children())) == ["0", "1"]
+
+
+def test_sequential_item_assignment_and_deletion_like_torch():
+    torch = pytest.importorskip("torch")
+    import sitp
+
+    names = []
+    for lib in (sitp, torch):
+        seq = lib.nn.Sequential(lib.nn.Linear(2, 2), lib.nn.Tanh(), lib.nn.Linear(2, 3))
+        seq[-1] = lib.nn.Linear(2, 4)
+        del seq[0]
+        names.append((list(dict(seq.named_children())), list(seq.state_dict()), len(seq)))
+        with pytest.raises(IndexError):
+            seq[5] = lib.nn.Tanh()
+    assert names[0] == names[1]

@@ -333,3 +333,27 @@ def test_split_chunk_cat_stack():
         sitp.stack([s, s[:2]])
     with pytest.raises(RuntimeError, match="sum exactly"):
         s.split([1, 1])
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x: x.new_zeros(2, 3),
+        lambda x: x.new_zeros((2, 3)),
+        lambda x: x.new_ones([4]),
+        lambda x: x.new_empty(2, 5),
+        lambda x: x.new_full((2,), 7.0),
+        lambda x: x.new_tensor([1, 2]),
+        lambda x: x.new_zeros(3, dtype=x.new_tensor([1]).long().dtype),
+    ],
+)
+def test_new_factories_take_sizes_as_torch_does(call):
+    torch = pytest.importorskip("torch")
+    import sitp
+
+    ours, theirs = call(sitp.ones(2, 3)), call(torch.ones(2, 3))
+    assert tuple(ours.shape) == tuple(theirs.shape)
+    assert str(ours.dtype).split(".")[-1] == str(theirs.dtype).split(".")[-1]
+    if "empty" not in repr(call.__code__.co_names):
+        assert ours.tolist() == theirs.tolist()
+    assert call(sitp.ones(2)).requires_grad is False

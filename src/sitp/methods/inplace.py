@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from sitp._tensor import dispatch
-from sitp._tensor.creation import _scalar, full, ones, tensor, zeros
+from sitp._tensor.creation import _scalar, empty, full, ones, tensor, zeros
 from sitp._tensor.creation import tensor as _tensor
 from sitp._tensor.tensor import Tensor
 from sitp.autograd.function import check_inplace as _check_inplace
@@ -223,17 +223,29 @@ class TensorInplace:
     def __itruediv__(self, other):
         return self.div_(other)
 
-    def new_zeros(self, size, dtype=None):
-        return zeros(size, dtype=dtype or self.dtype)
+    # torch's new_* take the sizes as one sequence or as separate ints (new_full: a
+    # sequence), and make the tensor on this tensor's device with its dtype by default
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
+        return zeros(*size, **self._new_kw(dtype, device, requires_grad))
 
-    def new_ones(self, size, dtype=None):
-        return ones(size, dtype=dtype or self.dtype)
+    def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
+        return ones(*size, **self._new_kw(dtype, device, requires_grad))
 
-    def new_full(self, size, fill_value, dtype=None):
-        return full(size, fill_value, dtype=dtype or self.dtype)
+    def new_empty(self, *size, dtype=None, device=None, requires_grad=False):
+        return empty(*size, **self._new_kw(dtype, device, requires_grad))
 
-    def new_tensor(self, data, dtype=None):
-        return tensor(data, dtype=dtype or self.dtype)
+    def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
+        return full(size, fill_value, **self._new_kw(dtype, device, requires_grad))
+
+    def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+        return tensor(data, **self._new_kw(dtype, device, requires_grad))
+
+    def _new_kw(self, dtype, device, requires_grad):
+        return {
+            "dtype": dtype or self.dtype,
+            "device": device or self.device,
+            "requires_grad": requires_grad,
+        }
 
 
 def _all_true(t) -> Tensor:

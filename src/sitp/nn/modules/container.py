@@ -30,6 +30,26 @@ class Sequential(Module):
             return Sequential(*mods[idx])
         return mods[idx]
 
+    def __setitem__(self, idx, module):
+        """``seq[i] = module`` replaces the i-th module in its place (negative i counts
+        from the end)."""
+        names = list(self._modules)
+        if not isinstance(idx, int) or not -len(names) <= idx < len(names):
+            raise IndexError(f"index {idx} is out of range for a Sequential of {len(names)}")
+        if not isinstance(module, Module):
+            raise TypeError(f"{type(module).__name__} is not a Module subclass")
+        self._modules[names[idx]] = module
+
+    def __delitem__(self, idx):
+        names = list(self._modules)
+        for name in names[idx] if isinstance(idx, slice) else [names[idx]]:
+            del self._modules[name]
+        # numbered again from 0, as torch does, so that seq[i] and the names agree
+        kept = list(self._modules.values())
+        self._modules.clear()
+        for i, m in enumerate(kept):
+            self._modules[str(i)] = m
+
     def __len__(self):
         return len(self._modules)
 

@@ -39,17 +39,23 @@ class Module:
             raise AttributeError(
                 f"cannot assign {name!r} before Module.__init__() call (call super().__init__())"
             )
-        for d in (self._parameters, self._buffers, self._modules):
-            d.pop(name, None)
         if isinstance(value, Parameter):
-            self._parameters[name] = value
+            store = self._parameters
         elif isinstance(value, Module):
-            self._modules[name] = value
+            store = self._modules
         elif name in self.__dict__.get("_buffer_names", ()) and isinstance(value, Tensor):
-            self._buffers[name] = value
+            store = self._buffers
         else:
+            store = None
+        # a name that changes kind leaves its old registry; one that keeps it keeps its
+        # place there, as in torch (a reassigned weight stays first in the state dict)
+        for d in (self._parameters, self._buffers, self._modules):
+            if d is not store:
+                d.pop(name, None)
+        if store is None:
             object.__setattr__(self, name, value)
             return
+        store[name] = value
         self.__dict__.pop(name, None)
 
     def __getattr__(self, name):
