@@ -10,6 +10,11 @@ import pytest
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
+# tests/scripts/ holds training scripts written for PyTorch, which tests run unchanged in
+# subprocesses (run_with.py). They are scripts, not modules: importing one (as
+# --doctest-modules would) runs it, with whatever it sets on torch's global switches.
+collect_ignore_glob = ["scripts/*.py"]
+
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``gpu`` need a real device: skip them under the CUDA simulator."""
