@@ -65,19 +65,20 @@ def np_(t):
 
 # ------------------------------------------------------------------ the registry
 def test_registry_lists_the_ladder():
-    assert list(MODELS) == ["bigram", "mlp", "wavenet", "rnn", "gru", "gpt"]
+    assert list(MODELS) == ["bigram", "mlp", "wavenet", "rnn", "gru", "lstm", "gpt"]
     assert {k: v.data for k, v in MODELS.items()} == {
         "bigram": "context",
         "mlp": "context",
         "wavenet": "context",
         "rnn": "sequence",
         "gru": "sequence",
+        "lstm": "sequence",
         "gpt": "sequence",
     }
     assert isinstance(build_model("gru", vocab_size=V).cell, sitp.nn.GRUCell)
     assert isinstance(build_model("rnn", vocab_size=V).cell, sitp.nn.RNNCell)
     with pytest.raises(KeyError, match="unknown model"):
-        build_model("lstm")
+        build_model("transformer")
 
 
 def test_parameter_counts_match_makemore():

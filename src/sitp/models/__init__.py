@@ -7,7 +7,7 @@ An application (layer 6 of docs/layout.md): each model is written against torch'
 * :mod:`sitp.models.neural_bigram` — the bigram as a learned table of logits (chapter 1).
 * :mod:`sitp.models.mlp` — the MLP of Bengio et al. 2003 (chapter 3.1).
 * :mod:`sitp.models.wavenet` — the WaveNet-style hierarchical model (chapter 3.3).
-* :mod:`sitp.models.rnn` — the vanilla RNN and the GRU (chapter 3.4).
+* :mod:`sitp.models.rnn` — the vanilla RNN, the GRU and the LSTM (chapter 3.4).
 * :mod:`sitp.models.gpt` — the nanoGPT-style transformer (chapter 3.5).
 * :mod:`sitp.models.sampling` — temperature and top-k sampling of names.
 * :mod:`sitp.models.port` — the same model files run with PyTorch.
@@ -16,13 +16,13 @@ An application (layer 6 of docs/layout.md): each model is written against torch'
 entry says which class and config build the model, and how it gets its batches —
 ``"context"`` models (bigram, MLP, WaveNet) see a window of the last ``block_size``
 characters (:func:`sitp.data.build_context_dataset`); ``"sequence"`` models (RNN, GRU,
-GPT) read a whole name and predict every next character
+LSTM, GPT) read a whole name and predict every next character
 (:func:`sitp.data.build_sequence_dataset`).
 
 Example:
     >>> from sitp.models import MODELS, build_model
     >>> list(MODELS)
-    ['bigram', 'mlp', 'wavenet', 'rnn', 'gru', 'gpt']
+    ['bigram', 'mlp', 'wavenet', 'rnn', 'gru', 'lstm', 'gpt']
     >>> MODELS["wavenet"].data, MODELS["gpt"].data
     ('context', 'sequence')
     >>> model = build_model("mlp", vocab_size=27, n_hidden=100)
@@ -88,6 +88,15 @@ MODELS: dict[str, ModelSpec] = {
     ),
     "gru": ModelSpec(
         "gru", "rnn", "RNN", "RNNConfig", "sequence", config_overrides={"cell_type": "gru"}, lr=5e-3
+    ),
+    "lstm": ModelSpec(
+        "lstm",
+        "rnn",
+        "RNN",
+        "RNNConfig",
+        "sequence",
+        config_overrides={"cell_type": "lstm"},
+        lr=5e-3,
     ),
     "gpt": ModelSpec("gpt", "gpt", "GPT", "GPTConfig", "sequence", lr=3e-3),
 }

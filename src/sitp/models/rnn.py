@@ -1,10 +1,11 @@
-"""Recurrent language models: a vanilla RNN and a GRU, as in makemore (chapter 3.4).
+"""Recurrent language models: a vanilla RNN, a GRU and an LSTM (chapter 3.4).
 
 The model reads a name one character at a time, carrying a hidden state:
 ``h_t = cell(emb(x_t), h_{t-1})``; the logits at step t are a Linear of
 ``h_t``. The first hidden state ``h_{-1}`` is a learned parameter
-(``start``), as in makemore. The cells are ``nn.RNNCell`` (tanh) and
-``nn.GRUCell``.
+(``start``), as in makemore. The cells are ``nn.RNNCell`` (tanh),
+``nn.GRUCell`` and ``nn.LSTMCell``; the LSTM also carries a cell state ``c_t``, which
+starts at zero.
 
 This file is PyTorch code with ``sitp`` in its import lines (see
 :mod:`sitp.models.port`).
@@ -32,7 +33,7 @@ class RNNConfig:
     vocab_size: int = 27  # V
     n_embd: int = 64  # C: width of a character's embedding
     n_embd2: int = 64  # S: width of the hidden state
-    cell_type: str = "rnn"  # "rnn" (tanh RNNCell) or "gru" (GRUCell)
+    cell_type: str = "rnn"  # "rnn" (tanh RNNCell), "gru" (GRUCell) or "lstm" (LSTMCell)
 
 
 # --8<-- [start:rnn]
@@ -49,8 +50,10 @@ class RNN(nn.Module):
             self.cell = nn.RNNCell(config.n_embd, config.n_embd2)
         elif config.cell_type == "gru":
             self.cell = nn.GRUCell(config.n_embd, config.n_embd2)
+        elif config.cell_type == "lstm":
+            self.cell = nn.LSTMCell(config.n_embd, config.n_embd2)
         else:
-            raise ValueError(f"cell_type must be 'rnn' or 'gru', got {config.cell_type!r}")
+            raise ValueError(f"cell_type must be 'rnn', 'gru' or 'lstm', got {config.cell_type!r}")
         self.lm_head = nn.Linear(config.n_embd2, config.vocab_size)
 
     # --8<-- [start:forward]
@@ -58,9 +61,13 @@ class RNN(nn.Module):
         B, T = idx_BT.size()
         emb_BTC = self.wte(idx_BT)  # (B, T, C)
         h_BS = self.start.expand((B, -1))  # (B, S): the same start for every row
+        c_BS = torch.zeros_like(self.start).expand((B, -1))  # the LSTM's cell state: zero
         hiddens = []
         for x_BC in emb_BTC.unbind(1):  # the recurrence: one step per character
-            h_BS = self.cell(x_BC, h_BS)  # (B, S)
+            if self.config.cell_type == "lstm":
+                h_BS, c_BS = self.cell(x_BC, (h_BS, c_BS))  # (B, S) each
+            else:
+                h_BS = self.cell(x_BC, h_BS)  # (B, S)
             hiddens.append(h_BS)
         hidden_BTS = torch.stack(hiddens, 1)  # (B, T, S)
         logits_BTV = self.lm_head(hidden_BTS)  # (B, T, V)
