@@ -36,6 +36,7 @@ def _kernels():
     return cpu, cpu_fused
 
 
+# --8<-- [start:lstm_ops]
 def _forward_ops(gi, gh, c):
     """The gates as tensor ops: returns h', c' and what the backward reads."""
     i, f, g, o = (gi + gh).chunk(4, -1)
@@ -59,6 +60,9 @@ def _backward_ops(dh, dc2, c, gates, tc):
     da_f = dc_tot * c * f * (1 - f)
     da_g = dc_tot * i * (1 - g * g)
     return cat([da_i, da_f, da_g, da_o], -1), dc_tot * f
+
+
+# --8<-- [end:lstm_ops]
 
 
 class LSTMGates(Function):

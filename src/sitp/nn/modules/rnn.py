@@ -125,6 +125,7 @@ class GRUCell(_CellBase):
 # --8<-- [end:gru_cell]
 
 
+# --8<-- [start:lstm_cell]
 class LSTMCell(_CellBase):
     """One step of the long short-term memory, in torch's formulation (gates i, f, g, o):
 
@@ -147,6 +148,9 @@ class LSTMCell(_CellBase):
         h, c = self._check(input, h), self._check(input, c)
         gi, gh = self._affine(input, h)
         return _lstm.LSTMGates.apply(gi, gh, c)
+
+
+# --8<-- [end:lstm_cell]
 
 
 # ------------------------------------------------------------- the sequence layers
