@@ -5,11 +5,14 @@
 :class:`ReduceOp`, ``async_op=True`` handles (:class:`Work`). The processes are started
 by MPI: ``python -m sitp.distributed.run --nproc-per-node N script.py`` (torchrun's
 options and environment variables) or ``mpirun -n N python script.py``. The
-implementation is in ``_c10d.py``; the launcher in ``run.py``.
+implementation is in ``_c10d.py``; the launcher in ``run.py``. :class:`CommCounter`
+counts the bytes a rank sends; :class:`ZeroOptimizer` (``zero.py``) is ZeRO stages 1 and
+2 as the ZeRO paper defines them (torch has no such class).
 """
 
 from sitp.distributed._c10d import (
     BACKENDS,
+    CommCounter,
     GroupMember,
     ProcessGroup,
     ReduceOp,
@@ -48,6 +51,7 @@ from sitp.distributed._c10d import (
 
 __all__ = [
     "BACKENDS",
+    "CommCounter",
     "GroupMember",
     "ProcessGroup",
     "ReduceOp",
@@ -82,4 +86,7 @@ __all__ = [
     "reduce_scatter_tensor",
     "scatter",
     "send",
+    "ZeroOptimizer",
 ]
+
+from sitp.distributed.zero import ZeroOptimizer  # noqa: E402  (it uses the names above)

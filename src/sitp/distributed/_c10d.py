@@ -479,6 +479,81 @@ def _check_like(fn: str, a: Tensor, a_name: str, b: Tensor, b_name: str) -> None
         )
 
 
+# ---------------------------------------------------------------- counting bytes
+class CommCounter:
+    """The bytes this rank sends, per collective and in all, while the counter is open
+    (``with CommCounter() as comm: ...``; then ``comm.bytes_sent``, ``comm.by_op``,
+    ``comm.calls``). Counters nest: each open one sees every call.
+
+    A point-to-point call (``send``, ``isend``) counts the bytes it hands MPI. A
+    collective counts what this rank sends under the ring schedule of chapter 7.2, the
+    bandwidth-optimal one NCCL uses for large messages: for ``n`` bytes on ``p`` ranks,
+    ``all_reduce`` sends ``2 (p - 1)`` chunks of about ``n/p`` (the chunks of
+    ``sitp.distributed.ring``), ``reduce_scatter_tensor`` ``p - 1`` chunks of its input,
+    ``all_gather`` and ``all_gather_into_tensor`` ``p - 1`` copies of their input,
+    ``broadcast`` (a pipeline along the ring from the root) ``n`` on every rank but the
+    last of the chain, ``reduce`` (the chain the other way) ``n`` on every rank but the
+    root, ``gather`` ``n`` on every rank but the root and ``scatter`` ``(p - 1) n`` on the
+    root. MPI may pick another algorithm by size and tell nobody; these are the counts
+    of the schedule the page's formulas describe, from the sizes each call was given.
+    Objects (``all_gather_object``, ...) are pickled and not counted.
+    """
+
+    def __init__(self):
+        self.bytes_sent = 0
+        self.by_op: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
+
+    def add(self, op: str, nbytes: int) -> None:
+        self.bytes_sent += nbytes
+        self.by_op[op] = self.by_op.get(op, 0) + nbytes
+        self.calls[op] = self.calls.get(op, 0) + 1
+
+    def __enter__(self) -> CommCounter:
+        _COUNTERS.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _COUNTERS.remove(self)
+
+    def __repr__(self):
+        return f"CommCounter(bytes_sent={self.bytes_sent}, calls={self.calls})"
+
+
+_COUNTERS: list[CommCounter] = []
+
+
+def ring_chunk_bounds(n: int, p: int) -> list[int]:
+    """Where the ring cuts ``n`` elements into ``p`` chunks: chunk k is
+    ``[bounds[k], bounds[k + 1])`` (as ``sitp.distributed.ring`` cuts them)."""
+    return [k * n // p for k in range(p + 1)]
+
+
+def _tally(op: str, g: ProcessGroup, t: Tensor, root: int | None = None) -> None:
+    """Add to every open counter the bytes this rank sends in ``op`` on ``t`` (see
+    :class:`CommCounter`; ``root`` is the group rank of a rooted collective's root)."""
+    if not _COUNTERS:
+        return
+    p, r, n, size = g.size(), g.rank(), t.numel(), t.element_size()
+    if op == "all_reduce":
+        b = ring_chunk_bounds(n, p)
+        chunk = [b[k + 1] - b[k] for k in range(p)]
+        # reduce-scatter: every chunk but r + 1; all-gather: every chunk but r + 2
+        elems = 0 if p == 1 else 2 * n - chunk[(r + 1) % p] - chunk[(r + 2) % p]
+    elif op in ("reduce_scatter_tensor",):
+        elems = (p - 1) * (n // p)  # t is the input, p equal chunks
+    elif op in ("all_gather", "all_gather_into_tensor", "scatter"):
+        elems = (p - 1) * n if op != "scatter" or r == root else 0  # t is one rank's part
+    elif op == "broadcast":
+        elems = n if p > 1 and r != (root - 1) % p else 0
+    elif op in ("reduce", "gather"):
+        elems = n if r != root else 0
+    else:  # send, isend
+        elems = n
+    for c in _COUNTERS:
+        c.add(op, elems * size)
+
+
 # ---------------------------------------------------------------- work handles
 class Work:
     """The handle of an asynchronous operation (``async_op=True``): :meth:`wait` blocks
@@ -553,6 +628,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op: bool = False):
     mop = _mpi_op(op, tensor.dtype)
     b = _Buf(tensor)
     divide = g.size() if op is ReduceOp.AVG else None
+    _tally("all_reduce", g, tensor)
 
     def start(blocking):
         if blocking:
@@ -571,6 +647,7 @@ def broadcast(tensor, src=None, group=None, async_op: bool = False, group_src=No
     root = _root(g, src, group_src, "broadcast", "src")
     sender = g.rank() == root
     b = _Buf(tensor, read=sender)
+    _tally("broadcast", g, tensor, root)
 
     def start(blocking):
         return (g.comm.Bcast if blocking else g.comm.Ibcast)(b.array, root=root)
@@ -615,6 +692,7 @@ def all_gather(tensor_list, tensor, group=None, async_op: bool = False):
     send = _Buf(tensor)
     recv = _flat_host(n * tensor.numel(), tensor.dtype)
     k = tensor.numel()
+    _tally("all_gather", g, tensor)
 
     def start(blocking):
         return (g.comm.Allgather if blocking else g.comm.Iallgather)(send.array, recv)
@@ -640,6 +718,7 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
     n = g.size()
     _check_world_multiple(fn, output_tensor, "output_tensor", input_tensor, "input_tensor", n)
     send, recv = _Buf(input_tensor), _Buf(output_tensor, read=False)
+    _tally("all_gather_into_tensor", g, input_tensor)
 
     def start(blocking):
         return (g.comm.Allgather if blocking else g.comm.Iallgather)(send.array, recv.array)
@@ -662,6 +741,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op: 
     mop = _mpi_op(op, input.dtype)
     send, recv = _Buf(input), _Buf(output, read=False)
     divide = n if op is ReduceOp.AVG else None
+    _tally("reduce_scatter_tensor", g, input)
 
     def start(blocking):
         f = g.comm.Reduce_scatter_block if blocking else g.comm.Ireduce_scatter_block
@@ -682,6 +762,7 @@ def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op: bool = False
     b = _Buf(tensor)
     me = g.rank() == root
     divide = g.size() if op is ReduceOp.AVG else None
+    _tally("reduce", g, tensor, root)
 
     def start(blocking):
         f = g.comm.Reduce if blocking else g.comm.Ireduce
@@ -705,6 +786,7 @@ def gather(tensor, gather_list=None, dst=None, group=None, async_op: bool = Fals
         _check_list("gather", "gather_list", gather_list, tensor, n)
     send = tensor.detach().cpu().contiguous()._np().ravel()
     recv = _flat_host(n * k, tensor.dtype) if me else None
+    _tally("gather", g, tensor, root)
 
     def start(blocking):
         return (g.comm.Gather if blocking else g.comm.Igather)(send, recv, root=root)
@@ -732,6 +814,7 @@ def scatter(
         _check_list("scatter", "scatter_list", scatter_list, tensor, n)
         send = np.concatenate([t.detach().cpu()._np().ravel() for t in scatter_list])
     recv = _flat_host(k, tensor.dtype)
+    _tally("scatter", g, tensor, root)
 
     def start(blocking):
         return (g.comm.Scatter if blocking else g.comm.Iscatter)(send, recv, root=root)
@@ -788,6 +871,7 @@ def isend(tensor, dst=None, group=None, tag: int = 0, group_dst=None):
         return None
     peer, tag = _peer(g, dst, group_dst, "isend", "dst"), _check_tag("isend", tag)
     b = _Buf(tensor)
+    _tally("isend", g, tensor)
     work = Work([g.comm.Isend(b.array, dest=peer, tag=tag)], None, [tensor])
     work._keep = b  # a staged copy lives until the send has finished
     return work
