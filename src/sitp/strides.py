@@ -155,6 +155,31 @@ def broadcast_shapes(*shapes: Sequence[int]) -> Shape:
 
 # --8<-- [end:broadcast_shapes]
 
+# Memos of broadcast_shapes and broadcast_strides, keyed by their arguments: a model
+# calls them with the same few shapes over and over, and the loops above cost a
+# microsecond or two each time. A memo is cleared when full; arguments that are not
+# keys (lists) go to the functions above directly.
+_MEMO_SIZE = 4096
+_BROADCAST: dict = {}
+_BROADCAST_STRIDES: dict = {}
+_broadcast_shapes = broadcast_shapes
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> Shape:  # noqa: F811 (the memoised version)
+    try:
+        out = _BROADCAST.get(shapes)
+    except TypeError:  # a shape given as a list
+        return _broadcast_shapes(*shapes)
+    if out is None:
+        out = _broadcast_shapes(*shapes)
+        if len(_BROADCAST) >= _MEMO_SIZE:
+            _BROADCAST.clear()
+        _BROADCAST[shapes] = out
+    return out
+
+
+broadcast_shapes.__doc__ = _broadcast_shapes.__doc__
+
 
 # --8<-- [start:broadcast_strides]
 def broadcast_strides(
@@ -183,6 +208,25 @@ def broadcast_strides(
 
 
 # --8<-- [end:broadcast_strides]
+
+_broadcast_strides = broadcast_strides
+
+
+def broadcast_strides(shape, strides, target) -> Strides:  # noqa: F811 (memoised, as above)
+    key = (shape, strides, target)
+    try:
+        out = _BROADCAST_STRIDES.get(key)
+    except TypeError:  # lists
+        return _broadcast_strides(shape, strides, target)
+    if out is None:
+        out = _broadcast_strides(shape, strides, target)
+        if len(_BROADCAST_STRIDES) >= _MEMO_SIZE:
+            _BROADCAST_STRIDES.clear()
+        _BROADCAST_STRIDES[key] = out
+    return out
+
+
+broadcast_strides.__doc__ = _broadcast_strides.__doc__
 
 
 # --8<-- [start:view_strides]

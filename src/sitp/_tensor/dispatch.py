@@ -36,6 +36,9 @@ def of(*tensors):
     """The backend module for an op on ``tensors`` (non-tensors are ignored)."""
     for t in tensors:
         s = getattr(t, "_storage", None)
-        if s is not None and not isinstance(s, np.ndarray):
+        if s is not None and s.__class__ is not _NDARRAY and not isinstance(s, np.ndarray):
             return cuda()
     return cpu
+
+
+_NDARRAY = np.ndarray  # the common case, tested by identity before isinstance

@@ -102,8 +102,8 @@ class Tensor:
         """Wrap existing storage; no copy, no checks (internal)."""
         t = object.__new__(cls)
         t._storage = storage
-        t._shape = Size(shape)
-        t._strides = tuple(strides)
+        t._shape = shape if shape.__class__ is Size else Size(shape)
+        t._strides = strides if strides.__class__ is tuple else tuple(strides)
         t._offset = offset
         t.dtype = dtype
         t.requires_grad = False

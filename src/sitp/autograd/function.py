@@ -117,32 +117,38 @@ class Function:
     @classmethod
     def apply(cls, *args, **kwargs):
         ctx = Context()
-        needs = tuple(getattr(a, "requires_grad", False) is True for a in args)
+        needs = tuple([getattr(a, "requires_grad", False) is True for a in args])
         ctx.needs_input_grad = needs
-        prev = is_grad_enabled()
-        record = prev and any(needs)
+        prev = getattr(_state, "enabled", True)  # is_grad_enabled(), inlined
+        if not prev:  # recording is off already: the forward pass cannot record
+            return cls.forward(ctx, *args, **kwargs)
         # The forward pass never records: it may use other ops freely.
         _state.enabled = False
         try:
             out = cls.forward(ctx, *args, **kwargs)
         finally:
-            _state.enabled = prev
-        if record:
+            _state.enabled = True
+        if True in needs:
             # a leaf input itself (its .grad is accumulated); a non-leaf one as an _Edge,
             # its place in the graph now, so that a later in-place op on it (which gives
             # the tensor a new grad_fn) does not change what this op's backward reaches
             inputs = tuple(
-                (a if a.grad_fn is None else _Edge(a)) if n else None for a, n in zip(args, needs)
+                [(a if a.grad_fn is None else _Edge(a)) if n else None for a, n in zip(args, needs)]
             )
             node = Node(cls, ctx, inputs)
-            k = 0  # floating-point outputs are numbered: output k gets gradient k
-            for o in out if isinstance(out, tuple) else (out,):
-                if o.dtype.is_floating_point:
-                    o.requires_grad = True
-                    o.grad_fn = node
-                    o._output_nr = k
-                    k += 1
-            node.n_outputs = max(k, 1)
+            if isinstance(out, tuple):
+                k = 0  # floating-point outputs are numbered: output k gets gradient k
+                for o in out:
+                    if o.dtype.is_floating_point:
+                        o.requires_grad = True
+                        o.grad_fn = node
+                        o._output_nr = k
+                        k += 1
+                node.n_outputs = max(k, 1)
+            elif out.dtype.is_floating_point:  # one output: output 0 (n_outputs is 1)
+                out.requires_grad = True
+                out.grad_fn = node
+                out._output_nr = 0
         return out
 
 

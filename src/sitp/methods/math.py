@@ -33,7 +33,10 @@ class TensorMath:
 
     # -------------------------------------------------------------- arithmetic
     def _binary(self, other, op, reverse=False):
-        a, b = _operands(self, other)
+        if isinstance(other, Tensor) and other.dtype is self.dtype:
+            a, b = self, other  # what _operands returns for one dtype, without its checks
+        else:
+            a, b = _operands(self, other)
         if not a.dtype.is_floating_point:
             if op in _FLOAT_RESULT:  # as torch: integers in, float32 (the default dtype) out
                 a, b = a.to(float32), b.to(float32)
@@ -48,7 +51,9 @@ class TensorMath:
                 a, b = a.to(int64), b.to(int64)
         if reverse:
             a, b = b, a
-        return ops.Binary.apply(a, b, op)
+        if (a.requires_grad or b.requires_grad) and is_grad_enabled():
+            return ops.Binary.apply(a, b, op)
+        return dispatch.of(a, b).binary(op, a, b)  # nothing to record: Binary.forward's value
 
     def __add__(self, other):
         return self._binary(other, "add")
@@ -95,7 +100,7 @@ class TensorMath:
             )
             if isinstance(other, float) and not x.dtype.is_floating_point:
                 x = x.to(float32)
-            return ops.Unary.apply(x, "pow", float(other))
+            return _unary_op(x, "pow", float(other))
         return self._binary(other, "pow")
 
     def __rpow__(self, other):
@@ -110,7 +115,7 @@ class TensorMath:
     def __neg__(self):
         if self.dtype is bool_:
             raise TypeError("negation of a bool tensor is not supported; use ~ or logical_not")
-        return ops.Unary.apply(self, "neg")
+        return _unary_op(self, "neg")
 
     neg = __neg__
 
@@ -256,7 +261,7 @@ class TensorMath:
     # ------------------------------------------------------- elementwise maths
     def _unary(self, op, p0=math.nan, p1=math.nan):
         x = self if self.dtype.is_floating_point else self.to(float32)
-        return ops.Unary.apply(x, op, p0, p1)
+        return _unary_op(x, op, p0, p1)
 
     def exp(self):
         return self._unary("exp")
@@ -336,25 +341,25 @@ class TensorMath:
         return self._unary("reciprocal")
 
     def relu(self):
-        return ops.Unary.apply(self, "relu") if self.dtype is not bool_ else self
+        return _unary_op(self, "relu") if self.dtype is not bool_ else self
 
     def abs(self):
-        return ops.Unary.apply(self, "abs") if self.dtype is not bool_ else self
+        return _unary_op(self, "abs") if self.dtype is not bool_ else self
 
     def sign(self):
-        return ops.Unary.apply(self, "sign")
+        return _unary_op(self, "sign")
 
     def square(self):
-        return ops.Unary.apply(self if self.dtype is not bool_ else self.long(), "square")
+        return _unary_op(self if self.dtype is not bool_ else self.long(), "square")
 
     def floor(self):
-        return ops.Unary.apply(self, "floor") if self.dtype.is_floating_point else self
+        return _unary_op(self, "floor") if self.dtype.is_floating_point else self
 
     def ceil(self):
-        return ops.Unary.apply(self, "ceil") if self.dtype.is_floating_point else self
+        return _unary_op(self, "ceil") if self.dtype.is_floating_point else self
 
     def round(self):
-        return ops.Unary.apply(self, "round") if self.dtype.is_floating_point else self
+        return _unary_op(self, "round") if self.dtype.is_floating_point else self
 
     def trunc(self):
         return self.sign() * self.abs().floor()
@@ -405,7 +410,9 @@ class TensorMath:
         if x.dtype is bool_:
             x = x.to(int64)
         dims = normalize_dims(dim, x.ndim)
-        return ops.Sum.apply(x, dims, keepdim)
+        if x.requires_grad and is_grad_enabled():
+            return ops.Sum.apply(x, dims, keepdim)
+        return dispatch.of(x).reduce("sum", x, dims, keepdim)  # Sum.forward's value
 
     def mean(self, dim=None, keepdim: bool = False, dtype=None):
         """Average over ``dim``: the sum divided by the number of entries summed."""
@@ -509,7 +516,10 @@ class TensorMath:
     def softmax(self, dim: int, dtype=None):
         x = self if dtype is None else self.to(dtype)
         x = x if x.dtype.is_floating_point else x.to(float32)
-        return ops.Softmax.apply(x, normalize_dim(dim, x.ndim), False)
+        dim = normalize_dim(dim, x.ndim)
+        if x.requires_grad and is_grad_enabled():
+            return ops.Softmax.apply(x, dim, False)
+        return dispatch.of(x).softmax(x, dim, False)  # Softmax.forward's value
 
     def log_softmax(self, dim: int, dtype=None):
         x = self if dtype is None else self.to(dtype)
@@ -579,6 +589,14 @@ class TensorMath:
         return x.reshape(final)
 
 
+def _unary_op(x, op, p0=math.nan, p1=math.nan):
+    """``Unary.apply(x, op, p0, p1)``; without a graph to record, the backend's op itself
+    (the same value: Unary.forward's, without the Context it would fill for nothing)."""
+    if x.requires_grad and is_grad_enabled():
+        return ops.Unary.apply(x, op, p0, p1)
+    return dispatch.of(x).unary(op, x, p0, p1)
+
+
 def _compare_fn(a, b, op):
     if a.dtype is bool_ and op not in ("logical_and", "logical_or", "logical_xor", "eq", "ne"):
         a, b = a.to(int64), b.to(int64)
@@ -627,7 +645,10 @@ def matmul(a, b) -> Tensor:
             f"mat1 and mat2 shapes cannot be multiplied: {tuple(a.shape)} @ {tuple(b.shape)} "
             f"(inner dims {a2.shape[-1]} and {b2.shape[-2]} differ)"
         )
-    out = ops.MatMul.apply(a2, b2)
+    if (a2.requires_grad or b2.requires_grad) and is_grad_enabled():
+        out = ops.MatMul.apply(a2, b2)
+    else:  # nothing to record: MatMul.forward's value
+        out = dispatch.of(a2, b2).matmul(a2, b2)
     if a.ndim == 1:
         out = out.squeeze(-2)
     if b.ndim == 1:
