@@ -26,6 +26,25 @@ _FLOAT_RESULT = ("div", "atan2")
 _FLOAT_ONLY = ("hypot", "logaddexp")
 
 
+def _triangle(x, diagonal: int, upper: bool, name: str):
+    """tril/triu: entry (i, j) of each matrix kept where j - i <= diagonal (tril) or
+    >= diagonal (triu), the others set to 0.
+
+    The backends' ``tri`` zeroes an entry by multiplying it by 0, which is right for
+    integers and finite floats; a float tensor takes a select instead, so that an inf or
+    a nan outside the triangle becomes 0, as in torch (``full((3, 3), -inf).triu(1)`` is
+    a causal mask).
+    """
+    if x.ndim < 2:
+        raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions, got {x.ndim}")
+    if not x.dtype.is_floating_point:
+        return ops.Tri.apply(x, diagonal, upper)
+    R, C = x.shape[-2:]
+    j_minus_i_RC = arange(C, device=x.device).view(1, C) - arange(R, device=x.device).view(R, 1)
+    keep_RC = j_minus_i_RC >= diagonal if upper else j_minus_i_RC <= diagonal
+    return where(keep_RC, x, 0.0)
+
+
 class TensorMath:
     """Arithmetic, comparisons, elementwise maths and reductions."""
 
@@ -540,18 +559,10 @@ class TensorMath:
         return dispatch.of(x).cumsum(x, normalize_dim(dim, x.ndim))
 
     def tril(self, diagonal: int = 0):
-        if self.ndim < 2:
-            raise RuntimeError(
-                f"tril: input tensor must have at least 2 dimensions, got {self.ndim}"
-            )
-        return ops.Tri.apply(self, diagonal, False)
+        return _triangle(self, diagonal, False, "tril")
 
     def triu(self, diagonal: int = 0):
-        if self.ndim < 2:
-            raise RuntimeError(
-                f"triu: input tensor must have at least 2 dimensions, got {self.ndim}"
-            )
-        return ops.Tri.apply(self, diagonal, True)
+        return _triangle(self, diagonal, True, "triu")
 
     def nonzero(self, as_tuple: bool = False):
         ordinals = dispatch.of(self).nonzero(self)
@@ -626,21 +637,21 @@ def matmul(a, b) -> Tensor:
     """
     if not isinstance(a, Tensor) or not isinstance(b, Tensor):
         raise TypeError("matmul(): both arguments must be tensors")
-    if a.ndim == 0 or b.ndim == 0:
+    na, nb = len(a._shape), len(b._shape)
+    if na == 0 or nb == 0:
         raise RuntimeError(
-            f"both arguments to matmul need to be at least 1D, but they are {a.ndim}D and {b.ndim}D"
+            f"both arguments to matmul need to be at least 1D, but they are {na}D and {nb}D"
         )
     if a.dtype is not b.dtype:  # torch does not promote in matmul
         raise RuntimeError(
             f"expected m1 and m2 to have the same dtype, but got: {a.dtype} != {b.dtype} "
             f"(shapes {tuple(a.shape)} @ {tuple(b.shape)})"
         )
-    a, b = _operands(a, b)
     if a.dtype is bool_:
         raise RuntimeError("matmul is not supported for bool tensors")
-    a2 = a.unsqueeze(0) if a.ndim == 1 else a
-    b2 = b.unsqueeze(-1) if b.ndim == 1 else b
-    if a2.shape[-1] != b2.shape[-2]:
+    a2 = a.unsqueeze(0) if na == 1 else a
+    b2 = b.unsqueeze(-1) if nb == 1 else b
+    if a2._shape[-1] != b2._shape[-2]:
         raise RuntimeError(
             f"mat1 and mat2 shapes cannot be multiplied: {tuple(a.shape)} @ {tuple(b.shape)} "
             f"(inner dims {a2.shape[-1]} and {b2.shape[-2]} differ)"
@@ -649,8 +660,8 @@ def matmul(a, b) -> Tensor:
         out = ops.MatMul.apply(a2, b2)
     else:  # nothing to record: MatMul.forward's value
         out = dispatch.of(a2, b2).matmul(a2, b2)
-    if a.ndim == 1:
+    if na == 1:
         out = out.squeeze(-2)
-    if b.ndim == 1:
+    if nb == 1:
         out = out.squeeze(-1)
     return out

@@ -242,6 +242,8 @@ class Module:
                         f"from checkpoint, the shape in current model is {tuple(dst.shape)}."
                     )
                     continue
+                if src.device != dst.device:  # torch copies across devices: a checkpoint
+                    src = src.to(dst.device)  # saved on the CPU loads into a model on a GPU
                 with no_grad():
                     dst.copy_(src)
         if strict:
