@@ -214,11 +214,12 @@ def export(
         verify: run the written model with onnxruntime on ``args`` and compare its
             outputs with sitp's.
         training: ``TrainingMode.EVAL`` (default) or ``PRESERVE``.
-        dynamo, external_data, optimize, artifacts_dir, fallback, do_constant_folding,
-            autograd_inlining: accepted for torch's signature; they change nothing here
-            (there is one exporter, and the weights are always inside the file).
 
-    The other options of torch's signature are refused at any value but their default.
+    ``dynamo``, ``external_data``, ``optimize``, ``artifacts_dir``, ``fallback``,
+    ``do_constant_folding`` and ``autograd_inlining`` are accepted for torch's signature
+    and change nothing here (there is one exporter, and the weights are always inside the
+    file). The other options of torch's signature are refused at any value but their
+    default.
 
     Returns:
         None (torch's TorchScript exporter's return; the model is in ``f``).
