@@ -22,11 +22,11 @@ padding's gradient is zero and its weight stays zero.
   shard, and all-gathers the updated chunks into every rank's parameters. Per step a rank
   sends ``(p - 1)/p`` of the padded gradient and ``(p - 1)/p`` of the padded parameters:
   exactly one ring all-reduce's bytes.
-- **Stage 2** (gradients sharded too): the gradients are reduce-scattered during backward,
-  one bucket at a time, as soon as the bucket's last gradient is complete (a
-  post-accumulate hook); the bucket's full gradients are then freed (``.grad`` is None), so
-  a rank holds its gradient shard, the bucket in flight and the gradients computed since.
-  The same bytes as stage 1.
+- **Stage 2** (gradients sharded too): each gradient, once complete (a post-accumulate
+  hook), is copied into its bucket's flat buffer and freed (``.grad`` is None); a full
+  bucket is reduce-scattered at once, during backward, and freed too. A rank holds its
+  gradient shard, the buckets being filled and the gradients backward has computed but
+  not yet handed over. The same bytes as stage 1.
 
 Shortcuts, said once: one parameter group, of one dtype and device; gradients are not
 accumulated over several backward passes (each stage-2 reduce-scatter overwrites its
@@ -55,6 +55,7 @@ class _Bucket:
 
     def __init__(self, params, p: int, offset: int):
         self.params = params
+        self.index = {id(q): i for i, q in enumerate(params)}
         self.numel = sum(q.numel() for q in params)
         self.chunk = -(-self.numel // p)  # ceil: each rank's share of the padded buffer
         self.padded = p * self.chunk
@@ -194,25 +195,32 @@ class ZeroOptimizer:
     # --8<-- [start:step]
     def _reduce_scatter(self, b: _Bucket) -> None:
         """Average bucket ``b``'s gradient over the ranks; this rank receives its chunk,
-        into its place in the shard's gradient. Stage 2 then frees the full gradients."""
+        into its place in the shard's gradient. Stage 2 then frees the bucket."""
         with no_grad():
-            flat = b.flat_grad
-            if self.stage == 2:  # gather the bucket's gradients into one padded buffer
-                flat = self._pack(b, [q.grad for q in b.params])
-                self._in_flight.append(flat)
+            if b.flat_grad is None:  # stage 2, a parameter without a gradient: zeros
+                b.flat_grad = self._pack(b, [q.grad for q in b.params])
+                self._in_flight.append(b.flat_grad)
             self._sample()
-            dist.reduce_scatter_tensor(self._mine(b, self.shard.grad), flat, op=dist.ReduceOp.AVG)
-            if self.stage == 2:
-                self._in_flight.remove(flat)
-                for q in b.params:
-                    q.grad = None
+            dist.reduce_scatter_tensor(
+                self._mine(b, self.shard.grad), b.flat_grad, op=dist.ReduceOp.AVG
+            )
+            if self.stage == 2:  # only the shard's chunk is kept
+                self._in_flight = [t for t in self._in_flight if t is not b.flat_grad]
+                b.flat_grad = None
         b.reduced = True
 
     def _on_grad(self, q) -> None:
-        """Stage 2's hook: a parameter's gradient is complete; a full bucket is reduced."""
+        """Stage 2's hook: a parameter's gradient is complete. It is copied into its
+        bucket's flat buffer and freed; a full bucket is reduce-scattered."""
         b = self._bucket_of[id(q)]
-        b.ready += 1
         self._sample()
+        with no_grad():
+            if b.flat_grad is None:
+                b.flat_grad = creation.zeros(b.padded, dtype=q.dtype, device=q.device)
+                self._in_flight.append(b.flat_grad)
+            b.views(b.flat_grad)[b.index[id(q)]].copy_(q.grad)
+            q.grad = None
+        b.ready += 1
         if b.ready == len(b.params):
             self._reduce_scatter(b)
 
