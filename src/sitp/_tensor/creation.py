@@ -224,6 +224,14 @@ def _scalar(value, dtype) -> Tensor:
 # --8<-- [start:operands]
 def _operands(a, b):
     """Promote two operands (tensors or Python scalars) to one dtype."""
+    kind = b.__class__
+    if kind is float or kind is int:  # the common scalars first: scalar_dtype's rules
+        ad = a.dtype
+        if kind is float:
+            d = ad if ad.is_floating_point else float32
+        else:
+            d = ad if ad is not bool_ else int64
+        return (a if ad is d else a.to(d)), _scalar(b, d)
     if not isinstance(b, Tensor):
         if isinstance(b, np.ndarray):
             b = tensor(b)

@@ -25,11 +25,9 @@ class Context:
     rather than compute a gradient from the new values.
     """
 
-    __slots__ = ("saved_tensors", "needs_input_grad", "_versions", "__dict__")
-
-    def __init__(self):
-        self.saved_tensors = ()
-        self._versions = None
+    __slots__ = ("needs_input_grad", "__dict__")
+    saved_tensors = ()  # until save_for_backward (class defaults: no __init__ to run per op)
+    _versions = None
 
     def save_for_backward(self, *tensors):
         self.saved_tensors = tensors

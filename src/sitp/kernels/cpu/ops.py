@@ -40,7 +40,8 @@ _ZERO_START = np.zeros(1, _I64)  # the row start of a one-row operand at offset 
 def _new(shape, dtype, like):
     """A new contiguous tensor of ``shape`` (uninitialised), made by ``like._make``: ``like``
     is an operand (the result is of its class) or, above the backends, the Tensor class."""
-    shape = tuple(shape)
+    if not isinstance(shape, tuple):  # a Size (a tuple) is kept: _make would remake it
+        shape = tuple(shape)
     return like._make(np.empty(numel(shape), dtype.np), shape, strides_of(shape), 0, dtype)
 
 
@@ -49,20 +50,57 @@ def _dense(x):
     return x if dense(x) else copy(x)
 
 
+# Row starts are read, never written, by every kernel, so small tables are memoised: a
+# model launches the same few layouts over and over. Keys are (shape, strides, offset);
+# tables over _MEMO_MAX_ROWS rows are not kept, and a full memo is cleared.
+_STARTS: dict = {}
+_MEMO_ENTRIES = 1024
+_MEMO_MAX_ROWS = 4096
+
+
+def _positions(shape, strides, offset):
+    """``K.positions`` of (shape, strides, offset), tuples of ints, memoised when small."""
+    key = (shape, strides, offset)
+    starts = _STARTS.get(key)
+    if starts is None:
+        starts = K.positions(np.asarray(shape, _I64), np.asarray(strides, _I64), offset)
+        if starts.size <= _MEMO_MAX_ROWS:
+            if len(_STARTS) >= _MEMO_ENTRIES:
+                _STARTS.clear()
+            _STARTS[key] = starts
+    return starts
+
+
+def _start_at(offset):
+    """The row start of a one-row operand at ``offset``."""
+    return _ZERO_START if offset == 0 else _positions((), (), offset)
+
+
 def _launch_args(shape, *tensors_and_strides):
     """([(storage, starts, step), ...], n) for a row-wise kernel."""
+    # The common case first: every operand is contiguous in the output's shape, or one
+    # entry broadcast (all strides 0). Then the whole op is one row of numel(shape)
+    # entries, which is what collapse() would find, without its loops.
+    dense_st = strides_of(shape)
+    for _, st in tensors_and_strides:
+        if st != dense_st and any(st):
+            break
+    else:
+        return [
+            (t._storage, _start_at(t._offset), 1 if st == dense_st else 0)
+            for t, st in tensors_and_strides
+        ], numel(shape)
     strides = [s for _, s in tensors_and_strides]
     cshape, cstrides = collapse(shape, *strides)
     if len(cshape) == 1:  # one row: no odometer needed
         return [
-            (t._storage, _ZERO_START if t._offset == 0 else np.full(1, t._offset, _I64), st[0])
+            (t._storage, _start_at(t._offset), st[0])
             for (t, _), st in zip(tensors_and_strides, cstrides)
         ], cshape[0]
-    shp = np.asarray(cshape[:-1], _I64)
+    lead = tuple(cshape[:-1])
     args = []
     for (t, _), st in zip(tensors_and_strides, cstrides):
-        starts = K.positions(shp, np.asarray(st[:-1], _I64), t._offset)
-        args.append((t._storage, starts, st[-1]))
+        args.append((t._storage, _positions(lead, tuple(st[:-1]), t._offset), st[-1]))
     return args, cshape[-1]
 
 
@@ -184,9 +222,7 @@ def _rows_last(x, dims):
     n = numel(shape[len(keep) :])
     cshape, [cstr] = collapse(shape[len(keep) :] or (1,), strides[len(keep) :] or (0,))
     if len(cshape) == 1 or n == 0:
-        starts = K.positions(
-            np.asarray(kept, _I64), np.asarray(strides[: len(keep)], _I64), x._offset
-        )
+        starts = _positions(kept, strides[: len(keep)], x._offset)
         return kept, x._storage, starts, cstr[-1], n
     # Not one run: copy into a contiguous (kept..., reduced...) buffer.
     c = copy(x._make(x._storage, shape, strides, x._offset, x.dtype))
@@ -255,9 +291,7 @@ def softmax(x, dim, log=False):
     xt, perm = _move_last(x, dim)
     out = _new(xt._shape, x.dtype, x)
     if out._storage.size:
-        starts = K.positions(
-            np.asarray(xt._shape[:-1], _I64), np.asarray(xt._strides[:-1], _I64), xt._offset
-        )
+        starts = _positions(xt._shape[:-1], xt._strides[:-1], xt._offset)
         K.softmax_kernel(xt._storage, starts, xt._strides[-1], xt._shape[-1], log, out._storage)
     return _put_back(out, perm)
 
@@ -330,7 +364,7 @@ def as_numpy(t):
     """A numpy view of tensor ``t``'s entries (its shape and strides, no copy)."""
     st = t._storage
     isz = st.itemsize
-    return np.ndarray(t._shape, st.dtype, st, t._offset * isz, tuple(s * isz for s in t._strides))
+    return np.ndarray(t._shape, st.dtype, st, t._offset * isz, tuple([s * isz for s in t._strides]))
 
 
 def _wrap2(C, like):
