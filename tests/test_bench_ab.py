@@ -278,22 +278,4 @@ def test_bench_kv_cache_smoke(tmp_path):
     assert "sitp/torch speed with the cache, median (min-max) over 2 rounds" in proc.stdout
 
 
-@pytest.mark.slow  # a script's run at its smallest: 10-20 s
-def test_bench_ddp_smoke(tmp_path):
-    """The three ways alternate as whole runs; each way's median with its rounds' range."""
-    line = "ROMEO: but soft, what light through yonder window breaks? It is the east.\n"
-    (tmp_path / "text.txt").write_text(line * 60)
-    out = tmp_path / "ddp.json"
-    argv = ["--smoke", "--steps", "2", "--warmup", "1", "--data", str(tmp_path / "text.txt")]
-    proc, _ = run_script("bench_ddp.py", *argv, "--json", str(out))
-    record = json.loads(out.read_text())
-    ways = [r["way"] for r in record["results"]]
-    assert record["rounds"] == 2
-    assert record["harness"]["order"] == [ways, ways[::-1]]
-    assert record["harness"]["cores"] == ab.default_cores(2)
-    for r in record["results"]:
-        lo, hi = r["median_step_ms_range"]
-        assert lo <= r["median_step_ms"] <= hi and len(r["rounds_median_step_ms"]) == 2
-        assert r["speedup"]["min"] <= r["speedup"]["median"] <= r["speedup"]["max"]
-    assert record["results"][0]["speedup"]["median"] == 1.0
-    assert "medians over 2 rounds" in proc.stdout
+# scripts/bench_ddp.py's smoke run, with the harness's record, is tests/test_cli_ddp.py's

@@ -19,6 +19,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from dist_util import mpirun, output, requires_mpi, run_ranks
+from sitp.bench import ab
 from sitp.train.checkpoint import load_record
 from sitp.train.cli import main
 
@@ -185,3 +186,15 @@ def test_bench_ddp_smoke(tmp_path):
         names = sum(record["ddp_buckets"], [])
         assert len(rank["grads_ready_ms"]) == len(names) == len(set(names))
     assert "2 ranks x 1 thread" in proc.stdout
+    # the three ways alternate as whole runs (sitp.bench.ab): each way's median with the
+    # range of its rounds, the speed-ups as medians of the rounds' ratios
+    ways = [r["way"] for r in record["results"]]
+    assert record["rounds"] == 2
+    assert record["harness"]["order"] == [ways, ways[::-1]]
+    assert record["harness"]["cores"] == ab.default_cores(2)
+    for r in record["results"]:
+        lo, hi = r["median_step_ms_range"]
+        assert lo <= r["median_step_ms"] <= hi and len(r["rounds_median_step_ms"]) == 2
+        assert r["speedup"]["min"] <= r["speedup"]["median"] <= r["speedup"]["max"]
+    assert record["results"][0]["speedup"]["median"] == 1.0
+    assert "medians over 2 rounds" in proc.stdout
