@@ -114,7 +114,11 @@ class ZeroOptimizer:
         self.stage, self.params = stage, params
         self.world_size, self.rank = dist.get_world_size(), dist.get_rank()
         p = self.world_size
-        cap = float("inf") if bucket_cap_mb is None and stage == 1 else (bucket_cap_mb or 25)
+        if bucket_cap_mb is None:
+            bucket_cap_mb = float("inf") if stage == 1 else 25
+        if not bucket_cap_mb > 0:
+            raise ValueError(f"bucket_cap_mb must be positive (got {bucket_cap_mb!r})")
+        cap = bucket_cap_mb
         cap_bytes = cap * 2**20
         self.buckets, current, size, offset = [], [], 0, 0
         for q in reversed(params):  # backward's order: the last layer's gradients first
