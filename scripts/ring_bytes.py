@@ -2,6 +2,7 @@
 
     python scripts/ring_bytes.py            # writes docs/assets/part3/ring-bytes.json
     python scripts/ring_bytes.py --ranks 6  # p = 2 .. 6 (more ranks than cores is fine)
+    python scripts/ring_bytes.py --plot-only  # redraw ring-bytes.png from the record
 
 One job of ``--ranks`` ranks (``python -m sitp.distributed.run``, oversubscribed on a
 small machine: the tensors are small and nothing is timed). For each p from 2 up, the
@@ -25,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "assets" / "part3" / "ring-bytes.json"
+FIG = OUT.with_suffix(".png")
 SIZES = (1001, 4096, 65536)
 MARK = "RINGBYTES "
 
@@ -70,11 +72,47 @@ def rank_main(max_p: int) -> None:
     dist.destroy_process_group()
 
 
+def plot(record: dict, path: Path) -> None:
+    """Bytes sent per rank over the tensor's bytes against p: every rank's count, and
+    the formula 2 (p - 1)/p with its limit 2."""
+    import matplotlib  # late: only for the figure
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # late: only for the figure
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    ps = sorted({r["p"] for r in record["rows"]})
+    grid = [p / 10 for p in range(15, 10 * max(ps) + 6)]
+    ax.plot(grid, [2 * (q - 1) / q for q in grid], color="0.5", label="2 (p - 1) / p")
+    ax.axhline(2, color="0.7", ls=":", label="limit: 2")
+    marks = {1001: "o", 4096: "s", 65536: "^"}
+    for n, m in marks.items():
+        rows = [r for r in record["rows"] if r["elements"] == n]
+        xs = [r["p"] for r in rows for _ in r["bytes_sent_per_rank"]]
+        ys = [b / r["tensor_bytes"] for r in rows for b in r["bytes_sent_per_rank"]]
+        ax.scatter(
+            xs, ys, marker=m, facecolors="none", edgecolors="C0", label=f"measured, n = {n:,}"
+        )
+    ax.set_xticks(ps)
+    ax.set_xlabel("ranks p")
+    ax.set_ylabel("bytes sent per rank / tensor bytes")
+    ax.set_ylim(0, 2.2)
+    ax.set_title("ring all-reduce: each rank's bytes, every rank")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--json", type=Path, default=OUT)
+    ap.add_argument("--plot-only", action="store_true", help="redraw the figure from --json")
     args = ap.parse_args()
+    if args.plot_only:
+        plot(json.loads(args.json.read_text()), args.json.with_suffix(".png"))
+        return
     cmd = [sys.executable, "-m", "sitp.distributed.run", "--nproc-per-node", str(args.ranks)]
     cmd += ["--timeout", "300", __file__, "--rank-side", str(args.ranks)]
     done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
@@ -95,7 +133,8 @@ def main() -> None:
             f"{max(got) / r['tensor_bytes']:.4f} of the tensor; formula "
             f"{r['formula_bytes'] / r['tensor_bytes']:.4f}"
         )
-    print(f"wrote {args.json}")
+    plot(record, args.json.with_suffix(".png"))
+    print(f"wrote {args.json} and {args.json.with_suffix('.png')}")
 
 
 if __name__ == "__main__":

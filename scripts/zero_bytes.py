@@ -1,6 +1,7 @@
 """ZeRO's bytes and memory per rank, measured, against the formulas of chapter 7.4.
 
-    python scripts/zero_bytes.py          # writes docs/assets/part3/zero-bytes.json
+    python scripts/zero_bytes.py          # writes docs/assets/part3/zero-bytes.json and .png
+    python scripts/zero_bytes.py --plot-only   # redraws the figure from the record
 
 A GPT of 2 layers, 2 heads, width 32, block 32, vocabulary 65 (float32) takes 3 AdamW
 steps (lr 1e-2, weight decay 0.1) on 2 and on 4 ranks (4 oversubscribe a small machine;
@@ -137,10 +138,68 @@ def rank_main() -> None:
     dist.destroy_process_group()
 
 
+#: Per method, the formulas in units of psi: bytes sent per rank and step, gradient
+#: memory (sitp's DDP keeps its buckets beside the gradients; ZeRO-2's floor is the shard,
+#: the buckets in flight come on top) and AdamW's state.
+FORMULAS = {
+    "ddp": (lambda p: 2 * (p - 1) / p, lambda p: 2.0, lambda p: 2.0),
+    "ddp+zro": (lambda p: 3 * (p - 1) / p, lambda p: 2.0, lambda p: 2 / p),
+    "zero1": (lambda p: 2 * (p - 1) / p, lambda p: 1 + 1 / p, lambda p: 2 / p),
+    "zero2": (lambda p: 2 * (p - 1) / p, lambda p: 1 / p, lambda p: 2 / p),
+}
+
+
+def plot(record: dict, path: Path) -> None:
+    """Three panels (bytes sent, gradient memory, optimizer state per rank, in units of
+    psi): a bar per method and p, measured, and the formula as a black tick."""
+    import matplotlib  # late: only for the figure
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # late: only for the figure
+
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.6))
+    titles = ("bytes sent per rank and step", "gradient memory per rank", "AdamW state per rank")
+    ways = [row["way"] for row in record["runs"][0]["rows"]]
+    for k, ax in enumerate(axes):
+        for j, run in enumerate(record["runs"]):
+            p, psi = run["p"], 4 * run["parameters"]
+            for i, row in enumerate(run["rows"]):
+                if k == 0:
+                    v = sum(row["bytes_sent_per_rank"]) / p / psi
+                elif k == 1:
+                    v = max(row["grad_peak_bytes_per_rank"]) / psi
+                else:
+                    v = max(row["optimizer_state_bytes_per_rank"]) / psi
+                x = i + (j - 0.5) * 0.38
+                ax.bar(
+                    x, v, width=0.36, color=f"C{j}", label=f"measured, p = {p}" if i == 0 else None
+                )
+                f = FORMULAS[row["way"]][k](p)
+                ax.plot(
+                    [x - 0.18, x + 0.18],
+                    [f, f],
+                    color="k",
+                    lw=2,
+                    label="formula" if i == 0 and j == 0 else None,
+                )
+        ax.set_xticks(range(len(ways)))
+        ax.set_xticklabels(ways, fontsize=8)
+        ax.set_ylabel("units of psi (parameter bytes)")
+        ax.set_title(titles[k], fontsize=10)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, default=OUT)
+    ap.add_argument("--plot-only", action="store_true", help="redraw the figure from --json")
     args = ap.parse_args()
+    if args.plot_only:
+        plot(json.loads(args.json.read_text()), args.json.with_suffix(".png"))
+        return
     runs = []
     for p in (2, 4):
         cmd = [sys.executable, "-m", "sitp.distributed.run", "--nproc-per-node", str(p)]
@@ -171,7 +230,8 @@ def main() -> None:
                 f"  {row['way']:8s} sent/rank {sent / psi:.3f} psi  grads {g / psi:.3f} psi  "
                 f"state {st / psi:.3f} psi  |w - w1| {row['max_weight_diff_vs_one_process']:.1e}"
             )
-    print(f"wrote {args.json}")
+    plot(record, args.json.with_suffix(".png"))
+    print(f"wrote {args.json} and {args.json.with_suffix('.png')}")
 
 
 if __name__ == "__main__":
