@@ -2,19 +2,22 @@
 
 Usage::
 
-    python scripts/rnn_seeds.py                    # 3 models x 3 seeds, about a minute each (10 minutes)
+    python scripts/rnn_seeds.py                    # 3 models x 3 seeds, about a minute of CPU each
     python scripts/rnn_seeds.py --models lstm --seeds 0 --steps 200 --json /tmp/lstm.json
 
-Each run is the loop of ``python -m sitp train --model NAME`` (:class:`sitp.train.trainer.Trainer`)
-on makemore's 32,033 names (``--data makemore``, read from ``$SITP_DATA_DIR``), split
-80/10/10 by the fixed seed 42, with the ladder's default config for every cell
-(embeddings of 64, a state of 64, batches of 32 names, AdamW at 5e-3 with 100 warmup
-steps and a cosine decay to a tenth, weight decay 0.01) and a short budget of
-``--steps`` steps. A seed fixes the initialisation and the order of the batches, not the
-split. numba and the BLAS run on one thread, so that a run's time does not depend on what
-else the machine runs. The JSON (by default ``docs/assets/ch03/rnn-seeds.json``) holds
-every run's final train/val/test losses (each over the whole split), the mean and the
-sample standard deviation per model, and the machine.
+Each run is the loop of ``python -m sitp train --model NAME``
+(:class:`sitp.train.trainer.Trainer`) on makemore's 32,033 names (``--data makemore``,
+read from ``$SITP_DATA_DIR``), split 80/10/10 by the fixed seed 42, with the ladder's
+default config for every cell (embeddings of 64, a state of 64, batches of 32 names, AdamW
+at 5e-3 with 100 warmup steps and a cosine decay to a tenth, weight decay 0.01) and a
+budget of ``--steps`` steps (5,000 by default, as the ladder of section 3.5). A seed fixes
+the initialisation and the order of the batches, not the split. numba and the BLAS run on
+one thread: a run uses one core, and its CPU time (``train_cpu_seconds``) is what it costs
+there, whatever else the machine runs. The JSON (by default
+``docs/assets/ch03/rnn-seeds.json``, which the package ships as
+``sitp/examples/rnn-seeds.json`` for chapter 3.4) holds every run's final train/val/test
+losses (each over the whole split), the mean and the sample standard deviation per model,
+and the machine.
 """
 
 from __future__ import annotations
