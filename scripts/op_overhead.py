@@ -228,8 +228,10 @@ def profile(n=20000) -> dict:
     return out
 
 
-def pieces(repeat=7, number=5000) -> dict:
-    """Best-of-``repeat`` microseconds per call of the pieces of ``a + b``."""
+def pieces(rounds=15, number=3000) -> dict:
+    """Microseconds per call of the pieces of ``a + b``, without and with grad: each piece
+    timed ``number`` times per round, the pieces taking turns, the best round kept (the
+    least disturbed by the machine's other work)."""
     import numpy as np
 
     import sitp
@@ -237,6 +239,7 @@ def pieces(repeat=7, number=5000) -> dict:
     from sitp._tensor.creation import _operands
     from sitp._tensor.tensor import Tensor
     from sitp.autograd import derivatives as D
+    from sitp.autograd.function import Context
     from sitp.kernels.cpu import kernels as K
     from sitp.kernels.cpu import ops
 
@@ -245,11 +248,23 @@ def pieces(repeat=7, number=5000) -> dict:
     out_np = np.empty(32, np.float32)
     z = np.zeros(1, np.int64)
     f = K.BINARY["add"]
+
+    def forward_only():  # Binary.forward with its Context, without Function.apply
+        ctx = Context()
+        ctx.needs_input_grad = (True, True, False)
+        return D.Binary.forward(ctx, ag, bg, "add")
+
     items = {
         "a + b": lambda: a + b,
         "a + b, requires_grad": lambda: ag + bg,
-        "Binary.apply (no grad)": lambda: D.Binary.apply(a, b, "add"),
+        "Binary.apply, requires_grad": lambda: D.Binary.apply(ag, bg, "add"),
+        "Context and Binary.forward (no apply)": forward_only,
+        "backend: dispatch.of(a, b).binary": lambda: dispatch.of(a, b).binary("add", a, b),
         "launcher ops.binary": lambda: ops.binary("add", a, b),
+        "launcher: ops._new (result)": lambda: ops._new(a._shape, a.dtype, a),
+        "launcher: ops._launch_args": lambda: ops._launch_args(
+            a._shape, (a, a._strides), (b, b._strides)
+        ),
         "numba call of zip_fast_kernel alone": lambda: K.zip_fast_kernel(
             f, a._storage, z, 1, b._storage, z, 1, 32, out_np
         ),
@@ -259,12 +274,14 @@ def pieces(repeat=7, number=5000) -> dict:
         "dispatch.of(a, b)": lambda: dispatch.of(a, b),
         "an empty lambda": lambda: None,
     }
-    res = {}
-    for k, fn in items.items():
+    best = dict.fromkeys(items, float("inf"))
+    for fn in items.values():
         for _ in range(500):
             fn()
-        res[k] = min(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e6
-    return res
+    for _ in range(rounds):
+        for k, fn in items.items():
+            best[k] = min(best[k], timeit.timeit(fn, number=number) / number * 1e6)
+    return best
 
 
 def main():
@@ -315,12 +332,22 @@ def main():
 
         print(ab.load_line(first))
     record["profile"] = profile()
+    record["profile_note"] = (
+        "cProfile of sitp alone in this process: the share of its time (tottime) in each "
+        "layer's functions; the profiler slows every Python call, so shares are a guide and "
+        "us_per_call is the measurement"
+    )
     record["pieces_us"] = pieces()
+    record["pieces_note"] = (
+        "each piece of a + b timed alone in this process (3000 calls per round, the pieces "
+        "taking turns, best of 15 rounds); the launcher's pieces add up to less than the "
+        "launcher: the rest is its own Python"
+    )
     for k, v in record["profile"].items():
         print(f"\n{k}: {v['total_us_under_cprofile']:.2f} us/op under cProfile")
         for layer, s in v["share_by_layer"].items():
             print(f"  {100 * s:5.1f}%  {layer}")
-    print("\npieces of a + b (best of 7, us):")
+    print("\npieces of a + b (best round of 15, us):")
     for k, v in record["pieces_us"].items():
         print(f"  {v:6.2f}  {k}")
     if args.json:

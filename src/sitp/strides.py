@@ -117,9 +117,9 @@ def normalize_dims(dims, ndim: int) -> tuple[int, ...]:
     """Normalize one dim, a sequence of dims, or ``None`` (all dims)."""
     if dims is None:
         return tuple(range(ndim))
-    if isinstance(dims, int):
-        dims = (dims,)
-    out = tuple(normalize_dim(d, ndim) for d in dims)
+    if isinstance(dims, int):  # one dim: nothing can repeat
+        return (normalize_dim(dims, ndim),)
+    out = tuple([normalize_dim(d, ndim) for d in dims])
     if len(set(out)) != len(out):
         raise RuntimeError(f"dim {tuple(dims)} appears multiple times in the list of dims")
     return out
