@@ -232,7 +232,9 @@ def one_line_error(capsys, argv, match):
 
 def test_bad_requests_are_one_line_errors(gpt_run, tmp_path, capsys):
     one_line_error(
-        capsys, ["train", "--model", "lstm", "--out", str(tmp_path / "x")], "invalid choice: 'lstm'"
+        capsys,
+        ["train", "--model", "transformer", "--out", str(tmp_path / "x")],
+        "invalid choice: 'transformer'",
     )
     one_line_error(capsys, ["sample", str(tmp_path / "nowhere")], "no checkpoint")
     one_line_error(capsys, ["train", "--resume", "--out", str(tmp_path)], "no checkpoint")
