@@ -125,3 +125,32 @@ def test_recorded_chain_matches_torch():
     np.testing.assert_allclose(ys.item(), yt.item(), rtol=1e-5)
     for s, t in ((sa, ta), (sb, tb), (sw, tw)):
         np.testing.assert_allclose(s.grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def _strided_copy(x):
+    """The same values as ``x`` in a non-contiguous view (every other column of a wider
+    buffer): the launchers take their general path for it."""
+    wide = sitp.zeros(*x.shape[:-1], 2 * x.shape[-1], dtype=x.dtype)
+    v = wide[..., ::2]
+    v.copy_(x)
+    assert not v.is_contiguous()
+    return v
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "pow", "maximum", "atan2"])
+def test_one_row_binary_equals_the_general_launch(op):
+    g = sitp.Generator().manual_seed(2)
+    a, b = sitp.rand(3, 5, generator=g) + 0.5, sitp.randn(3, 5, generator=g)
+    for right in (b, sitp.tensor(1.5)):
+        fast = ops.binary(op, a, right)
+        general = ops.binary(op, _strided_copy(a), right)
+        assert fast.dtype is general.dtype and fast.stride() == general.stride()
+        np.testing.assert_array_equal(fast.numpy(), general.numpy())
+
+
+@pytest.mark.parametrize("op", ["tanh", "exp", "neg", "sigmoid"])
+def test_one_row_unary_equals_the_general_launch(op):
+    x = sitp.randn(3, 5, generator=sitp.Generator().manual_seed(3))
+    fast, general = ops.unary(op, x), ops.unary(op, _strided_copy(x))
+    assert fast.dtype is general.dtype and fast.stride() == general.stride()
+    np.testing.assert_array_equal(fast.numpy(), general.numpy())

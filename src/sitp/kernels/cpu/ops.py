@@ -114,7 +114,12 @@ def _bstrides(t, shape):
 def unary(op: str, x, p0=_NAN, p1=_NAN, out_dtype=None):
     """A new tensor f(x) for the unary op named ``op``."""
     out = _new(x._shape, out_dtype or x.dtype, x)
-    if out._storage.size:
+    n = out._storage.size
+    if n and x._strides == out._strides:  # x contiguous: one row of all n entries
+        K.map_kernel(
+            K.UNARY[op], float(p0), float(p1), x._storage, _start_at(x._offset), 1, n, out._storage
+        )
+    elif n:
         [(xs, starts, step)], n = _launch_args(x._shape, (x, x._strides))
         K.map_kernel(K.UNARY[op], float(p0), float(p1), xs, starts, step, n, out._storage)
     return out
@@ -138,7 +143,18 @@ def binary(op: str, a, b, out_dtype=None):
     """A new tensor f(a, b) with broadcasting; a and b share a dtype."""
     shape = a._shape if a._shape == b._shape else broadcast_shapes(a._shape, b._shape)
     out = _new(shape, out_dtype or a.dtype, a)
-    if out._storage.size:
+    n = out._storage.size
+    if (  # the common case: contiguous operands of one shape, or b a single entry
+        0 < n < _PARALLEL_COPY_MIN
+        and a._strides == out._strides
+        and (b._strides == out._strides if b._shape == a._shape else not b._shape)
+    ):  # one row of all n entries (b's step 0 when it is one entry)
+        bstep = 1 if b._shape else 0
+        K.zip_fast_kernel(
+            K.BINARY[op], a._storage, _start_at(a._offset), 1,
+            b._storage, _start_at(b._offset), bstep, n, out._storage,
+        )  # fmt: skip
+    elif n:
         [(as_, sa, pa), (bs, sb, pb)], n = _launch_args(
             shape, (a, _bstrides(a, shape)), (b, _bstrides(b, shape))
         )
