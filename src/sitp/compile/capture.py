@@ -48,6 +48,8 @@ from sitp.nn._functions import gelu as _l_gelu
 from sitp.nn._functions import gru as _l_gru
 from sitp.nn._functions import layer_norm as _l_layer_norm
 from sitp.nn._functions import linear as _l_linear
+from sitp.nn._functions import lstm as _l_lstm
+from sitp.nn._functions import recurrent as _l_recurrent
 from sitp.nn._functions import rms_norm as _l_rms_norm
 from sitp.nn._functions import softmax as _l_softmax
 from sitp.optim import adam as _adam
@@ -62,6 +64,8 @@ _LAYER_MODULES = (
     _l_gru,
     _l_layer_norm,
     _l_linear,
+    _l_lstm,
+    _l_recurrent,
     _l_rms_norm,
     _l_softmax,
 )
