@@ -205,11 +205,13 @@ def run_script(name, *argv, timeout=600):
 @pytest.mark.slow  # a script's run at its smallest: 10-20 s
 def test_bench_compile_smoke(tmp_path):
     out = tmp_path / "compile.json"
-    blocks = "gelu(xW+b),GPT train step"
+    # one block: the GPT step's compilation (most of a cold run's time here) is
+    # tests/test_compile.py's; this checks the script and the record it writes
+    blocks = "gelu(xW+b)"
     argv = ["--smoke", "--reps", "2", "--rounds", "2", "--no-torch-compile", "--blocks", blocks]
     proc, _ = run_script("bench_compile.py", *argv, "--json", str(out))
     run = json.loads(out.read_text())["runs"][0]
-    assert list(run["rows"]) == ["gelu(xW+b)", "GPT train step"]
+    assert list(run["rows"]) == ["gelu(xW+b)"]
     for row in run["rows"].values():  # the fields the book and its figures read
         for key in ("eager", "compiled", "torch", "compile_s", "ops", "steps", "kernels"):
             assert key in row, key
