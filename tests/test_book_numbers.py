@@ -356,16 +356,6 @@ def census_gpt() -> dict:
     return ex("gpt-census.json")["runs"]["census-gpt"]
 
 
-def torch_table(threads: int) -> tuple[float, float, float]:
-    """3.5's table of compare_torch.py: sitp's and PyTorch's steps/s and their ratio."""
-    m = re.search(
-        rf"^\| {threads} \| ([\d.]+) \([\d.]+ ms\) \| ([\d.]+) \([\d.]+ ms\) \| ([\d.]+) \(",
-        page("ch03/gpt.md"),
-        re.MULTILINE,
-    )
-    return tuple(float(g) for g in m.groups())
-
-
 def census_split() -> tuple[int, int, int]:
     """Train, validation and test names of the census corpus, split as every run splits it."""
     from sitp.data import load_names  # late: the package, for the split's sizes
@@ -1454,6 +1444,21 @@ FIGURES = QUOTES + [
             ex("mlp-optimizers.json")["config"]["batch"],
         ),
     ),
+    *(
+        (
+            "numbers.md",
+            rf"{label}, sitp ([\d.]+) and\s+PyTorch\s+([\d.]+) \((?:sitp/PyTorch )?(\d\.\d+), "
+            r"rounds (\d\.\d+)–(\d\.\d+)\)",
+            lambda t=t: (
+                ex(f"compare-torch-{t}t.json")["throughput"]["sitp"],
+                ex(f"compare-torch-{t}t.json")["throughput"]["torch"],
+                ex(f"compare-torch-{t}t.json")["throughput"]["ratio"],
+                min(ex(f"compare-torch-{t}t.json")["throughput"]["ratios"]),
+                max(ex(f"compare-torch-{t}t.json")["throughput"]["ratios"]),
+            ),
+        )
+        for t, label in ((1, "one thread"), (2, "two threads"))
+    ),
     (
         "numbers.md",
         r"SGD, SGD with momentum and AdamW end within (\d\.\d+) of each other",
@@ -1530,11 +1535,6 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "ch03/gpt.md",
-        r"second thread speeds PyTorch's step up (\d\.\d+) times and sitp's (\d\.\d+) times",
-        lambda: (torch_table(2)[1] / torch_table(1)[1], torch_table(2)[0] / torch_table(1)[0]),
-    ),
-    (
         "ch03/index.md",
         r"RNN (\d\.\d+) / (\d\.\d+); GRU (\d\.\d+) / (\d\.\d+) \|",
         lambda: (*ladder("rnn")[3:], *ladder("gru")[3:]),
@@ -1550,12 +1550,6 @@ FIGURES = QUOTES + [
             ),
         )
         for label, key in [("RNN (tanh)", "rnn"), ("GRU", "gru")]
-    ),
-    (
-        "numbers.md",
-        r"one thread, sitp (\d+\.\d) and PyTorch (\d+\.\d) \((\d\.\d+)\); two threads, sitp "
-        r"(\d+\.\d) and PyTorch (\d+\.\d) \((\d\.\d+)\)",
-        lambda: (*torch_table(1), *torch_table(2)),
     ),
     # the projects page: the draws of the names-innovation files
     (
