@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import sitp
@@ -97,3 +98,55 @@ def test_functions_outside_sitp_keep_numbas_own_locators(tmp_path):
     script.write_text(OUTSIDE)
     got = _run(None, tmp_path / "cache", cwd=tmp_path, script=script)
     assert got["locator"] != "PackageCacheLocator"
+
+
+TOGETHER = r"""
+import json, os, sys, time
+from pathlib import Path
+import numpy as np
+import sitp
+from sitp.kernels.cpu.blas import level1
+here = Path(sys.argv[1])
+(here / f"ready-{sys.argv[2]}").touch()
+while not (here / "go").exists():  # both processes ask for the kernel at the same moment
+    time.sleep(0.001)
+x, y = np.ones(5, np.float32), np.ones(5, np.float32)
+level1.saxpy(np.float32(2), x, y)
+print(json.dumps({"hits": sum(level1.saxpy.stats.cache_hits.values()),
+                  "misses": sum(level1.saxpy.stats.cache_misses.values()), "y": y.tolist()}))
+"""
+
+
+def test_processes_that_start_together_compile_a_kernel_once(tmp_path):
+    """Two interpreters on one empty cache ask for the same kernel at the same moment: one
+    compiles it, holding the kernel's lock file (sitp._env._compile_once); the other waits
+    for the lock, then loads the kernel from the cache."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_CACHE", "_SITP_"))}
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / "cache")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", TOGETHER, str(tmp_path), str(i)],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"ready-{i}").exists() for i in range(2)):
+            assert time.monotonic() < deadline, "the interpreters did not start"
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            time.sleep(0.01)
+        (tmp_path / "go").touch()
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert all(p.returncode == 0 for p in procs), [err[-3000:] for _, err in outs]
+    got = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    assert sorted((g["misses"], g["hits"]) for g in got) == [(0, 1), (1, 0)], got
+    assert all(g["y"] == [3.0] * 5 for g in got)
+    assert list((tmp_path / "cache").rglob(".locks/saxpy-*.lock"))

@@ -21,8 +21,15 @@
   or a reinstall) would each compile every kernel again. :class:`PackageCacheLocator`
   files sitp's kernels by their path inside the package and checks a hash of the
   file's bytes instead; the directory's key already changes with any kernel source.
+* **Each kernel compiled by one process.** Processes that start together on an empty
+  cache (pytest's workers, the ranks of chapter 7, a page's subprocesses) would each
+  compile the same kernels at the same time, a waste of every core but one.
+  :func:`_compile_once` makes a process that is about to compile one of sitp's cached
+  kernels take a lock file for that kernel and signature first; a process that waits
+  for it then finds the kernel in the cache and loads it.
 """
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -134,3 +141,70 @@ class PackageCacheLocator(_caching._SourceFileBackedLocatorMixin, _caching._Cach
 
 if PackageCacheLocator not in _caching.CacheImpl._locator_classes:
     _caching.CacheImpl._locator_classes.insert(0, PackageCacheLocator)
+
+
+# isort: split
+from numba.core import dispatcher as _dispatcher  # noqa: E402
+from numba.core import sigutils as _sigutils  # noqa: E402
+from numba.core.compiler_lock import global_compiler_lock as _compiler_lock  # noqa: E402
+
+try:
+    import fcntl as _fcntl
+except ImportError:  # Windows: no lock; at worst two processes compile the same kernel
+    _fcntl = None
+
+
+def compile_lock_path(dispatcher, sig) -> Path | None:
+    """The lock file a process holds while it compiles ``dispatcher`` for ``sig``, or None
+    for a function that is not one of sitp's cached kernels."""
+    impl = getattr(getattr(dispatcher, "_cache", None), "_impl", None)
+    locator = getattr(impl, "_locator", None)
+    if not isinstance(locator, PackageCacheLocator):
+        return None
+    args, return_type = _sigutils.normalize_signature(sig)
+    func = dispatcher.py_func
+    name = f"{locator._py_file}:{func.__qualname__}:{args}:{return_type}"
+    digest = hashlib.sha256(name.encode()).hexdigest()[:24]
+    return Path(locator.get_cache_path()) / ".locks" / f"{func.__name__}-{digest}.lock"
+
+
+@contextlib.contextmanager
+def _held(path: Path):
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a")  # noqa: SIM115 (closed below, which releases the lock)
+    except OSError:  # an unwritable cache: numba will say so; compile unlocked
+        yield
+        return
+    try:
+        _fcntl.flock(f, _fcntl.LOCK_EX)
+        yield
+    finally:
+        f.close()
+
+
+# numba's method (the one this module wraps, if it is imported again)
+_numba_compile = getattr(_dispatcher.Dispatcher.compile, "__wrapped__", _dispatcher.Dispatcher.compile)
+
+
+def _compile_once(self, sig):
+    """numba's ``Dispatcher.compile``, holding the kernel's lock file around it.
+
+    numba's own method first looks in the cache, so a process that waited for the lock
+    loads what the other one saved. The lock is taken inside numba's compiler lock (one
+    thread of a process compiles at a time). A kernel holds its lock while its callees
+    take theirs, always down the call graph, which has no cycles: two processes cannot
+    each wait for the other. The operating system releases the lock of a process that
+    dies.
+    """
+    if _fcntl is None:
+        return _numba_compile(self, sig)
+    path = compile_lock_path(self, sig)
+    if path is None or tuple(_sigutils.normalize_signature(sig)[0]) in self.signatures:
+        return _numba_compile(self, sig)
+    with _compiler_lock, _held(path):
+        return _numba_compile(self, sig)
+
+
+_compile_once.__wrapped__ = _numba_compile
+_dispatcher.Dispatcher.compile = _compile_once
