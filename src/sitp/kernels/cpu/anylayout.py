@@ -15,40 +15,19 @@ kernel so that it is compiled once per dtype, with every array typed ``'A'``:
 * called from Python, the wrapper picks the compiled version for the arguments' dtypes
   and calls it directly (numba's own dispatch would compile a new version for a new
   layout);
-* called from another numba function, it passes each argument through
-  :func:`canonical` (arrays typed ``'A'``, constants as run-time values) to the kernel,
-  so that every caller finds the same version instead of asking for a new one.
+* called from another numba function, it is typed as the kernel's own dispatcher, whose
+  typing compiles (or loads) the ``'A'`` version for the arguments' dtypes and offers
+  numba only that version: numba converts the caller's arrays to it, as it does for a
+  function compiled ahead with an explicit signature. Every caller, of any layouts,
+  calls the same machine code, and nothing is compiled per caller.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 
 import numba
 from numba import types
-from numba.core.imputils import impl_ret_borrowed
-from numba.extending import intrinsic, overload
-
-
-@intrinsic
-def canonical(typingctx, x):
-    """``x`` as the kernel's one compiled version takes it: an array typed with layout
-    ``'A'`` (no copy: in numba an array is the same structure whatever its layout), a
-    constant such as ``False`` as a run-time value of its type (a literal would be a
-    type of its own), anything else as it is."""
-    if isinstance(x, types.Array):
-        target = x.copy(layout="A")
-    else:
-        target = types.unliteral(x)
-    sig = target(x)
-
-    def codegen(context, builder, signature, args):
-        if isinstance(x, types.Array):
-            return impl_ret_borrowed(context, builder, signature.return_type, args[0])
-        return context.cast(builder, args[0], x, target)
-
-    return sig, codegen
 
 
 def _any_type(t):
@@ -107,25 +86,28 @@ class AnyLayoutKernel:
     def __repr__(self) -> str:
         return f"any_layout({self.dispatcher.py_func.__qualname__})"
 
+    @property
+    def _numba_type_(self):
+        """What numba code that calls the kernel sees: its dispatcher (:func:`any_layout`)."""
+        return types.Dispatcher(self.dispatcher)
+
 
 def any_layout(dispatcher) -> AnyLayoutKernel:
     """Decorator, above ``@njit``: compile the kernel once per dtype, for any layout.
 
-    Called from numba code, the wrapper is an overload inlined into the caller: it
-    passes each argument through :func:`canonical` to the kernel, so every caller, of
-    any layouts, calls the same compiled version (compiled, if need be, while the
-    caller is typed).
+    numba code that calls the wrapper sees the kernel's dispatcher (``_numba_type_``).
+    Its typing compiles the ``'A'`` version for the call's dtypes if there is none yet,
+    then offers numba the versions compiled so far, all ``'A'``: numba picks the one
+    of the call's dtypes and converts the arguments to it (an array's layout, a
+    constant's literal type).
     """
     kernel = AnyLayoutKernel(dispatcher)
     dispatcher._can_compile = False  # (numba's disable_compile wants a version first)
-    params = ", ".join(inspect.signature(dispatcher.py_func).parameters)
-    canon = ", ".join(f"canonical({p})" for p in params.split(", "))
-    ns = {"dispatcher": dispatcher, "canonical": canonical, "kernel": kernel}
-    # the typing function and the implementation take the kernel's own parameters
-    exec(
-        f"def typer({params}):\n    kernel.compile(({params},))\n    return impl\n"
-        f"def impl({params}):\n    return dispatcher({canon})\n",
-        ns,
-    )
-    overload(kernel, inline="always")(ns["typer"])
+    typing = type(dispatcher).get_call_template
+
+    def get_call_template(args, kws):
+        kernel.compile(tuple(args) + tuple(kws.values()))
+        return typing(dispatcher, args, kws)
+
+    dispatcher.get_call_template = get_call_template
     return kernel
