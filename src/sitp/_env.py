@@ -184,7 +184,9 @@ def _held(path: Path):
 
 
 # numba's method (the one this module wraps, if it is imported again)
-_numba_compile = getattr(_dispatcher.Dispatcher.compile, "__wrapped__", _dispatcher.Dispatcher.compile)
+_numba_compile = getattr(
+    _dispatcher.Dispatcher.compile, "__wrapped__", _dispatcher.Dispatcher.compile
+)
 
 
 def _compile_once(self, sig):
