@@ -7,7 +7,11 @@ by MPI: ``python -m sitp.distributed.run --nproc-per-node N script.py`` (torchru
 options and environment variables) or ``mpirun -n N python script.py``. The
 implementation is in ``_c10d.py``; the launcher in ``run.py``. :class:`CommCounter`
 counts the bytes a rank sends; :class:`ZeroOptimizer` (``zero.py``) is ZeRO stages 1 and
-2 as the ZeRO paper defines them (torch has no such class).
+2 as the ZeRO paper defines them (torch has no such class); ZeRO-3 is
+``sitp.distributed.fsdp.fully_shard`` and tensor parallelism
+``sitp.distributed.tensor.parallel``, at torch's paths. :func:`spawn` (``spawn.py``) runs
+a plain function on N ranks from a script, a page or a notebook, as
+``torch.multiprocessing.spawn`` does.
 """
 
 from sitp.distributed._c10d import (
@@ -87,6 +91,8 @@ __all__ = [
     "scatter",
     "send",
     "ZeroOptimizer",
+    "spawn",
 ]
 
+from sitp.distributed.spawn import spawn  # noqa: E402
 from sitp.distributed.zero import ZeroOptimizer  # noqa: E402  (it uses the names above)

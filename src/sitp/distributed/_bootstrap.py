@@ -100,6 +100,10 @@ def main(argv: list[str]) -> None:
     if not argv or argv[0] == "-m" and len(argv) < 2:
         sys.exit("usage: _bootstrap.py [-m module | script.py] args...")
     rank = set_env()
+    folder = os.environ.get("SITP_RUN_FAILURES")
+    if folder and os.path.isdir(folder):  # which process is which rank, for the launcher's
+        with open(os.path.join(folder, f"pid{rank:06d}"), "w") as f:  # report of a signal
+            f.write(f"{os.getpid()}\n")
     # One write a line: a rank's line appears before an abort can kill the rank, and
     # whole, never broken into print's pieces among another rank's (which unbuffered
     # output, one write a piece, lets mpirun's forwarding do).

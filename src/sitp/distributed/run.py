@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 BOOTSTRAP = Path(__file__).resolve().parent / "_bootstrap.py"
@@ -156,16 +158,80 @@ def main(argv: list[str] | None = None) -> int:
     cmd, env = command(a, mpirun, flavour(mpirun))
     with tempfile.TemporaryDirectory(prefix="sitp-run-") as failures:
         env["SITP_RUN_FAILURES"] = failures  # _bootstrap._fail leaves its report here
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+        # mpirun's own messages (MPICH's on stdout, Open MPI's on stderr) pass through
+        # here, to be read for a rank that died of a signal: it leaves no report of its own
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+        )
+        said: list[str] = []
+        copiers = [
+            threading.Thread(target=_copy, args=(stream, sink, said), daemon=True)
+            for stream, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))
+        ]
+        for copier in copiers:
+            copier.start()
+        status = 130
         try:
-            return _run(proc, a)
+            status = _run(proc, a)
+            return status
         except KeyboardInterrupt:
             _kill(proc)
             return 130
         finally:
-            for report in sorted(Path(failures).glob("rank*[0-9]")):
+            for copier in copiers:
+                copier.join(timeout=5)
+            reports = sorted(Path(failures).glob("rank*[0-9]"))
+            for report in reports:
                 sys.stderr.write(report.read_text(encoding="utf-8"))
+            if status not in (0, 124, 130) and not reports:
+                sys.stderr.write(_signalled(said, Path(failures)))
             sys.stderr.flush()
+
+
+def _copy(stream, sink, said: list) -> None:
+    """Copy one of mpirun's streams to ours, line by line, keeping the lines."""
+    for line in iter(stream.readline, ""):
+        sink.write(line)
+        sink.flush()
+        said.append(line)
+
+
+def _signalled(said: list[str], folder: Path) -> str:
+    """Name the rank that died without a report (a signal: SIGKILL, the OOM killer), from
+    mpirun's message and the ranks' pid files (``_bootstrap``)."""
+    text = "".join(said)
+    ranks = {}
+    for f in folder.glob("pid*[0-9]"):
+        try:
+            ranks[int(f.read_text().strip())] = int(f.name[3:])
+        except ValueError:
+            continue
+    pid = re.search(r"PID (\d+)", text)
+    sig = re.search(r"(?:KILLED BY SIGNAL:?|[Ss]ignal) (\d+)", text)
+    rank = re.search(r"process rank (\d+)", text)  # Open MPI names it
+    who = None
+    if rank:
+        who = int(rank.group(1))
+    elif pid and int(pid.group(1)) in ranks:
+        who = ranks[int(pid.group(1))]
+    what = f"signal {sig.group(1)}" if sig else "a signal, or an exit that bypassed the launcher"
+    if sig:
+        try:
+            what += f" ({signal.Signals(int(sig.group(1))).name})"
+        except ValueError:
+            pass
+    name = f"rank {who}" if who is not None else "a rank"
+    pid_text = f" (pid {pid.group(1)})" if pid else ""
+    return (
+        f"sitp.distributed.run: {name}{pid_text} was ended by {what} and left no "
+        "traceback; MPI then ended the other ranks\n"
+    )
 
 
 def _run(proc: subprocess.Popen, a: argparse.Namespace) -> int:

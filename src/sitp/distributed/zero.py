@@ -278,6 +278,64 @@ class ZeroOptimizer:
                 out[k] = pieces
         return out
 
+    # --8<-- [start:state_dict]
+    def state_dict(self) -> dict:
+        """The whole optimizer's state in the wrapped optimizer's own format, numbered by
+        the parameters as a plain optimizer over ``params`` numbers them (a collective:
+        every rank calls it, every rank gets it). It holds no trace of ``p``, so it loads
+        into a ``ZeroOptimizer`` on any number of ranks, or into the plain optimizer."""
+        full = self.full_state()
+        index = {id(q): i for i, q in enumerate(self.params)}
+        mine = self.optim.state.get(self.shard, {})
+        scalars = {
+            k: v.clone() if hasattr(v, "clone") else v
+            for k, v in mine.items()
+            if not hasattr(v, "dim") or v.dim() == 0
+        }
+        state = {i: dict(scalars) for i in range(len(self.params))} if mine else {}
+        for k, pieces in full.items():
+            for b, flat in zip(self.buckets, pieces):
+                for q, v in zip(b.params, b.views(flat)):
+                    state[index[id(q)]][k] = v.clone()
+        group = {k: v for k, v in self.optim.param_groups[0].items() if k != "params"}
+        group["params"] = list(range(len(self.params)))
+        return {"state": state, "param_groups": [group]}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load a :meth:`state_dict` (or a plain optimizer's over the same parameters),
+        keeping this rank's chunk of each state tensor: the state re-sharded for this
+        number of ranks."""
+        groups = state_dict["param_groups"]
+        if len(groups) != 1 or len(groups[0]["params"]) != len(self.params):
+            raise ValueError(
+                f"ZeroOptimizer.load_state_dict: expected one group of {len(self.params)} "
+                f"parameters (got {[len(g['params']) for g in groups]})"
+            )
+        numbers = groups[0]["params"]
+        saved = state_dict["state"]
+        shard_state = {}
+        if saved:
+            first = saved[numbers[0]]
+            by_q = {id(q): saved[i] for q, i in zip(self.params, numbers)}
+            with no_grad():
+                for k, v in first.items():
+                    if not hasattr(v, "dim") or v.dim() == 0:
+                        shard_state[k] = v
+                        continue
+                    flat = creation.zeros_like(self.shard)
+                    for b in self.buckets:
+                        whole = self._pack(b, [by_q[id(q)][k] for q in b.params])
+                        self._mine(b, flat).copy_(self._mine(b, whole, whole=True))
+                    shard_state[k] = flat
+        group = {k: v for k, v in groups[0].items() if k != "params"}
+        group["params"] = [0]
+        self.optim.load_state_dict(
+            {"state": {0: shard_state} if shard_state else {}, "param_groups": [group]}
+        )
+        self.param_groups = self.optim.param_groups
+
+    # --8<-- [end:state_dict]
+
     def remove_hooks(self) -> None:
         for h in self._hooks:
             h.remove()

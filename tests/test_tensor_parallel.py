@@ -1,0 +1,162 @@
+"""Tensor parallelism (sitp.distributed.tensor.parallel) on 2 MPI ranks against one
+process: the GPT's MLP under ColwiseParallel/RowwiseParallel, its attention split by
+heads, and a whole block; outputs and every gradient in float64, and the bytes of the
+two all-reduces per block (one forward, one backward per pair of layers).
+
+As tests/test_zero_stages.py, this file is also the script the ranks run.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import sitp
+import sitp.distributed as dist
+from dist_util import IN_CI, mpi_missing, run_ranks
+from sitp.distributed.tensor.parallel import (
+    ColwiseParallel,
+    RowwiseParallel,
+    parallelize_module,
+)
+from sitp.examples.tensor_parallel import HeadParallelAttention
+from sitp.models.gpt import MLP, Block, CausalSelfAttention, GPTConfig
+
+CFG = GPTConfig(block_size=8, vocab_size=11, n_layer=1, n_head=4, n_embd=16)
+B, T = 2, 8
+
+
+def _twins(make):
+    sitp.manual_seed(0)
+    ref = make().double()
+    sitp.manual_seed(0)
+    tp = make().double()
+    return ref, tp
+
+
+def _run(module, x, w):
+    x = x.clone().requires_grad_(True)
+    y = module(x)
+    (y * w).sum().backward()
+    return y, x.grad
+
+
+def _close(a, b, what):
+    diff = float(np.abs(a.detach().numpy() - b.detach().numpy()).max())
+    assert diff < 1e-12, (what, diff)
+
+
+def _inputs(seed):
+    rng = np.random.default_rng(seed)
+    return sitp.tensor(rng.standard_normal((B, T, CFG.n_embd))), sitp.tensor(
+        rng.standard_normal((B, T, CFG.n_embd))
+    )
+
+
+def _slice(t, dim, p, r):
+    k = t.shape[dim] // p
+    return t[r * k : (r + 1) * k] if dim == 0 else t[:, r * k : (r + 1) * k]
+
+
+def check_mlp():
+    """ColwiseParallel c_fc, RowwiseParallel c_proj: the MLP's output, input gradient and
+    each rank's slices of the weight gradients as one process's; one all-reduce of the
+    (B, T, C) activations forward and one backward."""
+    p, r = dist.get_world_size(), dist.get_rank()
+    ref, tp = _twins(lambda: MLP(CFG))
+    parallelize_module(tp, None, {"c_fc": ColwiseParallel(), "c_proj": RowwiseParallel()})
+    assert tuple(tp.c_fc.weight.shape) == (4 * CFG.n_embd // p, CFG.n_embd)
+    assert tuple(tp.c_proj.weight.shape) == (CFG.n_embd, 4 * CFG.n_embd // p)
+    x, w = _inputs(1)
+    y_ref, gx_ref = _run(ref, x, w)
+    with dist.CommCounter() as comm:
+        y, gx = _run(tp, x, w)
+    _close(y, y_ref, "output")
+    _close(gx, gx_ref, "input gradient")
+    _close(tp.c_fc.weight.grad, _slice(ref.c_fc.weight.grad, 0, p, r), "c_fc.weight")
+    _close(tp.c_fc.bias.grad, _slice(ref.c_fc.bias.grad, 0, p, r), "c_fc.bias")
+    _close(tp.c_proj.weight.grad, _slice(ref.c_proj.weight.grad, 1, p, r), "c_proj.weight")
+    _close(tp.c_proj.bias.grad, ref.c_proj.bias.grad, "c_proj.bias")
+    n = B * T * CFG.n_embd * 8
+    assert comm.calls == {"all_reduce": 2}, comm
+    assert comm.bytes_sent == 2 * (2 * (p - 1) * n // p), comm
+
+
+def check_attention():
+    """The attention split by heads: output and gradients as one process's."""
+    p, r = dist.get_world_size(), dist.get_rank()
+    ref, _ = _twins(lambda: CausalSelfAttention(CFG))
+    tp = HeadParallelAttention(ref)
+    x, w = _inputs(2)
+    y_ref, gx_ref = _run(ref, x, w)
+    with dist.CommCounter() as comm:
+        y, gx = _run(tp, x, w)
+    _close(y, y_ref, "output")
+    _close(gx, gx_ref, "input gradient")
+    _close(tp.c_proj.weight.grad, _slice(ref.c_proj.weight.grad, 1, p, r), "c_proj.weight")
+    _close(tp.c_proj.bias.grad, ref.c_proj.bias.grad, "c_proj.bias")
+    C = CFG.n_embd
+    g = ref.c_attn.weight.grad
+    want = sitp.cat([g[i * C :][r * C // p : (r + 1) * C // p] for i in range(3)])
+    _close(tp.c_attn.weight.grad, want, "c_attn.weight")
+    assert comm.calls == {"all_reduce": 2}, comm
+
+
+def check_block():
+    """A whole block: layer norms replicated, attention by heads, MLP by columns and
+    rows: two all-reduces forward, two backward."""
+    ref, tp = _twins(lambda: Block(CFG))
+    # the plan first: parallelize_module broadcasts rank 0's weights, which must not
+    # overwrite the other ranks' heads
+    parallelize_module(tp, None, {"mlp.c_fc": ColwiseParallel(), "mlp.c_proj": RowwiseParallel()})
+    tp.attn = HeadParallelAttention(ref.attn)
+    x, w = _inputs(3)
+    y_ref, gx_ref = _run(ref, x, w)
+    with dist.CommCounter() as comm:
+        y, gx = _run(tp, x, w)
+    _close(y, y_ref, "output")
+    _close(gx, gx_ref, "input gradient")
+    _close(tp.ln_1.weight.grad, ref.ln_1.weight.grad, "ln_1.weight")
+    assert comm.calls == {"all_reduce": 4}, comm
+
+
+def main() -> None:
+    dist.init_process_group()
+    for name, check in (("mlp", check_mlp), ("attention", check_attention), ("block", check_block)):
+        check()
+        if dist.get_rank() == 0:
+            print(f"ok {name}", flush=True)
+    dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------ the pytest side
+CHECKS = ["mlp", "attention", "block"]
+
+
+@pytest.fixture(scope="module")
+def ranks_output():
+    if mpi_missing():
+        if IN_CI:
+            pytest.fail(f"CI=true: {mpi_missing()}")
+        pytest.skip(mpi_missing())
+    return run_ranks(Path(__file__), nproc=2, timeout=90).stdout
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_two_ranks(ranks_output, check):
+    done = [line.split()[1] for line in ranks_output.splitlines() if line.startswith("ok ")]
+    assert check in done, ranks_output
+
+
+def test_refusals():
+    with pytest.raises(ValueError, match="init_process_group"):
+        parallelize_module(sitp.nn.Linear(4, 4), None, ColwiseParallel())
+    with pytest.raises(ValueError, match="parallelize_plan"):
+        parallelize_module(sitp.nn.Linear(4, 4), None, None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
