@@ -10,7 +10,7 @@ make the best model for a budget of ``C``: the compute-optimal frontier.
 The fit is least squares on the losses themselves, with numpy alone. For fixed
 exponents the law is linear in ``(E, A, B)``, so the code solves that 3 x 3 linear
 problem for every pair ``(alpha, beta)`` of a grid at once (variable projection), keeps
-the best pair with ``A, B >= 0``, and refines the grid around it twice. The
+the best pair with ``E, A, B >= 0``, and refines the grid around it twice. The
 uncertainty is a bootstrap: the runs are drawn again with replacement, the law is
 fitted to each draw, and the spread of the fits is the spread of the estimate.
 
@@ -72,7 +72,7 @@ def _best_on_grid(xN_an, xD_bn, L_n, w_n):
     """For every (alpha, beta) of the grid: the weighted least-squares (E, A, B) and its
     sum of squares. The sums of the normal equations are matrix products over the runs.
 
-    Returns the flat index of the best feasible pair (A, B >= 0), its (E, A, B), its SSE.
+    Returns the flat index of the best feasible pair (E, A, B >= 0), its (E, A, B), its SSE.
     """
     wL_n = w_n * L_n
     s1, sL, sLL = w_n.sum(), wL_n.sum(), (wL_n * L_n).sum()
@@ -94,7 +94,7 @@ def _best_on_grid(xN_an, xD_bn, L_n, w_n):
     except np.linalg.LinAlgError:  # a draw that makes some pair's columns dependent
         theta_ab3 = (np.linalg.pinv(G_ab33, hermitian=True) @ r_ab3[..., None])[..., 0]
     sse_ab = sLL - (theta_ab3 * r_ab3).sum(-1)  # at the solution, SSE = sum wL^2 - theta.r
-    sse_ab[(theta_ab3[..., 1] < 0) | (theta_ab3[..., 2] < 0)] = np.inf
+    sse_ab[(theta_ab3 < 0).any(axis=-1)] = np.inf  # a loss has no negative part
     best = int(np.argmin(sse_ab))
     return best, theta_ab3.reshape(-1, 3)[best], float(sse_ab.reshape(-1)[best])
 
@@ -105,7 +105,9 @@ def fit_scaling_law(N, D, L, weights=None, alphas=None, betas=None, refine=2) ->
     Args:
         N, D, L: the runs' parameter counts, token counts and final losses (1-D, same length).
         weights: how many times each run counts (the bootstrap's draw); default once each.
-        alphas, betas: the grid of exponents searched first (default 0.02 to 2.0, step 0.02).
+        alphas, betas: the grid of exponents searched first (default 0.02 to 2.0, step 0.02);
+            the refinements stay inside it, so an exponent found at its edge is a sign
+            that the runs do not pin it down.
         refine: how many times the grid is refined around its best pair, ten times finer each.
 
     Returns:
@@ -128,6 +130,7 @@ def fit_scaling_law(N, D, L, weights=None, alphas=None, betas=None, refine=2) ->
     lN_n, lD_n = np.log(N / N0), np.log(D / D0)
     alphas = np.arange(0.02, 2.0001, 0.02) if alphas is None else np.asarray(alphas, float)
     betas = np.arange(0.02, 2.0001, 0.02) if betas is None else np.asarray(betas, float)
+    lo_a, hi_a, lo_b, hi_b = alphas.min(), alphas.max(), betas.min(), betas.max()
     for level in range(refine + 1):
         xN_an = np.exp(-alphas[:, None] * lN_n[None, :])
         xD_bn = np.exp(-betas[:, None] * lD_n[None, :])
@@ -137,9 +140,10 @@ def fit_scaling_law(N, D, L, weights=None, alphas=None, betas=None, refine=2) ->
             da, db = np.diff(alphas).min(), np.diff(betas).min()
             alphas = alpha + np.linspace(-da, da, 21)
             betas = beta + np.linspace(-db, db, 21)
-            alphas, betas = alphas[alphas > 0], betas[betas > 0]
+            alphas = alphas[(alphas >= lo_a) & (alphas <= hi_a)]
+            betas = betas[(betas >= lo_b) & (betas <= hi_b)]
     if not np.isfinite(sse):
-        raise ValueError("no exponents on the grid give A >= 0 and B >= 0")
+        raise ValueError("no exponents on the grid give E, A and B >= 0")
     rms = float(np.sqrt(max(sse, 0.0) / w_n.sum()))
     # back to N and D themselves: A0 (N / N0)^-alpha = (A0 N0^alpha) N^-alpha
     return ScalingFit(float(E), float(A0 * N0**alpha), alpha, float(B0 * D0**beta), beta, rms)
