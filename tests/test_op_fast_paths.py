@@ -154,3 +154,257 @@ def test_one_row_unary_equals_the_general_launch(op):
     fast, general = ops.unary(op, x), ops.unary(op, _strided_copy(x))
     assert fast.dtype is general.dtype and fast.stride() == general.stride()
     np.testing.assert_array_equal(fast.numpy(), general.numpy())
+
+
+# ---------------------------------------------------------------- views and indexing
+def _same_view(x, y, base):
+    """x (a fast path's view) is what y (the Function's) is: same storage, layout, dtype,
+    version counter as the base, and no graph."""
+    assert x._storage is y._storage is base._storage and x._vc is base._vc
+    assert (x.shape, x.stride(), x.storage_offset(), x.dtype) == (
+        y.shape,
+        y.stride(),
+        y.storage_offset(),
+        y.dtype,
+    )
+    assert x.grad_fn is None and not x.requires_grad
+
+
+def test_views_without_a_graph_equal_their_functions():
+    x = sitp.arange(24.0).reshape(2, 3, 4)
+    _same_view(x.view(6, 4), D.View.apply(x, (6, 4), (4, 1), 0), x)
+    _same_view(x.reshape(4, -1), D.View.apply(x, (4, 6), (6, 1), 0), x)
+    _same_view(x.permute(2, 0, 1), D.Permute.apply(x, (2, 0, 1)), x)
+    _same_view(x.transpose(0, 2), D.Permute.apply(x, (2, 1, 0)), x)
+    _same_view(x.mT, D.Permute.apply(x, (0, 2, 1)), x)
+    row = x[:1]
+    _same_view(row.expand(5, 3, 4), D.Expand.apply(row, (5, 3, 4), (0, 4, 1)), x)
+    xg = x.clone().requires_grad_()
+    with sitp.no_grad():
+        _same_view(xg.view(4, 6), D.View.apply(xg, (4, 6), (6, 1), 0), xg)
+    y = xg.view(4, 6)  # with a graph: the Function, as before
+    assert y.grad_fn is not None and y.grad_fn.fn is D.View
+
+
+def test_memoised_view_plans_equal_fresh_ones():
+    from sitp.methods import views
+    from sitp.strides import infer_shape, view_strides
+
+    base = sitp.arange(24.0).reshape(2, 3, 4)
+    cases = [(base, (6, -1)), (base, (-1,)), (base.transpose(0, 1), (3, 8)), (base, (2, 12))]
+    cases += [(base.transpose(0, 1), (-1,)), (base[:, 1:], (4, -1)), (base[:, 1:], (2, 8))]
+    for x, asked in cases:
+        for _ in range(2):  # the second is a memo hit
+            shape, strides = views._view_plan(x, asked)
+            assert shape == infer_shape(asked, x.numel())
+            assert strides == view_strides(x.shape, x.stride(), shape)
+    for _ in range(2):  # an invalid shape raises every time
+        with pytest.raises(RuntimeError, match="invalid for input of size"):
+            base.view(5, 5)
+
+
+_KEYS = [
+    0,
+    -1,
+    slice(None),
+    slice(1, None),
+    slice(None, None, 2),
+    slice(5, 1),
+    (slice(None), 1),
+    (1, slice(1, 3)),
+    (slice(None), slice(None), -2),
+    (0, 2, 3),
+    (slice(-2, None, 3), 0),
+    (),
+]
+
+
+@pytest.mark.parametrize("key", _KEYS, ids=[repr(k) for k in _KEYS])
+def test_basic_keys_equal_the_general_decomposition(key):
+    from sitp.methods import indexing
+
+    x = sitp.arange(60.0).reshape(3, 4, 5)[:, 1:]  # a view with an offset
+    fast = indexing._basic(x, key)
+    shape, strides, offset, basic_key, adv = indexing._decompose(x, key)
+    assert not adv and fast == (shape, strides, offset, basic_key)
+    got = x[key]
+    want = torch.from_numpy(x.numpy().copy())[key]
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+_RAISE = [5, (0, 9), slice(None, None, -1), (0, 0, 0, 0)]  # torch raises for each
+_OTHER = [np.int64(1), (None, 0), (Ellipsis, 1), ([0, 2], slice(1, 3))]
+
+
+@pytest.mark.parametrize("key", _RAISE + _OTHER, ids=[repr(k) for k in _RAISE + _OTHER])
+def test_other_keys_take_the_general_path(key):
+    from sitp.methods import indexing
+
+    x = sitp.arange(60.0).reshape(3, 4, 5)
+    assert indexing._basic(x, key) is None
+    if any(key is k for k in _RAISE):
+        with pytest.raises((IndexError, ValueError)):
+            x[key]
+        return
+    want = torch.from_numpy(x.numpy().copy())[key]
+    np.testing.assert_array_equal(x[key].numpy(), want.numpy())
+
+
+def test_sliced_rows_with_a_graph_match_torch():
+    g = sitp.Generator().manual_seed(4)
+    a = sitp.randn(3, 5, 4, generator=g)
+    sa = a.clone().requires_grad_()
+    ta = torch.from_numpy(a.numpy().copy()).requires_grad_()
+    ys = sum(((sa[:, i, :] * (i + 1)).tanh() for i in range(5)), sitp.zeros(3, 4)).sum()
+    yt = sum(((ta[:, i, :] * (i + 1)).tanh() for i in range(5)), torch.zeros(3, 4)).sum()
+    ys.backward()
+    yt.backward()
+    np.testing.assert_allclose(sa.grad.numpy(), ta.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_masked_fill_without_a_graph_equals_where():
+    x = sitp.randn(4, 6, generator=sitp.Generator().manual_seed(5))
+    mask = sitp.ones(6, 6).tril()[:4] == 0
+    v = sitp.tensor(float("-inf"))
+    _same(x.masked_fill(mask, float("-inf")), D.Where.apply(mask, v, x))
+
+
+# ---------------------------------------------------------------- autograd records
+def test_inputs_are_recorded_as_edges_that_keep_their_place():
+    """A non-leaf input is recorded as (grad_fn, output number) when used: an in-place
+    op on it afterwards does not change what the earlier op's backward reaches."""
+    from sitp.autograd.function import _Edge
+
+    w = sitp.randn(3, generator=sitp.Generator().manual_seed(6)).requires_grad_()
+    tw = torch.from_numpy(w.detach().numpy().copy()).requires_grad_()
+    outs = []
+    for lib, x in ((sitp, w), (torch, tw)):
+        h = x * 2.0
+        y = h * 3.0  # records h as an edge to MulBackward
+        h.add_(1.0)  # h now has a new grad_fn
+        (y.sum() + (h * h).sum()).backward()
+        outs.append(x.grad.numpy())
+        if lib is sitp:
+            e = y.grad_fn.inputs[0]
+            assert isinstance(e, _Edge) and e.grad_fn is not h.grad_fn and e._output_nr == 0
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6)
+
+
+def test_needs_input_grad_of_plain_arguments():
+    seen = {}
+
+    class Probe(sitp.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, k, name, dims, flag):
+            seen["needs"] = ctx.needs_input_grad
+            return x * k
+
+        @staticmethod
+        def backward(ctx, g):
+            return g, None, None, None, None
+
+    x = sitp.ones(2, requires_grad=True)
+    Probe.apply(x, 2.0, "scale", (0,), True).sum().backward()
+    assert seen["needs"] == (True, False, False, False, False)
+    np.testing.assert_array_equal(x.grad.numpy(), [1.0, 1.0])  # what backward returned
+
+
+# ---------------------------------------------------------------- data, clipping
+@pytest.mark.parametrize("dtype", ["float32", "int64", "bool"])
+def test_default_collate_equals_stack(dtype):
+    from sitp.utils.data import default_collate
+
+    g = sitp.Generator().manual_seed(7)
+    rows = [(sitp.randn(2, 3, generator=g) * 3).to(getattr(sitp, dtype)) for _ in range(5)]
+    fast = default_collate(rows)
+    want = sitp.stack(rows, 0)
+    assert fast.dtype is want.dtype and fast.shape == want.shape and fast.stride() == want.stride()
+    np.testing.assert_array_equal(fast.numpy(), want.numpy())
+    rows[0].view(-1)[0] = 7  # the batch is a copy
+    np.testing.assert_array_equal(fast.numpy(), want.numpy())
+    # samples that are views with offsets, and torch's collation of the same samples
+    base = sitp.arange(40).reshape(8, 5)
+    views = [base[i] for i in range(8)]
+    from torch.utils.data import default_collate as torch_collate
+
+    want = torch_collate([torch.from_numpy(v.numpy().copy()) for v in views])
+    np.testing.assert_array_equal(default_collate(views).numpy(), want.numpy())
+
+
+def test_default_collate_keeps_stack_for_other_batches():
+    from sitp.utils.data.dataloader import _stack_rows
+
+    a = sitp.arange(12.0).reshape(3, 4)
+    assert _stack_rows([a.t(), a.t()]) is None  # not contiguous
+    assert _stack_rows([a, a[:, :2]]) is None  # shapes differ (stack raises)
+    assert _stack_rows([a, a.long()]) is None  # dtypes differ
+    w = a.clone().requires_grad_()
+    assert _stack_rows([w, a]) is None  # a graph to record
+    out = sitp.utils.data.default_collate([w, a])
+    assert out.grad_fn is not None
+    with sitp.no_grad():
+        assert _stack_rows([w, a]) is not None
+
+
+def test_clip_grad_norm_scales_as_mul_does():
+    g = sitp.Generator().manual_seed(8)
+    ps = [sitp.randn(*s, generator=g).requires_grad_() for s in ((4, 3), (3,), (2, 2, 2))]
+    for p in ps:
+        p.grad = sitp.randn(*p.shape, generator=g) * 10
+    before = [p.grad.numpy().copy() for p in ps]
+    total = sitp.nn.utils.clip_grad_norm_(ps, 1.0)
+    coef = 1.0 / (total.item() + 1e-6)
+    assert coef < 1
+    for p, b in zip(ps, before):  # bit for bit what mul_ gives
+        np.testing.assert_array_equal(p.grad.numpy(), sitp.tensor(b).mul_(coef).numpy())
+    # against torch: the same norm, the same clipped gradients
+    tps = [torch.zeros(b.shape, requires_grad=True) for b in before]
+    for t, b in zip(tps, before):
+        t.grad = torch.from_numpy(b.copy())
+    ttotal = torch.nn.utils.clip_grad_norm_(tps, 1.0)
+    np.testing.assert_allclose(total.item(), ttotal.item(), rtol=1e-5)
+    for p, t in zip(ps, tps):
+        np.testing.assert_allclose(p.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+# ---------------------------------------------------------------- optimizers
+def _strided_leaf(x):
+    """A leaf with x's values and a non-contiguous layout: the composed update's path."""
+    wide = sitp.zeros(x.shape[0], 2 * x.shape[1])
+    wide[:, ::2] = x
+    v = wide[:, ::2]
+    assert not v.is_contiguous()
+    return v.requires_grad_()
+
+
+@pytest.mark.parametrize(
+    "opt,kw",
+    [
+        ("SGD", dict(lr=0.1)),
+        ("SGD", dict(lr=0.1, momentum=0.9, weight_decay=0.01)),
+        ("SGD", dict(lr=0.05, momentum=0.8, dampening=0.3, maximize=True)),
+        ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=1.0)),
+    ],
+)
+def test_one_pass_updates_equal_the_composed_ones(opt, kw):
+    """SGD's numpy update is its composed update, bit for bit. (Adam's one-pass kernel
+    computes in float64 registers, so it is compared with torch in test_optim.)"""
+    g = sitp.Generator().manual_seed(9)
+    x = sitp.randn(3, 4, generator=g)
+    fast, slow = x.clone().requires_grad_(), _strided_leaf(x)
+    of, osl = getattr(sitp.optim, opt)([fast], **kw), getattr(sitp.optim, opt)([slow], **kw)
+    for _ in range(3):
+        grad = sitp.randn(3, 4, generator=g)
+        fast.grad, slow.grad = grad.clone(), _strided_leaf(grad).detach()
+        of.step()
+        osl.step()
+        np.testing.assert_array_equal(fast.detach().numpy(), slow.detach().numpy())
+    # and both follow torch's optimizer
+    t = torch.from_numpy(x.numpy().copy()).requires_grad_()
+    ot = getattr(torch.optim, opt)([t], **kw)
+    g = sitp.Generator().manual_seed(9)
+    sitp.randn(3, 4, generator=g)
+    for _ in range(3):
+        t.grad = torch.from_numpy(sitp.randn(3, 4, generator=g).numpy().copy())
+        ot.step()
+    np.testing.assert_allclose(fast.detach().numpy(), t.detach().numpy(), rtol=1e-5, atol=1e-6)

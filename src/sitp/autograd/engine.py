@@ -178,9 +178,13 @@ def backward(tensor, gradient=None, retain_graph: bool = False, hooks: bool = Tr
             for t, gi in zip(node.inputs, in_grads):
                 if t is None or gi is None:
                     continue
-                if t.grad_fn is None:  # a leaf: accumulate into .grad
+                fn = t.grad_fn
+                if fn is None:  # a leaf: accumulate into .grad
                     _accumulate(t, gi)
-                else:  # an interior node: sum its uses
+                elif fn.n_outputs == 1:  # an interior node: sum its uses (_add_grad, inlined)
+                    k = id(fn)
+                    grads[k] = gi if k not in grads else grads[k] + gi
+                else:
                     _add_grad(grads, t, gi)
             if uses:  # a hooked leaf whose last gradient this was runs its hooks
                 _release(node, uses)
@@ -212,7 +216,7 @@ def _retain(node, g) -> None:
 
 
 def _accumulate(leaf, g) -> None:
-    if tuple(g.shape) != tuple(leaf.shape):
+    if g._shape != leaf._shape:
         raise RuntimeError(
             f"internal error: gradient of shape {tuple(g.shape)} for a leaf of shape {tuple(leaf.shape)}"
         )

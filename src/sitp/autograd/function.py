@@ -9,6 +9,7 @@ in the output's ``grad_fn``: the op's backward, what it saved, and its inputs' n
 from __future__ import annotations
 
 import sys
+from operator import itemgetter
 
 from sitp._tensor.tensor import Tensor
 from sitp.autograd.grad_mode import _state, is_grad_enabled
@@ -64,6 +65,11 @@ def _check_versions(node) -> None:
             )
 
 
+# Argument types that never require grad (an op's name, its dims, a Python number):
+# Function.apply answers them without looking for a requires_grad attribute.
+_PLAIN = frozenset({str, int, float, bool, tuple, list, slice, type(None)})
+
+
 # --8<-- [start:function_record]
 class Node:
     """One op in the recorded graph (what PyTorch shows as ``grad_fn``)."""
@@ -87,14 +93,18 @@ class Node:
         return f"<{self.name()}>"
 
 
-class _Edge:
-    """A non-leaf input of a recorded op: the grad_fn and output number it had then."""
+class _Edge(tuple):
+    """A non-leaf input of a recorded op: the grad_fn and output number it had then.
 
-    __slots__ = ("grad_fn", "_output_nr")
+    ``_Edge((grad_fn, output_nr))``: a pair made by ``tuple``'s own constructor (no
+    ``__init__`` in Python to run per recorded input), read by name as a tensor is
+    (``.grad_fn``, ``._output_nr``).
+    """
+
+    __slots__ = ()
     requires_grad = True
-
-    def __init__(self, t):
-        self.grad_fn, self._output_nr = t.grad_fn, t._output_nr
+    grad_fn = property(itemgetter(0))
+    _output_nr = property(itemgetter(1))
 
 
 class Function:
@@ -115,10 +125,17 @@ class Function:
     @classmethod
     def apply(cls, *args, **kwargs):
         ctx = Context()
-        needs = tuple([getattr(a, "requires_grad", False) is True for a in args])
-        ctx.needs_input_grad = needs
-        prev = getattr(_state, "enabled", True)  # is_grad_enabled(), inlined
-        if not prev:  # recording is off already: the forward pass cannot record
+        # which arguments are tensors that require grad (a Python number, a string or a
+        # tuple of dims cannot: they are answered without a failed attribute lookup)
+        needs = ctx.needs_input_grad = tuple(
+            [
+                a.requires_grad is True
+                if isinstance(a, Tensor)
+                else a.__class__ not in _PLAIN and getattr(a, "requires_grad", False) is True
+                for a in args
+            ]
+        )
+        if not getattr(_state, "enabled", True):  # recording is off: the forward cannot record
             return cls.forward(ctx, *args, **kwargs)
         # The forward pass never records: it may use other ops freely.
         _state.enabled = False
@@ -126,27 +143,34 @@ class Function:
             out = cls.forward(ctx, *args, **kwargs)
         finally:
             _state.enabled = True
-        if True in needs:
-            # a leaf input itself (its .grad is accumulated); a non-leaf one as an _Edge,
-            # its place in the graph now, so that a later in-place op on it (which gives
-            # the tensor a new grad_fn) does not change what this op's backward reaches
-            inputs = tuple(
-                [(a if a.grad_fn is None else _Edge(a)) if n else None for a, n in zip(args, needs)]
-            )
-            node = Node(cls, ctx, inputs)
-            if isinstance(out, tuple):
-                k = 0  # floating-point outputs are numbered: output k gets gradient k
-                for o in out:
-                    if o.dtype.is_floating_point:
-                        o.requires_grad = True
-                        o.grad_fn = node
-                        o._output_nr = k
-                        k += 1
-                node.n_outputs = max(k, 1)
-            elif out.dtype.is_floating_point:  # one output: output 0 (n_outputs is 1)
-                out.requires_grad = True
-                out.grad_fn = node
-                out._output_nr = 0
+        if True not in needs:
+            return out
+        # a leaf input itself (its .grad is accumulated); a non-leaf one as an _Edge,
+        # its place in the graph now, so that a later in-place op on it (which gives
+        # the tensor a new grad_fn) does not change what this op's backward reaches
+        node = Node(
+            cls,
+            ctx,
+            tuple(
+                [
+                    (a if a.grad_fn is None else _Edge((a.grad_fn, a._output_nr))) if n else None
+                    for a, n in zip(args, needs)
+                ]
+            ),
+        )
+        if isinstance(out, tuple):
+            k = 0  # floating-point outputs are numbered: output k gets gradient k
+            for o in out:
+                if o.dtype.is_floating_point:
+                    o.requires_grad = True
+                    o.grad_fn = node
+                    o._output_nr = k
+                    k += 1
+            node.n_outputs = max(k, 1)
+        elif out.dtype.is_floating_point:  # one output: output 0 (n_outputs is 1)
+            out.requires_grad = True
+            out.grad_fn = node
+            out._output_nr = 0
         return out
 
 

@@ -20,6 +20,7 @@ from sitp._tensor.tensor import Tensor
 from sitp.autograd import derivatives as ops
 from sitp.autograd.function import check_inplace as _check_inplace
 from sitp.autograd.function import refuse_indexed_write as _refuse_indexed_write
+from sitp.autograd.grad_mode import _state as _grad_state
 from sitp.dtypes import bool_, int64
 from sitp.functional import stack
 from sitp.strides import broadcast_shapes, normalize_dim
@@ -175,7 +176,46 @@ def _adv_plan(view, adv):
     return view.permute(dims + rest), 0, np.ascontiguousarray(idx, dtype=np.int64), bshape
 
 
+def _basic(x, key):
+    """``_decompose`` for the commonest keys, ints and slices only (``x[:, i]``,
+    ``x[a:b]``): (shape, strides, offset, key as a tuple), what ``_decompose`` returns
+    for them. None for any other key, or an int out of range, a step that is not
+    positive, more items than dims: ``_decompose`` then, with its checks and errors."""
+    items = key if key.__class__ is tuple else (key,)
+    if len(items) > len(x._shape):
+        return None
+    shape, strides, offset = [], [], x._offset
+    for d, k in enumerate(items):
+        if k.__class__ is slice:
+            step = k.step
+            if step is not None and step <= 0:
+                return None
+            start, stop, step = k.indices(x._shape[d])
+            size = max(0, (stop - start + step - 1) // step)
+            if size:
+                offset += start * x._strides[d]
+            shape.append(size)
+            strides.append(x._strides[d] * step)
+        elif k.__class__ is int:
+            n = x._shape[d]
+            if not -n <= k < n:
+                return None
+            offset += (k % n) * x._strides[d]
+        else:
+            return None
+    d = len(items)
+    return tuple(shape) + x._shape[d:], tuple(strides) + x._strides[d:], offset, items
+
+
 def getitem(x, key):
+    basic = _basic(x, key)
+    if basic is not None:  # a view; without a graph to record, Slice.forward's value
+        shape, strides, offset, basic_key = basic
+        if shape == x._shape and strides == x._strides and offset == x._offset:
+            return x
+        if x.requires_grad and getattr(_grad_state, "enabled", True):
+            return ops.Slice.apply(x, shape, strides, offset, basic_key)
+        return x._alias(shape, strides, offset)
     shape, strides, offset, basic_key, adv = _decompose(x, key)
     same = shape == tuple(x._shape) and strides == x._strides and offset == x._offset
     view = x if same else ops.Slice.apply(x, shape, strides, offset, basic_key)
@@ -268,7 +308,10 @@ class TensorIndexing:
             v = value.to(self.dtype)
         else:
             v = _scalar(value, self.dtype)
-        out = ops.Where.apply(mask, v, self)
+        if (self.requires_grad or v.requires_grad) and getattr(_grad_state, "enabled", True):
+            out = ops.Where.apply(mask, v, self)
+        else:  # nothing to record: Where.forward's value
+            out = dispatch.of(mask, v, self).where(mask, v, self)
         if tuple(out.shape) != tuple(self.shape):
             raise RuntimeError(
                 f"masked_fill: mask of shape {tuple(mask.shape)} cannot be broadcast to "

@@ -13,6 +13,7 @@ import numpy as np
 
 from sitp._tensor.tensor import Tensor
 from sitp.autograd import derivatives as ops
+from sitp.autograd.grad_mode import _state as _grad_state
 from sitp.dtypes import dtype as _dtype_cls
 from sitp.strides import (
     broadcast_strides,
@@ -42,25 +43,27 @@ class TensorViews:
             if isinstance(shape[0], _dtype_cls):
                 raise TypeError("view(dtype) is not supported by sitp")
             shape = tuple(shape[0])
-        shape = infer_shape(tuple(map(operator.index, shape)), self.numel())  # 2.0: TypeError
-        strides = self._view_strides(shape)
+        shape, strides = _view_plan(self, tuple(map(operator.index, shape)))  # 2.0: TypeError
         if strides is None:
             raise RuntimeError(
                 f"view size is not compatible with input tensor's size and stride (shape "
                 f"{tuple(self._shape)}, strides {self._strides} cannot be viewed as {shape}); "
                 f"use .reshape(...) instead."
             )
-        return ops.View.apply(self, shape, strides, self._offset)
+        if self.requires_grad and getattr(_grad_state, "enabled", True):
+            return ops.View.apply(self, shape, strides, self._offset)
+        return self._alias(shape, strides, self._offset)  # nothing to record: View.forward's
 
     def reshape(self, *shape) -> "Tensor":
         """Like ``view``, but copies when the strides do not allow a view."""
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])
-        shape = infer_shape(tuple(map(operator.index, shape)), self.numel())  # 2.0: TypeError
-        strides = self._view_strides(shape)
+        shape, strides = _view_plan(self, tuple(map(operator.index, shape)))  # 2.0: TypeError
         if strides is None:
             return self.clone().view(shape)
-        return ops.View.apply(self, shape, strides, self._offset)
+        if self.requires_grad and getattr(_grad_state, "enabled", True):
+            return ops.View.apply(self, shape, strides, self._offset)
+        return self._alias(shape, strides, self._offset)  # nothing to record: View.forward's
 
     # --8<-- [end:view]
 
@@ -88,13 +91,13 @@ class TensorViews:
                 f"is not equal to len(dims) = {len(dims)}"
             )
         dims = normalize_dims(dims, self.ndim)
-        return ops.Permute.apply(self, dims)
+        return _permute(self, dims)
 
     def transpose(self, dim0: int, dim1: int) -> "Tensor":
         d0, d1 = normalize_dim(dim0, self.ndim), normalize_dim(dim1, self.ndim)
         dims = list(range(self.ndim))
         dims[d0], dims[d1] = dims[d1], dims[d0]
-        return ops.Permute.apply(self, tuple(dims))
+        return _permute(self, tuple(dims))
 
     # --8<-- [end:permute]
 
@@ -130,7 +133,9 @@ class TensorViews:
             ) from None
         if target == tuple(self._shape):
             return self
-        return ops.Expand.apply(self, target, strides)
+        if self.requires_grad and getattr(_grad_state, "enabled", True):
+            return ops.Expand.apply(self, target, strides)
+        return self._alias(target, strides, self._offset)  # nothing to record: Expand.forward's
 
     # --8<-- [end:expand]
 
@@ -220,3 +225,29 @@ class TensorViews:
         if self.ndim == 0:
             raise TypeError("iteration over a 0-d tensor")
         return iter(self.unbind(0))
+
+
+def _permute(x, dims):
+    """``Permute.apply(x, dims)``; without a graph to record, the view it makes."""
+    if x.requires_grad and getattr(_grad_state, "enabled", True):
+        return ops.Permute.apply(x, dims)
+    shape, strides = x._shape, x._strides
+    return x._alias(tuple([shape[d] for d in dims]), tuple([strides[d] for d in dims]), x._offset)
+
+
+_VIEW_PLANS = {}  # (shape, strides, shape asked for) -> (the shape, its strides or None)
+
+
+def _view_plan(x, asked):
+    """``infer_shape`` and ``_view_strides`` for a view of ``x`` as ``asked`` (which may
+    hold a -1), remembered by the layouts: a program asks for the same few views again
+    and again. An invalid shape raises every time (errors are not remembered)."""
+    key = (x._shape, x._strides, asked)
+    plan = _VIEW_PLANS.get(key)
+    if plan is None:
+        shape = infer_shape(asked, numel(x._shape))
+        plan = (shape, x._view_strides(shape))
+        if len(_VIEW_PLANS) > 4096:  # (a program that makes ever new shapes)
+            _VIEW_PLANS.clear()
+        _VIEW_PLANS[key] = plan
+    return plan
