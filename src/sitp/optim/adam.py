@@ -23,15 +23,7 @@ from sitp.autograd.grad_mode import no_grad
 from sitp.dtypes import float32
 from sitp.functional import maximum
 from sitp.kernels.cpu.fused.adam import adam_update
-from sitp.optim.optimizer import Optimizer
-
-
-def _flat(t):
-    """The storage of a contiguous CPU tensor as a 1-D array, or None."""
-    s = t._storage
-    if not isinstance(s, np.ndarray) or not t.is_contiguous():
-        return None
-    return s[t._offset : t._offset + t.numel()]
+from sitp.optim.optimizer import Optimizer, _flats
 
 
 def _bump(step):
@@ -146,8 +138,8 @@ class Adam(Optimizer):
                     state = self._init_state(p, amsgrad)
                     m, v = state["exp_avg"], state["exp_avg_sq"]
                     t = _bump(state["step"])  # step += 1, as a float
-                    arrays = [_flat(x) for x in (p, g, m, v)] if not amsgrad else [None]
-                    if all(a is not None for a in arrays) and len({a.dtype for a in arrays}) == 1:
+                    arrays = None if amsgrad else _flats(p, g, m, v)
+                    if arrays is not None:
                         # the same update in one pass (kernels/cpu/fused/adam.py)
                         adam_update(
                             *arrays,

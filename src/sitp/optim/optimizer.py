@@ -21,6 +21,7 @@ import numpy as np
 from sitp._tensor.creation import tensor as _tensor
 from sitp._tensor.tensor import Tensor
 from sitp.autograd.grad_mode import enable_grad
+from sitp.strides import numel
 
 
 class _RequiredParameter:
@@ -31,6 +32,26 @@ class _RequiredParameter:
 
 
 required = _RequiredParameter()
+
+
+_CONTIGUOUS = {}  # (shape, strides) -> whether that layout is contiguous (a parameter's stays)
+
+
+def _flats(*ts):
+    """The storages of contiguous CPU tensors of one dtype as 1-D arrays, or None: what
+    the optimizers' one-pass updates need (a parameter, its gradient, its state)."""
+    out, dtype = [], ts[0].dtype
+    for t in ts:
+        s, key = t._storage, (t._shape, t._strides)
+        c = _CONTIGUOUS.get(key)
+        if c is None:
+            if len(_CONTIGUOUS) > 4096:  # (a program that makes ever new shapes)
+                _CONTIGUOUS.clear()
+            c = _CONTIGUOUS[key] = t.is_contiguous()
+        if s.__class__ is not np.ndarray or t.dtype is not dtype or not c:
+            return None
+        out.append(s[t._offset : t._offset + numel(t._shape)])
+    return out
 
 
 def _as_sitp(value) -> Tensor:

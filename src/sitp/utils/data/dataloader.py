@@ -10,8 +10,10 @@ import numpy as np
 
 from sitp._tensor.creation import tensor
 from sitp._tensor.tensor import Tensor
+from sitp.autograd.grad_mode import is_grad_enabled
 from sitp.dtypes import float64
 from sitp.functional import stack
+from sitp.strides import contiguous_strides
 from sitp.utils.data.dataset import IterableDataset, TensorDataset
 from sitp.utils.data.sampler import BatchSampler, RandomSampler, SequentialSampler
 
@@ -45,6 +47,33 @@ def default_convert(data):
     return data
 
 
+def _stack_rows(batch):
+    """``stack(batch, 0)`` for plain CPU tensors of one shape and dtype, each contiguous,
+    with no graph to record: the samples' entries copied by numpy into one new storage,
+    one C call for the whole batch (``stack`` makes a view and a Function call per
+    sample before its one copy). None where the batch is anything else: ``stack`` then."""
+    elem = batch[0]
+    cls, shape, dtype, strides = Tensor, elem._shape, elem.dtype, elem._strides
+    if strides != contiguous_strides(shape) or not isinstance(elem._storage, np.ndarray):
+        return None
+    n, grad = elem.numel(), is_grad_enabled()
+    rows = []
+    for t in batch:
+        if (
+            t.__class__ is not cls
+            or t._shape != shape
+            or t.dtype is not dtype
+            or t._strides != strides
+            or (t.requires_grad and grad)
+            or t._storage.__class__ is not np.ndarray
+        ):
+            return None
+        rows.append(t._storage[t._offset : t._offset + n])
+    out = np.concatenate(rows)
+    full = (len(batch),) + tuple(shape)
+    return Tensor._make(out, full, contiguous_strides(full), 0, dtype)
+
+
 # --8<-- [start:default_collate]
 def default_collate(batch):
     """Turn a list of samples into a batch, as PyTorch's ``default_collate`` does.
@@ -66,7 +95,8 @@ def default_collate(batch):
     """
     elem = batch[0]
     if isinstance(elem, Tensor):
-        return stack(list(batch), 0)
+        rows = _stack_rows(batch) if elem.__class__ is Tensor else None
+        return rows if rows is not None else stack(list(batch), 0)
     if isinstance(elem, (np.ndarray, np.generic)) and not isinstance(elem, (np.str_, np.bytes_)):
         if elem.dtype.kind not in "biuf":
             raise TypeError(_COLLATE_ERROR.format(elem.dtype))
