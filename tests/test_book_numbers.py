@@ -225,14 +225,30 @@ def scoreboard_ratios() -> list[float]:
     return cells["packed + micro-kernel"][0::2] + cells["packed, parallel"][1::2]
 
 
-def compile_best(block: str) -> float:
-    """6.4's best speed-up of ``block``: the lowest eager median over the lowest compiled."""
-    return out("part3/compiled", rf"^{re.escape(block)} .* ([\d.]+)x$")
+def compile_run() -> dict:
+    """6.4's benchmark: the latest run of compile-bench.json (rounds through sitp.bench.ab)."""
+    return ex("compile-bench.json")["runs"][-1]
 
 
-def compile_lowest(block: str, key: str) -> float:
-    """6.4: the lowest median over the runs of ``block`` for ``key`` ("eager", "torch")."""
-    return min(r["rows"][block][key] for r in ex("compile-bench.json")["runs"])
+def compile_ratio(block: str, key: str = "eager/compiled", stat: str = "median") -> float:
+    """6.4: a time ratio of two arms of ``block`` ("compiled/torch"), its median over the
+    rounds or its ``stat`` "min" or "max"."""
+    return compile_run()["rows"][block]["ratios"][key][stat]
+
+
+def compile_ms(block: str, key: str) -> float:
+    """6.4: the median over the rounds of ``block`` for arm ``key`` ("eager", "torch"), ms."""
+    return compile_run()["rows"][block][key]
+
+
+def compile_range(block: str, key: str) -> tuple[float, float]:
+    """6.4: the fastest and the slowest round of arm ``key`` on ``block``, ms."""
+    return tuple(compile_run()["rows"][block]["range_ms"][key])
+
+
+def below_one(value: float) -> float:
+    """``value`` where it is below 1 (a claim that one side wins every round), else nan."""
+    return value if value < 1 else math.nan
 
 
 def anchor():
@@ -415,6 +431,7 @@ TOK, TOKENS, MODERN, EAGER, COMPILED = (
     "part3/eager",
     "part3/compiled",
 )
+COMPILE_BLOCKS = ("gelu(xW+b)", "layernorm(x+r)", "attention softmax")  # 6.4, beside the GPT step
 
 FIGURES = QUOTES + [
     # Part III's overview, against the chapters and runs it summarises
@@ -428,11 +445,12 @@ FIGURES = QUOTES + [
     ),
     (
         "part3/index.md",
-        r"gains the least \((\d\.\d+) times, against (\w+) to (\w+) for the blocks\)",
+        r"gains the least \((\d\.\d+) times, against (\d\.\d) to (\d\.\d) for the blocks, on one "
+        r"thread of an AMD EPYC\)",
         lambda: (
-            compile_best("GPT train step"),
-            compile_best("attention softmax"),
-            compile_best("gelu(xW+b)"),
+            compile_ratio("GPT train step"),
+            min(compile_ratio(b) for b in COMPILE_BLOCKS),
+            max(compile_ratio(b) for b in COMPILE_BLOCKS),
         ),
     ),
     (
@@ -466,6 +484,22 @@ FIGURES = QUOTES + [
             anchor()["results"]["sitp"]["curve"][0][1],
             anchor()["results"]["sitp"]["curve"][-1][1],
             anchor()["results"]["sitp"]["curve"][-1][0],
+        ),
+    ),
+    (
+        "part3/index.md",
+        r"Then the two take turns, (\d+) steps of one and then (\d+) of the other",
+        lambda: (anchor()["config"]["round_steps"],) * 2,
+    ),
+    (
+        "part3/index.md",
+        r"sitp is the faster of the two: (\d\.\d+) times PyTorch's speed in the median of the "
+        r"(\d+) rounds, and faster in every round \((\d\.\d+) to (\d\.\d+)\)",
+        lambda: (
+            anchor()["speed_ratio"],
+            anchor()["rounds"],
+            anchor()["speed_ratio_range"][0] if anchor()["speed_ratio_range"][0] > 1 else math.nan,
+            anchor()["speed_ratio_range"][1],
         ),
     ),
     # 5.1
@@ -862,11 +896,13 @@ FIGURES = QUOTES + [
     ),
     (
         "part3/compiled.md",
-        r"Compiled sitp is about (\w+) times faster than eager sitp on GELU\(x W \+ b\): the "
-        r"(\w+) pointwise ops become one kernel, and the bytes moved fall by (\w+) times, "
-        r"(\d+\.\d) MB to (\d\.\d) MB",
+        r"Compiled sitp is (\d\.\d) times faster than eager sitp on GELU\(x W \+ b\) \((\d\.\d) "
+        r"to (\d\.\d) over the rounds\): the (\w+) pointwise ops become one kernel, and the bytes "
+        r"moved fall by (\w+) times, (\d+\.\d) MB to (\d\.\d) MB",
         lambda: (
-            compile_best("gelu(xW+b)"),
+            compile_ratio("gelu(xW+b)"),
+            compile_ratio("gelu(xW+b)", stat="min"),
+            compile_ratio("gelu(xW+b)", stat="max"),
             out(COMPILED, r"^gelu\(xW\+b\) +(\d+) ->") - 1,
             gelu_bytes()[0] / gelu_bytes()[1],
             *gelu_bytes(),
@@ -874,34 +910,36 @@ FIGURES = QUOTES + [
     ),
     (
         "part3/compiled.md",
-        r"Layer norm gains almost (\w+) times and the softmax chain almost (\w+): (\w+) ops "
-        r"become (\w+) kernels, and (\w+) become (\w+) kernels and a `fill`",
+        r"Layer norm gains (\d\.\d) times \((\d\.\d) to (\d\.\d)\) and the softmax chain (\d\.\d) "
+        r"times \((\d\.\d) to (\d\.\d)\): (\w+) ops become (\w+) kernels, and (\w+) become (\w+) "
+        r"kernels and a `fill`",
         lambda: (
-            compile_best("layernorm(x+r)"),
-            compile_best("attention softmax"),
+            *(
+                compile_ratio(b, stat=s)
+                for b in ("layernorm(x+r)", "attention softmax")
+                for s in ("median", "min", "max")
+            ),
             *out(COMPILED, r"^layernorm\(x\+r\) +(\d+) -> +\d+ \( *(\d+)\)"),
             *out(COMPILED, r"^attention softmax +(\d+) -> +\d+ \( *(\d+)\)"),
         ),
     ),
     (
         "part3/compiled.md",
-        r"The compiled times stay within about (\w+) percent from run to run",
+        r"its rounds are the shortest \((\d+) calls of about (\d\.\d+) ms\), and other programs "
+        r"took (\d+)% of the CPUs while they ran",
         lambda: (
-            100
-            * max(
-                max(r["rows"][b]["compiled"] for r in ex("compile-bench.json")["runs"])
-                / compile_lowest(b, "compiled")
-                - 1
-                for b in ex("compile-bench.json")["runs"][0]["rows"]
-            )
+            compile_run()["reps"],
+            compile_ms("layernorm(x+r)", "compiled"),
+            100 * compile_run()["harness"]["load"]["layernorm(x+r)"]["other_share"],
         ),
     ),
     (
         "part3/compiled.md",
-        r"faster than eager sitp, by about (\d\.\d) times on layer norm and (\w+) on softmax",
+        r"faster than eager sitp, by about (\d\.\d) times on layer norm, (\d\.\d) on GELU and "
+        r"(\d\.\d) on softmax",
         lambda: tuple(
-            compile_lowest(b, "eager") / compile_lowest(b, "torch")
-            for b in ("layernorm(x+r)", "attention softmax")
+            compile_ms(b, "eager") / compile_ms(b, "torch")
+            for b in ("layernorm(x+r)", "gelu(xW+b)", "attention softmax")
         ),
     ),
     (
@@ -911,16 +949,62 @@ FIGURES = QUOTES + [
     ),
     (
         "part3/compiled.md",
-        r"level with compiled sitp on layer norm \((\d\.\d+) against (\d\.\d+) ms at best\)",
+        r"its time is (\d\.\d+) of torch eager's on GELU, (\d\.\d+) on layer norm and (\d\.\d+) on "
+        r"softmax\. Only on layer norm does the range reach 1 \((\d\.\d+) to (\d\.\d+)\)",
         lambda: (
-            compile_lowest("layernorm(x+r)", "inductor"),
-            compile_lowest("layernorm(x+r)", "compiled"),
+            *(
+                below_one(compile_ratio(b, "compiled/torch"))
+                for b in ("gelu(xW+b)", "layernorm(x+r)", "attention softmax")
+            ),
+            compile_ratio("layernorm(x+r)", "compiled/torch", "min"),
+            compile_ratio("layernorm(x+r)", "compiled/torch", "max"),
         ),
     ),
     (
         "part3/compiled.md",
-        r"no faster than torch eager and (\w+) times slower than compiled sitp",
-        lambda: compile_lowest("gelu(xW+b)", "inductor") / compile_lowest("gelu(xW+b)", "compiled"),
+        r"which takes (\d\.\d+) times inductor's time in the median \((\d\.\d+) against (\d\.\d+) "
+        r"ms\), though not in every round \((\d\.\d+) to (\d\.\d+)\)",
+        lambda: (
+            compile_ratio("layernorm(x+r)", "compiled/inductor"),
+            compile_ms("layernorm(x+r)", "compiled"),
+            compile_ms("layernorm(x+r)", "inductor"),
+            below_one(compile_ratio("layernorm(x+r)", "compiled/inductor", "min")),
+            compile_ratio("layernorm(x+r)", "compiled/inductor", "max"),
+        ),
+    ),
+    (
+        "part3/compiled.md",
+        r"compiled sitp is the faster in every round \((\d\.\d+) to (\d\.\d+) of inductor's "
+        r"time\), and on GELU it takes (\d\.\d+) of inductor's time",
+        lambda: (
+            compile_ratio("attention softmax", "compiled/inductor", "min"),
+            below_one(compile_ratio("attention softmax", "compiled/inductor", "max")),
+            compile_ratio("gelu(xW+b)", "compiled/inductor"),
+        ),
+    ),
+    (
+        "part3/compiled.md",
+        r"torch eager (\d\.\d+) to (\d\.\d+) ms, torch\.compile (\d\.\d+) to (\d\.\d+) ms",
+        lambda: (*compile_range("gelu(xW+b)", "torch"), *compile_range("gelu(xW+b)", "inductor")),
+    ),
+    (
+        "part3/compiled.md",
+        r"compiled sitp takes (\d\.\d+) of torch eager's time \((\d\.\d+) to (\d\.\d+)\) and "
+        r"(\d\.\d+) of torch\.compile's \((\d\.\d+) to (\d\.\d+)\), and even eager sitp's step, "
+        r"at (\d+\.\d) ms, is faster than PyTorch's (\d+\.\d) ms on this machine's one thread; "
+        r"torch\.compile's step, (\d+\.\d) ms, gains nothing",
+        lambda: (
+            *(
+                compile_ratio("GPT train step", k, s)
+                for k in ("compiled/torch", "compiled/inductor")
+                for s in ("median", "min", "max")
+            ),
+            compile_ms("GPT train step", "eager"),
+            compile_ms("GPT train step", "torch")
+            if compile_ms("GPT train step", "eager") < compile_ms("GPT train step", "torch")
+            else math.nan,
+            compile_ms("GPT train step", "inductor"),
+        ),
     ),
     (
         "part3/compiled.md",
@@ -929,12 +1013,23 @@ FIGURES = QUOTES + [
     ),
     (
         "part3/compiled.md",
-        r"gains the least of the four rows: (\d\.\d+) times in every run, where the blocks "
-        r"gained (\w+) to (\w+)\.",
+        r"its column \((\d\.\d) to (\d\.\d) s a block, (\d+\.\d) s for the GPT step\)",
         lambda: (
-            gpt_speedup_in_every_run(),
-            compile_best("attention softmax"),
-            compile_best("gelu(xW+b)"),
+            min(compile_run()["rows"][b]["inductor_compile_s"] for b in COMPILE_BLOCKS),
+            max(compile_run()["rows"][b]["inductor_compile_s"] for b in COMPILE_BLOCKS),
+            compile_run()["rows"]["GPT train step"]["inductor_compile_s"],
+        ),
+    ),
+    (
+        "part3/compiled.md",
+        r"gains the least of the four rows: (\d\.\d+) times \((\d\.\d+) to (\d\.\d+) over the "
+        r"rounds\), where the blocks gained (\d\.\d) to (\d\.\d)\.",
+        lambda: (
+            compile_ratio("GPT train step"),
+            compile_ratio("GPT train step", stat="min"),
+            compile_ratio("GPT train step", stat="max"),
+            min(compile_ratio(b) for b in COMPILE_BLOCKS),
+            max(compile_ratio(b) for b in COMPILE_BLOCKS),
         ),
     ),
     (
@@ -943,7 +1038,11 @@ FIGURES = QUOTES + [
         lambda: (min(scoreboard_ratios()), max(scoreboard_ratios())),
     ),
     ("part3/compiled.md", r"measured in 2\.3 \((\d+\.\d) GB/s\)", lambda: roofline("DRAM", 1)),
-    ("part3/compiled.md", r"L2's bandwidth \((\d+\.\d) GB/s\)", lambda: roofline("L2", 1)),
+    (
+        "part3/compiled.md",
+        r"L2's bandwidth \((\d+\.\d) GB/s on 2\.3's machine\)",
+        lambda: roofline("L2", 1),
+    ),
     # 7.1 to 7.4
     (
         "part3/collectives.md",
@@ -965,8 +1064,36 @@ FIGURES = QUOTES + [
     ),
     (
         "part3/ddp.md",
-        r"they end close together: both near (\d\.\d) times one thread",
-        lambda: sum(ddp_speedups()) / 2,
+        r"they end close together: both near (\d\.\d) times one thread, (\d\.\d+) \((\d\.\d+) to "
+        r"(\d\.\d+) over the rounds\) for the two threads and (\d\.\d+) \((\d\.\d+) to (\d\.\d+)\) "
+        r"for the two ranks",
+        lambda: (
+            sum(ddp_speedups()) / 2,
+            *(
+                ex("ddp-bench.json")["results"][i]["speedup"][s]
+                for i in (1, 2)
+                for s in ("median", "min", "max")
+            ),
+        ),
+    ),
+    (
+        "part3/ddp.md",
+        r"The process of two threads is the faster in each of the (\w+) rounds",
+        lambda: (
+            ex("ddp-bench.json")["rounds"]
+            if all(
+                a > b
+                for a, b in zip(
+                    *(ex("ddp-bench.json")["results"][i]["speedup"]["rounds"] for i in (1, 2))
+                )
+            )
+            else math.nan
+        ),
+    ),
+    (
+        "part3/ddp.md",
+        r"the CPU time they use per step says so: (\d\.\d+) s against (\d\.\d+) s",
+        lambda: tuple(ex("ddp-bench.json")["results"][i]["cpu_seconds_per_step"] for i in (2, 1)),
     ),
     (
         "part3/ddp.md",
@@ -1675,23 +1802,13 @@ def gelu_bytes() -> tuple[float, float]:
 
 
 def compile_seconds() -> list[float]:
-    """6.4: sitp's compile time of each block, the lowest over the runs."""
-    runs = ex("compile-bench.json")["runs"]
-    return [min(r["rows"][b]["compile_s"] for r in runs) for b in runs[0]["rows"]]
-
-
-def gpt_speedup_in_every_run() -> float:
-    """6.4: the GPT step's eager over compiled median, which must round alike in every run."""
-    ratios = {
-        f"{r['rows']['GPT train step']['eager'] / r['rows']['GPT train step']['compiled']:.2f}"
-        for r in ex("compile-bench.json")["runs"]
-    }
-    return float(ratios.pop()) if len(ratios) == 1 else math.nan
+    """6.4: sitp's compile time of each row (the GPT step included), s."""
+    return [row["compile_s"] for row in compile_run()["rows"].values()]
 
 
 def ddp_speedups() -> list[float]:
-    results = ex("ddp-bench.json")["results"]
-    return [r["tokens_per_s"] / results[0]["tokens_per_s"] for r in results[1:]]
+    """7.3: each way's speed-up over one thread, the median of the rounds' ratios."""
+    return [r["speedup"]["median"] for r in ex("ddp-bench.json")["results"][1:]]
 
 
 def ddp_best_ranks(link: str) -> float:

@@ -5,8 +5,8 @@
   each call to each kernel that computes it (an op recomputed by two kernels has two).
   Traced afresh by sitp when drawn.
 * ``compile-bytes.png``: the bytes each benchmark block moves, eager and compiled, and
-  the lowest medians over the recorded runs, read from ``compile-bench.json``, which
-  ``scripts/bench_compile.py --json`` writes.
+  the latest run's medians over its rounds with their range, read from
+  ``compile-bench.json``, which ``scripts/bench_compile.py --json`` writes.
 
 Redraw from the repository root::
 
@@ -101,17 +101,18 @@ def draw_graph(ops, kernels, path: Path) -> Path:
 
 
 def draw_bytes(bench: dict, path: Path) -> Path:
-    """MB moved eager and compiled (left), lowest median ms over the runs (right)."""
+    """MB moved eager and compiled (left); the latest run's median ms over its rounds, with
+    a bar from the fastest round to the slowest (right)."""
     plt = pyplot()
-    runs = bench["runs"]
-    blocks = [b for b in runs[0]["rows"] if b != "GPT train step"]
+    run = bench["runs"][-1]
+    blocks = [b for b in run["rows"] if b != "GPT train step"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
     at = np.arange(len(blocks))
     for off, key, label, color in (
         (-0.2, "bytes_eager", "eager sitp", "#9e9e9e"),
         (0.2, "bytes_compiled", "compiled sitp", "#3f51b5"),
     ):
-        mb = [runs[0]["rows"][b][key] / 1e6 for b in blocks]
+        mb = [run["rows"][b][key] / 1e6 for b in blocks]
         left.bar(at + off, mb, 0.4, label=label, color=color)
     left.set(xticks=at, xticklabels=blocks, ylabel="MB read and written", title="bytes moved")
     left.legend(frameon=False)
@@ -123,20 +124,24 @@ def draw_bytes(bench: dict, path: Path) -> Path:
     )
     w = 0.8 / len(cols)
     for j, (key, label, color) in enumerate(cols):
-        ms = [min(r["rows"][b][key] for r in runs) for b in blocks]
+        ms = np.array([run["rows"][b][key] for b in blocks])
+        lo, hi = np.array([run["rows"][b]["range_ms"][key] for b in blocks]).T
         right.bar(at + (j - 1.5) * w, ms, w, label=label, color=color)
+        right.errorbar(at + (j - 1.5) * w, ms, yerr=[ms - lo, hi - ms], fmt="none",
+                       ecolor="black", elinewidth=0.8, capsize=2)  # fmt: skip
     right.set(
         xticks=at,
         xticklabels=blocks,
         ylabel="ms per call (log scale)",
         yscale="log",
-        title="lowest median over the runs",
+        title=f"median over {run['rounds']} rounds (bars: their range)",
     )
     right.legend(frameon=False, fontsize=8)
     for ax in (left, right):
         ax.spines[["top", "right"]].set_visible(False)
         ax.tick_params(axis="x", labelsize=8)
-    fig.suptitle(f"{bench['machine']}, one thread, float32", fontsize=9)
+    m = run["harness"]["machine"]
+    fig.suptitle(f"{m['cpu']} ({m['isa']}), one thread, float32", fontsize=9)
     return save(fig, path)
 
 

@@ -2,7 +2,8 @@
 
 * ``shakespeare-anchor.png``: on the left, the validation loss of both libraries every
   250 steps (the mean over the whole validation split of tinyshakespeare); on the
-  right, their milliseconds per training step. Both are read from
+  right, their milliseconds per training step (the median over the rounds, with a bar
+  from the fastest round to the slowest). Both are read from
   ``shakespeare-anchor.json``, which ``scripts/compare_shakespeare.py --json`` writes.
 
 Redraw from the repository root::
@@ -38,10 +39,13 @@ def draw(run: dict, path: Path) -> Path:
     left.legend(frameon=False)
     names = ["sitp", "torch"]
     ms = [run["results"][n]["ms_per_step"] for n in names]
+    lo, hi = zip(*(run["results"][n]["ms_per_step_range"] for n in names))
     right.bar(names, ms, color=[COLORS[n] for n in names])
+    err = [[m - a for m, a in zip(ms, lo)], [b - m for m, b in zip(ms, hi)]]
+    right.errorbar(names, ms, yerr=err, fmt="none", ecolor="black", elinewidth=0.8, capsize=3)
     for i, v in enumerate(ms):
-        right.text(i, v, f"{v:.1f}", ha="center", va="bottom")
-    right.set(ylabel="ms per training step", title="speed")
+        right.text(i + 0.1, v, f"{v:.1f}", ha="left", va="bottom")
+    right.set(ylabel="ms per training step", title=f"{run['rounds']} rounds: median, range")
     for ax in (left, right):
         ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
