@@ -560,6 +560,11 @@ FIGURES = QUOTES + [
         r"Of the ([\d,]+) merged tokens, ([\d,]+) can be split",
         lambda: out(TOK, r"^([\d,]+) of ([\d,]+) merged tokens split")[::-1],
     ),
+    (
+        "part3/tokenizer.md",
+        r"are a quarter of a million chunks, but only some (\w+) thousand distinct ones",
+        lambda: out(TOK, r"^[\d,]+ bytes, [\d,]+ chunks, ([\d,]+) distinct$") / 1000,
+    ),
     # 5.2
     (
         "part3/tokens.md",
@@ -582,6 +587,35 @@ FIGURES = QUOTES + [
         lambda: out(TOKENS, r"^val: \d+ shards, ([\d,]+) tokens$"),
     ),
     ("part3/tokens.md", r"The first uses the (\d+)\b", lambda: out(TOKENS, r'^(\d+) "')),
+    (
+        "part3/tokens.md",
+        r"would score \$\\log_2 65 \\approx (\d\.\d+)\$ bits per byte",
+        lambda: out(TOKENS, r"^characters V = +65, .* uniform ([\d.]+),"),
+    ),
+    ("part3/tokens.md", r"\$1\.4697/\\ln 2 \\approx (\d\.\d+)\$", lambda: 1.4697 / math.log(2)),
+    (
+        "part3/tokens.md",
+        r"it spends probability on (\d+) byte values that never occur",
+        lambda: 256 - out(TOKENS, r"^characters V = +(\d+),"),
+    ),
+    (
+        "part3/tokens.md",
+        r"a uniform choice of two characters costs (\d+\.\d+)",
+        lambda: 2 * out(TOKENS, r"^characters V = +65, .* uniform ([\d.]+),"),
+    ),
+    (
+        "part3/tokens.md",
+        r"The ([\d,]+) training windows cover (\d\.\d) million characters of a text of (\d\.\d) "
+        r"million",
+        lambda: (
+            anchor()["config"]["iters"] * anchor()["config"]["batch_size"],
+            anchor()["config"]["iters"]
+            * anchor()["config"]["batch_size"]
+            * anchor()["config"]["block_size"]
+            / 1e6,
+            out(TOKENS, r"^[\d,]+ characters, ([\d,]+) bytes") / 1e6,
+        ),
+    ),
     (
         "part3/tokens.md",
         r"Per token, the pair model looks much worse: (\d\.\d) bits against (\d\.\d)\. Per byte "
@@ -1044,6 +1078,24 @@ FIGURES = QUOTES + [
         lambda: roofline("L2", 1),
     ),
     # 7.1 to 7.4
+    (
+        "part3/collectives.md",
+        r"the target for large messages is a ratio of at least (\d\.\d)",
+        lambda: (
+            0.9
+            if min(
+                float(x)
+                for line in re.findall(
+                    r"messages of 16 MB and more: mpi4py time / sitp time (.*)$",
+                    printed("part3/collectives"),
+                    re.MULTILINE,
+                )
+                for x in line.split(", ")
+            )
+            >= 0.9
+            else math.nan
+        ),
+    ),
     (
         "part3/collectives.md",
         r"rank 1's values (\w+) times rank 0's",
