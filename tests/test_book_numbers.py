@@ -1202,6 +1202,16 @@ FIGURES = QUOTES + [
         lambda: out("part3/sft", r"^(\d+) train and \d+ held-out problems"),
     ),
     (
+        "part3/sft.md",
+        r"Only the last (\w+) positions \(predicting \"5\" and `<\|assistant_end\|>`\) receive "
+        r"gradient; the (\w+) before them",
+        lambda: (
+            len(out_text("part3/sft", r"^targets \[(.*)\]$").split(", "))
+            - out_text("part3/sft", r"^targets \[(.*)\]$").count("-1"),
+            out_text("part3/sft", r"^targets \[(.*)\]$").count("-1"),
+        ),
+    ),
+    (
         "part3/rl.md",
         r"in every one of (\d+) seeded runs",
         lambda: out("part3/rl", r"^rewards \[0\. 1\.\], baseline none .* of (\d+) runs"),
