@@ -3,7 +3,9 @@
 A tiny GPT (byte tokens plus the five chat tokens) is pre-trained on plain text
 lines of a task ("What is 3+4+5? 3+4=7, 7+5=12. Answer: 12"), fine-tuned on the same task's train
 problems as conversations (loss on the assistant's tokens only), then trained with
-GRPO rewarded by the task's checker. After each stage it prints held-out pass@1
+GRPO rewarded by the task's checker (two updates per batch of samples, so the clip acts,
+and a KL penalty to the SFT model: ``--rl-epochs 1 --rl-kl 0`` is REINFORCE with a group
+baseline). After each stage it prints held-out pass@1
 (greedy, Wilson 95 % interval), so the effect of each stage is measured on
 problems no stage trained on.
 
@@ -33,7 +35,7 @@ from sitp.posttrain.cli import save
 from sitp.posttrain.evaluate import evaluate
 from sitp.posttrain.rl import grpo_step
 from sitp.posttrain.sft import sft
-from sitp.posttrain.tasks import get_task
+from sitp.posttrain.tasks import get_task, lenient_check
 
 
 def pretrain(model, tok, task, steps, batch_size, lr, seed):
@@ -61,6 +63,56 @@ def pretrain(model, tok, task, steps, batch_size, lr, seed):
         if step % 100 == 0 or step == steps - 1:
             print(f"  pretrain step {step}: loss {loss.item():.4f}", flush=True)
     model.eval()
+
+
+def clone(model):
+    """A new GPT with ``model``'s config and a copy of its weights (a frozen reference)."""
+    twin = GPT(model.config)
+    twin.load_state_dict({k: sitp.tensor(v.detach().numpy().copy())
+                          for k, v in model.state_dict().items()})  # fmt: skip
+    return twin.eval()
+
+
+def rl_stage(model, tok, task, args, max_new, seed, reward="strict", on_step=None):
+    """``args.rl_steps`` GRPO steps from ``model`` (the SFT model, kept as the KL's
+    reference), 8 train prompts x 8 replies a step; returns each step's statistics.
+
+    ``reward="strict"`` rewards the task's checker, ``"lenient"`` the too-lenient
+    :func:`~sitp.posttrain.tasks.lenient_check`; each step records both checkers' mean
+    over its samples (``strict``, ``lenient``) whichever one is rewarded.
+    """
+    train = task.problems("train", 5000, seed=2, at_most=True)
+    ref = clone(model) if args.rl_kl > 0 else None
+    opt = sitp.optim.AdamW(model.parameters(), lr=args.rl_lr)
+    gen = sitp.Generator().manual_seed(seed)
+    history = []
+    for step in range(args.rl_steps):
+        batch = [train[(step * 8 + i) % len(train)] for i in range(8)]
+        prompts = [render_prompt([{"role": "user", "content": task.prompt(q)}], tok)
+                   for q in batch]  # fmt: skip
+        seen = {}
+
+        def rewards(rows, replies, batch=batch, seen=seen):
+            texts = [completion_text(r, tok) for r in replies]
+            strict = [float(task.check(batch[i], t)) for i, t in zip(rows, texts)]
+            loose = [float(lenient_check(task, batch[i], t)) for i, t in zip(rows, texts)]
+            seen.update(strict=float(np.mean(strict)), lenient=float(np.mean(loose)),
+                        chars=float(np.mean([len(t) for t in texts])))  # fmt: skip
+            return strict if reward == "strict" else loose
+
+        stats = grpo_step(model, opt, prompts, group_size=8, max_new_tokens=max_new,
+                          temperature=args.rl_temperature, kl_coef=args.rl_kl, ref_model=ref,
+                          epochs=args.rl_epochs, stop_ids=(tok.assistant_end,), generator=gen,
+                          norm=args.rl_norm, reward_batch=rewards)  # fmt: skip
+        history.append({**stats, **seen})
+        if on_step is not None:
+            on_step(step, history[-1])
+        if step % 10 == 0 or step == args.rl_steps - 1:
+            print(f"  rl step {step}: reward {stats['reward']:.3f}, clip {stats['clip_frac']:.3f}, "
+                  f"kl {stats['kl']:.4f}, entropy {stats['entropy']:.3f}, "
+                  f"{stats['zero_groups']} of 8 groups all-equal", flush=True)  # fmt: skip
+    model.eval()
+    return history
 
 
 def keep(args, stage, model, tok):
@@ -101,6 +153,10 @@ def main():
     p.add_argument("--sft-lr", type=float, default=3e-3)
     p.add_argument("--rl-lr", type=float, default=1e-4)
     p.add_argument("--rl-temperature", type=float, default=0.7)
+    p.add_argument("--rl-epochs", type=int, default=2, help="updates per batch of samples")
+    p.add_argument("--rl-kl", type=float, default=0.05, help="KL coefficient to the SFT model")
+    p.add_argument("--rl-norm", default="token", choices=("token", "sequence"),
+                   help="the loss's mean: over all reply tokens, or per reply")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--block-size", type=int, default=48)
     p.add_argument("--save", metavar="DIR", help="write each stage's checkpoint to DIR/<stage>")
@@ -135,25 +191,8 @@ def main():
     keep(args, "sft", model, tok)
 
     t0 = time.perf_counter()
-    train = task.problems("train", 5000, seed=2, at_most=True)
-    opt = sitp.optim.AdamW(model.parameters(), lr=args.rl_lr)
-    gen = sitp.Generator().manual_seed(args.seed)
-    rewards = []
-    for step in range(args.rl_steps):
-        batch = train[step * 8 : step * 8 + 8]
-        prompts = [render_prompt([{"role": "user", "content": task.prompt(q)}], tok)
-                   for q in batch]  # fmt: skip
-
-        def reward(i, reply, batch=batch):
-            return float(task.check(batch[i], completion_text(reply, tok)))
-
-        stats = grpo_step(model, opt, prompts, reward, group_size=8, max_new_tokens=max_new,
-                          temperature=args.rl_temperature, stop_ids=(tok.assistant_end,),
-                          generator=gen)  # fmt: skip
-        rewards.append(stats["reward"])
-        if step % 10 == 0 or step == args.rl_steps - 1:
-            print(f"  rl step {step}: reward {stats['reward']:.3f}, clip {stats['clip_frac']:.3f}, "
-                  f"{stats['zero_groups']} of 8 groups all-equal", flush=True)  # fmt: skip
+    history = rl_stage(model, tok, task, args, max_new, args.seed)
+    rewards = [h["reward"] for h in history]
     if rewards:
         print(f"  rl mean reward: first 10 steps {np.mean(rewards[:10]):.3f}, "
               f"last 10 {np.mean(rewards[-10:]):.3f}")  # fmt: skip
@@ -173,6 +212,7 @@ def main():
             "sft_loss": {"first10": float(np.mean(losses[:10])),
                          "last10": float(np.mean(losses[-10:]))},
             "rl_reward": [float(r) for r in rewards],
+            "rl_history": history,
         })  # fmt: skip
         print(f"wrote {args.json}")
 

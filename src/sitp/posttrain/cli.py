@@ -1,4 +1,4 @@
-"""The post-training commands (chapter 8): ``sft``, ``rl``, ``eval`` and ``chat``.
+"""The post-training commands (chapter 8): ``sft``, ``rl``, ``rm``, ``dpo``, ``eval``, ``chat``.
 
 Each ``main_*(argv)`` parses its own arguments and returns the exit status: 0, or 2
 after one line on stderr for a bad request (an unknown task, a missing checkpoint, a
@@ -11,13 +11,20 @@ value out of range); ``python -m sitp sft ...`` and the others call them.
   and the model new embedding rows for them.
 * ``rl --init DIR --out OUT --task addition2`` runs GRPO from checkpoint DIR, rewarded
   by the task's checker; with ``--kl β`` it penalises the KL to DIR's model.
+* ``rm --init DIR --out OUT --task chain1`` samples two replies of DIR's model to each
+  train problem, lets :mod:`sitp.posttrain.prefs`'s annotator choose one, and fits a
+  reward model (DIR's model and a scalar head) to the pairs by the Bradley–Terry loss;
+  ``rl --reward-model OUT`` then rewards the replies by its score.
+* ``dpo --init DIR --out OUT --task chain1`` fits DIR's model to the same pairs by DPO,
+  with DIR's model as the frozen reference.
 * ``eval DIR --task addition2`` prints held-out pass@1 (and pass@k) with intervals.
 * ``chat DIR`` reads the user's lines on stdin and streams the replies; ``chat DIR
   --web`` serves a page on 127.0.0.1 that streams them (:mod:`sitp.posttrain.web`).
 
 Checkpoints are written atomically by :mod:`sitp.train.checkpoint` every
-``--save-every`` steps and at the end; rerunning ``sft`` or ``rl`` with the same
-``--out`` resumes from the last one exactly (model, optimizer, random state, step).
+``--save-every`` steps and at the end; rerunning ``sft``, ``rl``, ``rm`` or ``dpo`` with
+the same ``--out`` resumes from the last one exactly (model, optimizer, random state,
+step; ``rm`` and ``dpo`` keep their pairs in the checkpoint, ``pairs.json``).
 """
 
 from __future__ import annotations
@@ -36,10 +43,12 @@ from sitp.dtypes import int64
 from sitp.models.engine import Engine
 from sitp.models.gpt import GPT, GPTConfig
 from sitp.optim import AdamW
-from sitp.posttrain import web
+from sitp.posttrain import prefs, web
 from sitp.posttrain.chat import ChatTokenizer, completion_text, render, render_prompt
+from sitp.posttrain.dpo import train_dpo
 from sitp.posttrain.evaluate import evaluate
-from sitp.posttrain.rl import grpo_step
+from sitp.posttrain.reward import RewardModel, batch_scores, pair_accuracy, train_reward_model
+from sitp.posttrain.rl import NORMS, grpo_step
 from sitp.posttrain.sft import sft
 from sitp.posttrain.tasks import get_task, identity_conversations
 from sitp.random import Generator, get_rng_state, manual_seed, randn, set_rng_state
@@ -70,21 +79,41 @@ def load_model(directory):
     record = point.record
     if record.get("model") != "gpt":
         raise UsageError(f"{directory} holds a {record.get('model')!r} run, not a GPT")
+    tok, saved = _chat_tokenizer(directory, record)
+    model = GPT(_config(record))
+    point.load_model(model)
+    if tok.vocab_size > model.config.vocab_size:
+        model = extend_vocab(model, tok.vocab_size)
+    return model.eval(), tok, record, saved
+
+
+def _chat_tokenizer(directory, record):
     info = record.get("tokenizer") or {}
     if info.get("kind") == "bytes":
         base, saved = ByteTokenizer(), None
     else:
         base, saved = tokenizer_from_record(directory, record)
-    tok = ChatTokenizer(base)
+    return ChatTokenizer(base), saved
+
+
+def _config(record) -> GPTConfig:
     try:
-        config = GPTConfig(**record["model_config"])
+        return GPTConfig(**record["model_config"])
     except (TypeError, KeyError, ValueError) as error:
         raise ckpt.CheckpointError(f"corrupt checkpoint: bad model config ({error})") from None
-    model = GPT(config)
-    point.load_model(model)
-    if tok.vocab_size > config.vocab_size:
-        model = extend_vocab(model, tok.vocab_size)
-    return model.eval(), tok, record, saved
+
+
+def load_reward_model(directory):
+    """``(reward_model, chat_tokenizer, record, tokenizer_file_bytes)`` of a ``sitp rm``
+    checkpoint."""
+    point = ckpt.load_checkpoint(directory)
+    record = point.record
+    if record.get("model") != "reward":
+        raise UsageError(f"{directory} holds a {record.get('model')!r} run, not a reward model")
+    tok, saved = _chat_tokenizer(directory, record)
+    rm = RewardModel(GPT(_config(record)))
+    point.load_model(rm)
+    return rm.eval(), tok, record, saved
 
 
 def extend_vocab(model, vocab_size, seed=0):
@@ -248,6 +277,10 @@ def rl_parser():
     p.add_argument("--clip", type=_positive(float), default=0.2, help="PPO clip epsilon")
     p.add_argument("--kl", type=_non_negative(float), default=0.0, help="KL penalty to --init")
     p.add_argument("--epochs", type=_positive(int), default=1, help="updates per sampled batch")
+    p.add_argument("--norm", choices=NORMS, default="token",
+                   help="the loss's mean: over all reply tokens, or per reply first")  # fmt: skip
+    p.add_argument("--reward-model", metavar="DIR", default=None,
+                   help="reward the replies by this `sitp rm` checkpoint, not the checker")  # fmt: skip
     p.add_argument("--lr", type=_positive(float), default=1e-4, help="AdamW learning rate")
     p.add_argument("--seed", type=_non_negative(int), default=0, help="seed of prompts and draws")
     p.add_argument("--save-every", type=_positive(int), default=10, help="steps between saves")
@@ -266,12 +299,17 @@ def main_rl(argv=None) -> int:
         if record["step"] == 0:
             record["options"] = {k: getattr(args, k) for k in (
                 "init", "task", "prompts", "group", "max_new_tokens", "temperature", "clip",
-                "kl", "epochs", "lr", "seed")}  # fmt: skip
+                "kl", "epochs", "norm", "reward_model", "lr", "seed")}  # fmt: skip
         opts = record["options"]
         ref = load_model(opts["init"])[0] if opts["kl"] > 0 else None
+        rm = None
+        if opts.get("reward_model"):
+            rm = load_reward_model(opts["reward_model"])[0]
         problems = task.problems("train", 5000, seed=opts["seed"], at_most=True)
         if opts["max_new_tokens"] is None:  # resolved once, and kept for a resume
             opts["max_new_tokens"] = reply_budget(task, problems, tok)
+            if rm is not None:  # room for the styles of the preference data
+                opts["max_new_tokens"] += len(prefs.PREFIXES[1] + prefs.SUFFIXES[1])
         generator = Generator().manual_seed(opts["seed"])
         if "rng" in record:
             generator.set_state(record["rng"])
@@ -282,18 +320,23 @@ def main_rl(argv=None) -> int:
             prompts = [render_prompt([{"role": "user", "content": task.prompt(p)}], tok)
                        for p in batch]  # fmt: skip
 
-            def reward(i, reply, batch=batch):
-                return float(task.check(batch[i], completion_text(reply, tok)))
+            def reward(rows, replies, batch=batch, prompts=prompts):
+                if rm is not None:
+                    return batch_scores(rm, [prompts[i] for i in rows], replies)
+                return [float(task.check(batch[i], completion_text(r, tok)))
+                        for i, r in zip(rows, replies)]  # fmt: skip
 
-            stats = grpo_step(model, optimizer, prompts, reward, group_size=opts["group"],
+            stats = grpo_step(model, optimizer, prompts, group_size=opts["group"],
                               max_new_tokens=opts["max_new_tokens"],
                               temperature=opts["temperature"], clip_eps=opts["clip"],
                               kl_coef=opts["kl"], ref_model=ref, epochs=opts["epochs"],
-                              stop_ids=(tok.assistant_end,), generator=generator)  # fmt: skip
+                              stop_ids=(tok.assistant_end,), generator=generator,
+                              norm=opts.get("norm", "token"), reward_batch=reward)  # fmt: skip
             record["step"] += 1
             record["history"].append(stats)
             print(f"rl step {record['step']}: reward {stats['reward']:.3f} kl {stats['kl']:.4f} "
-                  f"clip {stats['clip_frac']:.3f}", flush=True)  # fmt: skip
+                  f"clip {stats['clip_frac']:.3f} entropy {stats['entropy']:.3f}",
+                  flush=True)  # fmt: skip
             if record["step"] % args.save_every == 0 or record["step"] == args.steps:
                 record["rng"] = generator.get_state()
                 save(args.out, model, optimizer, tok, saved, record)
@@ -306,6 +349,140 @@ def reply_budget(task, problems, tok) -> int:
     """A reply length cap that fits every correct reply: the longest reference reply of
     ``problems`` in tokens, plus the end token and 4 tokens of slack."""
     return max(len(tok.encode_text(task.reference(p))) for p in problems) + 1 + 4
+
+
+# ------------------------------------------------------------------ rm, dpo
+PAIRS_FILE = "pairs.json"
+
+
+def prefs_parser(verb):
+    what = {"rm": "Fits a reward model (the --init model and a scalar head) to preference pairs.",
+            "dpo": "Fits the --init model to preference pairs by DPO."}[verb]  # fmt: skip
+    what += " The pairs: two sampled replies to each train problem, judged by the annotator."
+    p = _Parser(prog=f"sitp {verb}", description=what)
+    p.add_argument("--init", metavar="DIR", help="the SFT checkpoint (samples the pairs)")
+    p.add_argument("--out", metavar="DIR", required=True, help="checkpoint directory to write")
+    p.add_argument("--task", required=True, help="the task whose problems are asked, e.g. chain1")
+    p.add_argument("--problems", type=_positive(int), default=1000,
+                   help="train problems to sample a pair for (at most the split)")  # fmt: skip
+    p.add_argument("--steps", type=_positive(int), default=150, help="total optimizer steps")
+    p.add_argument("--batch-size", type=_positive(int), default=32, help="pairs per step")
+    p.add_argument("--lr", type=_positive(float), default=1e-3 if verb == "rm" else 3e-4,
+                   help="AdamW learning rate")  # fmt: skip
+    if verb == "dpo":
+        p.add_argument("--beta", type=_positive(float), default=0.1, help="DPO's beta")
+    p.add_argument("--seed", type=_non_negative(int), default=0, help="seed of pairs and batches")
+    p.add_argument("--save-every", type=_positive(int), default=50, help="steps between saves")
+    return p
+
+
+def make_pairs(model, tok, task, n, seed):
+    """The labelled pairs (prompt, chosen, rejected) of ``n`` train problems of ``task``:
+    two replies of ``model`` each at temperature 1, chosen by the judge's annotator."""
+    problems = task.problems("train", n, seed=0, at_most=True)
+    budget = reply_budget(task, problems, tok) + len(prefs.PREFIXES[1] + prefs.SUFFIXES[1])
+    gen = Generator().manual_seed(seed)
+    raw = prefs.sample_pairs(model, tok, task, problems, budget, 1.0, gen)
+    return prefs.label_pairs(task, tok, raw, seed=seed)
+
+
+def _prefs_state(args, verb):
+    """What ``sitp rm`` and ``sitp dpo`` continue from: OUT's checkpoint of ``verb``, or
+    --init's model, fresh pairs and a fresh optimizer. Returns (trained model, the model
+    to save as a GPT or None, tok, saved, optimizer, record, pairs, reference)."""
+    out = Path(args.out)
+    resume = ckpt.has_checkpoint(out)
+    if resume:
+        record = ckpt.load_record(out)
+        if record.get("stage") != verb:
+            raise UsageError(
+                f"{out} holds a {record.get('stage')!r} checkpoint, not {verb}: choose another --out"
+            )
+        init = record["options"]["init"]
+    elif args.init is None:
+        raise UsageError(f"{out} holds no checkpoint to resume: give --init DIR")
+    else:
+        init = args.init
+    sft_model, tok, _, saved = load_model(init)
+    if resume:
+        pairs = [tuple(row) for row in json.loads(ckpt.read_extra_file(out, record, PAIRS_FILE))]
+        if verb == "rm":
+            model = load_reward_model(out)[0]
+        else:
+            model = load_model(out)[0]
+    else:
+        task = get_task(args.task)
+        pairs = make_pairs(sft_model, tok, task, args.problems, args.seed)
+        if not pairs:
+            raise UsageError("the sampled replies of every pair were the same: no preference")
+        twin = extend_vocab(sft_model, tok.vocab_size)  # a copy: the same rows, none new
+        model = RewardModel(twin) if verb == "rm" else twin
+        opts = {k: getattr(args, k) for k in ("init", "task", "problems", "batch_size", "lr",
+                                              "seed", "beta") if hasattr(args, k)}  # fmt: skip
+        record = {"stage": verb, "step": 0, "history": [], "options": opts}
+    optimizer = AdamW(model.parameters(), lr=record["options"]["lr"], weight_decay=0.0)
+    if resume:
+        optimizer.load_state_dict(ckpt.load_checkpoint(out).optimizer_state)
+    return model, tok, saved, optimizer, record, pairs, sft_model
+
+
+def _save_prefs(out, verb, model, optimizer, tok, saved, record, pairs):
+    extra = {PAIRS_FILE: json.dumps([list(p) for p in pairs]).encode()}
+    if saved is not None:
+        extra[TOKENIZER_FILE] = saved
+    if verb == "dpo":
+        record = dict(record, model="gpt", model_config=asdict(model.config),
+                      tokenizer=tokenizer_record(tok, saved))  # fmt: skip
+    else:
+        record = dict(record, model="reward", model_config=asdict(model.gpt.config),
+                      tokenizer=tokenizer_record(tok, saved))  # fmt: skip
+    ckpt.save_checkpoint(out, model, optimizer, None, record, extra)
+
+
+def _main_prefs(verb, argv) -> int:
+    args = prefs_parser(verb).parse_args(argv)
+    try:
+        get_task(args.task)
+        model, tok, saved, optimizer, record, pairs, ref = _prefs_state(args, verb)
+        opts = record["options"]
+        rng = random.Random(opts["seed"])
+        if "rng" in record:
+            rng.setstate(_tuple(record["rng"]))
+        if record["step"] == 0:
+            print(f"sitp {verb}: {len(pairs)} preference pairs", flush=True)
+        while record["step"] < args.steps:
+            n = min(args.save_every, args.steps - record["step"])
+            if verb == "rm":
+                losses, accs = train_reward_model(model, pairs, n, opts["batch_size"],
+                                                  optimizer=optimizer, rng=rng)  # fmt: skip
+                history = [{"loss": a, "accuracy": b} for a, b in zip(losses, accs)]
+            else:
+                history = train_dpo(model, ref, pairs, n, opts["batch_size"], opts["beta"],
+                                    optimizer=optimizer, rng=rng)  # fmt: skip
+            record["step"] += n
+            record["history"] += history
+            record["rng"] = rng.getstate()
+            _save_prefs(args.out, verb, model, optimizer, tok, saved, record, pairs)
+            loss = np.mean([h["loss"] for h in history[-10:]])
+            acc = np.mean([h["accuracy"] for h in history[-10:]])
+            print(f"{verb} step {record['step']}: loss {loss:.4f} pair accuracy {acc:.3f}",
+                  flush=True)  # fmt: skip
+        if verb == "rm":
+            print(f"rm: the chosen reply scores higher in {pair_accuracy(model, pairs):.3f} of "
+                  f"the {len(pairs)} pairs", flush=True)  # fmt: skip
+        return 0
+    except (UsageError, ValueError, ckpt.CheckpointError) as error:
+        return _fail(f"sitp {verb}: error: {error}")
+
+
+def main_rm(argv=None) -> int:
+    """``sitp rm``: a Bradley–Terry reward model on preference pairs (chapter 8.4)."""
+    return _main_prefs("rm", argv)
+
+
+def main_dpo(argv=None) -> int:
+    """``sitp dpo``: DPO on preference pairs (chapter 8.4)."""
+    return _main_prefs("dpo", argv)
 
 
 # ----------------------------------------------------------------------- eval
@@ -470,4 +647,15 @@ def main_chat(argv=None, stdin=None) -> int:
         return 130
 
 
-__all__ = ["extend_vocab", "load_model", "main_chat", "main_eval", "main_rl", "main_sft", "save"]
+__all__ = [
+    "extend_vocab",
+    "load_model",
+    "load_reward_model",
+    "main_chat",
+    "main_dpo",
+    "main_eval",
+    "main_rl",
+    "main_rm",
+    "main_sft",
+    "save",
+]

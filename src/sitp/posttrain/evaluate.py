@@ -1,4 +1,4 @@
-"""Evaluation on held-out problems (chapter 8.4): pass@1, pass@k and their intervals.
+"""Evaluation on held-out problems (chapter 8.5): pass@1, pass@k and their intervals.
 
 pass@k is the chance that at least one of k replies to a problem is correct. Drawing
 exactly k replies per problem measures it with much noise; Chen et al. (2021, the

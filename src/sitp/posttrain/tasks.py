@@ -331,7 +331,7 @@ class Mixture(Task):
 
 
 def lenient_check(task: Task, problem: Problem, answer_text: str) -> bool:
-    """A checker that is too lenient, kept to show reward hacking (chapter 8.4): it
+    """A checker that is too lenient, kept to show reward hacking (chapters 8.3, 8.5): it
     accepts any reply that contains the reference answer somewhere, so "0 1 2 3 4 5"
     passes every letter count below 6. A policy trained against it learns to list."""
     return task.reference(problem).lower() in answer_text.lower()
