@@ -605,6 +605,8 @@ POSTTRAIN = {
     "midtrain": posttrain_midtrain.main_midtrain,
     "sft": posttrain_cli.main_sft,
     "rl": posttrain_cli.main_rl,
+    "rm": posttrain_cli.main_rm,
+    "dpo": posttrain_cli.main_dpo,
     "eval": posttrain_cli.main_eval,
     "chat": posttrain_cli.main_chat,
 }
