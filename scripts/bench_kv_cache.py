@@ -23,7 +23,8 @@ it, a forward pass over all L + 1 positions. Each figure is one over the median 
 rounds of each round's median of ``--repeats`` calls, sampling included; the ratios
 below it are medians of the rounds' ratios, with their range.
 Table 2 runs the engine end to end: a prompt of 16 tokens extended to 256, one call a
-round, after one untimed call.
+round, after one untimed call. Table 3 is the cached step for a batch of ``--batch``
+sequences at the longest context, in tokens per second for the whole batch.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ CONFIG = dict(
     norm_params=False, qk_norm=True, mlp="relu2", bias=False, tie_weights=False,
     logit_softcap=15.0,
 )  # fmt: skip
-
 
 
 MODELS = {}  # lib_name -> (model, engine module): built once per worker
@@ -65,12 +65,13 @@ def build(lib_name: str):
     return MODELS[lib_name]
 
 
-def step_workload(lib_name: str, L: int, cached: bool):
-    """The call that draws the token after a context of L tokens, with the cache or without."""
+def step_workload(lib_name: str, L: int, cached: bool, batch: int = 1):
+    """The call that draws the next token of ``batch`` sequences after a context of L
+    tokens, with the cache or without."""
     lib = import_lib(lib_name)
     model, engine = build(lib_name)
-    seq = lib.tensor(np.random.default_rng(L).integers(0, 65, (1, L + 1)))
-    cache = model.make_kv_cache(1)
+    seq = lib.tensor(np.random.default_rng(L).integers(0, 65, (batch, L + 1)))
+    cache = model.make_kv_cache(batch)
     with lib.no_grad():
         model(seq[:, :L], kv_cache=cache)  # the prefill, outside the timing
 
@@ -135,6 +136,20 @@ def measure(args) -> dict:
             res[lib]["engine"][label] = args.new_tokens / a["median"]
         res["ratios"]["engine"] = r["ratios"]
         res["harness"]["engine"] = {k: r[k] for k in ("load", "order")}
+        L, n = args.contexts[-1], args.batch
+        arms = {
+            f"{lib} batch": ab.Arm(w[lib], f"{me}:step_workload",
+                                   dict(lib_name=lib, L=L, cached=True, batch=n))
+            for lib in ("sitp", "torch")
+        }  # fmt: skip
+        r = ab.compare(arms, rounds=args.rounds, calls=args.repeats, clock=args.clock,
+                       ratios=[("torch batch", "sitp batch")])  # fmt: skip
+        for name, a in r["arms"].items():
+            lib = name.split()[0]
+            res[lib]["batch"] = {"batch": n, "L": L, "cached": n / a["median"],
+                                 "cached_range": [n / a["max"], n / a["min"]]}  # fmt: skip
+        res["ratios"]["batch"] = r["ratios"]
+        res["harness"]["batch"] = {k: r[k] for k in ("load", "order")}
         res["harness"].update({k: r[k] for k in ("machine", "threads", "cores", "versions")})
     return res
 
@@ -158,13 +173,14 @@ def main(argv=None) -> None:
     p.add_argument("--plot", help="draw tokens/s against context into this PNG")
     p.add_argument("--rounds", type=int, default=5, help="rounds of Table 1, the arms alternating")
     p.add_argument("--engine-rounds", type=int, default=3, help="rounds of Table 2 (one call each)")
+    p.add_argument("--batch", type=int, default=8, help="the batch of Table 3")
     p.add_argument("--json", help="also write every figure, with the harness's record, here")
     p.add_argument("--smoke", action="store_true", help="contexts 8 and 16, short runs (the tests)")
     args = p.parse_args(argv)
     args.new_tokens = 240
     if args.smoke:
         args.contexts, args.repeats, args.rounds, args.engine_rounds = [8, 16], 2, 2, 2
-        args.new_tokens = 8
+        args.new_tokens, args.batch = 8, 2
     from sitp.bench import ab, cpu_model  # late: the workers import this file without sitp
 
     res = measure(args)
@@ -173,8 +189,10 @@ def main(argv=None) -> None:
     print(f"CPU: {cpu_model()} ({os.cpu_count()} cores), {args.threads} thread(s), {args.clock} "
           f"clock; sitp {sitp_v}, PyTorch {torch_v}")  # fmt: skip
     print(f"GPT: {CONFIG}")
-    print(f"\nTable 1: tokens/s for the next token at context L (median of {args.rounds} "
-          f"alternating rounds of {args.repeats} calls)")
+    print(
+        f"\nTable 1: tokens/s for the next token at context L (median of {args.rounds} "
+        f"alternating rounds of {args.repeats} calls)"
+    )
     print("| L | sitp cached | sitp uncached | cached/uncached | torch cached | torch uncached "
           "| cached/uncached | sitp/torch cached |")  # fmt: skip
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -204,6 +222,15 @@ def main(argv=None) -> None:
         print(f"| {name} | {e['cached']:.0f} | {e['uncached']:.0f} | "
               f"{e['cached'] / e['uncached']:.1f}x |")  # fmt: skip
     print(f"sitp/torch speed with the cache: {ratio(res, 'engine', 'torch cached/sitp cached')}")
+    b = res["sitp"]["batch"]
+    print(f"\nTable 3: a batch of {b['batch']} sequences, the next token at context {b['L']} with "
+          f"the cache (tokens/s for the batch; median of {args.rounds} alternating rounds)")  # fmt: skip
+    print("| library | tokens/s |")
+    print("|---|---:|")
+    for name in ("sitp", "torch"):
+        print(f"| {name} | {res[name]['batch']['cached']:.0f} |")
+    print(f"sitp/torch speed, batch {b['batch']}: {ratio(res, 'batch', 'torch batch/sitp batch')}")
+    print(ab.load_line({**h, "load": h["batch"]["load"]}))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"config": CONFIG, "args": vars(args), **res}, f, indent=1)

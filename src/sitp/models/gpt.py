@@ -56,10 +56,16 @@ class GPTConfig:
     mlp: str = "gelu"  # the MLP's nonlinearity: "gelu" or "relu2" (ReLU squared)
     tie_weights: bool = True  # lm_head and wte share one (V, C) matrix
     logit_softcap: float = 0.0  # > 0: logits = cap * tanh(logits / cap)
+    # section 5.4: G key/value heads shared by groups of H / G query heads (0: G = H)
+    n_kv_head: int = 0  # 0 or H: multi-head; 1: multi-query; between: grouped-query
 
     def __post_init__(self):
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd {self.n_embd} is not a multiple of n_head {self.n_head}")
+        if self.n_kv_head < 0 or (self.n_kv_head and self.n_head % self.n_kv_head):
+            raise ValueError(
+                f"n_kv_head must divide n_head {self.n_head} (0: n_head), got {self.n_kv_head}"
+            )
         if self.rope and (self.n_embd // self.n_head) % 2:
             raise ValueError(f"rope needs an even head width, got {self.n_embd // self.n_head}")
         if self.norm not in ("layernorm", "rmsnorm"):
@@ -111,7 +117,11 @@ def rotary_cos_sin(block_size, head_dim, base=10000.0):
 
 
 def apply_rotary(x_BHTD, cos_TF, sin_TF):
-    """Rotates each pair (x_i, x_{i+D/2}) of every position t by the angle t * theta_i."""
+    """Rotates each pair (x_i, x_{i+D/2}) of every position t by the angle t * theta_i.
+
+    ``cos_TF`` and ``sin_TF`` are (T, D/2), or (B, 1, T, D/2) when each sequence of a
+    batch has positions of its own (a padded batch, section 5.4).
+    """
     d = x_BHTD.size(-1) // 2
     x1, x2 = x_BHTD[..., :d], x_BHTD[..., d:]  # the two halves: (B, H, T, D/2) each
     y1 = x1 * cos_TF - x2 * sin_TF  # (x1 + i x2) * e^(i angle), in real arithmetic
@@ -126,16 +136,34 @@ def apply_rotary(x_BHTD, cos_TF, sin_TF):
 class KVCache:
     """The keys and values of every layer for the positions read so far (section 5.4).
 
-    Two tensors of shape (n_layer, B, H, block_size, D), filled from the left;
-    ``pos`` is how many positions they hold. A sequence never grows past
-    ``block_size``: a write that would is refused with a ValueError.
+    Two tensors of shape (n_layer, B, G, block_size, D), filled from the left (G key/value
+    heads: H for multi-head attention, fewer for grouped-query); ``pos`` is how many
+    slots they hold. A sequence never grows past ``block_size``: a write that would is
+    refused with a ValueError. Setting ``pos`` back forgets the slots after it (the next
+    write overwrites them), which is how speculative decoding drops rejected tokens.
+
+    ``padding``: for a batch of prompts of different lengths, left-padded to one length,
+    the number of pad slots at the left of each sequence, (B,) int64. A sequence's
+    positions then start at its first real token, and its queries never see its pads.
     """
 
-    def __init__(self, n_layer, batch_size, n_head, head_dim, block_size, dtype=torch.float32):
+    def __init__(
+        self, n_layer, batch_size, n_head, head_dim, block_size, dtype=torch.float32, padding=None
+    ):
         shape = (n_layer, batch_size, n_head, block_size, head_dim)
-        self.k_LBHSD = torch.zeros(shape, dtype=dtype)
-        self.v_LBHSD = torch.zeros(shape, dtype=dtype)
+        self.k_LBGSD = torch.zeros(shape, dtype=dtype)
+        self.v_LBGSD = torch.zeros(shape, dtype=dtype)
         self.batch_size, self.block_size, self.pos = batch_size, block_size, 0
+        if padding is not None:
+            padding = torch.as_tensor(padding, dtype=torch.long)
+            if tuple(padding.shape) != (batch_size,) or bool((padding < 0).any()):
+                raise ValueError(
+                    f"padding must be {batch_size} counts >= 0, one per sequence, "
+                    f"got {padding.tolist()}"
+                )
+            if not bool(padding.any()):
+                padding = None  # no sequence is padded: the plain causal mask
+        self.pad_B = padding
 
     def check(self, B, T):
         """Raises ValueError unless T more positions of a batch of B fit."""
@@ -147,12 +175,33 @@ class KVCache:
                 f"block_size {self.block_size} (start a new cache, or crop the prompt)"
             )
 
-    def update(self, layer, k_BHTD, v_BHTD):
+    def update(self, layer, k_BGTD, v_BGTD):
         """Writes the new positions' keys and values; returns all of them so far."""
-        end = self.pos + k_BHTD.size(2)
-        self.k_LBHSD[layer, :, :, self.pos : end] = k_BHTD
-        self.v_LBHSD[layer, :, :, self.pos : end] = v_BHTD
-        return self.k_LBHSD[layer, :, :, :end], self.v_LBHSD[layer, :, :, :end]  # (B, H, S, D)
+        end = self.pos + k_BGTD.size(2)
+        self.k_LBGSD[layer, :, :, self.pos : end] = k_BGTD
+        self.v_LBGSD[layer, :, :, self.pos : end] = v_BGTD
+        return self.k_LBGSD[layer, :, :, :end], self.v_LBGSD[layer, :, :, :end]  # (B, G, S, D)
+
+    def repeat_interleave(self, repeats):
+        """A new cache whose batch holds each sequence ``repeats`` times, one after another.
+
+        Many samples from one prompt: prefill it once, copy its keys and values.
+        """
+        rows = torch.tensor([b for b in range(self.batch_size) for _ in range(repeats)])
+        L, _, G, S, D = self.k_LBGSD.shape
+        new = KVCache(L, len(rows), G, D, S, self.k_LBGSD.dtype)
+        new.k_LBGSD, new.v_LBGSD = self.k_LBGSD[:, rows], self.v_LBGSD[:, rows]  # copies
+        new.pos = self.pos
+        new.pad_B = None if self.pad_B is None else self.pad_B[rows]
+        return new
+
+    @property
+    def k_LBHSD(self):  # the name of the keys before grouped-query attention (G = H)
+        return self.k_LBGSD
+
+    @property
+    def v_LBHSD(self):
+        return self.v_LBGSD
 
 
 # --8<-- [end:kv_cache]
@@ -160,41 +209,58 @@ class KVCache:
 
 # --8<-- [start:attention]
 class CausalSelfAttention(nn.Module):
-    """Multi-head self-attention where position t sees positions 0..t only."""
+    """Multi-head self-attention where position t sees positions 0..t only.
+
+    With ``n_kv_head`` G < H (section 5.4), the H query heads share G key/value heads,
+    each serving a group of H / G consecutive query heads: grouped-query attention
+    (multi-query when G = 1). The keys and values, and so the KV cache, shrink by H / G.
+    """
 
     def __init__(self, config, layer_idx=0):
         super().__init__()
         assert config.n_embd % config.n_head == 0
-        # key, query, value projections for all heads, in one matrix
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.n_head, self.n_embd, self.dropout = config.n_head, config.n_embd, config.dropout
+        self.n_kv_head = config.n_kv_head or config.n_head  # G
+        self.kv_width = self.n_kv_head * (config.n_embd // config.n_head)  # G * D
+        # query, key and value projections for all heads, in one matrix: (C + 2 G D, C)
+        self.c_attn = nn.Linear(config.n_embd, config.n_embd + 2 * self.kv_width, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
-        self.n_head, self.n_embd, self.dropout = config.n_head, config.n_embd, config.dropout
         self.qk_norm, self.layer_idx = config.qk_norm, layer_idx  # section 5.3, 5.4
 
-    def forward(self, x_BTC, rope=None, kv_cache=None):
+    def forward(self, x_BTC, rope=None, kv_cache=None, mask=None):
         B, T, C = x_BTC.size()
-        q, k, v = self.c_attn(x_BTC).split(self.n_embd, dim=2)  # 3 x (B, T, C)
-        hs = C // self.n_head
-        q_BHTD = q.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, H, T, D)
-        k_BHTD = k.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, H, T, D)
-        v_BHTD = v.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, H, T, D)
+        H, G, hs = self.n_head, self.n_kv_head, C // self.n_head
+        # c_attn's columns are H query heads, G key heads, G value heads, D columns each:
+        # N = H + 2G heads, split by a view and a transpose that move no data
+        qkv_BNTD = self.c_attn(x_BTC).view(B, T, H + 2 * G, hs).transpose(1, 2)
+        qk_BMTD, v_BGTD = qkv_BNTD.split([H + G, G], dim=1)  # queries and keys: M = H + G
         if self.qk_norm:  # unit RMS per head: the scores are bounded by sqrt(D)
-            q_BHTD, k_BHTD = F.rms_norm(q_BHTD, (hs,)), F.rms_norm(k_BHTD, (hs,))
-        if rope is not None:  # the (cos, sin) rows of these T positions
-            q_BHTD, k_BHTD = apply_rotary(q_BHTD, *rope), apply_rotary(k_BHTD, *rope)
-        mask, causal = None, True
+            qk_BMTD = F.rms_norm(qk_BMTD, (hs,))
+        if rope is not None:  # the (cos, sin) rows of these T positions, q and k at once
+            qk_BMTD = apply_rotary(qk_BMTD, *rope)
+        q_BHTD, k_BGTD = qk_BMTD.split([H, G], dim=1)  # (B, H, T, D) and (B, G, T, D)
+        causal = True
         if kv_cache is not None:  # attend to the cached positions as well: S = pos + T
-            k_BHTD, v_BHTD = kv_cache.update(self.layer_idx, k_BHTD, v_BHTD)
-            mask, causal = causal_mask(T, k_BHTD.size(2)), False
+            k_BGTD, v_BGTD = kv_cache.update(self.layer_idx, k_BGTD, v_BGTD)
+            if mask is None:  # the model passes it; computed here for a direct call
+                mask = causal_mask(T, k_BGTD.size(2))
+            causal = False
+        if kv_cache is not None and T == 1 and G < H:  # a decode step of grouped-query:
+            q_BGQD = q_BHTD.reshape(B, G, H // G, hs)  # a group's queries are rows of one head,
+            # (B, G, H/G, D) against (B, G, S, D): each key and value head is read once
+            y = F.scaled_dot_product_attention(q_BGQD, k_BGTD, v_BGTD, attn_mask=mask)
+            y_BTC = y.reshape(B, 1, C)  # (B, G, H/G, D) is heads 0..H-1 in order
+            return self.resid_dropout(self.c_proj(y_BTC))
         # softmax(q k^T / sqrt(D) + causal mask) v, for every head at once
         y_BHTD = F.scaled_dot_product_attention(
             q_BHTD,
-            k_BHTD,
-            v_BHTD,
-            attn_mask=mask,
+            k_BGTD,
+            v_BGTD,
+            attn_mask=None if causal else mask,
             dropout_p=self.dropout if self.training else 0.0,
             is_causal=causal,
+            enable_gqa=G < H,  # each key/value head serves H/G query heads
         )
         y_BTC = y_BHTD.transpose(1, 2).contiguous().view(B, T, C)  # heads side by side
         return self.resid_dropout(self.c_proj(y_BTC))
@@ -205,6 +271,19 @@ def causal_mask(T, S):
     if T == 1:
         return None  # one new position sees all S
     return torch.arange(S)[None, :] <= torch.arange(S - T, S)[:, None]
+
+
+def padded_mask(pad_B, T, S):
+    """(B, 1, T, S) bool: ``causal_mask`` without each sequence's first ``pad_B[b]`` slots.
+
+    A pad slot's own query still sees itself, so that no row of the softmax is empty;
+    what it computes is never read, since no real query sees a pad slot.
+    """
+    s_S, t_T = torch.arange(S), torch.arange(S - T, S)
+    causal_TS = s_S[None, :] <= t_T[:, None]
+    real_BS = s_S[None, :] >= pad_B[:, None]  # slot s holds a token of sequence b
+    own_TS = s_S[None, :] == t_T[:, None]
+    return (causal_TS[None] & (real_BS[:, None, :] | own_TS[None]))[:, None]  # (B, 1, T, S)
 
 
 # --8<-- [end:attention]
@@ -243,8 +322,8 @@ class Block(nn.Module):
         self.ln_2 = make_norm(config, config.n_embd)
         self.mlp = MLP(config)
 
-    def forward(self, x_BTC, rope=None, kv_cache=None):
-        x_BTC = x_BTC + self.attn(self.ln_1(x_BTC), rope, kv_cache)
+    def forward(self, x_BTC, rope=None, kv_cache=None, mask=None):
+        x_BTC = x_BTC + self.attn(self.ln_1(x_BTC), rope, kv_cache, mask)
         x_BTC = x_BTC + self.mlp(self.ln_2(x_BTC))
         return x_BTC
 
@@ -294,20 +373,31 @@ class GPT(nn.Module):
     # --8<-- [start:forward]
     def forward(self, idx_BT, targets_BT=None, kv_cache=None):
         B, T = idx_BT.size()
-        t0 = 0 if kv_cache is None else kv_cache.pos  # the absolute position of idx[:, 0]
+        t0 = 0 if kv_cache is None else kv_cache.pos  # the slot of idx[:, 0]
         if kv_cache is not None:
             kv_cache.check(B, T)  # a ValueError if these T positions do not fit
         assert t0 + T <= self.block_size, f"sequence of length {T} > block_size {self.block_size}"
         x_BTC = self.transformer.wte(idx_BT)  # (B, T, C)
-        rope = None
-        if self.config.rope:  # rotary: positions enter q and k inside attention
-            rope = self.rope_cos[t0 : t0 + T], self.rope_sin[t0 : t0 + T]  # 2 x (T, D/2)
-        else:
-            pos_T = torch.arange(t0, t0 + T, dtype=torch.long)  # (T,)
-            x_BTC = x_BTC + self.transformer.wpe(pos_T)  # (T, C), broadcast over B
+        pad_B = None if kv_cache is None else kv_cache.pad_B
+        mask, rope = None, None  # without a cache, attention is plainly causal
+        if pad_B is None:  # slot = position, alike for every sequence
+            if kv_cache is not None:
+                mask = causal_mask(T, t0 + T)  # (T, S), or None for one new position
+            if self.config.rope:  # rotary: positions enter q and k inside attention
+                rope = self.rope_cos[t0 : t0 + T], self.rope_sin[t0 : t0 + T]  # 2 x (T, D/2)
+            else:
+                pos_T = torch.arange(t0, t0 + T, dtype=torch.long)  # (T,)
+                x_BTC = x_BTC + self.transformer.wpe(pos_T)  # (T, C), broadcast over B
+        else:  # a left-padded batch (section 5.4): positions count from each first token
+            pos_BT = (torch.arange(t0, t0 + T)[None, :] - pad_B[:, None]).clamp(min=0)
+            mask = padded_mask(pad_B, T, t0 + T)  # (B, 1, T, S)
+            if self.config.rope:
+                rope = self.rope_cos[pos_BT][:, None], self.rope_sin[pos_BT][:, None]
+            else:
+                x_BTC = x_BTC + self.transformer.wpe(pos_BT)  # (B, T, C)
         x_BTC = self.transformer.drop(x_BTC)
         for block in self.transformer.h:
-            x_BTC = block(x_BTC, rope, kv_cache)
+            x_BTC = block(x_BTC, rope, kv_cache, mask)
         if kv_cache is not None:
             kv_cache.pos += T  # every layer has written these T positions
         x_BTC = self.transformer.ln_f(x_BTC)
@@ -324,11 +414,16 @@ class GPT(nn.Module):
 
     # --8<-- [end:forward]
 
-    def make_kv_cache(self, batch_size):
-        """An empty :class:`KVCache` for ``batch_size`` sequences of this model."""
+    def make_kv_cache(self, batch_size, padding=None):
+        """An empty :class:`KVCache` for ``batch_size`` sequences of this model.
+
+        ``padding``: each sequence's count of pad slots at the left (prompts of
+        different lengths, left-padded to one); None: no padding.
+        """
         c = self.config
         dtype = self.transformer.wte.weight.dtype
-        return KVCache(c.n_layer, batch_size, c.n_head, c.n_embd // c.n_head, c.block_size, dtype)
+        G, D = c.n_kv_head or c.n_head, c.n_embd // c.n_head
+        return KVCache(c.n_layer, batch_size, G, D, c.block_size, dtype, padding)
 
 
 # --8<-- [end:gpt]
