@@ -1025,7 +1025,7 @@ FIGURES = QUOTES + [
         "part3/compiled.md",
         r"compiled sitp takes (\d\.\d+) of torch eager's time \((\d\.\d+) to (\d\.\d+)\) and "
         r"(\d\.\d+) of torch\.compile's \((\d\.\d+) to (\d\.\d+)\), and even eager sitp's step, "
-        r"at (\d+\.\d) ms, is faster than PyTorch's (\d+\.\d) ms on this machine's one thread; "
+        r"at (\d+\.\d) ms, is faster than PyTorch's (\d+\.\d) ms on one thread of the AMD EPYC; "
         r"torch\.compile's step, (\d+\.\d) ms, gains nothing",
         lambda: (
             *(
