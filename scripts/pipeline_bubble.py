@@ -7,10 +7,11 @@ Each stage is one layer that *sleeps*: 20 ms in its forward and 40 ms in its bac
 (a backward costs about twice a forward). Sleeping takes no CPU, so the measurement is
 the schedule's and not the share of two CPUs that 4 ranks get on the machine that
 recorded it; the activations that travel are 8 x 16 float64 numbers. For p = 2 and 4
-stages, m = 1, 2, 4 and 8 micro-batches, GPipe and 1F1B, one step after one untimed
-warm-up: each rank measures the step's time between two barriers and the time its
-passes ran; the bubble is idle / busy, averaged over the ranks, against the formula
-(p - 1)/m. The ranks are started with ``sitp.distributed.spawn``.
+stages, m = 1, 2, 4 and 8 micro-batches, GPipe and 1F1B, 5 steps after one untimed
+warm-up: each rank measures each step's time between two barriers and the time its
+passes ran; a step's bubble is idle / busy, averaged over the ranks, and the record keeps
+the median of the 5 steps and their range, against the formula (p - 1)/m. The ranks are
+started with ``sitp.distributed.spawn``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import sitp.distributed as dist
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "assets" / "part3" / "pipeline-bubble.json"
 T_F, T_B = 0.020, 0.040
+STEPS = 5
 
 
 def measure(rank: int, m: int, schedule: str) -> dict:
@@ -59,7 +61,8 @@ def measure(rank: int, m: int, schedule: str) -> dict:
     cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule]
     sched = cls(stage, m, loss_fn=lambda out, y: (out - y).square().mean())
     x = sitp.ones(8 * m, 16, dtype=sitp.float64)
-    for timed in (False, True):
+    totals, busies = [], []
+    for step in range(1 + STEPS):  # the first is a warm-up
         dist.barrier()
         start = time.perf_counter()
         if rank == 0:
@@ -69,9 +72,10 @@ def measure(rank: int, m: int, schedule: str) -> dict:
         else:
             sched.step()
         dist.barrier()
-        total = time.perf_counter() - start
-    busy = sum(end - begin for _, _, begin, end in sched.timeline)
-    return {"total_s": total, "busy_s": busy, "max_in_flight": sched.max_in_flight}
+        if step:
+            totals.append(time.perf_counter() - start)
+            busies.append(sum(end - begin for _, _, begin, end in sched.timeline))
+    return {"total_s": totals, "busy_s": busies, "max_in_flight": sched.max_in_flight}
 
 
 def plot(record: dict, path: Path) -> None:
@@ -128,6 +132,8 @@ def main() -> None:
         "command": "python scripts/pipeline_bubble.py",
         "stage": f"one sleeping layer per stage: forward {T_F * 1e3:.0f} ms, backward "
         f"{T_B * 1e3:.0f} ms; activations 8 x 16 float64 per micro-batch",
+        "timed_steps": STEPS,
+        "machine": "2-vCPU AMD EPYC (znver5), shared; 4 ranks oversubscribe it",
         "runs": runs,
     }
     OUT.parent.mkdir(parents=True, exist_ok=True)

@@ -117,9 +117,30 @@ def _source(fn) -> tuple[str, str, int]:
             "notebook cell or a page's code block, or in an importable module"
         ) from None
     src = textwrap.dedent("".join(lines))
-    if not re.search(rf"^(async\s+)?def\s+{re.escape(fn.__name__)}\b", src, re.MULTILINE):
-        raise TypeError(f"spawn: the source found for {fn.__name__} does not define it")
+    if not _defines(src, fn):
+        raise TypeError(
+            f"spawn: the source of {fn.__name__} in {fn.__code__.co_filename} is not the "
+            "function's (the file changed since it was run?)"
+        )
     return src, fn.__code__.co_filename, max(first, 1)
+
+
+def _defines(src: str, fn) -> bool:
+    """Whether ``src`` defines ``fn``: a function of its name, arguments, local names and
+    global names (not its bytecode, which the compiler words by context: a method call on
+    an imported module compiles differently in the module than alone)."""
+    try:
+        module = compile(src, "<source>", "exec")
+    except SyntaxError:
+        return False
+    want = fn.__code__
+    return any(
+        isinstance(c, types.CodeType)
+        and (c.co_name, c.co_argcount, c.co_varnames)
+        == (want.co_name, want.co_argcount, want.co_varnames)
+        and set(c.co_names) == set(want.co_names)
+        for c in module.co_consts
+    )
 
 
 def _pack(fn) -> dict:
