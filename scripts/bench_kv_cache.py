@@ -9,13 +9,15 @@ Usage::
 The model is section 5.3's modern GPT (rotary, RMSNorm without gains, QK-norm,
 ReLU², no biases, untied head, soft-capping): 4 layers, 4 heads, width 128,
 block 256, 65 characters, with random weights (the time of a step does not
-depend on them). It runs in sitp and in PyTorch from the same file
-(sitp.models.port), timed by sitp.bench.ab: each library in a worker process of its
-own (numba's and PyTorch's thread pools never share one), both on the same threads
-pinned to the same cores, every workload warmed by two untimed calls, and the four arms
-of a context (sitp and PyTorch, with and without the cache) taking turns for
-``--rounds`` rounds, the order reversed every other round, so that a change of the
-machine's load falls on all of them.
+depend on them), its Linear weights stored transposed for decoding
+(``engine.transpose_weights``; ``--layout trained`` keeps them as trained). It
+runs in sitp and in PyTorch from the same file (sitp.models.port), timed by
+sitp.bench.ab: each library in a worker process of its own (numba's and
+PyTorch's thread pools never share one), both on the same threads pinned to the
+same cores, every workload warmed by two untimed calls, and the four arms of a
+context (sitp and PyTorch, with and without the cache) taking turns for
+``--rounds`` rounds, the order reversed every other round, so that a change of
+the machine's load falls on all of them.
 
 Table 1 is the cost of the next token at context L: with the cache, one forward
 pass over one position whose query reads the L cached keys and values; without
@@ -42,7 +44,7 @@ CONFIG = dict(
 )  # fmt: skip
 
 
-MODELS = {}  # lib_name -> (model, engine module): built once per worker
+MODELS = {}  # (lib_name, layout) -> (model, engine module): built once per worker
 
 
 def import_lib(lib_name: str):
@@ -53,23 +55,26 @@ def import_lib(lib_name: str):
     return lib
 
 
-def build(lib_name: str):
+def build(lib_name: str, layout: str = "transposed"):
     """The model (random weights, seed 0) and the engine module, once per worker."""
-    if lib_name not in MODELS:
+    if (lib_name, layout) not in MODELS:
         from sitp.models.port import load_module  # late: the same file for both libraries
 
         lib = import_lib(lib_name)
         lib.manual_seed(0)
         gpt, engine = load_module("gpt", lib_name), load_module("engine", lib_name)
-        MODELS[lib_name] = gpt.GPT(gpt.GPTConfig(**CONFIG)).eval(), engine
-    return MODELS[lib_name]
+        model = gpt.GPT(gpt.GPTConfig(**CONFIG)).eval()
+        if layout == "transposed":  # the engine's decode layout, in both libraries
+            engine.transpose_weights(model)
+        MODELS[lib_name, layout] = model, engine
+    return MODELS[lib_name, layout]
 
 
-def step_workload(lib_name: str, L: int, cached: bool, batch: int = 1):
+def step_workload(lib_name: str, L: int, cached: bool, batch: int = 1, layout="transposed"):
     """The call that draws the next token of ``batch`` sequences after a context of L
     tokens, with the cache or without."""
     lib = import_lib(lib_name)
-    model, engine = build(lib_name)
+    model, engine = build(lib_name, layout)
     seq = lib.tensor(np.random.default_rng(L).integers(0, 65, (batch, L + 1)))
     cache = model.make_kv_cache(batch)
     with lib.no_grad():
@@ -89,10 +94,10 @@ def step_workload(lib_name: str, L: int, cached: bool, batch: int = 1):
     return with_cache if cached else without
 
 
-def engine_workload(lib_name: str, use_cache: bool, new_tokens: int):
+def engine_workload(lib_name: str, use_cache: bool, new_tokens: int, layout="transposed"):
     """The engine end to end: a prompt of 16 tokens extended by ``new_tokens``."""
     lib = import_lib(lib_name)
-    model, engine = build(lib_name)
+    model, engine = build(lib_name, layout)
     prompt = lib.tensor(np.random.default_rng(0).integers(0, 65, (1, 16)))
     return lambda: engine.Engine(model).generate(prompt, new_tokens, top_k=10, use_cache=use_cache)
 
@@ -109,7 +114,8 @@ def measure(args) -> dict:
         for L in args.contexts:
             arms = {
                 f"{lib} {label}": ab.Arm(w[lib], f"{me}:step_workload",
-                                         dict(lib_name=lib, L=L, cached=label == "cached"))
+                                         dict(lib_name=lib, L=L, cached=label == "cached",
+                                              layout=args.layout))
                 for lib in ("sitp", "torch") for label in ("cached", "uncached")
             }  # fmt: skip
             ratios = [("torch cached", "sitp cached"), ("sitp uncached", "sitp cached"),
@@ -126,7 +132,8 @@ def measure(args) -> dict:
         arms = {
             f"{lib} {label}": ab.Arm(w[lib], f"{me}:engine_workload",
                                      dict(lib_name=lib, use_cache=label == "cached",
-                                          new_tokens=args.new_tokens), warmup=1)
+                                          new_tokens=args.new_tokens, layout=args.layout),
+                                     warmup=1)
             for lib in ("sitp", "torch") for label in ("cached", "uncached")
         }  # fmt: skip
         r = ab.compare(arms, rounds=args.engine_rounds, calls=1, clock=args.clock,
@@ -139,7 +146,8 @@ def measure(args) -> dict:
         L, n = args.contexts[-1], args.batch
         arms = {
             f"{lib} batch": ab.Arm(w[lib], f"{me}:step_workload",
-                                   dict(lib_name=lib, L=L, cached=True, batch=n))
+                                   dict(lib_name=lib, L=L, cached=True, batch=n,
+                                        layout=args.layout))
             for lib in ("sitp", "torch")
         }  # fmt: skip
         r = ab.compare(arms, rounds=args.rounds, calls=args.repeats, clock=args.clock,
@@ -174,6 +182,12 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=5, help="rounds of Table 1, the arms alternating")
     p.add_argument("--engine-rounds", type=int, default=3, help="rounds of Table 2 (one call each)")
     p.add_argument("--batch", type=int, default=8, help="the batch of Table 3")
+    p.add_argument(
+        "--layout",
+        choices=["transposed", "trained"],
+        default="transposed",
+        help="the Linear weights' layout in both libraries (transpose_weights)",
+    )
     p.add_argument("--json", help="also write every figure, with the harness's record, here")
     p.add_argument("--smoke", action="store_true", help="contexts 8 and 16, short runs (the tests)")
     args = p.parse_args(argv)
