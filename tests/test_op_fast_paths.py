@@ -408,3 +408,21 @@ def test_one_pass_updates_equal_the_composed_ones(opt, kw):
         t.grad = torch.from_numpy(sitp.randn(3, 4, generator=g).numpy().copy())
         ot.step()
     np.testing.assert_allclose(fast.detach().numpy(), t.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_whole_powers_are_products():
+    """x**2, x**3 and x**1 are computed as products (the general path is libm's pow):
+    x**2 is what pow gives (a float32 square is exact in float64, rounded once), x**3 what
+    torch gives (two float32 products), x**1 is x; edge values included."""
+    g = sitp.Generator().manual_seed(10)
+    x = sitp.cat([sitp.randn(200, generator=g) * 10, sitp.tensor([0.0, -0.0, 1e-20, -3e38])])
+    x = sitp.cat([x, sitp.tensor([float("inf"), float("-inf"), float("nan")])])
+    xs = x.numpy()
+    with np.errstate(over="ignore", invalid="ignore"):
+        want2 = (xs.astype(np.float64) ** 2.0).astype(np.float32)
+    np.testing.assert_array_equal(x.pow(2).numpy().view(np.int32), want2.view(np.int32))
+    want3 = torch.from_numpy(xs.copy()).pow(3.0).numpy()
+    np.testing.assert_array_equal(x.pow(3).numpy().view(np.int32), want3.view(np.int32))
+    np.testing.assert_array_equal(x.pow(1.0).numpy().view(np.int32), xs.view(np.int32))
+    want = torch.from_numpy(xs.copy()).pow(2.5).numpy()  # other powers: libm's pow, as before
+    np.testing.assert_allclose(x.pow(2.5).numpy(), want, rtol=1e-6)

@@ -170,7 +170,13 @@ def unary(op, x, p0, p1):
         return math.sin(x)
     elif op == UnaryOp.cos:
         return math.cos(x)
-    elif op == UnaryOp.pow:
+    elif op == UnaryOp.pow:  # small whole powers as products, as torch computes them:
+        if p0 == 2.0:  # x**2 and x**3 through libm's pow cost tens of ns an entry
+            return x * x
+        if p0 == 3.0:
+            return x * x * x
+        if p0 == 1.0:  # (the backward of x**2)
+            return x
         return x**p0
     elif op == UnaryOp.clamp:  # clamp(min=p0, max=p1); NaN bounds mean "no bound"
         y = x
