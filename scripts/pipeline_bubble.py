@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 import sitp.distributed as dist
@@ -113,18 +114,29 @@ def main() -> None:
     if ap.parse_args().plot_only:
         plot(json.loads(OUT.read_text()), OUT.with_suffix(".png"))
         return
-    runs = []
+    runs, load_before = [], os.getloadavg()
     for p in (2, 4):
         for m in (1, 2, 4, 8):
             for schedule in ("gpipe", "1f1b"):
                 ranks = dist.spawn(measure, args=(m, schedule), nprocs=p, timeout=600)
-                bubble = sum((r["total_s"] - r["busy_s"]) / r["busy_s"] for r in ranks) / p
+                steps = sorted(
+                    sum((r["total_s"][k] - r["busy_s"][k]) / r["busy_s"][k] for r in ranks) / p
+                    for k in range(STEPS)
+                )
+                bubble = steps[STEPS // 2]  # the median step
                 runs.append(
-                    {"p": p, "m": m, "schedule": schedule, "bubble": bubble, "ranks": ranks}
+                    {
+                        "p": p,
+                        "m": m,
+                        "schedule": schedule,
+                        "bubble": bubble,
+                        "bubble_range": [steps[0], steps[-1]],
+                        "ranks": ranks,
+                    }
                 )
                 print(
                     f"p = {p} m = {m} {schedule:5s}: idle/busy {bubble:.3f} "
-                    f"((p-1)/m = {(p - 1) / m:.3f}); in flight "
+                    f"({steps[0]:.3f}-{steps[-1]:.3f}) ((p-1)/m = {(p - 1) / m:.3f}); in flight "
                     f"{[r['max_in_flight'] for r in ranks]}",
                     flush=True,
                 )
@@ -133,6 +145,7 @@ def main() -> None:
         "stage": f"one sleeping layer per stage: forward {T_F * 1e3:.0f} ms, backward "
         f"{T_B * 1e3:.0f} ms; activations 8 x 16 float64 per micro-batch",
         "timed_steps": STEPS,
+        "loadavg_before_after": [load_before[0], os.getloadavg()[0]],
         "machine": "2-vCPU AMD EPYC (znver5), shared; 4 ranks oversubscribe it",
         "runs": runs,
     }
