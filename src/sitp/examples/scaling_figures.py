@@ -86,8 +86,9 @@ def draw(record: dict, path: Path, rounds: int = 200) -> Path:
     for size, color in zip(sizes, colors):
         right.axhline(N[names.index(size)], color=color, lw=0.8, ls="--")
     right.set(xscale="log", yscale="log", xlabel="compute C = 6ND (FLOPs)",
-              ylabel="parameters N (non-embedding)", title="compute-optimal size")  # fmt: skip
-    right.legend(frameon=False, fontsize=8)
+              ylabel="parameters N (non-embedding)", title="compute-optimal size",
+              ylim=(N.min() / 30, N.max() * 30))  # fmt: skip
+    right.legend(frameon=False, fontsize=8, loc="upper left")
     for ax in (left, mid, right):
         ax.spines[["top", "right"]].set_visible(False)
     return save(fig, path)
