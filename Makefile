@@ -91,11 +91,13 @@ $(NPM_STAMP): package.json package-lock.json
 
 # Watches docs/, mkdocs.yml and what its `watch:` lists (src/, hooks/); generated files
 # (__pycache__, numba caches, notebook checkpoints) never trigger a rebuild (hooks/book.py).
+# The builders run as `python -m` from the root, which puts the root on sys.path: mkdocs.yml
+# lists the book's Markdown extension as `hooks.book_markdown`.
 serve: $(SERVE_STAMP) node
-	$(BIN)/mkdocs serve --no-strict -a $(HOST)
+	$(BIN)/python -m mkdocs serve --no-strict -a $(HOST)
 
 build: setup
-	$(BIN)/mkdocs build --strict
+	$(BIN)/python -m mkdocs build --strict
 
 # The code's shape: ruff's rules and its formatting, then the import contracts of
 # pyproject.toml ([tool.importlinter]: the layers import one way, the two backends not
@@ -117,7 +119,7 @@ test: setup
 	@status=0; site_tests=(); \
 	$(MAKE) --no-print-directory lint || status=$$?; \
 	echo "+ mkdocs build --strict"; \
-	if SITP_NOTEBOOK_CACHE=false $(BIN)/mkdocs build --strict; then \
+	if SITP_NOTEBOOK_CACHE=false $(BIN)/python -m mkdocs build --strict; then \
 	  export SITP_SITE_DIR=site; \
 	else status=$$?; site_tests=(-m "not site and not browser"); \
 	  echo "make test: mkdocs build --strict FAILED (above); running pytest without the site checks"; fi; \
@@ -127,7 +129,7 @@ test: setup
 
 # The built site alone: strict build, then the link check and the browser checks.
 test-site: setup
-	$(BIN)/mkdocs build --strict
+	$(BIN)/python -m mkdocs build --strict
 	SITP_SITE_DIR=site $(BIN)/python -m pytest -n $(JOBS) -p no:cacheprovider -m "site or browser" tests
 
 # The book alone: fences and doctests of docs/ and the machinery's tests.

@@ -8,46 +8,49 @@
 3. A built page loads no script, style sheet or image from another host. Notebook pages
    come with a MathJax <script> from a CDN (nbconvert's template); it is removed, and
    KaTeX renders their math like every other page's.
-
 4. A notebook draws its figures inline (MPLBACKEND is unset for its kernel).
-5. A ``{.python continuation}`` fence, which runs after the blocks before it, is shown
-   with a visible mark: the hook gives it the class ``continuation`` and a title bar
-   ("Continues the code above"), styled by docs/stylesheets/book.css. Superfences would
-   otherwise drop the bare word and render it like a standalone block.
-6. Search previews show math as text: the search index gets ``T × T`` where the page
+5. Search previews show math as text: the search index gets ``T × T`` where the page
    has ``\\(T \\times T\\)`` (KaTeX renders the page; the index has only the source).
-7. `mkdocs serve` ignores generated files under what it watches (bytecode, numba's
+6. `mkdocs serve` ignores generated files under what it watches (bytecode, numba's
    caches, notebook checkpoints, editors' swap files) and events that change nothing
    (a file opened or read), so running code while serving never triggers a rebuild.
-8. Beneath each Python block that prints, the page shows what it printed when it last
-   ran: the output recorded in ``docs/_outputs/<page>.json`` by ``make outputs`` (the
-   copy-run test, tests/test_copy_run.py), never typed by hand and never run here. A
-   record whose code hash is not the block's current one is stale: the page shows no
-   output there and the build warns.
-9. Every page with Python blocks offers its code as a script and as a notebook,
-   generated from the blocks at build time (``hooks/pagecode.py``, the script the
-   copy-run test runs), linked under the page's title, never committed.
+7. Every page with Python blocks offers its code as a script and as a notebook: the
+   hook adds the two files to the site (``downloads/``, generated from the blocks by
+   ``hooks/pagecode.py``, the script the copy-run test runs, never committed).
+
+What a page shows beyond its Markdown (outputs beneath the blocks, continuation marks,
+the line of downloads under the title) is not done here but by the Markdown extension
+``hooks/book_markdown.py``, which Zensical runs too; its names are re-exported here.
 
 Problems are logged as warnings, which `mkdocs build --strict` turns into a failed build.
 """
 
 from __future__ import annotations
 
-import html
 import json
-import logging
 import os
 import re
 from pathlib import Path
 
 from mkdocs.structure.files import File
 
-try:
-    from hooks import pagecode
-except ImportError:  # loaded by mkdocs from hooks/, whose folder is then on sys.path
-    import pagecode  # type: ignore[no-redef]
-
-log = logging.getLogger("mkdocs.hooks.book")
+# mkdocs.yml's markdown_extensions load hooks.book_markdown, so the repository's root is
+# on sys.path (`python -m mkdocs`, as make runs it) before this hook is loaded.
+from hooks.book_markdown import (  # noqa: F401 - re-exported: tests/test_book.py
+    CONTINUATION_TITLE,
+    DOWNLOADS_INTRO,
+    OUTPUT_LABEL,
+    VOLATILE_LABEL,
+    add_downloads_line,
+    download_uri,
+    downloads,
+    downloads_line,
+    insert_output_marks,
+    log,
+    mark_continuations,
+    output_html,
+    render_outputs,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 KATEX_DIST = ROOT / "node_modules" / "katex" / "dist"
@@ -301,153 +304,13 @@ def _add_downloads(files, config) -> None:
         text = f.content_string
         cached = _DOWNLOADS.get(f.src_uri)
         if cached is None or cached[0] != text:
-            made = {}
-            if pagecode.blocks(text):
-                made = {
-                    "py": pagecode.page_script(f.src_uri, text)[0],
-                    "ipynb": pagecode.page_notebook(f.src_uri, text),
-                }
-            _DOWNLOADS[f.src_uri] = cached = (text, made)
+            _DOWNLOADS[f.src_uri] = cached = (text, downloads(f.src_uri, text))
         for ext, content in cached[1].items():
             files.append(File.generated(config, download_uri(f.src_uri, ext), content=content))
 
 
-DOWNLOADS_INTRO = "The code of this page, to run yourself:"
 # The downloads line as the search index has it: not a page's preview text.
 _SEARCH_DOWNLOADS = re.compile(rf"\s*<p>{re.escape(DOWNLOADS_INTRO)}.*?</p>", re.DOTALL)
-
-
-def download_uri(page: str, ext: str) -> str:
-    return f"{pagecode.DOWNLOADS}/{pagecode.download_name(page)}.{ext}"
-
-
-def downloads_line(page: str) -> str:
-    """The Markdown line, under the page's title, that links the page's downloads."""
-    here = os.path.dirname(page)
-    links = []
-    for ext, what in (("ipynb", "notebook"), ("py", "script")):
-        uri = download_uri(page, ext)
-        links.append(
-            f"[{what} (.{ext})]({os.path.relpath(uri, here or '.')})"
-            f'{{download="{os.path.basename(uri)}"}}'
-        )
-    return f"{DOWNLOADS_INTRO} {' · '.join(links)}\n{{.sitp-downloads}}"
-
-
-def add_downloads_line(markdown: str, page: str) -> str:
-    lines = markdown.split("\n")
-    at = next((n + 1 for n, line in enumerate(lines) if re.match(r"#[ \t]", line)), 0)
-    return "\n".join(lines[:at] + ["", downloads_line(page), ""] + lines[at:])
-
-
-# --- outputs: what each block printed, recorded by the copy-run test --------------------
-
-OUTPUT_MARK = "<!-- sitp-output {} -->"
-_OUTPUT_MARK = re.compile(r"<!-- sitp-output (\d+) -->")
-OUTPUT_LABEL = "Output"
-VOLATILE_LABEL = "Output of one run (its timings vary from run to run)"
-# src_uri -> {block index: (stdout, volatile, tolerance)}, from on_page_markdown to
-# on_page_content.
-_PAGE_OUTPUTS: dict[str, dict[int, tuple]] = {}
-
-
-def insert_output_marks(markdown: str, page: str) -> tuple[str, dict[int, tuple]]:
-    """Put a mark beneath every block with a current recorded output, warn for stale ones.
-
-    Returns the Markdown and the outputs by block index. The mark is an HTML comment at
-    the block's indentation (so it stays inside an admonition, a tab or a list item),
-    which :func:`render_outputs` replaces with the output once the page is HTML.
-    """
-    blocks = pagecode.blocks(markdown)
-    if not blocks:
-        return markdown, {}
-    recorded = pagecode.load_outputs(page)
-    closing = {f.line: f for f in pagecode.scan_fences(markdown)}
-    lines = markdown.split("\n")
-    outputs = {}
-    stale = []
-    for block in blocks:
-        entry = pagecode.recorded_output(block, blocks, recorded)
-        if entry is None:
-            stale.append(block.line)
-        elif entry["stdout"]:
-            outputs[block.index] = (entry["stdout"], block.volatile, block.tolerance)
-    if stale:
-        log.warning(
-            "%s: no output recorded for the current code of the block(s) at line(s) %s; "
-            "run `make outputs` (the copy-run test records what every block prints).",
-            page,
-            ", ".join(map(str, stale)),
-        )
-    for block in reversed(blocks):
-        fence = closing.get(block.line)
-        if block.index not in outputs or fence is None or fence.closing_line is None:
-            continue
-        indent = re.match(r"[ \t]*", lines[block.line - 1])[0]
-        at = fence.closing_line  # the line after the closing fence (0-based index)
-        lines[at:at] = ["", indent + OUTPUT_MARK.format(block.index), ""]
-    return "\n".join(lines), outputs
-
-
-def output_html(stdout: str, volatile: bool, tolerance: float | None = None) -> str:
-    label = VOLATILE_LABEL if volatile else OUTPUT_LABEL
-    if tolerance is not None and not volatile:
-        label += f" (its numbers hold to {tolerance * 100:g}% on other machines)"
-    return (
-        f'<div class="sitp-output no-copy{" volatile" if volatile else ""}">'
-        f'<span class="sitp-output__label">{label}</span>'
-        f'<pre class="sitp-output__text">{html.escape(stdout.rstrip(chr(10)))}</pre></div>'
-    )
-
-
-def render_outputs(content: str, outputs: dict[int, tuple]) -> str:
-    """Replace the marks of :func:`insert_output_marks` with the outputs' HTML."""
-
-    def render(m: re.Match) -> str:
-        found = outputs.get(int(m[1]))
-        return output_html(*found) if found else ""
-
-    # Python-Markdown keeps a raw HTML comment as it is, sometimes in a paragraph.
-    content = re.sub(r"<p>\s*(<!-- sitp-output \d+ -->)\s*</p>", r"\1", content)
-    return _OUTPUT_MARK.sub(render, content)
-
-
-def on_page_content(html_text, page, config, files):
-    outputs = _PAGE_OUTPUTS.pop(page.file.src_uri, None)
-    return render_outputs(html_text, outputs) if outputs else html_text
-
-
-# An opening fence in superfences' brace form: ```{.python continuation}, maybe indented.
-_BRACE_FENCE = re.compile(
-    r"^(?P<lead>[ \t]*(?:`{3,}|~{3,}))\{(?P<attrs>[^}\n]*)\}[ \t]*$", re.MULTILINE
-)
-CONTINUATION_TITLE = "Continues the code above"
-
-
-def mark_continuations(markdown: str) -> str:
-    """Give every Python continuation fence a class and a title bar the reader sees."""
-
-    def mark(m: re.Match) -> str:
-        parts = m["attrs"].split()
-        langs = {p[1:] for p in parts if p.startswith(".")}
-        if not langs & {"python", "py", "python3"}:
-            return m.group(0)
-        # for the tests; the output's label says them
-        options = [
-            p for p in parts if p == pagecode.VOLATILE or p.startswith(pagecode.TOLERANCE + "=")
-        ]
-        if options:
-            parts = [p for p in parts if p not in options]
-            if "continuation" not in parts:
-                return f"{m['lead']}{{{' '.join(parts)}}}"
-        if "continuation" not in parts:
-            return m.group(0)
-        parts = [p for p in parts if p != "continuation"] + [".continuation"]
-        if not any(p.startswith("title=") for p in parts):
-            parts.append(f'title="{CONTINUATION_TITLE}"')
-        return f"{m['lead']}{{{' '.join(parts)}}}"
-
-    return _BRACE_FENCE.sub(mark, markdown)
 
 
 def on_page_markdown(markdown, page, config, files):
@@ -463,13 +326,7 @@ def on_page_markdown(markdown, page, config, files):
                 lineno,
                 word,
             )
-    src = page.file.src_uri
-    markdown, outputs = insert_output_marks(markdown, src)
-    if outputs:
-        _PAGE_OUTPUTS[src] = outputs
-    if src in _DOWNLOADS and _DOWNLOADS[src][1]:
-        markdown = add_downloads_line(markdown, src)
-    return mark_continuations(markdown)
+    return markdown
 
 
 def on_post_page(output, page, config):
