@@ -1,7 +1,10 @@
-"""sitp.compile's lowering of the MLP (Linear -> GELU -> Linear), of the other Linears and
-of the cross-entropy loss (sitp/compile/lower.py, sitp/compile/kernels.py): compiled
-against eager sitp and PyTorch, forward and gradients, float64 and float32, on sizes
-that leave ragged tiles (rows not a multiple of the tile's, columns not of its width)."""
+"""sitp.compile on the MLP (Linear -> GELU -> Linear): the GELU decomposed into pointwise
+primitives and fused into the Linears' products as their epilogues (sitp/compile/rules.py,
+codegen.generate_gemm); the lowering of the other Linears, of a Linear with the residual
+add and layer norm after it, and of the cross-entropy loss (sitp/compile/lower.py,
+sitp/compile/kernels.py): compiled against eager sitp and PyTorch, forward and
+gradients, float64 and float32, on sizes that leave ragged tiles (rows not a multiple of
+the tile's, columns not of its width)."""
 
 import numpy as np
 import pytest
@@ -11,9 +14,6 @@ import sitp
 import sitp.nn as nn
 import sitp.nn.functional as F
 from sitp.bench import threads
-from sitp.compile import kernels
-from sitp.kernels.cpu import blas
-from sitp.kernels.cpu.fused import gelu, linear
 
 K, N = 7, 21  # the MLP's width and hidden width: ragged column tiles in both dtypes
 
@@ -71,11 +71,13 @@ def _clear(m, x):
         (5, "float64", "tanh"),
         (19, "float32", "tanh"),
         (28, "float32", "none"),
+        (31, "float32", "none"),
     ],
 )
 def test_lowered_mlp_matches_eager_and_torch(rows, dtype, approximate):
     """19 rows: two blocks of the tile's rows on AVX-512, the second ending flush with the
-    edge (overlapping the first); 5: fewer rows than a tile, gemm_small_set's own path."""
+    edge (overlapping the first); 5: fewer rows than a tile, gemm_small_set's own path;
+    31: two full blocks and a ragged third."""
     sitp.manual_seed(0)
     m = MLP(approximate).to(getattr(sitp, dtype))
     rng = np.random.default_rng(0)
@@ -93,8 +95,9 @@ def test_lowered_mlp_matches_eager_and_torch(rows, dtype, approximate):
         want = step().detach().numpy()
         want_g = _grads(m, x)
     fns = [n.fn for n in cs.graph.nodes]
-    assert "GELU.forward" not in fns and "GELU.backward" not in fns  # inside the Linears'
-    assert cs.entries[0].report["lowered"] == 4  # fc+gelu, proj; proj'+gelu', fc'
+    assert "GELU.forward" not in fns and "GELU.backward" not in fns  # decomposed
+    rep = cs.entries[0].report  # gelu and gelu' became the epilogues of fc's and proj''s GEMMs
+    assert rep["decomposed"] == 2 and rep["epilogues"] == 2 and rep["lowered"] == 4
     tol = dict(rtol=1e-6, atol=1e-6) if dtype == "float64" else dict(rtol=2e-4, atol=2e-5)
     np.testing.assert_allclose(got, want, **tol)
     for a, b in zip(got_g, want_g):
@@ -105,9 +108,10 @@ def test_lowered_mlp_matches_eager_and_torch(rows, dtype, approximate):
         np.testing.assert_allclose(a, b, **tol)
 
 
-def test_lowered_mlp_on_two_threads_uses_eager_kernels():
+def test_lowered_mlp_on_two_threads_gives_one_threads_values():
     """With numba on more threads than one, the lowered steps call eager's (threaded)
-    kernels: the same values as one thread's fused kernels, within rounding."""
+    kernels, and the GEMM epilogues split their row blocks among the threads: the same
+    values as on one thread, within rounding."""
     sitp.manual_seed(1)
     m = MLP("none").to(sitp.float64)
     rng = np.random.default_rng(1)
@@ -139,30 +143,36 @@ def test_lowered_mlp_on_two_threads_uses_eager_kernels():
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_fused_gelu_kernels_equal_the_backends_passes(dtype):
-    """The epilogue kernels against a GEMM, then the backend's GELU pass (and column sum)."""
-    rng = np.random.default_rng(2)
-    M = 31  # two full row blocks on AVX-512 and a ragged third
-    x, w = rng.standard_normal((M, 9)).astype(dtype), rng.standard_normal((N, 9)).astype(dtype)
-    b = rng.standard_normal(N).astype(dtype)
-    h, y = np.empty((M, N), dtype), np.empty((M, N), dtype)
-    kernels.linear_gelu(x, w, b, True, h, y, False)
-    want_h = blas.matmul(x, w.T, b)
-    want_y = np.empty(M * N, dtype)
-    gelu.gelu_kernel(want_h.reshape(-1), want_y, False)
-    tol = dict(rtol=1e-12, atol=1e-12) if dtype == "float64" else dict(rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(h, want_h, **tol)
-    np.testing.assert_allclose(y.reshape(-1), want_y, **tol)
-    g, w2 = rng.standard_normal((M, 9)).astype(dtype), rng.standard_normal((9, N)).astype(dtype)
-    d, acc = np.empty((M, N), dtype), np.zeros(N)
-    kernels.matmul_gelu_grad(g, w2, h, d, acc, True)
-    want_d = np.empty(M * N, dtype)
-    gelu.gelu_backward_kernel(want_h.reshape(-1), blas.matmul(g, w2).reshape(-1), want_d, True)
-    want_db = np.empty(N, dtype)
-    linear.column_sum(want_d.reshape(M, N), want_db)
-    np.testing.assert_allclose(d.reshape(-1), want_d, **tol)
-    np.testing.assert_allclose(acc, want_db, **tol)
+def test_gemm_epilogue_on_threads_large_enough_to_split():
+    """A product of 64 x 1024 entries, the size from which the generated GEMM's row
+    blocks are a prange: its values on two threads and one against eager's passes."""
+    from sitp.compile import codegen
+
+    sitp.manual_seed(4)
+    rows, width = 66, 1024 // 4  # 66 rows: four blocks and a ragged fifth on AVX-512
+    fc, proj = nn.Linear(8, 4 * width), nn.Linear(4 * width, 8)
+    x = sitp.tensor(np.random.default_rng(6).standard_normal((rows, 8)).astype(np.float32))
+
+    def step():
+        fc.zero_grad(set_to_none=True)
+        proj.zero_grad(set_to_none=True)
+        y = proj(F.gelu(fc(x)))
+        y.square().sum().backward()
+        return [y.detach().numpy()] + [p.grad.numpy().copy() for p in (fc.weight, fc.bias)]
+
+    cs = sitp.compile(step)
+    want = step()
+    for n in (1, 2):
+        with threads(n):
+            cs()
+            got = cs()
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-4)
+    fused = [n for n in cs.graph.nodes if n.fn == "Linear.forward" and n.kernel is not None]
+    (fwd,) = [n for n in fused if "gelu" in n.kernel.summary()]
+    assert rows * 4 * width >= codegen.PARALLEL_MIN
+    src = fwd.kernel.source  # the generated GEMM with the GELU as its epilogue
+    assert "prange(" in src and "_serial(" in src and "gelu_f32(" in src
 
 
 @pytest.mark.parametrize("dtype, reduction", [("float64", "mean"), ("float32", "sum")])
@@ -273,9 +283,11 @@ def test_lowered_residual_norm_matches_eager_and_torch(rows, dtype):
         np.testing.assert_allclose(a, t.grad.numpy(), **tol)
 
 
-def test_a_linear_whose_result_is_read_twice_is_not_fused():
-    """The GELU and the residual add fuse into the Linear's step only when they are the
-    Linear's one reader: here the hidden layer is also returned, so GELU stays a node."""
+def test_a_linear_whose_result_is_read_twice():
+    """The hidden layer h is also returned and squared: the forward's product is still
+    fused with its first reader (the GELU), the others read h from memory. (proj's
+    backward reads y.sum()'s gradient, a broadcast view, which the lowering leaves to
+    eager's Linear.backward: its GELU' stays a kernel of its own.)"""
     sitp.manual_seed(3)
     m = MLP("none").to(sitp.float64)
     rng = np.random.default_rng(5)
@@ -296,6 +308,9 @@ def test_a_linear_whose_result_is_read_twice_is_not_fused():
         _clear(m, x)
         want = [t.detach().numpy() for t in step()]
         want_g = _grads(m, x)
-    assert "GELU.forward" in [n.fn for n in cs.graph.nodes]
+    rep = cs.entries[0].report
+    assert rep["decomposed"] == 2 and rep["epilogues"] == 1
+    (fc,) = [n for n in cs.graph.nodes if n.fn == "Linear.forward" and n.kernel is not None]
+    assert fc.args[2].value is cs.graph.nodes[0].args[2].value  # fc's weight
     for a, b in zip(got + got_g, want + want_g):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)

@@ -207,3 +207,39 @@ def test_mean_is_a_reduction_with_an_epilogue():
     assert "red = np.float64(acc)" in k.source
     steps, _ = _steps(g)
     np.testing.assert_allclose(run(g, x, steps=steps), out.numpy(), rtol=1e-14)
+
+
+def _layer_norm(y, g, b):
+    m = y.mean(-1, keepdim=True)
+    d = y - m
+    v = (d * d).mean(-1, keepdim=True)
+    return d * (v + 1e-5).rsqrt() * g + b
+
+
+def test_cost_model_stores_per_row_values_once():
+    """Fusion's cost model (passes._choose_stored) on layer norms written with ops: the
+    mean and the rsqrt are per-row values stored once, as the epilogues of their
+    reductions; the centred values and the normalised output are recomputed by their
+    readers. One norm of a residual sum: three kernels; two in a row: five (x + r1 and
+    the second norm's input, each read by several kernels, are stored by the sums that
+    read them, as their second outputs)."""
+    x, r1, r2 = x64(16, 8), x64(16, 8, seed=1), x64(16, 8, seed=2)
+    g, b = x64(8, seed=3), x64(8, seed=4)
+
+    def one(x, r1, g, b):
+        return _layer_norm(x + r1, g, b)
+
+    def two(x, r1, r2, g, b):
+        return _layer_norm(_layer_norm(x + r1, g, b) + r2, g, b)
+
+    for fn, args, want in ((one, (x, r1, g, b), 3), (two, (x, r1, r2, g, b), 5)):
+        cf = sitp.compile(fn)
+        for _ in range(2):
+            got = cf(*args).numpy()
+        np.testing.assert_allclose(got, fn(*args).numpy(), rtol=1e-12, atol=1e-12)
+        kernels = [n.kernel for n in cf.graph.nodes if n.kernel is not None]
+        assert len(kernels) == want, [k.summary() for k in kernels]
+        # the rsqrt is computed inside a reduction's kernel, once per row
+        for k in kernels:
+            if any(m.op == "rsqrt" for m in k.nodes):
+                assert k.root.fn == "reduce" and k.epilogue is not None

@@ -10,6 +10,13 @@ its parameters and buffers (read afresh on every call, so an optimizer's in-plac
 are seen). A signature that fails every cached guard compiles again, up to
 ``cache_size_limit`` (8, as torch._dynamo's) programs; beyond it the function runs eagerly,
 with a warning. A trace that met a graph break runs eagerly for that signature.
+
+The trace runs the function itself, so the first call of a signature returns eager's
+values. With ``rerun_trace=True`` that call undoes what the trace wrote (the inputs it
+wrote in place, the ``.grad`` it set) and runs the program it built, so that every call,
+the first included, is the compiled program's: what a training run needs for a resume
+to be exact, since a resumed run traces again at a step that the uninterrupted run ran
+compiled.
 """
 
 from __future__ import annotations
@@ -68,6 +75,7 @@ class CompiledFunction:
         fullgraph=False,
         name=None,
         recompile_limit=None,
+        rerun_trace=False,
     ):
         self._module = fn if isinstance(fn, Module) else None
         self._fn = fn
@@ -76,6 +84,7 @@ class CompiledFunction:
         self.name = name
         self.recompile_limit = recompile_limit
         self.passes_on = passes_on
+        self.rerun_trace = rerun_trace
         self.entries: list[Entry] = []
         self._warned = False
 
@@ -129,7 +138,31 @@ class CompiledFunction:
                 )
                 self._warned = True
             return self._fn(*args, **kwargs)
-        return self._trace(key, ts, args, kwargs)
+        if not self.rerun_trace or any(t.is_cuda for t in ts):
+            return self._trace(key, ts, args, kwargs)
+        before = [(t, np.array(t._storage, copy=True), t.grad) for t in ts]
+        result = self._trace(key, ts, args, kwargs)
+        e = self.entries[-1]
+        if e.program is None:  # eager from now on for this signature: the trace's values are
+            return result
+        written = _written_inputs(e.program)
+        for i, (t, saved, grad) in enumerate(before):  # undo the trace's writes, then run
+            if i in written:
+                np.copyto(t._storage, saved)
+            t.grad = grad
+        for t, guard in e.leaves:
+            if guard[-1]:  # a closure's leaf whose .grad the trace set
+                t.grad = None
+        return self._run(e.program, ts)
+
+    def signature_known(self, *args, **kwargs) -> bool:
+        """Whether a call with these arguments would find a compiled (or eager) entry,
+        rather than trace."""
+        ts = self._inputs(args, kwargs)
+        key = (self._key(ts), _static((args, kwargs)))
+        return any(
+            e.key == key and all(_leaf_guard(t) == lg for t, lg in e.leaves) for e in self.entries
+        )
 
     def _run(self, program, ts):
         """Run the program; outputs carry no autograd graph (the backward ran inside),
@@ -317,6 +350,21 @@ class CompiledGraph(Function):
         return (None,) + tuple(next(grads) if need else None for need in joint.needs)
 
 
+def _written_inputs(program) -> set:
+    """The indices of the inputs that a program (or both graphs of a Joint) writes in place."""
+    graphs = (
+        [program.fwd.graph, program.bwd.graph] if isinstance(program, Joint) else [program.graph]
+    )
+    out = set()
+    for g in graphs:
+        for n in g.nodes:
+            for _, new in n.writes:
+                root = new.root()
+                if root.kind == "input":
+                    out.add(root.index)
+    return out
+
+
 def _fill(template, it):
     if isinstance(template, Ref):
         return next(it)
@@ -404,6 +452,7 @@ def compile(  # noqa: A001
     fuse: bool = True,
     debug_dir=None,
     explain: bool = False,
+    rerun_trace: bool = False,
 ):
     """Compile ``model`` (a function or an ``nn.Module``): the result is called as it is.
 
@@ -417,7 +466,9 @@ def compile(  # noqa: A001
     ``shapes_spec`` are refused; ``options`` (inductor's settings) must be empty.
     sitp's own: ``fuse=False`` keeps every backend call (the graph is replayed, not
     fused); ``debug_dir`` writes each generated kernel's source and each graph there;
-    ``explain`` prints, at each compile, what was compiled and where the graph broke.
+    ``explain`` prints, at each compile, what was compiled and where the graph broke;
+    ``rerun_trace=True`` makes the tracing call return the compiled program's results
+    too (it undoes the trace's in-place writes and runs the program; see the module).
     """
     backend = "inductor" if backend is None else backend
     if backend not in BACKENDS:
@@ -454,6 +505,7 @@ def compile(  # noqa: A001
         fullgraph=fullgraph,
         name=name,
         recompile_limit=recompile_limit,
+        rerun_trace=rerun_trace,
     )
     if model is None:  # used as @sitp.compile(...)
         return lambda f: f if disable else CompiledFunction(_callable(f), **settings)

@@ -50,6 +50,9 @@ _DIRECT_UNARY = {
     "abs": "abs({x})",
 }
 _VEC32 = {"exp": "exp_f32({x})", "tanh": "tanh_f32({x})"}
+# GELU and its derivative (the decomposition of the GELU layer, rules.py): the fused
+# layer's own element functions, so that the generated loop computes eager's values
+_GELU = ("gelu", "gelu_tanh", "gelu_grad", "gelu_tanh_grad")
 _DIRECT_BINARY = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})"}
 _DIRECT_COMPARE = {
     "eq": "({a} == {b})",
@@ -59,6 +62,29 @@ _DIRECT_COMPARE = {
     "gt": "({a} > {b})",
     "ge": "({a} >= {b})",
 }
+
+
+_F_SUFFIX = {"float32": "f32", "float64": "f64"}
+_HEADER = [
+    "import math",
+    "",
+    "import numpy as np",
+    "from numba import njit, prange",
+    "",
+    "from sitp.kernels.cpu.kernels import binary, compare, unary",
+    "from sitp.kernels.cpu.vecmath import exp_f32",
+    "from sitp.compile.scalars import tanh_f32",
+]
+_GELU_IMPORT = "from sitp.kernels.cpu.fused.gelu import {names}"
+
+
+def _header(em) -> list:
+    """The imports of a CPU source: the GELU element functions only where it calls one."""
+    lines = list(_HEADER)
+    used = sorted({n for n in em.gelu_used})
+    if used:
+        lines.append(_GELU_IMPORT.format(names=", ".join(used)))
+    return lines
 
 
 def _lit(p) -> str:
@@ -107,6 +133,8 @@ class _Emitter:
         self.memo: dict = {}
         self.params: dict = {}  # leaf value id -> parameter name
         self.reduced = None  # (value id, variable) of a reduction's result, in an epilogue
+        self.target = "cpu"
+        self.gelu_used: set = set()
 
     def param(self, value) -> str:
         if value.id not in self.params:
@@ -159,6 +187,10 @@ class _Emitter:
                 e = f"unary({UNARY[op]}, {x}, {_lit(p0)}, {_lit(p1)})"
             if n.result.dtype.name == "float32" and op in _VEC32:
                 e = _VEC32[op].format(x=x)  # vectorisable; eager calls libm (a few ulp apart)
+            if op in _GELU and self.target == "cpu" and n.result.dtype.name in _F_SUFFIX:
+                suffix = _F_SUFFIX[n.result.dtype.name]
+                e = f"{op}_{suffix}({_NP[n.result.dtype.name]}({x}))"
+                self.gelu_used.add(f"{op}_{suffix}")
         elif fn == "binary":
             x, y = self.operand(a[1], idx, shape), self.operand(a[2], idx, shape)
             op = a[0]
@@ -261,6 +293,7 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
     """The source of ``kernel`` for ``target`` ("cpu": ``@njit``, "cuda": ``@cuda.jit``)."""
     kernel.leaves = []
     em = _Emitter(kernel)
+    em.target = target
     root = kernel.root
     out_dt = _NP[root.result.dtype.name]
     if root.fn == "reduce":
@@ -308,15 +341,7 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
     fast = (
         ', fastmath={"reassoc"}' if root.fn == "reduce" and root.args[0] in ("sum", "prod") else ""
     )
-    lines = [
-        "import math",
-        "",
-        "import numpy as np",
-        "from numba import njit, prange",
-        "",
-        "from sitp.kernels.cpu.kernels import binary, compare, unary",
-        "from sitp.kernels.cpu.vecmath import exp_f32",
-        "from sitp.compile.scalars import tanh_f32",
+    lines = _header(em) + [
         "",
         "",
         # numpy's error model: a division has no zero test to branch on, so a serial
@@ -356,6 +381,116 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
         ]
         lines += [ln.replace(" in prange(", " in range(") for ln in loops]
     del n_outer
+    return "\n".join(lines) + "\n"
+
+
+def generate_gemm(kernel: Kernel, kind: str, M: int, Ka: int, Nc: int, has_bias: bool, c_value):
+    """The source of a matrix product ``C`` (M x Nc) whose block of rows, once its register
+    tiles are stored, gets ``kernel``'s loop body (a pointwise kernel that reads C whole)
+    before the next block is computed: a GEMM with an *epilogue* (rules.py).
+
+    ``kind`` "xwT": C = A B^T (+ bias) for A (M, Ka) and B (Nc, Ka), a Linear's forward
+    (B^T packed once in strips of NR columns, as ``_gemm_set`` packs it); "gw": C = A B
+    for A (M, Ka) and B (Ka, Nc), a Linear's input gradient (B read in place). The
+    function takes A, B, the bias (empty unless ``has_bias``), the kernel's leaves (C
+    among them, ``c_value``) and its output. The blocks of ``SMALL_MR`` rows are split
+    among the threads (``prange``) when the product is large; the rows left over are one
+    more block, ending flush with the last row, computed after them. The tiles are the
+    CPU backend's (``sitp.kernels.cpu.blas.small``), so C is eager's product.
+    """
+    kernel.leaves = []
+    em = _Emitter(kernel)
+    root = kernel.root
+    space = tuple(root.result.shape)
+    nd = len(space)
+    idx = tuple(f"i{d}" for d in range(nd))
+    v = em.node(root, idx)
+    body = em.lines + [f"out[{_pos(idx, space)}] = {v}"]
+    c_par = em.params[c_value.id]
+    params = ", ".join(em.params.values())
+    rows = []  # the index of row r in the kernel's leading dims
+    if nd == 2:
+        rows = ["i0 = r"]
+    elif nd > 2:
+        rows = ["q = r"]
+        for d in reversed(range(nd - 1)):
+            rows.append(f"i{d} = q % {space[d]}")
+            if d:
+                rows.append(f"q = q // {space[d]}")
+
+    def epilogue(lo, hi, depth):
+        out = ["    " * depth + f"for r in range({lo}, {hi}):"]
+        out += _indent(rows + [f"for i{nd - 1} in range({Nc}):"], depth + 1)
+        out += _indent(body, depth + 2)
+        return out
+
+    def tiles(depth):
+        if kind == "xwT":
+            return _indent(
+                [f"_row_block(A, r0, bp, j_tiles, full, NR, C, {2 if has_bias else 1}, bias)"],
+                depth,
+            )
+        return _indent(
+            [
+                "for t in range(j_tiles.size):",
+                f"    _tile(full[t], A, r0 * {Ka}, {Ka}, 1, B, j_tiles[t], {Nc}, {Ka}, C,"
+                f" r0 * {Nc} + j_tiles[t], {Nc}, 1, bias, 0)",
+            ],
+            depth,
+        )
+
+    small = (
+        f"gemm_small_set(A, B.T, C, bias, {has_bias})"
+        if kind == "xwT"
+        else "gemm_small_set(A, B, C, bias, False)"
+    )
+    par = M * Nc >= PARALLEL_MIN
+    name = f"{kernel.name}_gemm"
+    lines = _header(em) + [
+        "from sitp.compile.kernels import _pack_wt, _row_block",
+        "from sitp.kernels.cpu.blas.packed import FASTMATH, tile_nr",
+        "from sitp.kernels.cpu.blas.small import SMALL_MR, _column_tiles, _tile, gemm_small_set",
+        "",
+        "",
+        f'@njit(cache=True{", parallel=True" if par else ""}, fastmath=FASTMATH, error_model="numpy")',
+        f"def {name}(A, B, bias, {params}, out):",
+        f'    """C = A {"B^T" if kind == "xwT" else "B"} ({M} x {Nc}), then on each block of its rows: '
+        f'{kernel.summary()}"""',
+        f"    C = {c_par}.reshape({M}, {Nc})",
+        "    NR = tile_nr(A.dtype)",
+        f"    if {M} < SMALL_MR or {Nc} < NR // 2:  # too small for whole tiles",
+        f"        {small}",
+    ]
+    lines += epilogue(0, M, 2)
+    lines += [
+        "        return",
+        f"    j_tiles, full = _column_tiles({Nc}, NR)",
+    ]
+    if kind == "xwT":
+        lines.append("    bp = _pack_wt(B, j_tiles, full, NR)")
+    lines += [
+        f"    nb = {M} // SMALL_MR",
+        "    for blk in prange(nb):",
+        "        r0 = blk * SMALL_MR",
+    ]
+    lines += tiles(2)
+    lines += epilogue("r0", "r0 + SMALL_MR", 2)
+    lines += [
+        f"    if nb * SMALL_MR < {M}:  # the last rows: one block ending at the edge",
+        f"        r0 = {M} - SMALL_MR",
+    ]
+    lines += tiles(2)
+    lines += epilogue("nb * SMALL_MR", M, 2)
+    if par:  # the same function without the thread pool, for a call on one thread
+        start = next(i for i, ln in enumerate(lines) if ln.startswith("@njit"))
+        lines += ["", ""] + [
+            ln.replace(" in prange(", " in range(")
+            .replace(", parallel=True", "")
+            .replace(f"def {name}(", f"def {name}{SERIAL}(")
+            for ln in lines[start:]
+        ]
+    else:
+        lines = [ln.replace(" in prange(", " in range(") for ln in lines]
     return "\n".join(lines) + "\n"
 
 

@@ -1,29 +1,23 @@
-"""Matrix products with an epilogue: the kernels of the lowered MLP (6.2).
+"""Matrix products with an epilogue: the kernels of the lowered layers (6.2).
 
 A layer's GEMM writes its result one block of rows at a time (``gemm_small_set``'s
-register tiles, ``SMALL_MR`` rows by ``NR`` columns). When the next op is pointwise,
-it can run on that block while the block is still in L1, instead of in a pass of its
-own that reads the whole result back from memory:
-
-* :func:`linear_gelu`: h = x W^T + b and y = gelu(h) (the MLP's first layer and its
-  activation): h is written for the backward, y beside it; h is never read back;
-* :func:`matmul_gelu_grad`: dh = (g W) * gelu'(h) (the backward of the MLP's second
-  layer's input, then of the activation), and the column sums of dh, the bias
-  gradient of the first layer, from the same rows while they are in cache.
-
-And one that is not a product: :func:`cross_entropy_rows`, the loss of a row of logits
-with its exps vectorised.
+register tiles, ``SMALL_MR`` rows by ``NR`` columns). When the next op works on those
+rows, it can run on that block while the block is still in L1, instead of in a pass of
+its own that reads the whole result back from memory. The generated GEMMs of
+``rules.py`` (``codegen.generate_gemm``) call this file's two helpers, :func:`_pack_wt`
+and :func:`_row_block`, around a pointwise epilogue; the one hand-written epilogue left
+is :func:`linear_residual_norm`, s = r + x W^T + b and the layer norm of s, whose
+epilogue reduces each row (a pointwise rule cannot express it). And one that is not a
+product: :func:`cross_entropy_rows`, the loss of a row of logits with its exps
+vectorised.
 
 The tiles are the CPU backend's (``sitp.kernels.cpu.blas.small``): the same blocks,
 the same sums in the same order, so the products are those of eager sitp's
-``matmul``; the pointwise functions are the backend's GELU elements
-(``sitp.kernels.cpu.fused.gelu``), compiled with the same flags.
+``matmul``.
 
 When the rows do not divide into blocks, the last block ends flush with the matrix's
-edge, as in ``_gemm_set``, and overlaps the block before. In the forward its tiles
-store (not add) the product, so the rows it shares are written afresh and their y
-again from them; in the backward, whose epilogue works in place and sums columns, the
-last block goes to scratch and only the rows not done yet are copied out.
+edge, as in ``_gemm_set``, and overlaps the block before: its tiles store (not add) the
+product, so the rows it shares are written afresh.
 """
 
 from __future__ import annotations
@@ -35,71 +29,9 @@ from numba import njit
 
 from sitp.kernels.cpu.blas.packed import tile_nr
 from sitp.kernels.cpu.blas.small import SMALL_MR, _column_tiles, _tile, gemm_small_set
-from sitp.kernels.cpu.fused.gelu import (
-    _is_float32,
-    gelu_f32,
-    gelu_f64,
-    gelu_grad_f32,
-    gelu_grad_f64,
-    gelu_tanh_f32,
-    gelu_tanh_f64,
-    gelu_tanh_grad_f32,
-    gelu_tanh_grad_f64,
-)
+from sitp.kernels.cpu.fused.gelu import _is_float32
 from sitp.kernels.cpu.fused.layer_norm import layer_norm_kernel
 from sitp.kernels.cpu.vecmath import FASTMATH, exp_f32
-
-
-# --------------------------------------------------------------- the elements
-# (``_is_float32`` is a compile-time constant: each dtype's version keeps one branch,
-# and ``np.float32(v)``, a no-op on float32, keeps the other branch well typed.)
-@njit(cache=True, inline="always", fastmath=FASTMATH, error_model="numpy")
-def _gelu_span(h, y, lo, hi, tanh):
-    """y[i] = gelu(h[i]) for lo <= i < hi (flat arrays), as the backend's gelu_kernel."""
-    h, y = h[lo:hi], y[lo:hi]  # (indices from 0: no checks for negative ones, which
-    lo, hi = 0, h.size  # would keep the loops from vectorising)
-    if _is_float32(h):
-        if tanh:
-            for i in range(lo, hi):
-                y[i] = gelu_tanh_f32(np.float32(h[i]))
-        else:
-            for i in range(lo, hi):
-                y[i] = gelu_f32(np.float32(h[i]))
-    elif tanh:
-        for i in range(lo, hi):
-            y[i] = gelu_tanh_f64(h[i])
-    else:
-        for i in range(lo, hi):
-            y[i] = gelu_f64(h[i])
-
-
-@njit(cache=True, inline="always", fastmath=FASTMATH, error_model="numpy")
-def _gelu_grad_span(h, d, lo, hi, tanh):
-    """d[i] = d[i] * gelu'(h[i]) for lo <= i < hi, as the backend's gelu_backward_kernel."""
-    h, d = h[lo:hi], d[lo:hi]
-    lo, hi = 0, h.size
-    if _is_float32(h):
-        if tanh:
-            for i in range(lo, hi):
-                d[i] = d[i] * gelu_tanh_grad_f32(np.float32(h[i]))
-        else:
-            for i in range(lo, hi):
-                d[i] = d[i] * gelu_grad_f32(np.float32(h[i]))
-    elif tanh:
-        for i in range(lo, hi):
-            d[i] = d[i] * gelu_tanh_grad_f64(h[i])
-    else:
-        for i in range(lo, hi):
-            d[i] = d[i] * gelu_grad_f64(h[i])
-
-
-@njit(cache=True, inline="always")
-def _add_rows(d, lo, hi, acc):
-    """acc[j] += d[r, j] for rows lo <= r < hi, in float64 (as ``column_sum``)."""
-    for r in range(lo, hi):
-        d_r = d[r]
-        for j in range(d.shape[1]):
-            acc[j] += d_r[j]
 
 
 @njit(cache=True, inline="always")
@@ -125,72 +57,6 @@ def _row_block(x, i0, bp, j_tiles, full, NR, h, mode, bias):
     for t in range(j_tiles.size):
         j0 = j_tiles[t]
         _tile(full[t], x, i0 * K, K, 1, bp, t * K * NR, NR, K, h, i0 * N + j0, N, mode, bias, j0)
-
-
-# --8<-- [start:linear_gelu]
-@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def linear_gelu(x, w, bias, has_bias, h, y, tanh):
-    """h = x w^T (+ bias) and y = gelu(h), for C-contiguous x (M, K), w (N, K) and
-    h, y (M, N). After each block of SMALL_MR rows of h, that block's y."""
-    M, K = x.shape
-    N = w.shape[0]
-    NR = tile_nr(x.dtype)
-    hf, yf = h.reshape(-1), y.reshape(-1)
-    if M < SMALL_MR or N < NR // 2:  # too small for whole tiles: gemm_small_set, then y
-        gemm_small_set(x, w.T, h, bias, has_bias)
-        _gelu_span(hf, yf, 0, M * N, tanh)
-        return
-    mode = 2 if has_bias else 1
-    j_tiles, full = _column_tiles(N, NR)
-    bp = _pack_wt(w, j_tiles, full, NR)
-    for i in range(0, M, SMALL_MR):
-        i0 = min(i, M - SMALL_MR)  # the last block ends at the edge
-        _row_block(x, i0, bp, j_tiles, full, NR, h, mode, bias)
-        _gelu_span(hf, yf, i0 * N, (i0 + SMALL_MR) * N, tanh)
-
-
-# --8<-- [end:linear_gelu]
-
-
-# --8<-- [start:matmul_gelu_grad]
-@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def matmul_gelu_grad(g, w, h, d, acc, tanh):
-    """d = (g w) * gelu'(h) for C-contiguous g (M, N), w (N, K) and h, d (M, K); when
-    ``acc`` is not empty, acc[j] += sum over rows of d[:, j] (float64)."""
-    M, N = g.shape
-    K = w.shape[1]
-    NR = tile_nr(g.dtype)
-    hf, df = h.reshape(-1), d.reshape(-1)
-    empty = hf[:0]
-    sums = acc.size > 0
-    if M < SMALL_MR or K < NR // 2:
-        gemm_small_set(g, w, d, empty, False)
-        _gelu_grad_span(hf, df, 0, M * K, tanh)
-        if sums:
-            _add_rows(d, 0, M, acc)
-        return
-    j_tiles, full = _column_tiles(K, NR)
-    m_full = M - M % SMALL_MR
-    for i0 in range(0, m_full, SMALL_MR):
-        for t in range(j_tiles.size):
-            j0 = j_tiles[t]
-            _tile(full[t], g, i0 * N, N, 1, w, j0, K, N, d, i0 * K + j0, K, 1, empty, 0)
-        _gelu_grad_span(hf, df, i0 * K, (i0 + SMALL_MR) * K, tanh)
-        if sums:
-            _add_rows(d, i0, i0 + SMALL_MR, acc)
-    if m_full < M:  # the last SMALL_MR rows into scratch, then the rows not done yet
-        i0 = M - SMALL_MR
-        tmp = np.empty((SMALL_MR, K), g.dtype)
-        for t in range(j_tiles.size):
-            j0 = j_tiles[t]
-            _tile(full[t], g, i0 * N, N, 1, w, j0, K, N, tmp, j0, K, 1, empty, 0)
-        d[m_full:] = tmp[m_full - i0 :]
-        _gelu_grad_span(hf, df, m_full * K, M * K, tanh)
-        if sums:
-            _add_rows(d, m_full, M, acc)
-
-
-# --8<-- [end:matmul_gelu_grad]
 
 
 # --8<-- [start:cross_entropy_rows]

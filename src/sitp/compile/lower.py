@@ -41,7 +41,6 @@ from sitp.kernels.cpu import blas
 from sitp.kernels.cpu import ops as cpu
 from sitp.kernels.cpu.blas.packed import FASTMATH
 from sitp.kernels.cpu.blas.small import gemm_small_set
-from sitp.kernels.cpu.fused import gelu as gelu_fused
 from sitp.kernels.cpu.fused import layer_norm as ln_fused
 from sitp.kernels.cpu.fused import linear as linear_fused
 from sitp.kernels.cpu.vecmath import exp_f32
@@ -390,42 +389,6 @@ def _tensor(r: Ref, env, shape=None):
     return r.cls._make(env[r.value.id], shape, contiguous(shape), 0, r.dtype)
 
 
-def linear_gelu_step(n, cv_gelu, y_value, tanh):
-    """The lowered ``Linear.forward`` and ``GELU.forward`` after it: one step that
-    writes h = x W^T + b and y = gelu(h), and leaves both Contexts as eager's would."""
-    cv = n.outputs[0]
-    _, rx, rw, rb = n.args
-    rh = n.result
-    M, K = int(np.prod(rx.shape[:-1])), rx.shape[-1]
-    N = rw.shape[0]
-    np_dt = rh.value.np_dtype
-
-    def step(env):
-        x_MK, w = _tensor(rx, env, (M, K)), _tensor(rw, env)
-        xa, wa = env[rx.value.id].reshape(M, K), env[rw.value.id].reshape(N, K)
-        ba = env[rb.value.id] if rb is not None else np.empty(0, np_dt)
-        h = np.empty(M * N, np_dt)
-        y = np.empty(M * N, np_dt)
-        if numba.get_num_threads() == 1:
-            kernels.linear_gelu(xa, wa, ba, rb is not None, h.reshape(M, N), y.reshape(M, N), tanh)
-        else:  # the eager kernels, which use the threads
-            h = blas.matmul(xa, wa.T, ba if rb is not None else None).reshape(-1)
-            gelu_fused.gelu_forward(h, y, tanh)
-        env[cv.id] = _linear_context(cv, x_MK, w, tuple(rx.shape))
-        gctx = Context()
-        if cv_gelu.array is not None:
-            gctx.needs_input_grad = cv_gelu.array
-        hv = rh.value
-        env[hv.id] = h
-        gctx.save_for_backward(_tensor(rh, env))  # as GELU.forward leaves it
-        gctx.tanh = tanh
-        gctx.op = "gelu_tanh" if tanh else "gelu"
-        env[cv_gelu.id] = gctx
-        env[y_value.id] = y
-
-    return step
-
-
 def _linear_context(cv, x_MK, w, x_shape):
     """The Context that ``Linear.forward`` leaves for its backward."""
     ctx = Context()
@@ -497,39 +460,8 @@ def _weight_grads(env, ctx, x_MK, g, rdw, rdb, np_dt):
         _put(env, rdb, db)
 
 
-def gelu_backward_step(parts, cv_gelu, rdh, db_next):
-    """The lowered ``Linear.backward`` of the MLP's second layer with the GELU.backward
-    after it: dW and db as eager, and dh = (g W) * gelu'(h) in one pass over row blocks,
-    with the next Linear's db = the column sums of dh when ``db_next`` (a Ref)."""
-    cv, rg, (_, rdw, rdb) = parts
-    np_dt = rdh.value.np_dtype
-
-    def step(env):
-        ctx, x_MK, wa, g = _linear_backward_inputs(env, cv, rg)
-        M, K = g.shape[0], wa.shape[1]
-        _weight_grads(env, ctx, x_MK, g, rdw, rdb, np_dt)
-        gctx = env[cv_gelu.id]
-        (h,) = gctx.saved_tensors
-        ha = cpu.as_numpy(h).reshape(M, K)
-        dh = np.empty((M, K), np_dt)
-        acc = np.zeros(K if db_next is not None else 0, np.float64)
-        if numba.get_num_threads() == 1:
-            kernels.matmul_gelu_grad(g, wa, ha, dh, acc, gctx.tanh)
-        else:
-            dy = blas.matmul(g, wa)
-            gelu_fused.gelu_backward(ha.reshape(-1), dy.reshape(-1), dh.reshape(-1), gctx.tanh)
-            if db_next is not None:
-                linear_fused.column_sum(dh, acc)
-        _put(env, rdh, dh)
-        if db_next is not None:
-            _put(env, db_next, acc.astype(np_dt))
-
-    return step
-
-
-def linear_backward_step(parts, db_done=False):
-    """A ``Linear.backward`` as a step on arrays: dX, dW and db as eager; db not when
-    ``db_done`` (the step before computed it)."""
+def linear_backward_step(parts):
+    """A ``Linear.backward`` as a step on arrays: dX, dW and db as eager."""
     cv, rg, (rdx, rdw, rdb) = parts
     np_dt = rg.value.np_dtype
 
@@ -537,74 +469,18 @@ def linear_backward_step(parts, db_done=False):
         ctx, x_MK, wa, g = _linear_backward_inputs(env, cv, rg)
         if ctx.needs_input_grad[0] and rdx is not None:
             _put(env, rdx, blas.matmul(g, wa))
-        _weight_grads(env, ctx, x_MK, g, rdw, None if db_done else rdb, np_dt)
+        _weight_grads(env, ctx, x_MK, g, rdw, rdb, np_dt)
 
     return step
 
 
 def lower_mlp(g: Graph) -> int:
-    """Lower each ``Linear.forward`` -> ``GELU.forward`` pair (the GELU the only reader of
-    the Linear's result) into :func:`linear_gelu_step`, and each ``Linear.backward`` ->
-    ``GELU.backward`` (-> ``Linear.backward``) chain of their backward into
-    :func:`gelu_backward_step` (and :func:`linear_backward_step`); returns how many
-    nodes were lowered. The GELU nodes leave the graph: their results and Contexts
-    become the step's before them."""
-    users = g.users()
-    gone, count = set(), 0
-    gelu_ctx = set()
-    for n in g.nodes:
-        if n.lowered is not None or not _linear_fits(n):
-            continue
-        gn = _only_reader(users, n.result.value, "GELU.forward")
-        if gn is None or len(gn.args) != 3 or gn.kwargs or not _whole(gn.args[1], n.result.shape):
-            continue
-        if gn.args[1].value is not n.result.value or gn.args[2] not in ("none", "tanh"):
-            continue
-        if not _whole(gn.result, n.result.shape) or len(gn.outputs) != 2:
-            continue
-        cv_g, y = gn.outputs
-        for v in (cv_g, y):
-            v.producer = n
-        n.outputs = n.outputs + [cv_g, y]
-        n.lowered = lambda node, c=cv_g, y=y, t=gn.args[2] == "tanh": linear_gelu_step(
-            node, c, y, t
-        )
-        gelu_ctx.add(cv_g.id)
-        gone.add(gn.id)
-        count += 1
-    for n in g.nodes:
-        parts = _linear_backward_parts(n) if n.id not in gone else None
-        if parts is None or parts[2][0] is None:
-            continue
-        rdx = parts[2][0]
-        gb = _only_reader(users, rdx.value, "GELU.backward")
-        if gb is None or len(gb.args) != 2 or not isinstance(gb.args[0], CtxArg):
-            continue
-        if gb.args[0].value.id not in gelu_ctx or gb.args[1].value is not rdx.value:
-            continue
-        rdh = gb.result[0] if isinstance(gb.result, tuple) else gb.result  # (dx, None)
-        if not (_whole(gb.args[1]) and _whole(rdh) and len(gb.outputs) == 1):
-            continue
-        nxt = _only_reader(users, rdh.value, "Linear.backward")
-        nparts = _linear_backward_parts(nxt) if nxt is not None else None
-        db_next = None
-        if nparts is not None and nparts[1].value is rdh.value and nparts[2][2] is not None:
-            db_next = nparts[2][2]
-            db_next.value.producer = n
-            nxt.outputs = [v for v in nxt.outputs if v is not db_next.value]
-            nxt.lowered = lambda node, p=nparts: linear_backward_step(p, db_done=True)
-            count += 1
-        rdh.value.producer = n
-        n.outputs = [v for v in n.outputs if v is not rdx.value] + [rdh.value]
-        n.outputs += [db_next.value] if db_next is not None else []
-        n.args = n.args + (gb.args[0],)  # the step reads the GELU's Context (h)
-        n.lowered = lambda node, p=parts, c=gb.args[0].value, r=rdh, d=db_next: gelu_backward_step(
-            p, c, r, d
-        )
-        gone.add(gb.id)
-        count += 1
-    g.nodes = [n for n in g.nodes if n.id not in gone]
-    count += lower_residual_norm(g)
+    """Lower each ``Linear`` chain that :func:`lower_residual_norm` fuses, then the other
+    ``Linear.forward`` nodes into :func:`linear_step` and their backwards into
+    :func:`linear_backward_step`, and the cross-entropy into :func:`cross_entropy_step`;
+    returns how many nodes were lowered. (The MLP's GELU is no longer lowered here: the
+    rules of ``rules.py`` decompose it and fuse it into the products as their epilogue.)"""
+    count = lower_residual_norm(g)
     linear_ctx = set()
     for n in g.nodes:  # the other Linears: steps on arrays; the loss
         if n.lowered is None and cross_entropy_fits(n):

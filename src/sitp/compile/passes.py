@@ -8,7 +8,13 @@
    tensor, a ``.grad``, an input written in place) is dropped;
 4. :func:`fuse`: chains of pointwise calls (``unary``, ``binary``, ``compare``, ``where``,
    ``copy``), and a reduction fed by such a chain, become one generated kernel each; a
-   pointwise result that only fused kernels read is never written to memory;
+   pointwise result that only fused kernels read is recomputed by each of them instead
+   of written to memory, unless a cost model says storing it is cheaper
+   (:func:`_choose_stored`);
+   Around fusion, the rules of ``rules.py``: before it, layers decomposed into
+   primitives that fuse (GELU), and the lowerings of ``lower.py``; after it, each
+   matrix product whose result one pointwise kernel reads gets that kernel as its
+   epilogue;
 5. :func:`plan_memory`: the buffers of the fused kernels' intermediate results share
    memory when their lifetimes do not overlap (a greedy allocator by size and dtype).
 
@@ -22,7 +28,7 @@ import os
 import numba
 import numpy as np
 
-from sitp.compile import codegen, lower
+from sitp.compile import codegen, lower, rules
 from sitp.compile.graph import ArrRef, CtxArg, Graph, HostIndex, Node, Ref
 from sitp.compile.runtime import Program, step_of
 
@@ -203,16 +209,7 @@ def fuse(g: Graph) -> list:
             stack.extend(virt[v.id] for v in m.inputs() if v.id in virt)
         return out
 
-    # A costly value (an exp, a tanh) that several kernels would recompute is stored once.
-    roots = [n for n in g.nodes if n.id in fusable and n.outputs[0].id not in virtual]
-    count = {}
-    for r in roots:
-        for m in members_of(r, virtual):
-            if m is not r:
-                count[m.outputs[0].id] = count.get(m.outputs[0].id, 0) + 1
-    for vid, c in count.items():
-        if c > 1 and any(m.op in COSTLY for m in members_of(virtual[vid], virtual)):
-            del virtual[vid]
+    _choose_stored(g, fusable, virtual, users, members_of)
     # A stored pointwise value that a reduction reads whole is written by the reduction's
     # kernel as a second output (softmax: sum(e) and e in one pass), if nothing reads it first.
     order = {n.id: i for i, n in enumerate(g.nodes)}
@@ -262,6 +259,70 @@ def fuse(g: Graph) -> list:
     return [k for k in kernels if not getattr(k, "merged", False)]
 
 
+def _choose_stored(g, fusable, virtual, users, members_of) -> None:
+    """Decide, value by value in program order, which inlinable values are stored after
+    all (removed from ``virtual``): a cost model of recomputing against storing.
+
+    Let ``c`` be the number of kernels that would compute a value. It is stored when
+
+    * it is *costly* to compute (its op is in ``COSTLY``: an exp, a tanh, a division, or
+      its chain holds such an op deferred below) and either ``c > 1``, or a kernel reads
+      it broadcast (a value per row read at every entry of the row would be computed
+      once per entry). A costly value whose readers are all inlined pointwise ops of its
+      own shape is deferred to them instead: a chain of per-row values (a variance, plus
+      epsilon, its rsqrt) is stored once, at its end;
+    * or recomputing it reads more bytes than storing it: each of the ``c`` kernels
+      reads the chain's leaves (``L`` bytes), where storing reads them once, writes the
+      value once (``V`` bytes) and each kernel reads it: ``c L > L + V + c V``.
+
+    Each count is taken with the decisions before it, so once a costly op is stored,
+    the cheap ops after it are recomputed from it by each reader (a layer norm's
+    normalisation, scale and shift), not stored one by one."""
+    order = [n for n in g.nodes if n.id in fusable]
+    node_of = {n.id: n for n in order}
+    # each kernel (a root: a fusable node that is stored) -> the ids of the nodes it computes
+    computes = {
+        n.id: {m.id for m in members_of(n, virtual)}
+        for n in order
+        if n.outputs[0].id not in virtual
+    }
+
+    def store(n):
+        del virtual[n.outputs[0].id]
+        for rid, ids in computes.items():
+            if n.id in ids:
+                computes[rid] = {m.id for m in members_of(node_of[rid], virtual)}
+        computes[n.id] = {m.id for m in members_of(n, virtual)}
+
+    pending = set()  # costly nodes deferred to their readers
+    for n in order:
+        v = n.outputs[0]
+        if v.id not in virtual:
+            continue
+        c = sum(1 for ids in computes.values() if n.id in ids)
+        readers = users.get(v.id, [])
+        broadcast = any(u.id in fusable and int(np.prod(u.result.shape)) > v.size for u in readers)
+        chain = members_of(n, virtual)
+        costly = n.op in COSTLY or any(m.id in pending for m in chain)
+        if costly and (c > 1 or broadcast):
+            same_shape = all(
+                u.is_pointwise
+                and u.outputs[0].id in virtual
+                and tuple(u.result.shape) == tuple(n.result.shape)
+                for u in readers
+            )
+            if same_shape and not broadcast:
+                pending.add(n.id)
+            else:
+                store(n)
+            continue
+        if c > 1:
+            leaves = {w.id: w.nbytes for m in chain for w in m.inputs() if w.id not in virtual}
+            L = sum(leaves.values())
+            if c * L > L + v.nbytes + c * v.nbytes:
+                store(n)
+
+
 def _merge_epilogues(nodes, kernels, keep) -> list:
     """A reduction whose result only one pointwise kernel reads, over the reduced shape
     (the ``/ n`` of a mean), applies that kernel's ops before its store: one kernel."""
@@ -273,7 +334,7 @@ def _merge_epilogues(nodes, kernels, keep) -> list:
     drop = set()
     for kn in nodes:
         k = kn.kernel
-        if k is None or k.root.fn != "reduce" or k.epilogue is not None or k.extra:
+        if k is None or k.root.fn != "reduce" or k.epilogue is not None:
             continue
         r = k.out
         users = readers.get(r.id, [])
@@ -382,8 +443,10 @@ def compile_graph(g: Graph, fuse=True, debug_dir=None, only=None):
     report["folded"] = fold_constants(g) if "fold" in on else 0
     report["cse"] = eliminate_common(g) if "cse" in on else 0
     report["dead"] = eliminate_dead(g) if "dce" in on else 0
+    report["decomposed"] = rules.decompose(g) if "lower" in on else 0
     report["lowered"] = lower.lower_graph(g) if "lower" in on else 0
     kernels = fuse_graph(g) if "fuse" in on else []
+    report["epilogues"] = rules.gemm_epilogues(g) if {"lower", "fuse"} <= on else 0
     report["kernels"] = len(kernels)
     plan = (
         plan_memory(g)

@@ -38,6 +38,11 @@ end (and the test loss of names), checkpoints to ``--out`` every ``--save-every`
 (see :mod:`sitp.train.checkpoint`), and draws the loss curve in the terminal and in
 ``OUT/loss.png``.
 
+``--compile`` runs each step's forward and backward through :func:`sitp.compile`
+(chapter 6): traced at the first step, compiled, and replayed at every step after; the
+run prints, at its end, what was compiled (or why it ran eagerly). A compiled run
+checkpoints and resumes as exactly as an eager one.
+
 Train on several processes (chapter 7) by starting ``train`` under the launcher, or
 under MPI's own ``mpirun``; nothing else changes::
 
@@ -223,6 +228,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="on several ranks: shard AdamW's state over them (ZeRO-1, the same steps in "
         "less memory per rank); no effect on one process",
     )
+    t.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run each step's forward and backward through sitp.compile (chapter 6; one "
+        "process); a resumed run keeps the run's choice unless --compile/--no-compile says",
+    )
     t.add_argument("--quiet", action="store_true", help="no progress bar, no terminal plot")
 
     s = sub.add_parser(
@@ -406,6 +418,7 @@ def train_command(args) -> int:
         "device": args.device,
         "eval_batches": args.eval_batches,
         "zero": args.zero,
+        "compile": args.compile,
     }
     if args.resume:
         if args.set:
@@ -458,6 +471,8 @@ def describe_run(trainer) -> str:
     tail = f"lr {cfg.lr:g}, batch {cfg.batch_size}"
     if trainer.world > 1:
         tail += f" ({trainer.world} ranks x {cfg.batch_size // trainer.world})"
+    if cfg.compile:
+        tail += ", compiled"
     if trainer.text is None:
         return (
             f"{head}, {len(trainer.splits.vocab)} tokens, "

@@ -63,6 +63,7 @@ and changes no state, so it may happen at any step.) Resuming with a larger
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -75,6 +76,7 @@ from typing import Callable
 
 import sitp
 from sitp import distributed as dist
+from sitp.compile.api import explain_text
 from sitp.data import (
     IGNORE_INDEX,
     Vocab,
@@ -133,6 +135,7 @@ class TrainConfig:
     tokenizer: str | None = None  # text runs: "char", "bytes" or a BPE directory; None: names
     eval_batches: int = 20  # text: batches of each split per evaluation, in order (0: all)
     zero: bool = False  # several ranks: shard AdamW's state (ZeRO-1); no effect on one
+    compile: bool = False  # forward and backward through sitp.compile (chapter 6)
 
     def resolved(self) -> "TrainConfig":
         """A copy with the model-dependent defaults filled in."""
@@ -347,6 +350,32 @@ def evaluate(model, X, Y, batch_size: int = 1024) -> float:
 
 
 # ------------------------------------------------------------------- the trainer
+# --8<-- [start:grad_step]
+def grad_step(model, X_B, Y_B, share, state):
+    """Forward and backward of one (micro-)batch, the loss weighted by ``share`` (a 0-d
+    tensor); the gradients add up in ``.grad``. Returns the loss, detached.
+
+    This is the function ``--compile`` hands to :func:`sitp.compile`. ``state`` (the
+    model's parameters and buffers) is not read here: passed as an argument, each of its
+    tensors is an input of the compiled program, so that a buffer the step writes in
+    place (BatchNorm's running statistics) is an output of the program rather than a
+    graph break, and the guards check the parameters' layouts on every call.
+    """
+    _, loss = model(X_B, Y_B)
+    (loss * share).backward()
+    return loss.detach()
+
+
+# --8<-- [end:grad_step]
+
+
+def compile_step(model):
+    """:func:`grad_step` of ``model`` compiled, the tracing call rerun as the program
+    (``rerun_trace``): every step, the first after a resume included, runs the same
+    program, so that a resumed compiled run repeats the uninterrupted one bit for bit."""
+    return sitp.compile(functools.partial(grad_step, model), name="train step", rerun_trace=True)
+
+
 #: The models whose AdamW decays matrices only (two parameter groups, chapter 3.5).
 GROUPED_DECAY = frozenset({"gpt"})
 
@@ -501,6 +530,17 @@ class Trainer:
             if self.rank > 0:  # dropout's masks differ between ranks; rank 0's stream is
                 sitp.manual_seed(config.seed + self.rank)  # the one a single process has
             self.net = DistributedDataParallel(self.model)
+        self.compiled = None  # --compile: grad_step through sitp.compile
+        if config.compile:
+            if self.world > 1:
+                raise UsageError(
+                    "--compile trains on one process (sitp.compile does not see DDP's "
+                    "collectives); drop --compile or the launcher"
+                )
+            self.compiled = compile_step(self.model)
+            self._state = list(self.model.parameters()) + [
+                b for b in self.model.buffers() if b is not None
+            ]
 
     @classmethod
     def fresh(cls, config: TrainConfig, out_dir, model_config: dict | None = None) -> "Trainer":
@@ -684,6 +724,8 @@ class Trainer:
         per micro-batch, so they differ from K = 1's.)
         """
         K = self.config.grad_accum
+        if self.compiled is not None:
+            return self.accumulate_gradients_compiled(X_B, Y_B)
         if K == 1:
             _, loss = self.model(X_B, Y_B)
             loss.backward()
@@ -701,6 +743,27 @@ class Trainer:
         return loss_sum
 
     # --8<-- [end:grad_accum]
+
+    def accumulate_gradients_compiled(self, X_B, Y_B) -> float:
+        """:meth:`accumulate_gradients` through the compiled :func:`grad_step`: the same
+        micro-batches and weights, each weight a 0-d tensor (an input of the program,
+        so that the weights of the micro-batches share one compiled signature)."""
+        K = self.config.grad_accum
+        M = len(X_B) // K
+        counts = [int((Y_B[k * M : (k + 1) * M] != IGNORE_INDEX).sum().item()) for k in range(K)]
+        total, loss_sum = sum(counts), 0.0
+        dtype = self._state[0].dtype  # the loss's: the weight multiplies it exactly
+        for k in range(K):
+            if total and not counts[k]:
+                continue
+            share = counts[k] / total if total else 1.0 / K
+            share_t = sitp.tensor(share, dtype=dtype, device=X_B.device)
+            X_M, Y_M = X_B, Y_B
+            if K > 1:  # copies at offset 0: the guards see one layout for every micro-batch
+                X_M, Y_M = X_B[k * M : (k + 1) * M].clone(), Y_B[k * M : (k + 1) * M].clone()
+            loss = self.compiled(X_M, Y_M, share_t, self._state)
+            loss_sum += loss.item() * share
+        return loss_sum
 
     # --8<-- [start:grad_accum_ddp]
     def accumulate_gradients_ddp(self, X_B, Y_B) -> float:
@@ -830,6 +893,8 @@ class Trainer:
             )
         if self.rank > 0:
             return record
+        if self.compiled is not None and steps_run:
+            log("sitp.compile: " + explain_text(self.compiled).replace("\n", "; "))
         log(self.describe_eval(self.history["eval"][-1]))
         final = record["final"]
         if "test" in final:

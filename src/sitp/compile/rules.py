@@ -1,0 +1,271 @@
+"""Rules: decompose a fused layer into primitives, then fuse primitives into a GEMM (6.2).
+
+Two kinds of rewrite, each a pattern on the graph and a replacement, written once for
+every model rather than for one:
+
+* **Decompositions** (:func:`decompose`) replace an opaque layer call by the backend's
+  primitives, so that fusion sees inside it. ``GELU.forward(x)`` becomes one pointwise
+  ``unary("gelu", x)`` and ``GELU.backward(g)`` becomes ``g * unary("gelu_grad", x)``,
+  reading the forward's ``x`` instead of its Context (as PyTorch's decompositions
+  and AOTAutograd's joint graph do). The pointwise nodes then fuse with their
+  neighbours like any others.
+* **GEMM epilogues** (:func:`gemm_epilogues`): a matrix product whose result a generated
+  pointwise kernel reads, over the same rows, runs that kernel's loop body on each block
+  of rows right after the block's register tiles are stored, while it is in L1
+  (``codegen.generate_gemm``). Two products have the rule: a ``Linear.forward``
+  (``h = x W^T + b``, stored, since the backward reads it too; then the kernel on h)
+  and the input gradient of a ``Linear.backward`` (``dx = g W``, then the kernel on dx,
+  its only reader: dx itself is never stored). A GPT's MLP gets both
+  from the GELU's decomposition: ``gelu(x W1^T + b1)`` in the forward and
+  ``(g W2) * gelu'(h)`` in the backward, the two hand-written kernels that
+  ``lower.lower_mlp`` had for them.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from sitp.compile import codegen, lower
+from sitp.compile.graph import CtxArg, Graph, Node, Ref, Value, contiguous
+
+_FLOATS = ("float32", "float64")
+
+
+# ------------------------------------------------------------------ decompositions
+def _gelu_op(approximate: str) -> str | None:
+    return {"none": "gelu", "tanh": "gelu_tanh"}.get(approximate)
+
+
+def _pointwise(g: Graph, fn: str, args: tuple, value: Value, shape, dtype, cls) -> Node:
+    """A new pointwise node that writes ``value`` (whole, row-major, of ``shape``)."""
+    n = Node(g.new_id(), fn, args, {})
+    n.outputs = [value]
+    n.result = Ref(value, shape, contiguous(shape), 0, dtype, cls)
+    value.producer = n
+    return n
+
+
+def decompose(g: Graph) -> int:
+    """Replace ``GELU.forward``/``GELU.backward`` nodes by pointwise primitives; returns
+    how many nodes were replaced. A backward is decomposed when its Context's producer
+    (in this graph or, for a split backward graph, the forward graph's) is a
+    ``GELU.forward`` whose input it can read; a forward when nothing but decomposed
+    backwards reads its Context."""
+    live = g.live_values()
+    out, count = [], 0
+    for n in g.nodes:
+        if n.fn == "GELU.backward" and len(n.args) == 2 and not n.kwargs:
+            cv, gy = n.args
+            fwd = cv.value.producer if isinstance(cv, CtxArg) else None
+            res = n.result[0] if isinstance(n.result, tuple) else n.result
+            if (
+                fwd is not None
+                and fwd.fn == "GELU.forward"
+                and len(fwd.args) == 3
+                and _gelu_op(fwd.args[2]) is not None
+                and isinstance(gy, Ref)
+                and isinstance(res, Ref)
+                and res.contiguous_whole()
+                and len(n.outputs) == 1
+                and not n.writes
+            ):
+                x = fwd.args[1]
+                if x.dtype.name in _FLOATS and gy.dtype is x.dtype and res.dtype is x.dtype:
+                    shape = tuple(res.shape)
+                    d = Value(g.new_id(), res.value.size, res.value.np_dtype, "node")
+                    op = _gelu_op(fwd.args[2]) + "_grad"
+                    t = _pointwise(g, "unary", (op, x), d, shape, x.dtype, res.cls)
+                    m = _pointwise(g, "binary", ("mul", gy, t.result), res.value, shape,
+                                   x.dtype, res.cls)  # fmt: skip
+                    t.where = m.where = n.where
+                    out += [t, m]
+                    count += 1
+                    continue
+        out.append(n)
+    g.nodes = out
+    users = g.users()
+    out = []
+    for n in g.nodes:
+        if n.fn == "GELU.forward" and len(n.args) == 3 and not n.kwargs:
+            cv, x, approximate = n.args
+            op = _gelu_op(approximate)
+            ctx_v = n.outputs[0] if n.outputs else None
+            readers = [u for u in users.get(ctx_v.id, []) if u is not n] if ctx_v else [None]
+            free = ctx_v is not None and ctx_v.id not in live and not readers
+            res = n.result
+            if (
+                op is not None
+                and free
+                and isinstance(x, Ref)
+                and isinstance(res, Ref)
+                and res.contiguous_whole()
+                and x.dtype.name in _FLOATS
+                and len(n.outputs) == 2
+            ):
+                m = _pointwise(g, "unary", (op, x), res.value, tuple(res.shape), x.dtype, res.cls)
+                m.where = n.where
+                out.append(m)
+                count += 1
+                continue
+        out.append(n)
+    g.nodes = out
+    return count
+
+
+# ------------------------------------------------------------------ GEMM epilogues
+def _epilogue_kernel(users, value, rows, cols, only: bool):
+    """A generated pointwise kernel node that reads ``value`` whole over an index space of
+    ``rows`` x ``cols`` entries (its last dim ``cols``): the first such reader, or, with
+    ``only``, the reader when it is the only one (the product is then never stored)."""
+    us = users.get(value.id, [])
+    if only and len(us) != 1:
+        return None
+    for kn in us:
+        k = kn.kernel
+        if kn.fn != "kernel" or kn.lowered is not None or k is None:
+            continue
+        if k.root.fn == "reduce" or k.extra or k.epilogue is not None:
+            continue
+        space = tuple(k.root.result.shape)
+        if not space or space[-1] != cols or int(np.prod(space)) != rows * cols:
+            continue
+        whole = all(  # every read of the product's result is whole, row-major
+            r.contiguous_whole() and tuple(r.shape) == space
+            for m in k.nodes
+            for r in m.refs()
+            if r.value is value
+        )
+        if whole and value.id not in k.virtual:
+            return kn
+    return None
+
+
+def gemm_epilogues(g: Graph) -> int:
+    """Fuse each ``Linear.forward`` and the input gradient of each ``Linear.backward``
+    with the one generated pointwise kernel that reads its product (see the module);
+    returns how many pairs were fused. Only products the lowering pass turned into
+    steps on arrays qualify (``lower.linear_step``, and the backward of such a step)."""
+    users = g.users()
+    live = g.live_values()
+    pos = {n.id: i for i, n in enumerate(g.nodes)}
+    drop, count = set(), 0
+    for i, n in enumerate(g.nodes):
+        if n.fn == "Linear.forward" and len(n.outputs) == 2 and lower._linear_fits(n):
+            c = n.result.value
+            M, N = int(np.prod(n.result.shape[:-1])), n.result.shape[-1]
+        elif n.fn == "Linear.backward" and (parts := lower._linear_backward_parts(n)):
+            rdx = parts[2][0]
+            if rdx is None or rdx.value.id in live or not lower._is_lowered_linear(parts[0]):
+                continue
+            c = rdx.value
+            M, N = int(np.prod(parts[1].shape[:-1])), rdx.shape[-1]
+        else:
+            continue
+        # the forward's product is stored (the backward reads it), the backward's not
+        kn = _epilogue_kernel(users, c, M, N, only=n.fn == "Linear.backward")
+        if kn is None or kn.id in drop:
+            continue
+        if any(  # what the kernel reads besides the product is there when the product runs
+            v is not c and v.producer is not None and pos.get(v.producer.id, i) >= i
+            for v in kn.kernel.leaves
+        ):
+            continue
+        if n.fn == "Linear.forward":
+            _fuse_forward(n, kn)
+        else:
+            _fuse_backward(n, parts, kn)
+        drop.add(kn.id)
+        count += 1
+    g.nodes = [n for n in g.nodes if n.id not in drop]
+    return count
+
+
+def _load(source, name):
+    fn = codegen.load(source, name)
+    return fn, codegen.load_serial(source, name)
+
+
+def _fuse_forward(n, kn):
+    """Node ``n`` (a Linear.forward) takes over kernel ``kn``: it writes h and the
+    kernel's output, and leaves the Linear's Context."""
+    k = kn.kernel
+    _, rx, rw, rb = n.args
+    M, K = int(np.prod(rx.shape[:-1])), rx.shape[-1]
+    N = rw.shape[0]
+    source = codegen.generate_gemm(k, "xwT", M, K, N, rb is not None, n.result.value)
+    k.source = source
+    n.kernel = k  # (the graph's table prints the epilogue's ops)
+    out_v = k.out
+    out_v.producer = n
+    n.outputs = n.outputs + [out_v]
+    n.args = n.args + tuple(
+        Ref(v, (v.size,), (1,), 0, None, None) for v in k.leaves if v is not n.result.value
+    )
+    n.lowered = lambda node, k=k, src=source: _forward_step(node, k, src)
+
+
+def _forward_step(n, k, source):
+    cv = n.outputs[0]
+    _, rx, rw, rb = n.args[:4]
+    rh = n.result
+    M, K = int(np.prod(rx.shape[:-1])), rx.shape[-1]
+    N = rw.shape[0]
+    np_dt = rh.value.np_dtype
+    x_shape = tuple(rx.shape)
+    h_id, out_v = rh.value.id, k.out
+    leaves = [v.id for v in k.leaves]
+    fn, serial = _load(source, k.name + "_gemm")
+
+    def step(env):
+        xa, wa = env[rx.value.id].reshape(M, K), env[rw.value.id].reshape(N, K)
+        ba = env[rb.value.id] if rb is not None else np.empty(0, np_dt)
+        env[h_id] = np.empty(M * N, np_dt)
+        out = np.empty(out_v.size, out_v.np_dtype)
+        run = serial if serial is not None and numba.get_num_threads() == 1 else fn
+        run(xa, wa, ba, *[env[i] for i in leaves], out)
+        env[out_v.id] = out
+        env[cv.id] = lower._linear_context(
+            cv, lower._tensor(rx, env, (M, K)), lower._tensor(rw, env), x_shape
+        )
+
+    return step
+
+
+def _fuse_backward(n, parts, kn):
+    """Node ``n`` (a Linear.backward) takes over kernel ``kn``, which reads its dx."""
+    k = kn.kernel
+    cv, rg, (rdx, rdw, rdb) = parts
+    M = int(np.prod(rg.shape[:-1]))
+    N = rg.shape[-1]
+    K = rdx.shape[-1]
+    source = codegen.generate_gemm(k, "gw", M, N, K, False, rdx.value)
+    k.source = source
+    n.kernel = k
+    out_v = k.out
+    out_v.producer = n
+    n.outputs = [v for v in n.outputs if v is not rdx.value] + [out_v]
+    n.args = n.args + tuple(Ref(v, (v.size,), (1,), 0, None, None) for v in k.leaves
+                            if v is not rdx.value)  # fmt: skip
+    n.lowered = lambda node, p=parts, k=k, src=source: _backward_step(node, p, k, src)
+
+
+def _backward_step(n, parts, k, source):
+    cv, rg, (rdx, rdw, rdb) = parts
+    np_dt = rg.value.np_dtype
+    dx_id, out_v = rdx.value.id, k.out
+    size = rdx.value.size
+    leaves = [v.id for v in k.leaves]
+    fn, serial = _load(source, k.name + "_gemm")
+
+    def step(env):
+        ctx, x_MK, wa, g = lower._linear_backward_inputs(env, cv, rg)
+        lower._weight_grads(env, ctx, x_MK, g, rdw, rdb, np_dt)
+        env[dx_id] = np.empty(size, np_dt)
+        out = np.empty(out_v.size, out_v.np_dtype)
+        run = serial if serial is not None and numba.get_num_threads() == 1 else fn
+        run(g, wa, np.empty(0, np_dt), *[env[i] for i in leaves], out)
+        del env[dx_id]
+        env[out_v.id] = out
+
+    return step
