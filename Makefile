@@ -51,7 +51,7 @@ PYTEST_CHECKS := tests docs src/sitp \
 	--markdown-docs --doctest-modules --durations=10 \
 	--ignore-glob='*/__main__.py' --ignore-glob='*/docs/*.py'
 
-.PHONY: help setup venv node serve build lint test test-site test-book test-other-isa outputs lock clean
+.PHONY: help setup venv node serve build build-zensical lint test test-site test-book test-other-isa outputs lock clean
 
 help:
 	@echo "make serve   set up the docs tools, build the book, serve it on http://$(HOST)"
@@ -59,6 +59,7 @@ help:
 	@echo "make test    set up, run every check (lint, unit tests, fences, doctests, strict build)"
 	@echo "make lint    ruff (lint, format check) and the layers' import contracts"
 	@echo "make build   set up, build the site into site/ (strict)"
+	@echo "make build-zensical  the same book built by Zensical, into build/zensical/site"
 	@echo "make test-site  build, then check links and every page in headless Chromium"
 	@echo "make test-other-isa  the pages' outputs with kernels for another vector width"
 	@echo "make outputs record what every block of the book prints (docs/_outputs/);"
@@ -99,6 +100,12 @@ serve: $(SERVE_STAMP) node
 build: setup
 	$(BIN)/python -m mkdocs build --strict
 
+# The second builder: Zensical (Material's successor) builds the same mkdocs.yml from a
+# staged copy of docs/ (scripts/zensical_build.py says what it adds around the build).
+# `make test` builds both and compares them (tests/test_zensical.py).
+build-zensical: setup
+	$(BIN)/python scripts/zensical_build.py
+
 # The code's shape: ruff's rules and its formatting, then the import contracts of
 # pyproject.toml ([tool.importlinter]: the layers import one way, the two backends not
 # each other). All three always run; `ruff format src tests hooks` applies the format.
@@ -110,11 +117,14 @@ lint: venv
 	echo "+ lint-imports"; $(BIN)/lint-imports --no-cache || status=$$?; \
 	exit $$status
 
-# The lint first, then the strict build, then pytest, whose summary closes the output;
-# all always run, so one push reports every broken page and every failing test. pytest checks the site
-# just built (SITP_SITE_DIR=site): its links and anchors (tests/test_site_links.py), and
-# every page in headless Chromium (tests/test_site_browser.py, screenshots and the list
-# of external links in build/site-check/). If the build failed, those are left out.
+# The lint first, then the strict build and the Zensical build, then pytest, whose summary
+# closes the output; all always run, so one push reports every broken page and every
+# failing test. pytest checks the sites just built (SITP_SITE_DIR=site,
+# SITP_ZENSICAL_SITE_DIR=build/zensical/site): their links and anchors
+# (tests/test_site_links.py), every page of both in headless Chromium
+# (tests/test_site_browser.py, screenshots and the list of external links in
+# build/site-check/), and what a reader gets from each, compared page by page
+# (tests/test_zensical.py). If the MkDocs build failed, the site checks are left out.
 test: setup
 	@status=0; site_tests=(); \
 	$(MAKE) --no-print-directory lint || status=$$?; \
@@ -123,6 +133,10 @@ test: setup
 	  export SITP_SITE_DIR=site; \
 	else status=$$?; site_tests=(-m "not site and not browser"); \
 	  echo "make test: mkdocs build --strict FAILED (above); running pytest without the site checks"; fi; \
+	echo "+ python scripts/zensical_build.py"; \
+	$(BIN)/python scripts/zensical_build.py || { status=$$?; \
+	  echo "make test: the Zensical build FAILED (above); its checks will fail"; }; \
+	export SITP_ZENSICAL_SITE_DIR=build/zensical/site; \
 	echo "+ pytest -n $(JOBS) $${site_tests[*]} $(PYTEST_CHECKS)"; \
 	$(BIN)/python -m pytest -n $(JOBS) -p no:cacheprovider "$${site_tests[@]}" $(PYTEST_CHECKS) || status=$$?; \
 	exit $$status
@@ -130,7 +144,8 @@ test: setup
 # The built site alone: strict build, then the link check and the browser checks.
 test-site: setup
 	$(BIN)/python -m mkdocs build --strict
-	SITP_SITE_DIR=site $(BIN)/python -m pytest -n $(JOBS) -p no:cacheprovider -m "site or browser" tests
+	$(BIN)/python scripts/zensical_build.py
+	SITP_SITE_DIR=site SITP_ZENSICAL_SITE_DIR=build/zensical/site $(BIN)/python -m pytest -n $(JOBS) -p no:cacheprovider -m "site or browser" tests
 
 # The book alone: fences and doctests of docs/ and the machinery's tests.
 test-book: setup

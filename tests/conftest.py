@@ -74,7 +74,8 @@ def built_site(tmp_path_factory):
     with FileLock(str(shared / "sitp-site.lock")):
         if not (site / "index.html").is_file():
             build = subprocess.run(
-                [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-d", str(site)],
+                # Not --quiet: it silences the warnings that --strict counts.
+                [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
                 cwd=root,
                 capture_output=True,
                 text=True,
@@ -84,3 +85,48 @@ def built_site(tmp_path_factory):
                 shutil.rmtree(site, ignore_errors=True)
                 pytest.fail(f"mkdocs build --strict failed:\n{build.stdout}\n{build.stderr}")
     return site
+
+
+@pytest.fixture(scope="session")
+def zensical_site(tmp_path_factory):
+    """The book built by Zensical (scripts/zensical_build.py), for the comparison with
+    the MkDocs build and the browser checks.
+
+    ``make test`` builds it before pytest and passes ``SITP_ZENSICAL_SITE_DIR``; run
+    alone, the tests build it once into the run's temporary directory.
+    """
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    given = os.environ.get("SITP_ZENSICAL_SITE_DIR")
+    if given:
+        site = Path(given).resolve()
+        if not (site / "index.html").is_file():
+            pytest.fail(f"SITP_ZENSICAL_SITE_DIR={given} holds no built site (no index.html)")
+        return site
+    try:
+        import zensical  # noqa: F401
+    except ImportError:
+        message = "no zensical: pip install -e '.[docs]' (make test installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from filelock import FileLock
+
+    root = Path(__file__).resolve().parent.parent
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    out = shared / "sitp-zensical"
+    with FileLock(str(shared / "sitp-zensical.lock")):
+        if not (out / "site" / "index.html").is_file():
+            build = subprocess.run(
+                [sys.executable, "scripts/zensical_build.py", "--out", str(out)],
+                cwd=root,
+                capture_output=True,
+                text=True,
+            )
+            if build.returncode != 0:
+                pytest.fail(f"the Zensical build failed:\n{build.stdout}\n{build.stderr}")
+    return out / "site"

@@ -1,7 +1,9 @@
 """The published book, checked in a real browser: headless Chromium driven by Playwright.
 
-The built site (the ``built_site`` fixture of conftest.py) is served on 127.0.0.1 by the
-standard library's http.server in a thread, and Debian's Chromium (``apt-get install
+Both builds of the book are checked, each the same way: the MkDocs site (the
+``built_site`` fixture of conftest.py, the published one) and the Zensical site
+(``zensical_site``, scripts/zensical_build.py); a test's id starts with its build. A site
+is served on 127.0.0.1 by the standard library's http.server in a thread, and Debian's Chromium (``apt-get install
 chromium``; ``.ci/run`` installs it) opens every page. Playwright's own browser downloads
 are never used: the tests launch ``/usr/bin/chromium`` (or ``$SITP_CHROMIUM``), and skip
 with a message when it is missing, except in CI, where a missing browser fails.
@@ -10,7 +12,8 @@ Checked on every page: it loads without console errors, page errors or failed re
 and requests nothing from a host other than 127.0.0.1; its math is typeset by KaTeX; its
 images load; its code blocks have copy buttons. Then: search finds the chapters, the
 light/dark toggle switches the palette, the notebook page shows its plots. Screenshots of
-key pages go to ``$SITP_SCREENSHOTS`` (default ``build/site-check``; CI uploads it).
+key pages go to ``$SITP_SCREENSHOTS`` (default ``build/site-check``; CI uploads it), the
+Zensical build's with the prefix ``zensical-``.
 
 Run alone: ``pytest -m browser tests`` (builds the site into a temporary directory).
 """
@@ -62,10 +65,30 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+BUILDS = ["mkdocs", "zensical"]
+# A notebook's figures: mkdocs-jupyter's HTML, or the images of nbconvert's Markdown page
+# (scripts/zensical_build.py).
+NOTEBOOK_IMAGES = {
+    "mkdocs": ".jp-RenderedImage img, .output_png img",
+    "zensical": ".md-content article img",
+}
+
+
+@pytest.fixture(scope="module", params=BUILDS)
+def build(request) -> str:
+    """Which builder made the site under test."""
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def server(built_site: Path):
+def site(build: str, request) -> Path:
+    return request.getfixturevalue("built_site" if build == "mkdocs" else "zensical_site")
+
+
+@pytest.fixture(scope="module")
+def server(site: Path):
     """The site on http://127.0.0.1:<free port>/, served from a thread."""
-    handler = functools.partial(_QuietHandler, directory=str(built_site))
+    handler = functools.partial(_QuietHandler, directory=str(site))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -90,10 +113,11 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def shots() -> Path:
+def shots(build: str) -> tuple[Path, str]:
+    """Where screenshots go, and the prefix of their names ("" for the MkDocs build)."""
     out = Path(os.environ.get("SITP_SCREENSHOTS", ROOT / "build" / "site-check"))
     out.mkdir(parents=True, exist_ok=True)
-    return out
+    return out, "" if build == "mkdocs" else f"{build}-"
 
 
 class Visit:
@@ -157,11 +181,11 @@ PAGES = sorted(
 )
 
 
-def test_every_source_page_is_in_the_site(built_site: Path):
+def test_every_source_page_is_in_the_site(site: Path):
     built = sorted(
-        "" if (rel := i.parent.relative_to(built_site).as_posix()) == "." else rel + "/"
-        for i in built_site.rglob("index.html")
-        if not i.relative_to(built_site).as_posix().startswith("assets/")
+        "" if (rel := i.parent.relative_to(site).as_posix()) == "." else rel + "/"
+        for i in site.rglob("index.html")
+        if not i.relative_to(site).as_posix().startswith("assets/")
     )
     assert built == PAGES
 
@@ -263,22 +287,40 @@ def test_math_is_typeset_by_katex(tab: Visit):
     assert page.locator(".arithmatex .katex").count() >= 10
 
 
-def _search(visit, query: str):
+# The search box of each build: Material's is in the header; Zensical's opens from a
+# button, in a dialog of its own (a shadow root, which Playwright's locators enter).
+SEARCH_UI = {
+    "mkdocs": {
+        "open": "input.md-search__input",
+        "box": "input.md-search__input",
+        "result": ".md-search-result__item",
+        "link": ".md-search-result__item a",
+    },
+    "zensical": {
+        "open": ".md-search__button",
+        "box": "input[role=combobox]",
+        "result": "a[role=option]",
+        "link": "a[role=option]",
+    },
+}
+
+
+def _search(visit, query: str, build: str):
     """The home page with ``query`` typed into the search box and its results shown."""
+    ui = SEARCH_UI[build]
     page = visit.open("")
-    box = page.locator("input.md-search__input")
-    box.click()
-    box.press_sequentially(query, delay=20)
-    page.wait_for_selector(".md-search-result__item", timeout=15_000)
+    page.locator(ui["open"]).first.click()
+    page.locator(ui["box"]).first.press_sequentially(query, delay=20)
+    page.locator(ui["result"]).first.wait_for(timeout=15_000)
     return page
 
 
 @pytest.mark.parametrize("query,expected", SEARCHES, ids=[q for q, _ in SEARCHES])
-def test_search_finds_the_chapter(server: str, browser, query: str, expected: str):
+def test_search_finds_the_chapter(server: str, browser, build: str, query: str, expected: str):
     visit = Visit(browser, server)
     try:
-        page = _search(visit, query)
-        hrefs = page.locator(".md-search-result__item a").evaluate_all(
+        page = _search(visit, query, build)
+        hrefs = page.locator(SEARCH_UI[build]["link"]).evaluate_all(
             "links => links.map(a => a.getAttribute('href'))"
         )
         assert any(expected in (href or "") for href in hrefs), (query, hrefs)
@@ -288,12 +330,13 @@ def test_search_finds_the_chapter(server: str, browser, query: str, expected: st
 
 
 @pytest.mark.parametrize("query", ["attention", "softmax", "gradient"])
-def test_search_previews_show_no_raw_latex(server: str, browser, query: str):
-    """The index holds each page's source text; hooks/book.py turns its math into text."""
+def test_search_previews_show_no_raw_latex(server: str, browser, build: str, query: str):
+    """The index holds each page's source text; hooks/book.py turns its math into text
+    (scripts/zensical_build.py, in Zensical's index)."""
     visit = Visit(browser, server)
     try:
-        page = _search(visit, query)
-        previews = page.locator(".md-search-result__item").all_inner_texts()
+        page = _search(visit, query, build)
+        previews = page.locator(SEARCH_UI[build]["result"]).all_inner_texts()
         raw = [
             t[:200]
             for t in previews
@@ -325,7 +368,8 @@ def test_notebook_page_has_the_chapters_width_and_a_toc(server: str, browser):
         visit.close()
 
 
-def test_palette_toggle_switches_light_and_dark(server: str, browser, shots: Path):
+def test_palette_toggle_switches_light_and_dark(server: str, browser, shots: tuple[Path, str]):
+    folder, prefix = shots
     visit = Visit(browser, server, color_scheme="light")
     try:
         page = visit.open("")
@@ -333,7 +377,7 @@ def test_palette_toggle_switches_light_and_dark(server: str, browser, shots: Pat
         assert page.evaluate(scheme) == "default"
         page.locator("form[data-md-component='palette'] label:visible").click()
         page.wait_for_function(f"({scheme})() === 'slate'")
-        page.screenshot(path=str(shots / "home-dark.png"))
+        page.screenshot(path=str(folder / f"{prefix}home-dark.png"))
         page.locator("form[data-md-component='palette'] label:visible").click()
         page.wait_for_function(f"({scheme})() === 'default'")
         assert not visit.problems, visit.problems
@@ -341,7 +385,7 @@ def test_palette_toggle_switches_light_and_dark(server: str, browser, shots: Pat
         visit.close()
 
 
-def test_notebook_page_shows_its_plots(server: str, browser):
+def test_notebook_page_shows_its_plots(server: str, browser, build: str):
     notebooks = [p for p in PAGES if p.startswith("notebooks/")]
     assert notebooks, "no notebook pages in the site"
     visit = Visit(browser, server)
@@ -349,8 +393,8 @@ def test_notebook_page_shows_its_plots(server: str, browser):
         for path in notebooks:
             page = visit.open(path)
             sizes = page.evaluate(
-                "() => [...document.querySelectorAll('.jp-RenderedImage img, .output_png img')]"
-                ".map(i => i.naturalWidth)"
+                "selector => [...document.querySelectorAll(selector)].map(i => i.naturalWidth)",
+                NOTEBOOK_IMAGES[build],
             )
             assert sizes and all(w > 0 for w in sizes), (path, sizes)
         assert not visit.problems, visit.problems
@@ -358,17 +402,18 @@ def test_notebook_page_shows_its_plots(server: str, browser):
         visit.close()
 
 
-def test_screenshots_of_key_pages(server: str, browser, shots: Path):
+def test_screenshots_of_key_pages(server: str, browser, shots: tuple[Path, str]):
+    folder, prefix = shots
     visit = Visit(browser, server, color_scheme="light")
     try:
         for path in SCREENSHOT_PAGES:
             page = visit.open(path)
             name = path.strip("/").replace("/", "-") or "home"
-            page.screenshot(path=str(shots / f"{name}.png"))
+            page.screenshot(path=str(folder / f"{prefix}{name}.png"))
         assert not visit.problems, visit.problems
     finally:
         visit.close()
-    assert all((shots / f).stat().st_size > 10_000 for f in ("home.png",))
+    assert (folder / f"{prefix}home.png").stat().st_size > 10_000
 
 
 def test_the_checks_catch_errors_and_other_hosts(tmp_path: Path, browser):
