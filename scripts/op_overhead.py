@@ -8,7 +8,8 @@ This script measures that cost per op, and where it goes.
 Part 1 (the comparison) times each op on (4, 8) float32 operands, (8, 8) for the
 matrix product, with the fair harness :mod:`sitp.bench.ab`: each library in its own
 worker process, one thread, pinned to the same core, warmed, the arms taking turns in
-``--rounds`` rounds. One timed call runs the op ``--inner`` times in a loop; the figure
+``--rounds`` rounds (``--clock cpu``: each worker's CPU seconds instead of the wall clock,
+for a machine that other jobs keep busy). One timed call runs the op ``--inner`` times in a loop; the figure
 is its seconds over ``--inner``, in microseconds (the loop's own cost, a few tens of
 nanoseconds, is in both libraries' figures). Each op is timed three ways: plain
 operands; operands with ``requires_grad=True`` (the forward only, recording the graph);
@@ -48,6 +49,8 @@ OPS = {
     "sum_last": "a.sum(-1)",
     "matmul": "a @ w",
     "slice_view": "a[:, 1:3]",
+    "view": "a.view(8, 4)",
+    "transpose": "a.t()",
     "masked_fill": "a.masked_fill(mask, 0)",
     "softmax": "F.softmax(a, -1)",
     "pow": "a.pow(2)",
@@ -86,6 +89,8 @@ def workload(lib: str, op: str, grad: bool = False, inner: int = 200):
         "sum_last": lambda: a.sum(-1),
         "matmul": lambda: a @ w,
         "slice_view": lambda: a[:, 1:3],
+        "view": lambda: a.view(8, 4),
+        "transpose": lambda: a.t(),
         "masked_fill": lambda: a.masked_fill(mask, 0),
         "softmax": lambda: F.softmax(a, -1),
         "pow": lambda: a.pow(2),
@@ -140,7 +145,14 @@ def compare(args) -> dict:
                     w["sitp_before"], f"{here}:workload", {"lib": "sitp", **kw}, warmup=3
                 )
                 ratios += [("sitp_before", "torch"), ("sitp_before", "sitp")]
-            res = ab.compare(arms, rounds=args.rounds, calls=args.calls, ratios=ratios, pause=0.05)
+            res = ab.compare(
+                arms,
+                rounds=args.rounds,
+                calls=args.calls,
+                ratios=ratios,
+                pause=0.05,
+                clock=args.clock,
+            )
             results[name] = res
             print(_row(name, res, args.inner), flush=True)
     return results
@@ -290,6 +302,12 @@ def main():
     ap.add_argument("--calls", type=int, default=7)
     ap.add_argument("--inner", type=int, default=200)
     ap.add_argument("--before", help="a source tree (DIR/src) of the old sitp, a third arm")
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="cpu: each worker's CPU seconds (on a machine other jobs keep busy)",
+    )
     ap.add_argument("--label-before", default="before", help="what --before is (a commit)")
     ap.add_argument("--label", default="working tree", help="what this sitp is (a commit)")
     ap.add_argument("--skip-compare", action="store_true")
@@ -305,6 +323,7 @@ def main():
         "label": args.label,
         "label_before": args.label_before if args.before else None,
         "note": "the machine is shared (2 vCPUs) and noisy: compare medians, read the ranges",
+        "clock": args.clock,
     }
     if not args.skip_compare:
         res = compare(args)
