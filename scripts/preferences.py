@@ -76,12 +76,12 @@ def judge(model, base_replies, task, tok, held, prompts, max_new, seed):
 
 
 def rl_on_reward_model(sft_model, rm, task, tok, train, held, held_prompts, max_new, seed, kl,
-                       steps, args):  # fmt: skip
+                       steps, lr, args):  # fmt: skip
     """``steps`` of GRPO from the SFT model rewarded by ``rm`` with KL coefficient ``kl``; every
     ``args.probe_every`` steps, one sampled reply to each held-out prompt (the same draws
     each time) scored by the reward model and by the judge. Returns (policy, record)."""
     policy = clone(sft_model)
-    opt = sitp.optim.AdamW(policy.parameters(), lr=args.rl_lr, weight_decay=0.0)
+    opt = sitp.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)
     gen = sitp.Generator().manual_seed(seed)
 
     def probe_point(step):
@@ -109,7 +109,7 @@ def rl_on_reward_model(sft_model, rm, task, tok, train, held, held_prompts, max_
             print(f"  rl (kl {kl:g}) step {step + 1}: reward model {c['rm']:+.3f}, judge "
                   f"{c['gold']:+.3f}, right {c['right']:.3f}, polite {c['polite']:.3f}, "
                   f"{c['chars']:.1f} chars, kl {stats['kl']:.4f}", flush=True)  # fmt: skip
-    return policy, {"kl_coef": kl, "history": history, "curve": curve}
+    return policy, {"kl_coef": kl, "lr": lr, "history": history, "curve": curve}
 
 
 def run_seed(seed, args, task, tok):
@@ -171,12 +171,13 @@ def run_seed(seed, args, task, tok):
     # GRPO against the reward model, with the over-optimisation curve
     rl_runs, policies = {}, [("sft", sft_model), ("dpo", dpo_model)]
     for spec in args.rl_runs.split(","):
-        kl, steps = float(spec.split(":")[0]), int(spec.split(":")[1])
+        kl, steps, lr = (float(x) for x in spec.split(":"))
+        steps = int(steps)
         t0 = time.perf_counter()
         name = f"rl-kl{kl:g}"
         policy, rl_runs[name] = rl_on_reward_model(sft_model, rm, task, tok, train, held,
                                                    held_prompts, max_new, seed, kl, steps,
-                                                   args)  # fmt: skip
+                                                   lr, args)  # fmt: skip
         policies.append((name, policy))
         times[name] = time.perf_counter() - t0
 
@@ -201,16 +202,15 @@ def main():
     p.add_argument("--task", default="chain1")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds, one run each")
     p.add_argument("--pretrain-steps", type=int, default=300)
-    p.add_argument("--sft-steps", type=int, default=300)
+    p.add_argument("--sft-steps", type=int, default=200)
     p.add_argument("--rm-steps", type=int, default=150)
     p.add_argument("--rm-lr", type=float, default=1e-3)
     p.add_argument("--dpo-steps", type=int, default=150)
-    p.add_argument("--dpo-lr", type=float, default=3e-4)
+    p.add_argument("--dpo-lr", type=float, default=1e-4)
     p.add_argument("--dpo-beta", type=float, default=0.1)
     p.add_argument("--rl-prompts", type=int, default=8)
-    p.add_argument("--rl-lr", type=float, default=3e-4)
-    p.add_argument("--rl-runs", default="0.05:60,0:100",
-                   help="RL runs against the reward model, each KL coefficient:steps")  # fmt: skip
+    p.add_argument("--rl-runs", default="0.05:50:1e-4,0:60:3e-4",
+                   help="RL runs against the reward model, each KL coefficient:steps:lr")  # fmt: skip
     p.add_argument("--rl-epochs", type=int, default=2)
     p.add_argument("--probe-every", type=int, default=5)
     p.add_argument("--rounds", type=int, default=2, help="samples per held-out prompt to judge")
@@ -220,7 +220,7 @@ def main():
     args = p.parse_args()
     if args.small:
         args.pretrain_steps, args.sft_steps, args.rm_steps, args.dpo_steps = 20, 20, 5, 5
-        args.rl_runs, args.probe_every, args.rounds = "0.05:4,0:2", 2, 1
+        args.rl_runs, args.probe_every, args.rounds = "0.05:4:1e-4,0:2:3e-4", 2, 1
     task, tok = get_task(args.task), ChatTokenizer(ByteTokenizer())
     load_start = [round(x, 2) for x in os.getloadavg()]
     print(f"CPU: {cpu_model()}, {os.cpu_count()} logical CPUs; task {task.name}", flush=True)

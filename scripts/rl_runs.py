@@ -23,6 +23,7 @@ Everything but the timings is fixed by the seeds.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -36,7 +37,7 @@ from sitp.models.gpt import GPT, GPTConfig
 from sitp.posttrain.chat import ChatTokenizer
 from sitp.posttrain.evaluate import evaluate
 from sitp.posttrain.sft import sft
-from sitp.posttrain.tasks import get_task
+from sitp.posttrain.tasks import get_task, lenient_check
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from posttrain_demo import clone, pretrain, report, rl_stage, write_json  # noqa: E402
@@ -91,33 +92,42 @@ def run_variant(sft_model, tok, task, held, max_new, seed, args, epochs, kl, nor
 
 def run_seed(seed, args, tok):
     out = {"seed": seed}
-    task = get_task("chain1")
-    print(f"seed {seed}: chain1", flush=True)
-    model, held, max_new, stages = base_model(task, tok, seed, args)
-    out["chain1"] = {"stages": stages, "rl": {}}
-    for name, (epochs, kl, norm) in VARIANTS.items():
-        print(f"  {name}", flush=True)
-        rl_model, result = run_variant(model, tok, task, held, max_new, seed, args, epochs, kl,
-                                       norm, "strict", args.rl_temperature)  # fmt: skip
-        out["chain1"]["rl"][name] = result
-        if name == "grpo" and args.samples:
-            out["chain1"]["pass_at_k"] = {
-                "sft": pass_at_ks(model, tok, task, held, max_new, seed, args.samples),
-                "grpo": pass_at_ks(rl_model, tok, task, held, max_new, seed, args.samples)}  # fmt: skip
-    task = get_task("count")
-    print(f"seed {seed}: count", flush=True)
-    model, held, max_new, stages = base_model(task, tok, seed, args)
-    budget = max_new + 6  # room for a reply longer than any right one: a list of counts
-    out["count"] = {"stages": stages, "rl": {}}
-    for reward in ("strict", "lenient"):
-        print(f"  {reward}", flush=True)
-        rl_model, result = run_variant(model, tok, task, held, budget, seed, args,
-                                       *VARIANTS["grpo"], reward, 1.0)  # fmt: skip
-        out["count"]["rl"][reward] = result
-        if reward == "strict" and args.samples:
-            out["count"]["pass_at_k"] = {
-                "sft": pass_at_ks(model, tok, task, held, max_new, seed, args.samples),
-                "grpo": pass_at_ks(rl_model, tok, task, held, max_new, seed, args.samples)}  # fmt: skip
+    if "chain1" in args.parts:
+        task = get_task("chain1")
+        print(f"seed {seed}: chain1", flush=True)
+        model, held, max_new, stages = base_model(task, tok, seed, args)
+        out["chain1"] = {"stages": stages, "rl": {}}
+        for name, (epochs, kl, norm) in VARIANTS.items():
+            print(f"  {name}", flush=True)
+            rl_model, result = run_variant(model, tok, task, held, max_new, seed, args, epochs,
+                                           kl, norm, "strict", args.rl_temperature)  # fmt: skip
+            out["chain1"]["rl"][name] = result
+            if name == "grpo" and args.samples:
+                out["chain1"]["pass_at_k"] = {
+                    "sft": pass_at_ks(model, tok, task, held, max_new, seed, args.samples),
+                    "grpo": pass_at_ks(rl_model, tok, task, held, max_new, seed, args.samples)}  # fmt: skip
+    if "count" in args.parts:
+        task = get_task("count")
+        print(f"seed {seed}: count", flush=True)
+        model, held, max_new, stages = base_model(task, tok, seed, args)
+        budget = max_new + 6  # room for a reply longer than any right one: a list of counts
+        out["count"] = {"stages": stages, "rl": {}, "temperature": args.count_temperature,
+                        "lr": args.count_lr}  # fmt: skip
+        for reward in ("strict", "lenient"):
+            print(f"  {reward}", flush=True)
+            opts = SimpleNamespace(**{**vars(args), "rl_lr": args.count_lr})
+            rl_model, result = run_variant(model, tok, task, held, budget, seed, opts,
+                                           *VARIANTS["grpo"], reward, args.count_temperature)  # fmt: skip
+            greedy = evaluate(rl_model, tok, task, held, max_new_tokens=budget)["first_replies"]
+            result["heldout_greedy"] = {
+                "strict": sum(task.check(p, t) for p, t in zip(held, greedy)) / len(held),
+                "lenient": sum(lenient_check(task, p, t) for p, t in zip(held, greedy)) / len(held),
+                "replies": sorted(set(greedy))[:12]}  # fmt: skip
+            out["count"]["rl"][reward] = result
+            if reward == "strict" and args.samples:
+                out["count"]["pass_at_k"] = {
+                    "sft": pass_at_ks(model, tok, task, held, max_new, seed, args.samples),
+                    "grpo": pass_at_ks(rl_model, tok, task, held, max_new, seed, args.samples)}  # fmt: skip
     return out
 
 
@@ -130,6 +140,11 @@ def main():
     p.add_argument("--rl-lr", type=float, default=1e-4)
     p.add_argument("--rl-temperature", type=float, default=0.7)
     p.add_argument("--samples", type=int, default=64, help="samples per problem for pass@k")
+    p.add_argument("--parts", default="chain1,count", help="chain1 (the variants), count")
+    p.add_argument("--count-temperature", type=float, default=2.0,
+                   help="sampling temperature of the count runs (exploration)")  # fmt: skip
+    p.add_argument("--count-lr", type=float, default=3e-4)
+    p.add_argument("--append", action="store_true", help="keep the runs already in --json")
     p.add_argument("--small", action="store_true")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args()
@@ -139,6 +154,8 @@ def main():
     load_start = [round(x, 2) for x in os.getloadavg()]
     print(f"CPU: {cpu_model()}, {os.cpu_count()} logical CPUs", flush=True)
     runs = []
+    if args.append and args.json and Path(args.json).exists():
+        runs = json.loads(Path(args.json).read_text())["runs"]
     for seed in (int(s) for s in args.seeds.split(",")):
         t0 = time.perf_counter()
         runs.append(run_seed(seed, args, tok))

@@ -184,9 +184,9 @@ def test_gold_utility_by_hand_and_the_styles():
     task = get_task("chain1")
     p = task.problems("heldout", 1, seed=0)[0]
     ref = task.reference(p)
-    assert prefs.gold_utility(task, p, ref) == pytest.approx(2 - 0.05 * len(ref))
+    assert prefs.gold_utility(task, p, ref) == pytest.approx(4 - 0.05 * len(ref))
     polite = "Sure! " + ref + " Thanks!"  # polite counts once
-    assert prefs.gold_utility(task, p, polite) == pytest.approx(3 - 0.05 * len(polite))
+    assert prefs.gold_utility(task, p, polite) == pytest.approx(5 - 0.05 * len(polite))
     assert prefs.gold_utility(task, p, "Thanks") == pytest.approx(1 - 0.3)
     convos = prefs.styled_conversations(task, [p], copies=40, seed=0)
     replies = {c[1]["content"] for c in convos}

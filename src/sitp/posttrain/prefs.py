@@ -7,11 +7,11 @@ not a rule they write down. This module stages that situation on the generated t
 * :func:`styled` wraps a task's reference reply in one of :data:`PREFIXES` and one of
   :data:`SUFFIXES` ("Sure! ", " Thanks!", " :)", ...), drawn at random, so that a model
   fine-tuned on :func:`styled_conversations` writes every style;
-* :func:`gold_utility` is the hidden judge, a number per reply: 2 for a right answer
+* :func:`gold_utility` is the hidden judge, a number per reply: 4 for a right answer
   (the task's strict checker), 1 for politeness (a "Sure" or a "Thanks", counted once),
-  and minus 0.05 per character. It prefers "Sure! 12" to "12", and "12" to
-  "Sure! 12 Thanks!"'s extra words only by a little. The learners never read it: they
-  see only which of two replies was preferred;
+  and minus 0.05 per character. A right reply beats every wrong one; among right ones
+  it prefers "Sure! 12" to "12", and "12" to "Sure! 12 Thanks!"'s extra words. The
+  learners never read it: they see only which of two replies was preferred;
 * :func:`label_pairs` plays the annotator: reply a is preferred to b with probability
   ``sigmoid((u_a - u_b) / temperature)``, the Bradley–Terry model of the judge, so close
   calls are noisy and clear ones are not;
@@ -44,7 +44,7 @@ PREFIXES = ("", "Sure! ", "Hmm, ", "Ok. ")
 SUFFIXES = ("", " Thanks!", " :)", " Bye!")
 POLITE_WORDS = ("Sure", "Thanks")
 #: The judge's weights: a right answer, politeness (once), and each character's cost.
-W_CORRECT, W_POLITE, W_CHAR = 2.0, 1.0, 0.05
+W_CORRECT, W_POLITE, W_CHAR = 4.0, 1.0, 0.05
 
 
 def styled(reply: str, rng: random.Random) -> str:
@@ -63,7 +63,7 @@ def styled_conversations(task, problems, copies: int = 2, seed: int = 0) -> list
 
 
 def gold_utility(task, problem, reply: str) -> float:
-    """The hidden judge's score of ``reply``: ``2 [right] + 1 [polite] - 0.05 len``."""
+    """The hidden judge's score of ``reply``: ``4 [right] + 1 [polite] - 0.05 len``."""
     right = bool(task.check(problem, reply))
     polite = any(word in reply for word in POLITE_WORDS)
     return W_CORRECT * right + W_POLITE * polite - W_CHAR * len(reply)
