@@ -103,7 +103,7 @@ def test_sigkill_then_resume_on_three_ranks(mpi, tmp_path):
     ended = time.time()
     assert done.returncode != 0, output(done)
     killed = float(done.stdout.split("killing rank 1 at ")[1].split()[0])
-    assert ended - killed < 5, f"the job took {ended - killed:.1f} s to end\n{output(done)}"
+    assert ended - killed < 10, f"the job took {ended - killed:.1f} s to end\n{output(done)}"
     assert "rank 1" in done.stderr and "signal" in done.stderr.lower(), output(done)
     saved = sitp.load(ckpt, weights_only=False)  # the last complete checkpoint, whole
     assert saved["step"] == KILL_AT and not Path(f"{ckpt}.tmp").exists()
