@@ -367,49 +367,6 @@ def test_clip_grad_norm_scales_as_mul_does():
         np.testing.assert_allclose(p.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-7)
 
 
-# ---------------------------------------------------------------- optimizers
-def _strided_leaf(x):
-    """A leaf with x's values and a non-contiguous layout: the composed update's path."""
-    wide = sitp.zeros(x.shape[0], 2 * x.shape[1])
-    wide[:, ::2] = x
-    v = wide[:, ::2]
-    assert not v.is_contiguous()
-    return v.requires_grad_()
-
-
-@pytest.mark.parametrize(
-    "opt,kw",
-    [
-        ("SGD", dict(lr=0.1)),
-        ("SGD", dict(lr=0.1, momentum=0.9, weight_decay=0.01)),
-        ("SGD", dict(lr=0.05, momentum=0.8, dampening=0.3, maximize=True)),
-        ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=1.0)),
-    ],
-)
-def test_one_pass_updates_equal_the_composed_ones(opt, kw):
-    """SGD's numpy update is its composed update, bit for bit. (Adam's one-pass kernel
-    computes in float64 registers, so it is compared with torch in test_optim.)"""
-    g = sitp.Generator().manual_seed(9)
-    x = sitp.randn(3, 4, generator=g)
-    fast, slow = x.clone().requires_grad_(), _strided_leaf(x)
-    of, osl = getattr(sitp.optim, opt)([fast], **kw), getattr(sitp.optim, opt)([slow], **kw)
-    for _ in range(3):
-        grad = sitp.randn(3, 4, generator=g)
-        fast.grad, slow.grad = grad.clone(), _strided_leaf(grad).detach()
-        of.step()
-        osl.step()
-        np.testing.assert_array_equal(fast.detach().numpy(), slow.detach().numpy())
-    # and both follow torch's optimizer
-    t = torch.from_numpy(x.numpy().copy()).requires_grad_()
-    ot = getattr(torch.optim, opt)([t], **kw)
-    g = sitp.Generator().manual_seed(9)
-    sitp.randn(3, 4, generator=g)
-    for _ in range(3):
-        t.grad = torch.from_numpy(sitp.randn(3, 4, generator=g).numpy().copy())
-        ot.step()
-    np.testing.assert_allclose(fast.detach().numpy(), t.detach().numpy(), rtol=1e-5, atol=1e-6)
-
-
 def test_whole_powers_are_products():
     """x**2, x**3 and x**1 are computed as products (the general path is libm's pow):
     x**2 is what pow gives (a float32 square is exact in float64, rounded once), x**3 what

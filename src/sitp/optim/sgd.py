@@ -12,11 +12,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-import numpy as np
-
-from sitp._tensor.creation import _from_numpy_owned
 from sitp.autograd.grad_mode import no_grad
-from sitp.optim.optimizer import Optimizer, _flats
+from sitp.optim.optimizer import Optimizer
 
 
 class SGD(Optimizer):
@@ -30,10 +27,8 @@ class SGD(Optimizer):
         weight_decay: L2 penalty :math:`\\lambda`: adds :math:`\\lambda\\theta` to the gradient.
         nesterov: use Nesterov's look-ahead form (needs momentum > 0 and no dampening).
         maximize: ascend the objective instead of descending it.
-        foreach, fused: accepted for compatibility with PyTorch and ignored: a contiguous
-            CPU parameter is updated by numpy in its storage (the arithmetic of the
-            composed step below, operation for operation, without its temporaries'
-            tensors and launches), any other by the composed step.
+        foreach, fused: accepted for compatibility with PyTorch and ignored (sitp has one
+            implementation: a loop over the parameters).
 
     >>> import sitp
     >>> w = sitp.tensor([1.0, -2.0], requires_grad=True)
@@ -94,8 +89,6 @@ class SGD(Optimizer):
                 for p in group["params"]:
                     if p.grad is None:
                         continue
-                    if self._numpy_step(p, group):
-                        continue
                     g = p.grad if not group["maximize"] else -p.grad
                     if wd != 0:
                         g = g.add(p, alpha=wd)  # g + λθ: the gradient of λ/2 |θ|²
@@ -111,35 +104,3 @@ class SGD(Optimizer):
         return loss
 
     # --8<-- [end:step]
-
-    def _numpy_step(self, p, group) -> bool:
-        """``step``'s update of ``p`` by numpy ufuncs on the storages of a contiguous CPU
-        parameter, gradient and buffer, each operation of the composed update in its
-        order and dtype (a Python number rounded to the tensors' dtype first, as the ops
-        round it), so the result is the composed update's, bit for bit. False, having done
-        nothing, for any other parameter."""
-        lr, mu, wd = group["lr"], group["momentum"], group["weight_decay"]
-        state = self.state[p] if mu != 0 else None
-        buf = state.get("momentum_buffer") if state is not None else None
-        arrays = _flats(p, p.grad) if buf is None else _flats(p, p.grad, buf)
-        if arrays is None:
-            return False
-        pf, g = arrays[0], arrays[1]
-        num = pf.dtype.type
-        if group["maximize"]:
-            g = np.negative(g)
-        if wd != 0:  # g + λθ
-            g = np.add(g, np.multiply(pf, num(wd)) if wd != 1 else pf)
-        if mu != 0:
-            if buf is None:  # first step: b = g
-                b = g.copy()
-                state["momentum_buffer"] = _from_numpy_owned(b.reshape(p.shape))
-            else:  # b = μ b + (1 - dampening) g
-                b, d = arrays[2], 1 - group["dampening"]
-                np.multiply(b, num(mu), out=b)
-                np.add(b, np.multiply(g, num(d)) if d != 1 else g, out=b)
-                buf._vc[0] += 2  # two in-place writes, as mul_ and add_
-            g = np.add(g, np.multiply(b, num(mu)) if mu != 1 else b) if group["nesterov"] else b
-        np.add(pf, np.multiply(g, num(-lr)) if -lr != 1 else g, out=pf)  # θ = θ - lr g
-        p._vc[0] += 1
-        return True
