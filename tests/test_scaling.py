@@ -93,6 +93,15 @@ def test_fit_recovers_the_parameters_of_exact_points():
     assert fit.rms < 1e-4
 
 
+def test_fit_with_E_held_fits_the_rest_and_a_wrong_E_fits_worse():
+    N, D, L = law_points()
+    held = fit_scaling_law(N, D, L, E=TRUE["E"])
+    assert held.E == TRUE["E"] and held.rms < 1e-4
+    for name in ("A", "alpha", "B", "beta"):
+        assert math.isclose(getattr(held, name), TRUE[name], rel_tol=2e-3), name
+    assert fit_scaling_law(N, D, L, E=TRUE["E"] - 0.3).rms > 100 * held.rms
+
+
 def test_bootstrap_intervals_cover_the_truth_with_noise():
     N, D, L = law_points(noise=0.003, seed=1)
     fits = bootstrap(N, D, L, rounds=40, seed=0)

@@ -68,9 +68,10 @@ class ScalingFit:
 
 
 # --8<-- [start:fit]
-def _best_on_grid(xN_an, xD_bn, L_n, w_n):
+def _best_on_grid(xN_an, xD_bn, L_n, w_n, free_E=True):
     """For every (alpha, beta) of the grid: the weighted least-squares (E, A, B) and its
     sum of squares. The sums of the normal equations are matrix products over the runs.
+    With ``free_E=False`` the law has no constant (E is held at 0): (A, B) alone.
 
     Returns the flat index of the best feasible pair (E, A, B >= 0), its (E, A, B), its SSE.
     """
@@ -89,6 +90,8 @@ def _best_on_grid(xN_an, xD_bn, L_n, w_n):
     G_ab33[..., 1, 2] = G_ab33[..., 2, 1] = sND_ab
     r_ab3 = np.empty((a, b, 3))
     r_ab3[..., 0], r_ab3[..., 1], r_ab3[..., 2] = sL, sNL_a[:, None], sDL_b[None, :]
+    if not free_E:  # the 2 x 2 block of A and B
+        G_ab33, r_ab3 = G_ab33[..., 1:, 1:], r_ab3[..., 1:]
     try:
         theta_ab3 = np.linalg.solve(G_ab33, r_ab3[..., None])[..., 0]
     except np.linalg.LinAlgError:  # a draw that makes some pair's columns dependent
@@ -96,10 +99,11 @@ def _best_on_grid(xN_an, xD_bn, L_n, w_n):
     sse_ab = sLL - (theta_ab3 * r_ab3).sum(-1)  # at the solution, SSE = sum wL^2 - theta.r
     sse_ab[(theta_ab3 < 0).any(axis=-1)] = np.inf  # a loss has no negative part
     best = int(np.argmin(sse_ab))
-    return best, theta_ab3.reshape(-1, 3)[best], float(sse_ab.reshape(-1)[best])
+    theta = theta_ab3.reshape(-1, theta_ab3.shape[-1])[best]
+    return best, (theta if free_E else np.r_[0.0, theta]), float(sse_ab.reshape(-1)[best])
 
 
-def fit_scaling_law(N, D, L, weights=None, alphas=None, betas=None, refine=2) -> ScalingFit:
+def fit_scaling_law(N, D, L, weights=None, alphas=None, betas=None, refine=2, E=None) -> ScalingFit:
     """Fits ``L = E + A / N^alpha + B / D^beta`` by least squares.
 
     Args:
@@ -109,6 +113,8 @@ def fit_scaling_law(N, D, L, weights=None, alphas=None, betas=None, refine=2) ->
             the refinements stay inside it, so an exponent found at its edge is a sign
             that the runs do not pin it down.
         refine: how many times the grid is refined around its best pair, ten times finer each.
+        E: hold the constant at this value and fit the other four (a hypothesis to test:
+            does the law with a known floor fit the runs as well?).
 
     Returns:
         A :class:`ScalingFit`.
@@ -134,7 +140,7 @@ def fit_scaling_law(N, D, L, weights=None, alphas=None, betas=None, refine=2) ->
     for level in range(refine + 1):
         xN_an = np.exp(-alphas[:, None] * lN_n[None, :])
         xD_bn = np.exp(-betas[:, None] * lD_n[None, :])
-        best, (E, A0, B0), sse = _best_on_grid(xN_an, xD_bn, L, w_n)
+        best, (E0, A0, B0), sse = _best_on_grid(xN_an, xD_bn, L - (E or 0.0), w_n, E is None)
         alpha, beta = float(alphas[best // len(betas)]), float(betas[best % len(betas)])
         if level < refine:  # ten times finer, around the best pair
             da, db = np.diff(alphas).min(), np.diff(betas).min()
@@ -146,6 +152,7 @@ def fit_scaling_law(N, D, L, weights=None, alphas=None, betas=None, refine=2) ->
         raise ValueError("no exponents on the grid give E, A and B >= 0")
     rms = float(np.sqrt(max(sse, 0.0) / w_n.sum()))
     # back to N and D themselves: A0 (N / N0)^-alpha = (A0 N0^alpha) N^-alpha
+    E = E0 if E is None else E
     return ScalingFit(float(E), float(A0 * N0**alpha), alpha, float(B0 * D0**beta), beta, rms)
 
 
