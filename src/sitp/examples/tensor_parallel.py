@@ -14,17 +14,26 @@ from __future__ import annotations
 import sitp
 import sitp.distributed as dist
 import sitp.nn.functional as F
-from sitp.distributed.tensor.parallel import copy_to_parallel, reduce_from_parallel
+from sitp.distributed.tensor.parallel import (
+    copy_to_parallel,
+    gather_from_sequence_parallel,
+    reduce_from_parallel,
+    reduce_scatter_to_sequence_parallel,
+)
 
 
 # --8<-- [start:attention]
 class HeadParallelAttention(sitp.nn.Module):
     """The heads ``r H/p .. (r + 1) H/p`` of ``attn`` (a ``CausalSelfAttention``) on rank
     ``r``: their q, k and v rows of ``c_attn`` (column-parallel) and their columns of
-    ``c_proj`` (row-parallel, its bias whole on every rank)."""
+    ``c_proj`` (row-parallel, its bias whole on every rank). With ``sequence_parallel``
+    its input and output are this rank's positions, ``(B, T/p, C)``: the input is
+    all-gathered along the sequence and the output reduce-scattered along it, instead of
+    ``f`` and ``g``."""
 
-    def __init__(self, attn, group=None):
+    def __init__(self, attn, group=None, sequence_parallel=False):
         super().__init__()
+        self.sequence_parallel = sequence_parallel
         p, r = dist.get_world_size(group), dist.get_rank(group)
         C, H = attn.n_embd, attn.n_head
         if H % p:
@@ -41,8 +50,11 @@ class HeadParallelAttention(sitp.nn.Module):
             self.c_proj.bias.copy_(attn.c_proj.bias.detach())
 
     def forward(self, x_BTC, rope=None, kv_cache=None, mask=None):  # a Block's call
+        if self.sequence_parallel:  # (B, T/p, C) -> (B, T, C)
+            x_BTC = gather_from_sequence_parallel(x_BTC, self.group)
+        else:
+            x_BTC = copy_to_parallel(x_BTC, self.group)  # f: the input's gradient summed
         B, T, _ = x_BTC.shape
-        x_BTC = copy_to_parallel(x_BTC, self.group)  # f: the input's gradient summed
         qkv = self.c_attn(x_BTC)  # (B, T, 3 C/p): this rank's heads only
         q, k, v = (
             t.view(B, T, self.heads, self.hs).transpose(1, 2)  # (B, H/p, T, D)
@@ -51,6 +63,8 @@ class HeadParallelAttention(sitp.nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         y_BTc = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.hs)
         partial = y_BTc @ self.c_proj.weight.t()  # these heads' share of the output
+        if self.sequence_parallel:  # this rank's positions of the sum, (B, T/p, C)
+            return reduce_scatter_to_sequence_parallel(partial, self.group) + self.c_proj.bias
         return reduce_from_parallel(partial, self.group) + self.c_proj.bias  # g
 
 

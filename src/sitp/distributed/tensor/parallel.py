@@ -34,16 +34,22 @@ import fnmatch
 import types
 
 from sitp import distributed as dist
+from sitp._tensor import creation
+from sitp.autograd import engine
 from sitp.autograd.function import Function
 from sitp.autograd.grad_mode import no_grad
+from sitp.distributed.tensor import Replicate, Shard
 
 __all__ = [
     "ColwiseParallel",
     "ParallelStyle",
     "RowwiseParallel",
+    "SequenceParallel",
     "copy_to_parallel",
+    "gather_from_sequence_parallel",
     "parallelize_module",
     "reduce_from_parallel",
+    "reduce_scatter_to_sequence_parallel",
 ]
 
 
@@ -78,6 +84,71 @@ class _ReduceFromParallel(Function):
 
 
 # --8<-- [end:f_and_g]
+
+
+# --8<-- [start:sequence]
+def _all_gather_seq(x, group):
+    """(B, T/p, ...) on each rank -> (B, T, ...) on every rank, the ranks' pieces in order."""
+    p = dist.get_world_size(group)
+    x = x.contiguous()
+    out = creation.empty((p, *x.shape), dtype=x.dtype)  # (p, B, T/p, ...)
+    dist.all_gather_into_tensor(out, x, group=group)
+    B, t = x.shape[0], x.shape[1]
+    return out.transpose(0, 1).reshape(B, p * t, *x.shape[2:])
+
+
+def _reduce_scatter_seq(x, group):
+    """(B, T, ...) partial sums on each rank -> this rank's (B, T/p, ...) of their sum."""
+    p = dist.get_world_size(group)
+    B, T, rest = x.shape[0], x.shape[1], tuple(x.shape[2:])
+    if T % p:
+        raise ValueError(f"a sequence of {T} positions cannot be split over {p} ranks")
+    pieces = x.reshape(B, p, T // p, *rest).transpose(0, 1).contiguous()  # (p, B, T/p, ...)
+    out = creation.empty((B, T // p, *rest), dtype=x.dtype)
+    dist.reduce_scatter_tensor(out, pieces, group=group)
+    return out
+
+
+class _GatherSequence(Function):
+    """Into a tensor-parallel region: all-gather the sequence; backward, reduce-scatter."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _all_gather_seq(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _reduce_scatter_seq(grad, ctx.group), None
+
+
+class _ReduceScatterSequence(Function):
+    """Out of a tensor-parallel region: reduce-scatter along the sequence; backward,
+    all-gather."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _reduce_scatter_seq(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _all_gather_seq(grad, ctx.group), None
+
+
+# --8<-- [end:sequence]
+
+
+def gather_from_sequence_parallel(x, group=None):
+    """Megatron's ``g`` of sequence parallelism: the ranks' (B, T/p, C) pieces all-gathered
+    into (B, T, C); backward, the gradient reduce-scattered back to the pieces."""
+    return _GatherSequence.apply(x, group)
+
+
+def reduce_scatter_to_sequence_parallel(x, group=None):
+    """Megatron's ``g-bar``: the ranks' partial (B, T, C) sums reduce-scattered along the
+    sequence into (B, T/p, C); backward, the gradient all-gathered."""
+    return _ReduceScatterSequence.apply(x, group)
 
 
 def copy_to_parallel(x, group=None):
@@ -120,7 +191,14 @@ class ColwiseParallel(ParallelStyle):
     """Split a ``Linear``'s output features: rank ``r`` keeps rows ``r`` of ``p`` of the
     weight and the bias; its input is the whole ``x`` and its output its slice of the
     features (torch's defaults: ``input_layouts=Replicate()``,
-    ``output_layouts=Shard(-1)``, ``use_local_output=True``)."""
+    ``output_layouts=Shard(-1)``, ``use_local_output=True``). ``input_layouts=Shard(1)``:
+    the input comes split along the sequence (sequence parallelism) and is all-gathered."""
+
+    def __init__(self, *, input_layouts=None, output_layouts=None, use_local_output=True):
+        self.seq_input = _layout(input_layouts, Replicate(), "ColwiseParallel", "input_layouts")
+        _layout(output_layouts, Shard(-1), "ColwiseParallel", "output_layouts")
+        if use_local_output is not True:
+            raise NotImplementedError("sitp has no DTensor: use_local_output must be True")
 
     def _apply(self, module, group):
         _check_linear(module, "ColwiseParallel")
@@ -130,8 +208,10 @@ class ColwiseParallel(ParallelStyle):
             if module.bias is not None:
                 module.bias.data = _split(module.bias.detach(), 0, p, r, "the bias")
 
+        enter = gather_from_sequence_parallel if self.seq_input else copy_to_parallel
+
         def forward(self, x):
-            y = copy_to_parallel(x, group) @ self.weight.t()  # (..., out/p)
+            y = enter(x, group) @ self.weight.t()  # (..., out/p)
             return y if self.bias is None else y + self.bias
 
         object.__setattr__(module, "forward", types.MethodType(forward, module))
@@ -141,7 +221,14 @@ class RowwiseParallel(ParallelStyle):
     """Split a ``Linear``'s input features: rank ``r`` keeps columns ``r`` of ``p`` of the
     weight and the whole bias; its input is its slice of the features, and the partial
     products are summed over the ranks before the bias (torch's defaults:
-    ``input_layouts=Shard(-1)``, ``output_layouts=Replicate()``)."""
+    ``input_layouts=Shard(-1)``, ``output_layouts=Replicate()``). ``output_layouts=Shard(1)``:
+    the sums are reduce-scattered along the sequence instead (sequence parallelism)."""
+
+    def __init__(self, *, input_layouts=None, output_layouts=None, use_local_output=True):
+        _layout(input_layouts, Shard(-1), "RowwiseParallel", "input_layouts")
+        self.seq_output = _layout(output_layouts, Replicate(), "RowwiseParallel", "output_layouts")
+        if use_local_output is not True:
+            raise NotImplementedError("sitp has no DTensor: use_local_output must be True")
 
     def _apply(self, module, group):
         _check_linear(module, "RowwiseParallel")
@@ -149,14 +236,42 @@ class RowwiseParallel(ParallelStyle):
         with no_grad():
             module.weight.data = _split(module.weight.detach(), 1, p, r, "the weight")
 
+        leave = reduce_scatter_to_sequence_parallel if self.seq_output else reduce_from_parallel
+
         def forward(self, x):
-            y = reduce_from_parallel(x @ self.weight.t(), group)  # the partial sums, summed
+            y = leave(x @ self.weight.t(), group)  # the partial sums, summed
             return y if self.bias is None else y + self.bias
 
         object.__setattr__(module, "forward", types.MethodType(forward, module))
 
 
+class SequenceParallel(ParallelStyle):
+    """A layer that works on each position alone (a layer norm, a dropout) run on this
+    rank's positions only, ``(B, T/p, C)``, with its weights whole on every rank (torch's
+    ``SequenceParallel()``, sequence dimension 1). Each rank's weight gradient covers its
+    positions; a post-accumulate hook sums them over the ranks."""
+
+    def _apply(self, module, group):
+        def summed(q):
+            dist.all_reduce(q.grad, group=group)
+
+        for q in module.parameters():
+            engine.register_post_accumulate_grad_hook(q, summed)
+
+
 # --8<-- [end:styles]
+
+
+def _layout(given, default, style: str, name: str) -> bool:
+    """True for a sequence-sharded layout (``Shard(1)``), False for the default."""
+    if given is None or given == default:
+        return False
+    if given == Shard(1):
+        return True
+    raise NotImplementedError(
+        f"{style}: {name}={given!r} is not implemented (sitp takes {default!r}, the "
+        "default, or Shard(1) for sequence parallelism)"
+    )
 
 
 def parallelize_module(module, device_mesh=None, parallelize_plan=None, *, src_data_rank=0):
