@@ -88,47 +88,43 @@ class TensorInplace:
                 self.retain_grad()
         return self
 
+    # Each in-place op below records itself when _check_inplace says so; otherwise no
+    # operand requires grad or grad mode is off, so its out-of-place arithmetic records
+    # nothing either, and it runs as it is (a no_grad block there would change nothing).
     def add_(self, other, alpha=1):
         if _check_inplace(self, other):
             return self._record_inplace(lambda x: x + (other * alpha if alpha != 1 else other))
-        with no_grad():
-            return self._inplace(self + (other * alpha if alpha != 1 else other))
+        return self._inplace(self + (other * alpha if alpha != 1 else other))
 
     def sub_(self, other, alpha=1):
         if _check_inplace(self, other):
             return self._record_inplace(lambda x: x - (other * alpha if alpha != 1 else other))
-        with no_grad():
-            return self._inplace(self - (other * alpha if alpha != 1 else other))
+        return self._inplace(self - (other * alpha if alpha != 1 else other))
 
     def mul_(self, other):
         if _check_inplace(self, other):
             return self._record_inplace(lambda x: x * other)
-        with no_grad():
-            return self._inplace(self * other)
+        return self._inplace(self * other)
 
     def div_(self, other):
         if _check_inplace(self, other):
             return self._record_inplace(lambda x: x / other)
-        with no_grad():
-            return self._inplace(self / other)
+        return self._inplace(self / other)
 
     def addcmul_(self, t1, t2, value=1):
         if _check_inplace(self, t1, t2):
             return self._record_inplace(lambda x: x + t1 * t2 * value)
-        with no_grad():
-            return self._inplace(self + t1 * t2 * value)
+        return self._inplace(self + t1 * t2 * value)
 
     def addcdiv_(self, t1, t2, value=1):
         if _check_inplace(self, t1, t2):
             return self._record_inplace(lambda x: x + t1 / t2 * value)
-        with no_grad():
-            return self._inplace(self + t1 / t2 * value)
+        return self._inplace(self + t1 / t2 * value)
 
     def lerp_(self, end, weight):
         if _check_inplace(self, end, weight):
             return self._record_inplace(lambda x: x + (end - x) * weight)
-        with no_grad():
-            return self._inplace(self + (end - self) * weight)
+        return self._inplace(self + (end - self) * weight)
 
     def copy_(self, src) -> "Tensor":
         if not isinstance(src, Tensor):
@@ -151,8 +147,7 @@ class TensorInplace:
         op = getattr(Tensor, name)
         if _check_inplace(self, *args):
             return self._record_inplace(lambda x: op(x, *args))
-        with no_grad():
-            return self._inplace(op(self, *args))
+        return self._inplace(op(self, *args))
 
     def atan2_(self, other):
         return self._inplace_op("atan2", other)
