@@ -12,6 +12,7 @@ float64 round-off (1e-12) or float32's (allclose).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -126,6 +127,30 @@ def check_memory():
     assert max_unsharded_bytes() == root + 2 * block, (max_unsharded_bytes(), root, block)
 
 
+def _rss() -> int:
+    """This process's resident memory in bytes (Linux's /proc/self/statm)."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_pages_freed():
+    """Resharding hands the gathered buffer's pages back to the system: the resident
+    memory falls by the buffer's size (8 MB here), and gathering brings it back."""
+    if not Path("/proc/self/statm").exists():
+        return
+    unit = fully_shard(sitp.nn.Linear(1024, 1024).double())  # 8 MiB gathered
+    size = unit._fsdp_unit.padded * 8
+    unit.unshard()
+    gathered = _rss()
+    unit.reshard()
+    freed = _rss()
+    unit.unshard()
+    again = _rss()
+    assert gathered - freed > 0.9 * size, (gathered, freed, size)
+    assert again - freed > 0.9 * size, (again, freed, size)
+    unit.reshard()
+
+
 def check_zero_state_dict():
     """ZeroOptimizer.state_dict() is AdamW's over the same parameters; it loads into a
     ZeroOptimizer of the other stage and into a plain AdamW, which then take the same
@@ -188,13 +213,15 @@ def main() -> None:
     ok("bytes")
     check_memory()
     ok("memory")
+    check_pages_freed()
+    ok("pages_freed")
     check_zero_state_dict()
     ok("zero_state_dict")
     dist.destroy_process_group()
 
 
 # ------------------------------------------------------------------ the pytest side
-CHECKS = ["float64", "float32", "bytes", "memory", "zero_state_dict"]
+CHECKS = ["float64", "float32", "bytes", "memory", "pages_freed", "zero_state_dict"]
 
 
 @pytest.fixture(scope="module")
