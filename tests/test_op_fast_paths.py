@@ -203,6 +203,18 @@ def test_memoised_view_plans_equal_fresh_ones():
             base.view(5, 5)
 
 
+def test_memoised_transposes_equal_torch():
+    x = sitp.arange(24.0).reshape(2, 3, 4)
+    t = torch.from_numpy(x.numpy().copy())
+    for _ in range(2):  # the second is a memo hit
+        for d0, d1 in ((0, 1), (-1, -2), (2, 0), (1, 1), (-3, 2)):
+            y, ty = x.transpose(d0, d1), t.transpose(d0, d1)
+            assert y.shape == ty.shape and y.stride() == ty.stride()
+            np.testing.assert_array_equal(y.numpy(), ty.numpy())
+        with pytest.raises(IndexError):  # out of range: raises every time
+            x.transpose(0, 3)
+
+
 _KEYS = [
     0,
     -1,

@@ -94,10 +94,14 @@ class TensorViews:
         return _permute(self, dims)
 
     def transpose(self, dim0: int, dim1: int) -> "Tensor":
-        d0, d1 = normalize_dim(dim0, self.ndim), normalize_dim(dim1, self.ndim)
-        dims = list(range(self.ndim))
-        dims[d0], dims[d1] = dims[d1], dims[d0]
-        return _permute(self, tuple(dims))
+        key = (len(self._shape), dim0, dim1)
+        dims = _TRANSPOSES.get(key)  # the permutation, remembered (it depends on key alone)
+        if dims is None:
+            d0, d1 = normalize_dim(dim0, self.ndim), normalize_dim(dim1, self.ndim)
+            dims = list(range(self.ndim))
+            dims[d0], dims[d1] = dims[d1], dims[d0]
+            dims = _TRANSPOSES[key] = tuple(dims)
+        return _permute(self, dims)
 
     # --8<-- [end:permute]
 
@@ -236,6 +240,7 @@ def _permute(x, dims):
 
 
 _VIEW_PLANS = {}  # (shape, strides, shape asked for) -> (the shape, its strides or None)
+_TRANSPOSES = {}  # (ndim, dim0, dim1) -> the permutation transpose(dim0, dim1) makes
 
 
 def _view_plan(x, asked):
