@@ -903,12 +903,17 @@ FIGURES = QUOTES + [
     (
         "part3/passes.md",
         r"The layer norm of 6\.1 became (\w+) kernels",
-        lambda: out(COMPILED, r"^layernorm\(x\+r\) +\d+ -> +\d+ \( *(\d+)\)"),
+        lambda: out(EAGER, r"^signature 1: compiled, 12 ops -> \d+ steps \((\d+) generated"),
     ),
     (
         "part3/passes.md",
-        r"one kernel each \((\d+) in all\)",
-        lambda: out("part3/passes", r"^\d+ ops -> (\d+) kernels;"),
+        r"Two layer norms make (\w+) kernels",
+        lambda: out("part3/passes", r"^two_blocks: \d+ ops -> (\d+) kernels;"),
+    ),
+    (
+        "part3/passes.md",
+        r"Three blocks make\s+(\w+) kernels",
+        lambda: out("part3/passes", r"^three_blocks: \d+ ops -> (\d+) kernels;"),
     ),
     (
         "part3/codegen.md",
