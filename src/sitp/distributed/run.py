@@ -22,7 +22,10 @@ allows it by default; for Open MPI the launcher passes ``--oversubscribe``).
 
 Exit status: 0 when every rank succeeded; nonzero when one failed (MPI ends the others
 as soon as one aborts) and 124 when the job ran past ``--timeout`` seconds, after which
-every process of the job is killed.
+every process of the job is killed. A rank that raised is reported with its traceback
+(``_bootstrap``); one killed by a signal (SIGKILL, the OOM killer) leaves none, so the
+launcher reads ``mpirun``'s own message (the pid and the signal; it passes through the
+launcher's stdout and stderr) and names the rank from the pid each rank wrote at start.
 """
 
 from __future__ import annotations
