@@ -19,6 +19,7 @@ import functools
 import json
 import math
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -213,6 +214,31 @@ def roofline(row: str, threads: int) -> float:
     return float(m.group(threads))
 
 
+def kv_gqa(n_kv_head: int) -> dict:
+    """5.4's run of grouped-query attention: the row of ``n_kv_head`` key/value heads."""
+    return next(r for r in ex("kv-cache-features.json")["gqa"] if r["n_kv_head"] == n_kv_head)
+
+
+def kv_val(n_kv_head: int) -> float:
+    return statistics.mean(kv_gqa(n_kv_head)["val"])
+
+
+def kv_spec_rows(temperature) -> list[dict]:
+    """5.4's speculative decoding rows at ``temperature`` (None: all of them)."""
+    rows = ex("kv-cache-features.json")["speculative"]["rows"]
+    return [r for r in rows if temperature is None or r["temperature"] == temperature]
+
+
+def roofline_peak(threads: int) -> float:
+    """2.3's roofline table: the micro-kernel's peak with 1 or 2 threads, in GFLOP/s."""
+    m = re.search(
+        r"^\| peak \(micro-kernel in L1\), GFLOP/s \| ([\d.]+) \| ([\d.]+) \|$",
+        page("ch02/blas.md"),
+        re.MULTILINE,
+    )
+    return float(m.group(threads))
+
+
 def scoreboard_ratios() -> list[float]:
     """2.3's scoreboard (the host's code): the ratios to numpy of the packed kernel on one
     thread and of the parallel one on two, at N = 256, 512 and 1024."""
@@ -285,10 +311,6 @@ def pipeline(stage: str, task: str) -> float:
     """8.4's pipeline: held-out pass@1 of ``task`` after ``stage``."""
     run = ex("posttrain-pipeline.json")
     return next(s for s in run["stages"] if s["stage"] == stage)["pass@1"][task]["pass@1"]
-
-
-def kv(pattern: str):
-    return asset("part3/bench-kv-cache.txt", pattern)
 
 
 def recorded_run(name: str, key: str) -> tuple[float, float, int]:
@@ -815,22 +837,48 @@ FIGURES = QUOTES + [
             seed_spread() * math.sqrt(2 / 80),
         ),
     ),
-    # 5.4: the KV-cache benchmark's recorded output (its table is in figure_quotes)
+    # 5.4: the decode step's arithmetic, against its fence and 2.3's roofline table
     (
         "part3/inference.md",
-        r"\(top-\$k\$ (\d+), the median of (\w+) runs\) drew (\d+) tokens/s with the cache and "
-        r"(\d+) without in sitp \((\d\.\d)×\), and (\d+) against (\d+) in PyTorch \((\d\.\d)×\)",
+        r"its (\d) MiB\s+of weights stream from the caches .* and its (\d) million\s+operations",
         lambda: (
-            kv(r"\(top-k (\d+); median of \d+\)"),
-            kv(r"\(top-k \d+; median of (\d+)\)"),
-            *kv(r"^\| sitp \| (\d+) \| (\d+) \| ([\d.]+)x \|$"),
-            *kv(r"^\| torch \| (\d+) \| (\d+) \| ([\d.]+)x \|$"),
+            out("part3/inference", r"^[\d,]+ matrix weights \(([\d.]+) MiB\)"),
+            out("part3/inference", r"MiB\), ([\d.]+) MFLOP per token$"),
         ),
     ),
     (
         "part3/inference.md",
-        r"Its cached step takes about (\d\.\d) ms for about (\d\.\d) million",
-        lambda: (1e3 / kv_cached_median(), kv_flops() / 1e6),
+        r"ridge point near (\d+) operations per byte on one core \((\d+\.\d) GFLOP/s over "
+        r"(\d+\.\d) GB/s\)",
+        lambda: (
+            roofline_peak(1) / roofline("DRAM", 1),
+            roofline_peak(1),
+            roofline("DRAM", 1),
+        ),
+    ),
+    # 5.4: grouped-query attention and speculative decoding, trained briefly
+    (
+        "part3/inference.md",
+        r"Fewer key/value heads cost (\d\.\d+) \(grouped\) and (\d\.\d+) \(multi-query\)",
+        lambda: tuple(kv_val(g) - kv_val(4) for g in (2, 1)),
+    ),
+    (
+        "part3/inference.md",
+        r"They have (\d+)% and (\d+)% fewer parameters",
+        lambda: tuple(100 * (1 - kv_gqa(g)["params"] / kv_gqa(4)["params"]) for g in (2, 1)),
+    ),
+    (
+        "part3/inference.md",
+        r"At temperature 1 the model kept (\d+)% of the draft's proposals",
+        lambda: 100 * statistics.mean(v for r in kv_spec_rows(1.0) for v in r["kept_share"]),
+    ),
+    (
+        "part3/inference.md",
+        r"came (\d\.\d) to (\d\.\d) times as fast",
+        lambda: (
+            min(statistics.mean(r["speedup"]) for r in kv_spec_rows(None)),
+            max(statistics.mean(r["speedup"]) for r in kv_spec_rows(None)),
+        ),
     ),
     (
         "part3/inference.md",
@@ -1843,27 +1891,6 @@ def budget_loads() -> list[float]:
     ]
 
 
-def kv_cached_median() -> float:
-    rows = re.findall(
-        r"^\| \d+ \| (\d+) \|",
-        (DOCS / "assets/part3/bench-kv-cache.txt").read_text(encoding="utf-8"),
-        re.MULTILINE,
-    )
-    values = sorted(float(v) for v in rows)
-    return values[len(values) // 2]
-
-
-def kv_flops() -> float:
-    """Two per weight of 5.4's benchmark model: 12 L C^2 in the blocks, C V in the head."""
-    cfg = json.loads(
-        kv_text(r"^GPT: (\{.*\})$")
-        .replace("'", '"')
-        .replace("True", "true")
-        .replace("False", "false")
-    )
-    return 2 * (12 * cfg["n_layer"] * cfg["n_embd"] ** 2 + cfg["n_embd"] * cfg["vocab_size"])
-
-
 def gelu_bytes() -> tuple[float, float]:
     return out(COMPILED, r"^gelu\(xW\+b\) +\d+ -> .*\) +([\d.]+) -> +([\d.]+) ")
 
@@ -1909,14 +1936,6 @@ def out_text(name: str, pattern: str) -> str:
     """The text of group 1 of ``pattern``'s one match in page ``name``'s recorded output."""
     hits = re.findall(pattern, printed(name), re.MULTILINE)
     assert len(hits) == 1, (name, pattern, hits)
-    return hits[0]
-
-
-def kv_text(pattern: str) -> str:
-    hits = re.findall(
-        pattern, (DOCS / "assets/part3/bench-kv-cache.txt").read_text("utf-8"), re.MULTILINE
-    )
-    assert len(hits) == 1, (pattern, hits)
     return hits[0]
 
 
@@ -2000,7 +2019,7 @@ def figure_quotes():
         ]
         row = " | ".join(f"{100 * c:.1f}%" for c in cells)
         yield ["projects.md"], f"| {r['temperature']} | {row} |", "names-innovation rows"
-    # 5.3's ablation table and 5.4's KV-cache table, row by row from the scripts' outputs
+    # 5.3's ablation table, row by row from the script's output
     ablated = (DOCS / "assets/part3/ablate-gpt.txt").read_text(encoding="utf-8")
     rows = re.findall(
         r"^\| ([^|]+) \| ([\d,]+) \| ([\d.]+) \| ([\d.]+) \| ([+-][\d.]+) \| \d+ \|$",
@@ -2013,16 +2032,6 @@ def figure_quotes():
         cells = [name, params, train, val] + ([vs.replace("-", "−")] if vs else [])
         row = "| " + " | ".join(cells) + (" |" if vs else " | |")
         yield ["part3/modern-gpt.md"], row, "ablate-gpt.txt"
-    timed = (DOCS / "assets/part3/bench-kv-cache.txt").read_text(encoding="utf-8")
-    rows = re.findall(
-        r"^\| (\d+) \| (\d+) \| (\d+) \| ([\d.]+)x \| (\d+) \| (\d+) \| ([\d.]+)x \| [\d.]+ \|$",
-        timed,
-        re.MULTILINE,
-    )
-    assert len(rows) == 5, rows
-    for L, a, b, r1, c, d, r2 in rows:
-        row = f"| {L} | {a} | {b} | {r1}× | {c} | {d} | {r2}× |"
-        yield ["part3/inference.md"], row, "bench-kv-cache.txt, table 1"
 
 
 @pytest.mark.parametrize(

@@ -155,3 +155,23 @@ def test_transposed_weights_change_the_layout_not_the_model():
     w = model.transformer.h[0].mlp.c_fc.weight
     assert tuple(w.shape) == (128, 32) and w.stride() == (1, 128)  # column-major now
     np.testing.assert_allclose(after, before, atol=ATOL)
+
+
+def test_joint_qk_norm_and_rotary_equal_separate_calls_bit_for_bit():
+    """The attention normalises and rotates q and k in one call: the same bits as one
+    call each, the straightforward code, written out here."""
+    import sitp.nn.functional as F
+    from sitp.models.gpt import apply_rotary
+
+    model = model_for(**MODERN, n_kv_head=2)
+    attn, T = model.transformer.h[0].attn, 9
+    x_BTC = sitp.randn(2, T, 32, generator=sitp.Generator().manual_seed(8))
+    rope = model.rope_cos[:T], model.rope_sin[:T]
+    with sitp.no_grad():
+        q, k, v = attn.c_attn(x_BTC).split([32, 16, 16], dim=2)
+        q = apply_rotary(F.rms_norm(q.view(2, T, 4, 8).transpose(1, 2), (8,)), *rope)
+        k = apply_rotary(F.rms_norm(k.view(2, T, 2, 8).transpose(1, 2), (8,)), *rope)
+        v = v.view(2, T, 2, 8).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        want = attn.c_proj(y.transpose(1, 2).contiguous().view(2, T, 32))
+        np.testing.assert_array_equal(attn(x_BTC, rope).numpy(), want.numpy())
