@@ -1,7 +1,9 @@
 """A rank killed by SIGKILL while the other waits in a collective: the job ends within a
 few seconds, the launcher names the rank, the last checkpoint is intact, and training
 resumes from it on another number of ranks (ZeRO-2's optimizer state re-sharded) to the
-weights of an uninterrupted run at that number of ranks.
+weights of an uninterrupted run at that number of ranks. The same two jobs carry a ZeRO-3
+checkpoint across: written whole on 2 ranks (``get_state_dict``), re-sharded on 3
+(``set_state_dict``), it takes the step one process takes from it.
 
 As tests/test_zero_stages.py, this file is also the script the ranks run: ``python
 test_dist_faults.py kill CKPT`` trains on 2 ranks, checkpointing after every step, and
@@ -23,6 +25,9 @@ import pytest
 import sitp
 import sitp.distributed as dist
 from dist_util import IN_CI, mpi_missing, output, run_ranks
+from sitp.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from sitp.distributed.fsdp import full_state_dict, fully_shard
+from sitp.models.gpt import GPT, GPTConfig
 
 STEPS, KILL_AT, ROWS = 5, 3, 12  # 12 rows a step: an equal share on 1, 2, 3 or 4 ranks
 KW = {"lr": 1e-2, "weight_decay": 0.1}
@@ -71,9 +76,75 @@ def train(ckpt=None, resume=False, kill_at=None):
     return model
 
 
+def _gpt():
+    sitp.manual_seed(0)
+    cfg = GPTConfig(block_size=8, vocab_size=11, n_layer=2, n_head=2, n_embd=16)
+    return GPT(cfg).double()
+
+
+def _tokens(step):
+    idx = np.random.default_rng(200 + step).integers(0, 11, (6, 8))  # 6 rows: 2 or 3 ranks
+    return sitp.tensor(idx), sitp.tensor(np.roll(idx, -1, axis=1))
+
+
+def fsdp_train(path):
+    """ZeRO-3 on this job's ranks, 2 AdamW steps; rank 0 writes the full state."""
+    r, p = dist.get_rank(), dist.get_world_size()
+    model = _gpt()
+    for block in model.transformer.h:
+        fully_shard(block)
+    fully_shard(model)
+    opt = sitp.optim.AdamW(model.parameters(), **KW)
+    for step in range(2):
+        X, Y = _tokens(step)
+        mine = slice(r * 6 // p, (r + 1) * 6 // p)
+        model(X[mine], Y[mine])[1].backward()
+        opt.step()
+        opt.zero_grad()
+    msd, osd = get_state_dict(model, opt)
+    if r == 0:
+        sitp.save({"model": msd, "optim": osd}, f"{path}.tmp")
+        os.replace(f"{path}.tmp", path)
+    dist.barrier()
+
+
+def fsdp_resume(path):
+    """The full state, re-sharded for this job's ranks, takes the step one process takes
+    from it."""
+    r, p = dist.get_rank(), dist.get_world_size()
+    saved = sitp.load(path, weights_only=False)
+    sitp.manual_seed(3)
+    model = GPT(_gpt().config).double()  # other weights, replaced by the checkpoint's
+    for block in model.transformer.h:
+        fully_shard(block)
+    fully_shard(model)
+    opt = sitp.optim.AdamW(model.parameters(), **KW)
+    set_state_dict(model, opt, model_state_dict=saved["model"], optim_state_dict=saved["optim"])
+    plain = _gpt()
+    plain.load_state_dict(saved["model"], strict=False)  # the tied head shares wte's tensor
+    order = [n for n, _ in plain.named_parameters()]
+    plain_opt = sitp.optim.AdamW(plain.parameters(), **KW)
+    group = {k: v for k, v in saved["optim"]["param_groups"][0].items() if k != "params"}
+    state = {i: saved["optim"]["state"][n] for i, n in enumerate(order)}
+    plain_opt.load_state_dict(
+        {"state": state, "param_groups": [{**group, "params": list(range(len(order)))}]}
+    )
+    X, Y = _tokens(2)
+    mine = slice(r * 6 // p, (r + 1) * 6 // p)
+    model(X[mine], Y[mine])[1].backward()
+    opt.step()
+    plain(X, Y)[1].backward()
+    plain_opt.step()
+    want = dict(plain.named_parameters())
+    for name, v in full_state_dict(model).items():
+        diff = np.abs(v.numpy() - want[name].detach().numpy()).max()
+        assert diff < 1e-12, (name, diff)
+
+
 def main(mode: str, ckpt: str) -> None:
     dist.init_process_group()
     if mode == "kill":
+        fsdp_train(f"{ckpt}.fsdp")
         train(ckpt, kill_at=KILL_AT)
     else:
         resumed = train(ckpt, resume=True)
@@ -85,6 +156,9 @@ def main(mode: str, ckpt: str) -> None:
         assert diff < 1e-12, diff
         if dist.get_rank() == 0:
             print(f"ok resume on {dist.get_world_size()} ranks", flush=True)
+        fsdp_resume(f"{ckpt}.fsdp")
+        if dist.get_rank() == 0:
+            print(f"ok fsdp resume on {dist.get_world_size()} ranks", flush=True)
     dist.destroy_process_group()
 
 
@@ -109,6 +183,7 @@ def test_sigkill_then_resume_on_three_ranks(mpi, tmp_path):
     assert saved["step"] == KILL_AT and not Path(f"{ckpt}.tmp").exists()
     resumed = run_ranks(Path(__file__), nproc=3, timeout=60, args=("resume", ckpt))
     assert "ok resume on 3 ranks" in resumed.stdout, output(resumed)
+    assert "ok fsdp resume on 3 ranks" in resumed.stdout, output(resumed)
 
 
 if __name__ == "__main__":

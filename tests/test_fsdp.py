@@ -22,6 +22,7 @@ import pytest
 import sitp
 import sitp.distributed as dist
 from dist_util import IN_CI, mpi_missing, run_ranks
+from sitp.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from sitp.distributed.fsdp import (
     full_state_dict,
     fully_shard,
@@ -197,6 +198,64 @@ def check_zero_state_dict():
     zero2.remove_hooks()
 
 
+def check_full_state_dict():
+    """get_state_dict gathers the full weights and AdamW state at their names (as one
+    process's AdamW has them); they load into a plain model and AdamW, and back into a
+    freshly sharded model with set_state_dict; all three then take the same next step."""
+    rank = dist.get_rank()
+    X, Y = _data(5)
+    mine = slice(rank * B, (rank + 1) * B)
+    ref, model = _gpt(sitp.float64), _shard(_gpt(sitp.float64))
+    adamw_ref = sitp.optim.AdamW(ref.parameters(), **KW)
+    adamw = sitp.optim.AdamW(model.parameters(), **KW)
+    for s in range(2):
+        _loss(model, X[s, mine], Y[s, mine]).backward()
+        adamw.step()
+        adamw.zero_grad()
+        _loss(ref, X[s], Y[s]).backward()
+        adamw_ref.step()
+        adamw_ref.zero_grad()
+    msd, osd = get_state_dict(model, adamw)
+    named = dict(ref.named_parameters())
+    for name, v in msd.items():
+        assert np.abs(v.numpy() - named[name].detach().numpy()).max() < 1e-12, name
+        for k in ("exp_avg", "exp_avg_sq"):
+            want = adamw_ref.state[named[name]][k].numpy()
+            assert np.abs(osd["state"][name][k].numpy() - want).max() < 1e-12, (name, k)
+    # into a plain model and AdamW on one process ...
+    plain = _gpt(sitp.float64)
+    plain.load_state_dict(msd, strict=False)  # the tied head shares wte's tensor
+    order = [n for n, _ in plain.named_parameters()]
+    plain_opt = sitp.optim.AdamW(plain.parameters(), **KW)
+    group = {k: v for k, v in osd["param_groups"][0].items() if k != "params"}
+    plain_opt.load_state_dict(
+        {
+            "state": {i: osd["state"][n] for i, n in enumerate(order)},
+            "param_groups": [{**group, "params": list(range(len(order)))}],
+        }
+    )
+    # ... and into a sharded model that starts from other weights
+    sitp.manual_seed(7)
+    again = _gpt(sitp.float64)
+    for block in again.transformer.h:
+        fully_shard(block)
+    fully_shard(again)
+    again_opt = sitp.optim.AdamW(again.parameters(), **KW)
+    set_state_dict(again, again_opt, model_state_dict=msd, optim_state_dict=osd)
+    for m, opt, rows in (
+        (model, adamw, mine),
+        (plain, plain_opt, slice(None)),
+        (again, again_opt, mine),
+    ):
+        _loss(m, X[2, rows], Y[2, rows]).backward()
+        opt.step()
+    want = dict(plain.named_parameters())
+    for m in (model, again):
+        for name, v in full_state_dict(m).items():
+            diff = np.abs(v.numpy() - want[name].detach().numpy()).max()
+            assert diff < 1e-12, (name, diff)
+
+
 def main() -> None:
     dist.init_process_group()
     rank = dist.get_rank()
@@ -217,11 +276,21 @@ def main() -> None:
     ok("pages_freed")
     check_zero_state_dict()
     ok("zero_state_dict")
+    check_full_state_dict()
+    ok("full_state_dict")
     dist.destroy_process_group()
 
 
 # ------------------------------------------------------------------ the pytest side
-CHECKS = ["float64", "float32", "bytes", "memory", "pages_freed", "zero_state_dict"]
+CHECKS = [
+    "float64",
+    "float32",
+    "bytes",
+    "memory",
+    "pages_freed",
+    "zero_state_dict",
+    "full_state_dict",
+]
 
 
 @pytest.fixture(scope="module")
