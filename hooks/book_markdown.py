@@ -74,6 +74,8 @@ def _pages(docs: Path) -> tuple:
         rel = path.relative_to(docs)
         if rel.parts[0].startswith("_") or ".ipynb_checkpoints" in rel.parts:
             continue
+        if path.with_suffix(".ipynb").exists():
+            continue  # a notebook's page, written by the Zensical build: no book page
         stat = path.stat()
         out.append((rel.as_posix(), stat.st_mtime_ns, stat.st_size))
     return tuple(out)
@@ -107,17 +109,20 @@ OUTPUT_LABEL = "Output"
 VOLATILE_LABEL = "Output of one run (its timings vary from run to run)"
 
 
-def insert_output_marks(markdown: str, page: str) -> tuple[str, dict[int, tuple]]:
+def insert_output_marks(
+    markdown: str, page: str, outputs_dir: Path | None = None
+) -> tuple[str, dict[int, tuple]]:
     """Put a mark beneath every block with a current recorded output, warn for stale ones.
 
     Returns the Markdown and the outputs by block index. The mark is an HTML comment at
     the block's indentation (so it stays inside an admonition, a tab or a list item),
-    which :func:`render_outputs` replaces with the output once the page is HTML.
+    which :func:`render_outputs` replaces with the output once the page is HTML. The
+    outputs are read from docs/_outputs, or from ``outputs_dir``.
     """
     blocks = pagecode.blocks(markdown)
     if not blocks:
         return markdown, {}
-    recorded = pagecode.load_outputs(page)
+    recorded = pagecode.load_outputs(page, outputs_dir)
     closing = {f.line: f for f in pagecode.scan_fences(markdown)}
     lines = markdown.split("\n")
     outputs = {}
@@ -245,11 +250,13 @@ def add_downloads_line(markdown: str, page: str) -> str:
 # --- the page, rewritten -----------------------------------------------------------------
 
 
-def rewrite(markdown: str, page: str) -> tuple[str, dict[int, tuple]]:
+def rewrite(
+    markdown: str, page: str, outputs_dir: Path | None = None
+) -> tuple[str, dict[int, tuple]]:
     """A page's Markdown as the builders render it, and the outputs to put beneath its
     blocks (by block index) once it is HTML."""
     has_blocks = bool(pagecode.blocks(markdown))
-    markdown, outputs = insert_output_marks(markdown, page)
+    markdown, outputs = insert_output_marks(markdown, page, outputs_dir)
     if has_blocks:
         markdown = add_downloads_line(markdown, page)
     return mark_continuations(markdown), outputs
@@ -262,17 +269,19 @@ class _PagePreprocessor(Preprocessor):
     Markdown instance (an extension object may be shared by several).
     """
 
-    def __init__(self, md):
+    def __init__(self, md, docs: Path | None):
         super().__init__(md)
+        self.docs = docs
         self.outputs: dict[int, tuple] = {}
 
     def run(self, lines: list[str]) -> list[str]:
         self.outputs = {}
         text = "\n".join(lines)
-        page = page_of(text)
+        page = page_of(text, self.docs)
         if page is None:
             return lines
-        text, self.outputs = rewrite(text, page)
+        outputs_dir = self.docs / "_outputs" if self.docs else None
+        text, self.outputs = rewrite(text, page, outputs_dir)
         return text.split("\n")
 
 
@@ -293,10 +302,21 @@ class _OutputsPostprocessor(Postprocessor):
 
 
 class BookExtension(Extension):
-    """The book's page rewriting (module docstring): one preprocessor, one postprocessor."""
+    """The book's page rewriting (module docstring): one preprocessor, one postprocessor.
+
+    Its one option, ``docs_dir``, names the folder of pages (and of their ``_outputs``)
+    that the builder reads, when that is not the repository's docs/: the Zensical build
+    reads a copy (scripts/zensical_build.py), which a page edited during the build would
+    no longer match.
+    """
+
+    def __init__(self, **kwargs):
+        self.config = {"docs_dir": ["", "the builder's folder of pages; '': docs/"]}
+        super().__init__(**kwargs)
 
     def extendMarkdown(self, md):
-        pre = _PagePreprocessor(md)
+        docs = self.getConfig("docs_dir")
+        pre = _PagePreprocessor(md, Path(docs).resolve() if docs else None)
         md.preprocessors.register(pre, "sitp_book", 40)
         md.postprocessors.register(_OutputsPostprocessor(md, pre), "sitp_outputs", 25)
 

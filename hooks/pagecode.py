@@ -138,14 +138,15 @@ def page_title(text: str) -> str:
 # --- recorded outputs -------------------------------------------------------------------
 
 
-def outputs_path(page: str) -> Path:
+def outputs_path(page: str, outputs: Path | None = None) -> Path:
     """``docs/_outputs/ch02/strides.json`` for the page ``ch02/strides.md``."""
-    return OUTPUTS / Path(page).with_suffix(".json")
+    return (outputs or OUTPUTS) / Path(page).with_suffix(".json")
 
 
-def load_outputs(page: str) -> list[dict]:
-    """The recorded blocks of a page (``[]`` when none were recorded)."""
-    path = outputs_path(page)
+def load_outputs(page: str, outputs: Path | None = None) -> list[dict]:
+    """The recorded blocks of a page (``[]`` when none were recorded), from
+    ``docs/_outputs`` or from the folder ``outputs`` (a copy of it that a build reads)."""
+    path = outputs_path(page, outputs)
     if not path.is_file():
         return []
     return json.loads(path.read_text(encoding="utf-8"))["blocks"]

@@ -74,3 +74,19 @@ def test_one_markdown_instance_converts_page_after_page(docs):
     assert md.convert(PAGE).count('<div class="sitp-output') == 2
     md.reset()
     assert "sitp-output" not in md.convert(PAGE.replace("Text.", "Other text."))
+
+
+def test_a_build_of_a_copy_of_docs_reads_the_copy(docs, monkeypatch):
+    """The option docs_dir (the Zensical build's staged copy): pages and outputs come
+    from there, and a notebook's Markdown page beside its .ipynb is no book page."""
+    monkeypatch.undo()  # docs/ and docs/_outputs are the repository's again
+    (docs / "x" / "page.ipynb").write_text("{}", encoding="utf-8")
+    (docs / "x" / "page.md").rename(docs / "x" / "book.md")
+    (docs / "_outputs" / "x" / "page.json").rename(docs / "_outputs" / "x" / "book.json")
+    md = markdown.Markdown(
+        extensions=EXTENSIONS, extension_configs={"hooks.book_markdown": {"docs_dir": str(docs)}}
+    )
+    assert md.convert(PAGE).count('<div class="sitp-output') == 2
+    assert "sitp-x-book.py" in md.convert(PAGE)
+    (docs / "x" / "book.ipynb").write_text("{}", encoding="utf-8")
+    assert "sitp-output" not in md.convert(PAGE)
