@@ -176,4 +176,4 @@ lock: venv
 	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 
 clean:
-	rm -rf site .cache .pytest_cache build/site-check
+	rm -rf site .cache .pytest_cache build/site-check build/zensical
