@@ -272,6 +272,23 @@ def compile_range(block: str, key: str) -> tuple[float, float]:
     return tuple(compile_run()["rows"][block]["range_ms"][key])
 
 
+def train_run(model: str, threads: str = "1") -> dict:
+    """6.4's training steps (compile-train.json): the harness's result for ``model``."""
+    return ex("compile-train.json")["runs"][threads][model]
+
+
+def train_ms(model: str, arm: str, threads: str = "1") -> float:
+    return 1e3 * train_run(model, threads)["arms"][arm]["median"]
+
+
+def train_ratio(model: str, key: str, stat: str = "median", threads: str = "1") -> float:
+    return train_run(model, threads)["ratios"][key][stat]
+
+
+def train_report(model: str) -> dict:
+    return train_run(model)["arms"]["compiled"]["info"]["report"]
+
+
 def below_one(value: float) -> float:
     """``value`` where it is below 1 (a claim that one side wins every round), else nan."""
     return value if value < 1 else math.nan
@@ -1123,6 +1140,56 @@ FIGURES = QUOTES + [
         "part3/compiled.md",
         r"already runs at (\d\.\d+) to (\d\.\d+) of numpy's speed",
         lambda: (min(scoreboard_ratios()), max(scoreboard_ratios())),
+    ),
+    (
+        "part3/compiled.md",
+        r"the compiled anchor step takes (\d+\.\d) ms against eager's (\d+\.\d) ms, (\d\.\d+) "
+        r"times faster \((\d\.\d+) to (\d\.\d+) over the rounds\)",
+        lambda: (
+            train_ms("gpt", "compiled"),
+            train_ms("gpt", "eager"),
+            *(train_ratio("gpt", "eager/compiled", s) for s in ("median", "min", "max")),
+        ),
+    ),
+    (
+        "part3/compiled.md",
+        r"PyTorch's time: (\d\.\d+) of torch eager's \((\d\.\d+) to (\d\.\d+)\) and (\d\.\d+) "
+        r"of torch\.compile's \((\d\.\d+) to (\d\.\d+)\)",
+        lambda: tuple(
+            train_ratio("gpt", k, s)
+            for k in ("compiled/torch", "compiled/torch.compile")
+            for s in ("median", "min", "max")
+        ),
+    ),
+    (
+        "part3/compiled.md",
+        r"Other programs took (\d+)% of the machine's CPUs while it ran",
+        lambda: 100 * train_run("gpt")["load"]["other_share"],
+    ),
+    (
+        "part3/compiled.md",
+        r"the RNN's step gains (\d\.\d+) times \((\d\.\d+) to (\d\.\d+)\) and the CNN's "
+        r"(\d\.\d+) \((\d\.\d+) to (\d\.\d+)\)",
+        lambda: tuple(
+            train_ratio(m, "eager/compiled", s)
+            for m in ("rnn", "wavenet")
+            for s in ("median", "min", "max")
+        ),
+    ),
+    (
+        "part3/compiled.md",
+        r"\((\d+) of each in the step's graph\)",
+        lambda: train_report("rnn")["epilogues"] / 2,
+    ),
+    (
+        "part3/compiled.md",
+        r"which fuse \((\d+) ops become (\d+) steps\)",
+        lambda: (train_report("wavenet")["ops_before"], train_report("wavenet")["steps_after"]),
+    ),
+    (
+        "part3/compiled.md",
+        r"The GRU gains (\d\.\d+) \((\d\.\d+) to (\d\.\d+)\)",
+        lambda: tuple(train_ratio("gru", "eager/compiled", s) for s in ("median", "min", "max")),
     ),
     ("part3/compiled.md", r"measured in 2\.3 \((\d+\.\d) GB/s\)", lambda: roofline("DRAM", 1)),
     (
