@@ -1,7 +1,8 @@
 """The figures of section 5.5: the scaling sweep, its fitted law and the compute-optimal frontier.
 
 * ``scaling-laws.png``: left, each size's final validation loss against its training
-  tokens D, with the fitted L(N, D) through them and the language's exact floor;
+  tokens D, with the fitted L(N, D) through them, the language's exact floor, and the
+  best losses of a predictor that sees one or two letters of context;
   middle, the same runs against compute C = 6ND, with the frontier (the least loss the
   law allows at each C) and its bootstrap band; right, the compute-optimal parameter
   count N_opt(C), with its band, and the span of compute the sweep covers.
@@ -63,6 +64,11 @@ def draw(record: dict, path: Path, rounds: int = 200) -> Path:
         ax.axhline(floor, color="black", ls=":", lw=1)
         ax.set_xscale("log")
     left.text(D_line[0], floor, " the language's floor", va="bottom", fontsize=8)
+    H = record["source"]["block_entropies"]
+    for context, loss in ((1, H[1] - H[0]), (2, H[2] - H[1])):  # the best with 1 or 2 letters
+        left.axhline(loss, color="grey", ls=":", lw=0.8)
+        left.text(D_line[0], loss, f" best seeing {context} letter{'s' * (context > 1)}",
+                  ha="left", va="bottom", fontsize=8, color="grey")  # fmt: skip
     left.set(xlabel="training tokens D", ylabel="validation loss (nats per letter)",
              title="loss against data, one curve per size")  # fmt: skip
     left.legend(frameon=False, fontsize=8)
