@@ -1,6 +1,6 @@
 """GPT training throughput on 2 ranks against 1 rank, and the overlap timeline of a DDP step.
 
-    nice -n 19 python scripts/bench_ddp.py            # writes src/sitp/examples/ddp-bench.json
+    python scripts/bench_ddp.py            # writes src/sitp/examples/ddp-bench.json
     python scripts/bench_ddp.py --smoke --json /tmp/ddp.json   # a tiny GPT (the tests)
 
 Chapter 5's anchor GPT (4 layers, 4 heads, width 128, block 64, characters of
@@ -381,15 +381,15 @@ def main(argv=None) -> int:
         "rounds": rounds,
         "load_average_start": list(load_start),
         "load_average_end": list(load_end),
-        "note": "run with nice -n 19 on a 2-core machine that other jobs shared (see the "
-        "load averages): the figures are those of a loaded machine; rerun "
-        "'nice -n 19 python scripts/bench_ddp.py' on a quiet one",
+        "note": "the load averages and the harness's record of other programs' CPU share "
+        "say how quiet the machine was; figures from a loaded machine are those of a "
+        "loaded machine",
         "results": results,
         "ddp_buckets": buckets,
         "timeline": timeline(trace),
         "harness": {k: res[k] for k in ("harness", "order", "machine", "threads", "cores",
                                         "load", "statistic")},  # fmt: skip
-        "command": "nice -n 19 python scripts/bench_ddp.py",
+        "command": " ".join(["python", "scripts/bench_ddp.py", *sys.argv[1:]]),
     }
     Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
     print(f"{record['cpu']}; load average {load_start[0]:.2f} at start, {load_end[0]:.2f} at end")
