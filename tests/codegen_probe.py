@@ -156,7 +156,37 @@ def compiled_kernel():
     cf(h)  # the first call traces (and runs eagerly); the second runs the kernel
     np.testing.assert_allclose(cf(h).numpy(), gelu(h).numpy(), rtol=1e-5, atol=1e-6)
     (node,) = [n for n in cf.graph.nodes if n.kernel is not None]
-    return {"compiled_gelu": codegen.load(node.kernel.source, node.kernel.name)}
+    out = {"compiled_gelu": codegen.load(node.kernel.source, node.kernel.name)}
+    # the GEMM with a generated epilogue (rules.py): a Linear, GELU, Linear step, whose
+    # GELU and GELU' become the epilogues of the forward's and the backward's products
+    from sitp import nn
+    from sitp.nn import functional as F
+
+    fc, proj = nn.Linear(32, 64), nn.Linear(64, 32)
+    x = sitp.randn(40, 32)
+
+    def step():
+        y = proj(F.gelu(fc(x)))
+        y.square().sum().backward()
+        return y.detach()
+
+    cs = sitp.compile(step)
+    for _ in range(2):  # the trace, then the program (which calls the generated GEMMs)
+        for p in (*fc.parameters(), *proj.parameters()):
+            p.grad = None
+        want = cs()
+    assert len(cs.entries) == 1
+    np.testing.assert_allclose(want.numpy(), step().numpy(), rtol=1e-4, atol=1e-5)
+    fused = [  # (the rules also give proj's product y the backward's 2y as its epilogue)
+        n
+        for n in cs.graph.nodes
+        if n.fn.startswith("Linear.") and n.kernel is not None and "gelu" in n.kernel.summary()
+    ]
+    assert [n.fn for n in fused] == ["Linear.forward", "Linear.backward"], fused
+    for n in fused:
+        name = n.kernel.name + "_gemm"
+        out["compiled_gemm_" + n.fn.split(".")[1]] = codegen.load(n.kernel.source, name)
+    return out
 
 
 def saved_kernels_path() -> Path | None:

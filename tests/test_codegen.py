@@ -187,6 +187,21 @@ def test_training_kernels_vectorised(report, name):
                 assert code["packed"]["512"] == 0, (sig, code)
 
 
+@pytest.mark.parametrize("report", [t for t, v in TARGETS.items() if v[3]], indirect=True)
+@pytest.mark.parametrize("name", ["compiled_gemm_forward", "compiled_gemm_backward"])
+def test_generated_gemm_epilogues(report, name):
+    """The GEMMs that sitp.compile generates with a pointwise epilogue (the GELU of a
+    Linear's product and the GELU' of its input gradient, rules.py): the backend's
+    register tiles, 2 * MR vector FMAs at the target's width, no gathers, and packed
+    arithmetic besides the FMAs (the epilogue's)."""
+    bits, (mr, _) = report["expected_bits"], report["tile"]
+    wide = ("256", "512")
+    for sig, code in _pick(report, name).items():
+        assert code["gather_scatter"] == 0, (sig, code)
+        assert code["fma"][str(bits)] >= 2 * mr, (sig, code)
+        assert sum(code["packed"][w] for w in wide) > sum(code["fma"][w] for w in wide), sig
+
+
 # The numeric tests whose results could depend on the code generated: exp/erf/GELU
 # special values and error bounds, and GEMM tiles at every edge.
 NUMERIC_TESTS = [
