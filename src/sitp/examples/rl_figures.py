@@ -1,6 +1,7 @@
 """The figures of chapter 8.3's and 8.4's seeded runs.
 
-From ``rl-runs.json`` (``scripts/rl_runs.py --json``):
+From ``rl-runs.json`` and ``rl-count.json`` (``scripts/rl_runs.py --parts chain1`` and
+``--parts count``):
 
 * ``rl-machinery.png``: reward, clip fraction, KL and entropy at each RL step of the
   three variants on chain1, every seed a thin line and their mean a thick one;
@@ -33,6 +34,7 @@ from sitp.examples._plot import pyplot, save
 HERE = Path(__file__).resolve().parent
 ASSETS = HERE.parents[2] / "docs" / "assets" / "part3"
 RUNS_JSON = HERE / "rl-runs.json"
+COUNT_JSON = HERE / "rl-count.json"
 PREFS_JSON = HERE / "preferences.json"
 COLORS = {"grpo": "C0", "grpo-seq": "C2", "reinforce": "C3", "strict": "C0", "lenient": "C3"}
 
@@ -80,10 +82,10 @@ def draw_hacking(runs: dict, path: Path) -> Path:
     return save(fig, path)
 
 
-def draw_pass_at_k(runs: dict, path: Path) -> Path:
+def draw_pass_at_k(runs: dict, count: dict, path: Path) -> Path:
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.3))
-    for ax, task in zip(axes, ("chain1", "count")):
+    for ax, task, runs in zip(axes, ("chain1", "count"), (runs, count)):
         for model, color in (("sft", "C7"), ("grpo", "C0")):
             ks = runs["runs"][0][task]["pass_at_k"][model]["k"]
             series = np.array([r[task]["pass_at_k"][model]["pass@k"] for r in runs["runs"]])
@@ -148,11 +150,11 @@ def main(argv=None) -> None:
     p.add_argument("--out", type=Path, default=ASSETS)
     args = p.parse_args(argv)
     paths = []
-    if RUNS_JSON.exists():
-        runs = load(RUNS_JSON)
+    if RUNS_JSON.exists() and COUNT_JSON.exists():
+        runs, count = load(RUNS_JSON), load(COUNT_JSON)
         paths += [draw_machinery(runs, args.out / "rl-machinery.png"),
-                  draw_hacking(runs, args.out / "rl-hacking.png"),
-                  draw_pass_at_k(runs, args.out / "rl-pass-at-k.png")]  # fmt: skip
+                  draw_hacking(count, args.out / "rl-hacking.png"),
+                  draw_pass_at_k(runs, count, args.out / "rl-pass-at-k.png")]  # fmt: skip
     if PREFS_JSON.exists():
         prefs = load(PREFS_JSON)
         paths += [draw_overopt(prefs, args.out / "preferences-overopt.png"),
