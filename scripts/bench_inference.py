@@ -6,7 +6,7 @@ Usage::
     python scripts/bench_inference.py --json docs/assets/part3/kv-cache-features.json
     python scripts/bench_inference.py --smoke          # a few steps of everything (seconds)
 
-Part 1 trains section 5.3's modern GPT (4 layers, 4 query heads, width 128, block 128, on
+Part 1 trains section 5.3's modern GPT (4 layers, 4 query heads, width 128, block 64, on
 tinyshakespeare's characters) with 4, 2 and 1 key/value heads (multi-head, grouped-query,
 multi-query), ``--seeds`` seeds each, and reports the validation loss (nats per character
 on fixed batches of the last 10% of the text), the parameters, the KV cache's bytes per
@@ -39,7 +39,7 @@ from sitp.data.download import load_tinyshakespeare  # noqa: E402
 from sitp.models.engine import Engine  # noqa: E402
 from sitp.models.gpt import GPT, MODERN, GPTConfig  # noqa: E402
 
-TARGET = dict(block_size=128, n_layer=4, n_head=4, n_embd=128, **MODERN)
+TARGET = dict(block_size=64, n_layer=4, n_head=4, n_embd=128, **MODERN)
 DRAFT = dict(TARGET, n_layer=1, n_embd=64)
 
 
@@ -170,8 +170,8 @@ def part_speculative(target, vocab, train_ids, val_ids, args):
             print(f"T={temperature} k={k}: kept {a:.2f}, tokens/pass {np.mean(per_round):.2f} "
                   f"(formula {rows[-1]['formula_tokens_per_pass']:.2f}), speed-up "
                   f"{np.mean(speedups):.2f}", flush=True)  # fmt: skip
-    t_step = 1.0 / decode_rate(target, 64, args.calls)
-    d_step = 1.0 / decode_rate(draft, 64, args.calls)
+    t_step = 1.0 / decode_rate(target, args.context, args.calls)
+    d_step = 1.0 / decode_rate(draft, args.context, args.calls)
     return {"draft_config": DRAFT, "draft_val": draft_val,
             "draft_params": sum(p.numel() for p in draft.parameters()),
             "step_s": {"target": t_step, "draft": d_step}, "rows": rows}  # fmt: skip
@@ -179,17 +179,17 @@ def part_speculative(target, vocab, train_ids, val_ids, args):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--steps", type=int, default=300)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--val-batches", type=int, default=20)
     p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--context", type=int, default=120, help="context of the decode speed")
-    p.add_argument("--calls", type=int, default=30)
-    p.add_argument("--ks", type=int, nargs="+", default=[2, 4, 8])
+    p.add_argument("--context", type=int, default=60, help="context of the decode speed")
+    p.add_argument("--calls", type=int, default=20)
+    p.add_argument("--ks", type=int, nargs="+", default=[2, 4])
     p.add_argument("--draws", type=int, default=3)
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--new-tokens", type=int, default=100)
+    p.add_argument("--new-tokens", type=int, default=48)
     p.add_argument("--json")
     p.add_argument("--smoke", action="store_true")
     args = p.parse_args(argv)
