@@ -324,6 +324,18 @@ def demo(stage: str, key: str = "pass@1", name: str = "posttrain-demo.json"):
     return next(s for s in ex(name)["stages"] if s["stage"] == stage)[key]
 
 
+def chain1_seeds(value) -> tuple[float, float]:
+    """8.3's runs (rl-runs.json): the mean and sd over the seeds of ``value(run)``."""
+    values = [value(r) for r in ex("rl-runs.json")["runs"]]
+    return statistics.mean(values), statistics.stdev(values)
+
+
+def chain1_gains() -> list[float]:
+    """8.3's runs: each RL variant's held-out pass@1 less its own seed's SFT model's."""
+    return [v["pass@1"] - r["chain1"]["stages"][1]["pass@1"]
+            for r in ex("rl-runs.json")["runs"] for v in r["chain1"]["rl"].values()]  # fmt: skip
+
+
 def pipeline(stage: str, task: str) -> float:
     """8.4's pipeline: held-out pass@1 of ``task`` after ``stage``."""
     run = ex("posttrain-pipeline.json")
@@ -495,15 +507,14 @@ FIGURES = QUOTES + [
     (
         "part3/index.md",
         r"a (\d)-layer GPT of ([\d,]+) parameters goes from pass@1 (\d) after pre-training to "
-        r"(\d\.\d+) after SFT and (\d\.\d+) after (\d+) steps of RL, with (\d+) s of training",
+        r"(\d\.\d+) ± (\d\.\d+) after SFT and (\d\.\d+) ± (\d\.\d+) after (\d+) steps of GRPO",
         lambda: (
             ex("posttrain-demo.json")["config"]["n_layer"],
             ex("posttrain-demo.json")["config"]["parameters"],
-            demo("pretrain"),
-            demo("sft"),
-            demo("rl"),
-            ex("posttrain-demo.json")["config"]["rl_steps"],
-            sum(s["seconds"] for s in ex("posttrain-demo.json")["stages"]),
+            max(r["chain1"]["stages"][0]["pass@1"] for r in ex("rl-runs.json")["runs"]),
+            *chain1_seeds(lambda r: r["chain1"]["stages"][1]["pass@1"]),
+            *chain1_seeds(lambda r: r["chain1"]["rl"]["grpo"]["pass@1"]),
+            ex("rl-runs.json")["config"]["rl_steps"],
         ),
     ),
     ("part3/index.md", r"with (\w+) special tokens that frame", lambda: len(special_tokens())),
@@ -1352,32 +1363,33 @@ FIGURES = QUOTES + [
     ),
     (
         "part3/rl.md",
-        r"The mean reward of each of the (\d+) RL steps of the demo on chain1 \((\d+) prompts × "
-        r"(\d+) samples at temperature (\d\.\d), lr 1e-4, a ([\d,]+)-parameter GPT",
+        r"its own SFT model, by (\d\.\d+) to (\d\.\d+), more than the half-width",
+        lambda: (min(chain1_gains()), max(chain1_gains())),
+    ),
+    (
+        "part3/rl.md",
+        r"so its pass@\$k\$ is the base rate (\d\.\d+) at every",
+        lambda: ex("rl-count.json")["runs"][0]["count"]["stages"][1]["pass@1"],
+    ),
+    (
+        "part3/preferences.md",
+        r"The SFT model against itself lands at (\d\.\d+),\s+(\d\.\d+) and (\d\.\d+)",
         lambda: tuple(
-            ex("posttrain-demo.json")["config"][k]
-            for k in (
-                "rl_steps",
-                "rl_prompts_per_step",
-                "rl_group_size",
-                "rl_temperature",
-                "parameters",
-            )
+            r["policies"]["sft"]["win"]["win_rate"] for r in ex("preferences.json")["runs"]
         ),
     ),
     (
-        "part3/rl.md",
-        r"The reward rises over the first 20 steps and then hovers about (\d\.\d)-(\d\.\d);",
-        lambda: (min(rl_running_mean()[20:]), max(rl_running_mean()[20:])),
-    ),
-    (
-        "part3/rl.md",
-        r"goes from (\d\.\d+) to (\d\.\d+), the largest gain of the chapter, from ([\d,]+) "
-        r"sampled replies",
-        lambda: (demo("sft"), demo("rl"), rl_samples()),
+        "part3/preferences.md",
+        r"the win rates average (\d\.\d+) for DPO and (\d\.\d+) and (\d\.\d+) for the",
+        lambda: tuple(
+            statistics.mean(
+                r["policies"][name]["greedy_win"]["win_rate"]
+                for r in ex("preferences.json")["runs"]
+            )
+            for name in ("dpo", "rl-kl0.05", "rl-kl0")
+        ),
     ),
     ("part3/rl.md", r"chain1's longest reply, (\d+) tokens", longest_chain1_reply),
-    ("part3/rl.md", r"beside the SFT model's (\d\.\d+)\.", lambda: demo("sft")),
     (
         "part3/evaluation.md",
         r"the plug-in is already low by (\d\.\d+) to (\d\.\d+)",
