@@ -16,7 +16,8 @@ values. With ``rerun_trace=True`` that call undoes what the trace wrote (the inp
 wrote in place, the ``.grad`` it set) and runs the program it built, so that every call,
 the first included, is the compiled program's: what a training run needs for a resume
 to be exact, since a resumed run traces again at a step that the uninterrupted run ran
-compiled.
+compiled. It is the default for an ``nn.Module`` (``torch.compile(model)`` in a training
+script), and off for a function unless asked for.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class CompiledFunction:
         fullgraph=False,
         name=None,
         recompile_limit=None,
-        rerun_trace=False,
+        rerun_trace=None,
     ):
         self._module = fn if isinstance(fn, Module) else None
         self._fn = fn
@@ -84,7 +85,7 @@ class CompiledFunction:
         self.name = name
         self.recompile_limit = recompile_limit
         self.passes_on = passes_on
-        self.rerun_trace = rerun_trace
+        self.rerun_trace = self._module is not None if rerun_trace is None else rerun_trace
         self.entries: list[Entry] = []
         self._warned = False
 
@@ -452,7 +453,7 @@ def compile(  # noqa: A001
     fuse: bool = True,
     debug_dir=None,
     explain: bool = False,
-    rerun_trace: bool = False,
+    rerun_trace=None,
 ):
     """Compile ``model`` (a function or an ``nn.Module``): the result is called as it is.
 
@@ -468,7 +469,8 @@ def compile(  # noqa: A001
     fused); ``debug_dir`` writes each generated kernel's source and each graph there;
     ``explain`` prints, at each compile, what was compiled and where the graph broke;
     ``rerun_trace=True`` makes the tracing call return the compiled program's results
-    too (it undoes the trace's in-place writes and runs the program; see the module).
+    too (it undoes the trace's in-place writes and runs the program; see the module):
+    the default for an ``nn.Module``, not for a function.
     """
     backend = "inductor" if backend is None else backend
     if backend not in BACKENDS:
