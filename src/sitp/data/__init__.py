@@ -12,6 +12,8 @@ One concept per module, in the order a reader meets them:
 * :mod:`sitp.data.datasets` — splits, context windows, sequences, batches.
 * :mod:`sitp.data.tokens` — a corpus encoded into ``uint16`` shards, batches read
   through ``np.memmap``, bits per byte (chapter 5.2).
+* :mod:`sitp.data.synthetic` — a Markov language whose entropy is known exactly, for
+  the scaling sweep (chapter 5.5).
 
 Example:
     >>> from sitp.data import load_names, Vocab, split_words, build_context_dataset
@@ -45,6 +47,7 @@ from sitp.data.download import (
     load_tinyshakespeare,
 )
 from sitp.data.names import census_first_names, load_names, read_names_file
+from sitp.data.synthetic import MarkovLanguage, write_language_shards
 from sitp.data.tokens import (
     ByteTokenizer,
     CharTokenizer,
@@ -68,6 +71,7 @@ __all__ = [
     "CharTokenizer",
     "ChecksumError",
     "DownloadError",
+    "MarkovLanguage",
     "OfflineError",
     "ShardStream",
     "TokenShards",
@@ -89,5 +93,6 @@ __all__ = [
     "prepare_shakespeare",
     "read_names_file",
     "split_words",
+    "write_language_shards",
     "write_shards",
 ]
