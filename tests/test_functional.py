@@ -95,6 +95,15 @@ def test_activations(name, dt):
     check(*ACTS[name], [x], dt)
 
 
+@pytest.mark.parametrize(
+    "name", ["gelu", "gelu_tanh", "silu", "tanh", "sigmoid", "softplus", "logsigmoid"]
+)
+@pytest.mark.parametrize("dt", DTYPES)
+def test_smooth_activations_at_zero(name, dt):
+    """A smooth function has its slope at 0 too (test_activations keeps off 0 for the kinks)."""
+    check(*ACTS[name], [np.array([0.0, -0.0, 1e-3, -1e-3], dt)], dt)
+
+
 def test_softmax_implicit_dim_warns_like_torch():
     x = rng().standard_normal((3, 4))
     with pytest.warns(UserWarning, match="Implicit dimension"):

@@ -164,8 +164,9 @@ def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tenso
 
 
 def logsigmoid(input: Tensor) -> Tensor:
-    """log(sigmoid(x)) = -softplus(-x), computed without overflow."""
-    return -((-input).relu() + (-input.abs()).exp().log1p())
+    """log(sigmoid(x)) = -softplus(-x), computed without overflow; its gradient is
+    sigmoid(-x) everywhere, 1/2 at 0 (a form built from relu and abs has no slope there)."""
+    return -softplus(-input)
 
 
 def _softmax_dim(ndim):
