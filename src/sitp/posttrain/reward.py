@@ -86,8 +86,8 @@ def score(rm, prompts, replies):
 def bradley_terry_loss(r_chosen_B, r_rejected_B):
     """``-mean(log sigmoid(r_chosen - r_rejected))``: the pairs' negative log-likelihood.
 
-    Written as ``softplus(-(r_chosen - r_rejected))``, whose gradient at a tie is the
-    right -1/2 (sitp's ``F.logsigmoid``, built from relu and abs, gives 0 there)."""
+    Written as ``softplus(-(r_chosen - r_rejected))``, which is ``-logsigmoid`` of the
+    margin: at a tie the gradient is -1/2 for the chosen score."""
     return F.softplus(r_rejected_B - r_chosen_B).mean()
 
 
