@@ -243,3 +243,44 @@ def test_cost_model_stores_per_row_values_once():
         for k in kernels:
             if any(m.op == "rsqrt" for m in k.nodes):
                 assert k.root.fn == "reduce" and k.epilogue is not None
+
+
+def test_copies_that_only_rearrange_one_buffer_are_forwarded():
+    """A concatenation of windows of one buffer (as a split's backward builds one gradient
+    from three) is read as a view of that buffer: the empty buffer and the assign calls
+    die. Windows of two buffers, or windows of one in another order (no strided view of
+    it), stay copies."""
+    x, y = x64(2, 6, 4), x64(2, 6, 4, seed=1)
+
+    def one(x):
+        a, b, c = x.transpose(1, 2).split(2, dim=2)  # windows of x, strided
+        return sitp.cat([a, b, c], dim=2).exp()
+
+    def reordered(x):
+        a, b, c = x.transpose(1, 2).split(2, dim=2)
+        return sitp.cat([c, a, b], dim=2).exp()
+
+    def two(x, y):
+        return sitp.cat([x[:, :3], y[:, 3:]], dim=1).exp()
+
+    cases = ((one, (x,), False), (reordered, (x,), True), (two, (x, y), True))
+    for fn, args, copies_left in cases:
+        g, out = trace(fn, *args)
+        assert any(n.fn == "assign" for n in g.nodes)
+        passes.eliminate_dead(g)
+        moved = passes.forward_copies(g)
+        passes.eliminate_dead(g)
+        assert any(n.fn == "assign" for n in g.nodes) == copies_left
+        assert (moved > 0) != copies_left
+        np.testing.assert_array_equal(run(g, *args), out.numpy())
+
+    def back(x):  # the concatenation transposed back and made contiguous: x's own layout
+        a, b, c = x.transpose(1, 2).split(2, dim=2)
+        return sitp.cat([a, b, c], dim=2).transpose(1, 2).contiguous() * 2.0
+
+    g, out = trace(back, x)
+    assert [n.fn for n in g.nodes].count("copy") == 1
+    passes.forward_copies(g)
+    passes.eliminate_dead(g)
+    assert [n.fn for n in g.nodes] == ["binary"] and g.nodes[0].args[1].value is g.inputs[0]
+    np.testing.assert_array_equal(run(g, x), out.numpy())

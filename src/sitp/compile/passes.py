@@ -158,6 +158,116 @@ def eliminate_dead(g: Graph) -> int:
     return dropped
 
 
+def _positions(size: int, r) -> np.ndarray:
+    """The flat positions in its buffer of each entry of view ``r``, in index order."""
+    a = np.arange(size, dtype=np.int64)
+    return np.lib.stride_tricks.as_strided(
+        a[r.offset :], r.shape, tuple(8 * st for st in r.strides), writeable=False
+    ).reshape(-1)
+
+
+def _as_view(pos: np.ndarray, shape, size: int):
+    """(strides, offset) of a strided view of a buffer of ``size`` entries whose entries in
+    index order sit at ``pos``, or None when they are not one strided view."""
+    shape = tuple(shape)
+    if pos.size == 0:
+        return None
+    grid = pos.reshape(shape)
+    offset = int(grid.flat[0])
+    strides = []
+    for d, n in enumerate(shape):
+        one = [0] * len(shape)
+        if n > 1:
+            one[d] = 1
+        strides.append(int(grid[tuple(one)]) - offset if n > 1 else 0)
+    if offset < 0 or min(strides, default=0) < 0:
+        return None
+    ref = type("V", (), {"offset": offset, "strides": tuple(strides), "shape": shape})()
+    last = offset + sum((n - 1) * st for n, st in zip(shape, strides))
+    if last >= size or not np.array_equal(_positions(size, ref), pos):
+        return None
+    return tuple(strides), offset
+
+
+def forward_copies(g: Graph) -> int:
+    """Copies that only rearrange one buffer: a buffer that ``empty`` makes and ``assign``
+    calls fill, entry by entry, from views of one other buffer S (a concatenation of
+    S's windows, as the backward of a split builds one gradient from three), is read by
+    its readers as a view of S itself, when what each reads is one strided view of S;
+    then a ``copy`` that reads S whole in its own layout is S. The copies die (dead code
+    afterwards). Returns how many readers now read S."""
+    users = g.users()
+    live = g.live_values()
+    written = _written(g)
+    rep, moved = {}, 0
+    for e in g.nodes:
+        if e.fn != "empty" or len(e.outputs) != 1:
+            continue
+        cur, n = e.outputs[0], e.outputs[0].size
+        src_id = np.full(n, -1, np.int64)
+        src_pos = np.full(n, -1, np.int64)
+        source = None
+        ok = True
+        while ok:
+            us = users.get(cur.id, [])
+            a = us[0] if len(us) == 1 else None
+            if a is None or a.fn != "assign" or len(a.args) != 2 or a.kwargs:
+                break
+            d, s_ = a.args
+            if not (isinstance(d, Ref) and isinstance(s_, Ref)) or d.value is not cur:
+                break
+            if tuple(d.shape) != tuple(s_.shape) or d.dtype is not s_.dtype:
+                ok = False
+                break
+            dst = _positions(n, d)
+            if np.any(src_id[dst] != -1):  # an entry written twice
+                ok = False
+                break
+            src = s_.value
+            source = src if source is None else source
+            if src is not source or src.id in written:
+                ok = False
+                break
+            src_id[dst] = src.id
+            src_pos[dst] = _positions(src.size, s_)
+            cur = a.writes[0][1]
+        if not ok or source is None or np.any(src_id == -1) or cur.id in live:
+            continue
+        if cur.np_dtype != source.np_dtype:
+            continue
+        readers = users.get(cur.id, [])
+        if not readers or any(u.writes and any(o is cur for o, _ in u.writes) for u in readers):
+            continue
+        refs = [r for u in readers for r in u.refs() if r.value is cur]
+        if not all(isinstance(r, Ref) for r in refs):
+            continue
+        views = [_as_view(src_pos[_positions(n, r)], r.shape, source.size) for r in refs]
+        if any(v is None for v in views):
+            continue
+        for r, (st, off) in zip(refs, views):
+            r.value, r.strides, r.offset = source, st, off
+            moved += 1
+        for u in readers:  # a copy of S in S's own layout is S
+            if u.fn != "copy" or len(u.outputs) != 1 or u.writes or len(u.args) != 1:
+                continue
+            r = u.args[0]
+            v = u.outputs[0]
+            if (
+                isinstance(r, Ref)
+                and r.value is source
+                and r.contiguous_whole()
+                and int(np.prod(r.shape)) == source.size
+                and r.dtype.name == v.np_dtype.name
+                and v.id not in live
+                and v.id not in written
+            ):
+                rep[v.id] = source
+    if rep:
+        g.nodes = [u for u in g.nodes if not (u.outputs and u.outputs[0].id in rep)]
+        _substitute(g, rep)
+    return moved
+
+
 def _fusable(n: Node) -> bool:
     if n.writes or len(n.outputs) != 1 or not isinstance(n.result, Ref):
         return False
@@ -443,6 +553,8 @@ def compile_graph(g: Graph, fuse=True, debug_dir=None, only=None):
     report["folded"] = fold_constants(g) if "fold" in on else 0
     report["cse"] = eliminate_common(g) if "cse" in on else 0
     report["dead"] = eliminate_dead(g) if "dce" in on else 0
+    if "dce" in on and forward_copies(g):
+        report["dead"] += eliminate_dead(g)
     report["decomposed"] = rules.decompose(g) if "lower" in on else 0
     report["lowered"] = lower.lower_graph(g) if "lower" in on else 0
     kernels = fuse_graph(g) if "fuse" in on else []
