@@ -133,3 +133,18 @@ def run_ranks(
     if check and done.returncode != 0:
         pytest.fail(f"{nproc} ranks exited with status {done.returncode}\n{output(done)}")
     return done
+
+
+def ranks_output(test_file, nproc: int = 2, timeout: float = 90) -> str:
+    """What the test file's rank program printed, run on ``nproc`` MPI ranks: for a
+    module fixture. Without MPI, a skip (a failure when CI=true)."""
+    if mpi_missing():
+        if IN_CI:
+            pytest.fail(f"CI=true: {mpi_missing()}")
+        pytest.skip(mpi_missing())
+    return run_ranks(Path(test_file), nproc=nproc, timeout=timeout).stdout
+
+
+def checks_passed(out: str) -> list[str]:
+    """The checks a rank program reported as passed (its lines ``ok <name> ...``), in order."""
+    return [line.split()[1] for line in out.splitlines() if line.startswith("ok ")]

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import dist_util
 import sitp
 import sitp.distributed as dist
-from dist_util import IN_CI, mpi_missing, run_ranks
 from sitp.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from sitp.distributed.fsdp import (
     full_state_dict,
@@ -295,17 +295,12 @@ CHECKS = [
 
 @pytest.fixture(scope="module")
 def ranks_output():
-    if mpi_missing():
-        if IN_CI:
-            pytest.fail(f"CI=true: {mpi_missing()}")
-        pytest.skip(mpi_missing())
-    return run_ranks(Path(__file__), nproc=2, timeout=90).stdout
+    return dist_util.ranks_output(__file__)
 
 
 @pytest.mark.parametrize("check", CHECKS)
 def test_two_ranks(ranks_output, check):
-    done = [line.split()[1] for line in ranks_output.splitlines() if line.startswith("ok ")]
-    assert check in done, ranks_output
+    assert check in dist_util.checks_passed(ranks_output), ranks_output
 
 
 def test_refusals():

@@ -13,14 +13,13 @@ so the weights agree to float64 round-off (1e-12) or float32's (allclose).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+import dist_util
 import sitp
 import sitp.distributed as dist
-from dist_util import IN_CI, mpi_missing, run_ranks
 from sitp.distributed.optim import ZeroRedundancyOptimizer
 from sitp.models.gpt import GPT, GPTConfig
 from sitp.nn.parallel import DistributedDataParallel as DDP
@@ -196,17 +195,12 @@ CHECKS = ["stage1_float64", "stage2_float64", "stage1_float32", "bytes", "memory
 
 @pytest.fixture(scope="module")
 def ranks_output():
-    if mpi_missing():
-        if IN_CI:
-            pytest.fail(f"CI=true: {mpi_missing()}")
-        pytest.skip(mpi_missing())
-    return run_ranks(Path(__file__), nproc=2, timeout=90).stdout
+    return dist_util.ranks_output(__file__)
 
 
 @pytest.mark.parametrize("check", CHECKS)
 def test_two_ranks(ranks_output, check):
-    lines = [line.split() for line in ranks_output.splitlines() if line.startswith("ok ")]
-    assert [parts[1] for parts in lines] == CHECKS, ranks_output
+    assert dist_util.checks_passed(ranks_output) == CHECKS, ranks_output
 
 
 def test_refusals():
