@@ -33,10 +33,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import cProfile
 import json
 import os
-import pstats
 import sys
 import timeit
 
@@ -202,32 +200,23 @@ def _layer(filename, funcname):
 
 def profile(n=20000) -> dict:
     import sitp
+    from sitp.bench.layers import layer_shares
 
     a, b = sitp.randn(4, 8), sitp.randn(4, 8)
     ag, bg = a.clone().requires_grad_(), b.clone().requires_grad_()
     out = {}
     for name, fn in (("a + b", lambda: a + b), ("a + b, requires_grad", lambda: ag + bg)):
-        for _ in range(2000):
-            fn()
-        pr = cProfile.Profile()
-        pr.enable()
-        for _ in range(n):
-            fn()
-        pr.disable()
-        st = pstats.Stats(pr)
-        by_layer, total = {}, 0.0
-        for (fname, _line, func), (_cc, _nc, tt, _ct, _callers) in st.stats.items():
-            if fname.endswith("op_overhead.py"):
-                continue  # the lambda and loop of this script
-            by_layer[_layer(fname, func)] = by_layer.get(_layer(fname, func), 0.0) + tt
-            total += tt
+        shares, total, _calls, st = layer_shares(
+            fn,
+            n,
+            lambda fname, func: None if fname.endswith("op_overhead.py") else _layer(fname, func),
+            warmup=2000,
+        )  # (the script's own lambda and loop left out)
         funcs = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:12]
         out[name] = {
             "calls": n,
             "total_us_under_cprofile": total / n * 1e6,
-            "share_by_layer": {
-                k: round(v / total, 3) for k, v in sorted(by_layer.items(), key=lambda kv: -kv[1])
-            },
+            "share_by_layer": shares,
             "top_functions": [
                 {
                     "function": f"{os.path.relpath(k[0]) if k[0] != '~' else ''}:{k[1]}({k[2]})",

@@ -42,11 +42,9 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import cProfile
 import json
 import math
 import os
-import pstats
 import sys
 
 import numpy as np
@@ -385,29 +383,15 @@ def _layer(filename, funcname):
 
 
 def profile(models, iters=30) -> dict:
+    from sitp.bench.layers import layer_shares
+
     out = {}
     for model in models:
-        step = workload("sitp", model)
-        for _ in range(5):
-            step()
-        pr = cProfile.Profile()
-        pr.enable()
-        for _ in range(iters):
-            step()
-        pr.disable()
-        st = pstats.Stats(pr)
-        by_layer, total, calls = {}, 0.0, 0
-        for (fname, _line, func), (_cc, nc, tt, _ct, _callers) in st.stats.items():
-            k = _layer(fname, func)
-            by_layer[k] = by_layer.get(k, 0.0) + tt
-            total += tt
-            calls += nc
+        shares, _total, calls, _stats = layer_shares(workload("sitp", model), iters, _layer)
         out[model] = {
             "iterations": iters,
             "python_calls_per_iteration": calls / iters,
-            "share_by_layer": {
-                k: round(v / total, 3) for k, v in sorted(by_layer.items(), key=lambda kv: -kv[1])
-            },
+            "share_by_layer": shares,
         }
     return out
 

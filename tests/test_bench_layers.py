@@ -1,0 +1,29 @@
+"""sitp.bench.layers: a program's own time under cProfile, summed by layer."""
+
+import math
+
+from sitp.bench.layers import layer_shares
+
+
+def _slow():
+    return sum(i * i for i in range(2000))
+
+
+def _fast():
+    return 1
+
+
+def test_shares_sum_to_one_by_layer_and_leave_out_what_the_caller_says():
+    def program():
+        _slow()
+        _fast()
+
+    def layer_of(filename, func):
+        if func == "program":
+            return None  # the caller's own frame, left out
+        return "slow" if func in ("_slow", "<genexpr>") else "rest"
+
+    shares, total, calls, stats = layer_shares(program, 20, layer_of, warmup=1)
+    assert list(shares)[0] == "slow" and set(shares) == {"slow", "rest"}
+    assert math.isclose(sum(shares.values()), 1.0, abs_tol=0.002)
+    assert total > 0 and calls >= 20 * 2 and stats.stats
