@@ -1,7 +1,7 @@
 """The figures of chapter 6 (compiling tensor programs).
 
 * ``compile-graph.png``: the layer norm of a residual sum (6.1) as captured, twelve
-  backend calls, beside the four kernels that fusion makes of it (6.2), with a line from
+  backend calls, beside the three kernels that fusion makes of it (6.2), with a line from
   each call to each kernel that computes it (an op recomputed by two kernels has two).
   Traced afresh by sitp when drawn.
 * ``compile-bytes.png``: the bytes each benchmark block moves, eager and compiled, and
