@@ -38,6 +38,7 @@ from sitp.bench import ab  # noqa: E402
 from sitp.data.download import load_tinyshakespeare  # noqa: E402
 from sitp.models.engine import Engine  # noqa: E402
 from sitp.models.gpt import GPT, MODERN, GPTConfig  # noqa: E402
+from sitp.serialization import write_atomically  # noqa: E402
 
 TARGET = dict(block_size=64, n_layer=4, n_head=4, n_embd=128, **MODERN)
 DRAFT = dict(TARGET, n_layer=1, n_embd=64)
@@ -213,11 +214,7 @@ def main(argv=None):
     }  # fmt: skip
     print(ab.load_line(res))
     if args.json:
-        tmp = args.json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(res, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, args.json)
+        write_atomically(args.json, (json.dumps(res, indent=1) + "\n").encode())
         print(f"wrote {args.json}")
 
 

@@ -177,11 +177,9 @@ def main(argv=None) -> int:
     for t in (int(v) for v in args.threads.split(",")):
         record["runs"][str(t)] = measure(args, t)
     if args.json:
-        tmp = f"{args.json}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(record, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, args.json)
+        from sitp.serialization import write_atomically
+
+        write_atomically(args.json, (json.dumps(record, indent=1) + "\n").encode())
     return 0
 
 

@@ -40,6 +40,7 @@ import sitp  # noqa: E402
 from sitp.bench import ab  # noqa: E402
 from sitp.models.engine import sample_next, transpose_weights  # noqa: E402
 from sitp.models.gpt import GPT, GPTConfig  # noqa: E402
+from sitp.serialization import write_atomically  # noqa: E402
 
 CONFIG = dict(
     block_size=256, vocab_size=65, n_layer=4, n_head=4, n_embd=128, rope=True, norm="rmsnorm",
@@ -186,11 +187,7 @@ def main(argv=None):
                    **ab.load_shares(before[1], after[1], time.process_time() - t0)}  # fmt: skip
     print(ab.load_line(res))
     if args.json:
-        tmp = args.json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(res, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, args.json)
+        write_atomically(args.json, (json.dumps(res, indent=1) + "\n").encode())
         print(f"wrote {args.json}")
 
 
