@@ -95,6 +95,15 @@ def test_sampling_arguments_are_checked():
     assert chi2_sf(2.0, 2) == pytest.approx(math.exp(-1.0))  # df 2: the exponential
 
 
+def test_top_p_refuses_a_vocabulary_too_large_to_rank_pairwise(monkeypatch):
+    from sitp.models import engine
+
+    monkeypatch.setattr(engine, "PAIRWISE_V", 3)  # (a real vocabulary of 50,257 is too large)
+    with pytest.raises(ValueError, match=r"V = 3; this vocabulary has 4 tokens: use top_k"):
+        sampling_probs(sitp.zeros((1, 4)), top_p=0.5)
+    assert sampling_probs(sitp.zeros((1, 4)), top_p=1.0).shape == (1, 4)  # (nothing to rank)
+
+
 class Markov:
     """A language model whose next token depends only on the last one: logits_VV[last].
 

@@ -69,6 +69,11 @@ def sampling_probs(logits_BV, temperature=1.0, top_k=None, top_p=None, min_p=Non
             logits_BV = logits_BV.masked_fill(logits_BV < v_BK[:, -1:], float("-inf"))
     probs_BV = F.softmax(logits_BV, dim=-1)
     if top_p is not None and top_p < 1.0:  # keep the tokens whose more likely ones are < p
+        if V > PAIRWISE_V:  # (B, V, V) would not fit: say so rather than run out of memory
+            raise ValueError(
+                f"top_p ranks the vocabulary pairwise, (V, V) per row, up to V = {PAIRWISE_V}; "
+                f"this vocabulary has {V} tokens: use top_k or min_p"
+            )
         probs_BV = probs_BV.masked_fill(mass_above(probs_BV) >= top_p, 0.0)
     if min_p is not None and min_p > 0.0:
         p_max_B1 = probs_BV.amax(dim=-1, keepdim=True)
