@@ -244,6 +244,7 @@ def test_compare_torch_smoke(tmp_path):
 
 
 @pytest.mark.slow  # a script's run at its smallest: 10-20 s
+@pytest.mark.needs_corpus("tinyshakespeare.txt")  # skipped without, failing under CI=true
 def test_compare_shakespeare_smoke(tmp_path):
     out = tmp_path / "anchor.json"
     proc, _ = run_script("compare_shakespeare.py", "--smoke", "--threads", "1", "--json", str(out))
