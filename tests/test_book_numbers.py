@@ -1233,6 +1233,29 @@ FIGURES = QUOTES + [
     ),
     (
         "part3/collectives.md",
+        r"the one line through all sizes is off by (\d+) % \(sitp\) to (\d+) % \(mpi4py\) at "
+        r"16 KB, where the times rise steeply, and by (\d+) % at 64 MB",
+        lambda: (
+            -collectives_fit_error("sitp", 16 * 2**10),
+            -collectives_fit_error("raw", 16 * 2**10),
+            # one figure for both: it must hold for each
+            max(-collectives_fit_error(who, 64 * 2**20) for who in ("raw", "sitp"))
+            if len({round(collectives_fit_error(w, 64 * 2**20)) for w in ("raw", "sitp")}) == 1
+            else math.nan,
+        ),
+    ),
+    (
+        "part3/collectives.md",
+        r"its medians agree with this page's within (\d+) % up to 1 MB but differ by (\d+) % to "
+        r"(\d+) % from 4 MB up",
+        lambda: (
+            max(rerun_changes(lambda m: m <= 2**20)),
+            min(rerun_changes(lambda m: m >= 4 * 2**20)),
+            max(rerun_changes(lambda m: m >= 4 * 2**20)),
+        ),
+    ),
+    (
+        "part3/collectives.md",
         r"rank 1's values (\w+) times rank 0's",
         lambda: (
             out("part3/collectives", r"^rank 1:\n +x = \[([\d.]+),")
@@ -1964,6 +1987,31 @@ ROPE_RUNS = [
     ("part3/ablate-gpt-seeds.txt", 0),
     ("part3/ablate-gpt-seeds.txt", 1),
 ]
+
+
+def collectives_fit_error(who: str, size: int) -> float:
+    """7.1: the relative error, in percent, of the one alpha-beta line through every size of
+    all_reduce's recorded times (``who`` "raw" for mpi4py, "sitp"), at ``size`` bytes."""
+    from sitp.examples import distributed_figures as figs  # late: the page's own fit
+
+    rows = ex("collectives-bench.json")["rows"]
+    sizes = [r["bytes"] for r in rows]
+    times = [r[f"ar_{who}"] for r in rows]
+    alpha, beta, _ = figs.fit_regimes(sizes, times)["all"]
+    t = times[sizes.index(size)]
+    return 100 * ((alpha + beta * size) / t - 1)
+
+
+def rerun_changes(keep) -> list[float]:
+    """7.1 against 7.2: how far, in percent, the ring benchmark's medians of MPI's Allreduce
+    and sitp's all_reduce land from 7.1's at each size ``keep(bytes)`` accepts."""
+    ring = {r["bytes"]: r for r in ex("ring-bench.json")["runs"][0]["rows"]}
+    return [
+        100 * abs(ring[r["bytes"]][k] / r[f"ar_{who}"] - 1)
+        for r in ex("collectives-bench.json")["rows"]
+        if keep(r["bytes"])
+        for k, who in (("mpi", "raw"), ("sitp", "sitp"))
+    ]
 
 
 def budget_loads() -> list[float]:
