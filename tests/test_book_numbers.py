@@ -93,10 +93,11 @@ def innovation_at_half() -> str:
     return re.search(r"innovation rate (\d+)%", recorded("projects", "temperature 0.5:")).group(1)
 
 
-def ladder_gap(split: str) -> str:
-    """How far 3.5's GPT ends below the GRU on ``split`` (ladder-names.json), to 4 decimals."""
-    runs = load("ladder-names.json")["runs"]
-    return f"{runs['gru']['final'][split] - runs['gpt']['final'][split]:.4f}".rstrip("0")
+def ladder_gap(split: str) -> float:
+    """How far 3.5's GPT ends below the GRU on ``split``, mean over the seeds of each
+    (ladder-names-seeds.json)."""
+    runs = load("ladder-names-seeds.json")["runs"]
+    return runs["gru"]["summary"][split]["mean"] - runs["gpt"]["summary"][split]["mean"]
 
 
 # (page, regex whose group 1 is the quoted number, the source's number)
@@ -130,11 +131,71 @@ QUOTES = [
         lambda: microkernel_shipped("AVX-512"),
     ),
     ("ch03/gpt.md", r"(\d+) operations per step", gpt_step_operations),
-    ("ch03/gpt.md", r"the GPT is (\d\.\d+) nats below the GRU on", lambda: ladder_gap("val")),
     (
         "ch03/gpt.md",
-        r"the GPT is [\d.]+ nats below the GRU on\s+validation and (\d\.\d+) on test",
-        lambda: ladder_gap("test"),
+        r"the GPT's mean validation loss is (\d\.\d+) nats above the GRU's and its mean test "
+        r"loss (\d\.\d+) above",
+        lambda: (-ladder_gap("val"), -ladder_gap("test")),
+    ),
+    (
+        "ch03/gpt.md",
+        r"the difference is (\d\.\d) times the larger standard deviation, within",
+        lambda: -ladder_gap("val") / max(ladder_spread(m, "val")[1] for m in ("gru", "gpt")),
+    ),
+    (
+        "ch03/gpt.md",
+        r"seed 42 alone puts the GPT (\d\.\d+) nats below the GRU",
+        lambda: seed_run("gru", 42)["val"] - seed_run("gpt", 42)["val"],
+    ),
+    (
+        "ch03/gpt.md",
+        r"On test the three GRU runs end within (\d\.\d+) of each other and all below the three "
+        r"GPT runs, a difference (\d\.\d) times the larger standard deviation: three seeds make "
+        r"that suggestive, not settled, and it is (\d\.\d+) nats",
+        lambda: (
+            (
+                ex("ladder-names-seeds.json")["runs"]["gru"]["summary"]["test"]["max"]
+                - ex("ladder-names-seeds.json")["runs"]["gru"]["summary"]["test"]["min"],
+                -ladder_gap("test") / max(ladder_spread(m, "test")[1] for m in ("gru", "gpt")),
+                -ladder_gap("test"),
+            )
+            if ex("ladder-names-seeds.json")["runs"]["gpt"]["summary"]["test"]["min"]
+            > ex("ladder-names-seeds.json")["runs"]["gru"]["summary"]["test"]["max"]
+            else (math.nan,) * 3
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"but the GPT does not \(validation (\d\.\d+) against the recorded (\d\.\d+), test "
+        r"(\d\.\d+) against (\d\.\d+)\)",
+        lambda: (
+            seed_run("gpt", 42)["val"],
+            ladder("gpt")[3],
+            seed_run("gpt", 42)["test"],
+            ladder("gpt")[4],
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"The standard deviations over the three seeds of each are (\d\.\d+) \(GRU\) and "
+        r"(\d\.\d+) \(GPT\) on validation",
+        lambda: (ladder_spread("gru", "val")[1], ladder_spread("gpt", "val")[1]),
+    ),
+    (
+        "ch03/gpt.md",
+        r"the gap between the training and validation losses is (\d\.\d+) nats for the GPT "
+        r"\(means over its seeds, (\d\.\d+) against (\d\.\d+)\) and (\d\.\d+) for the GRU",
+        lambda: (
+            ladder_train_val_gap("gpt"),
+            ladder_spread("gpt", "train")[0],
+            ladder_spread("gpt", "val")[0],
+            ladder_train_val_gap("gru"),
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"Each rung but the last is below the one before it by more than (\w+) times the larger",
+        lambda: ladder_rungs_apart(),
     ),
     ("projects.md", r"innovation rate is already (\d+)% at", innovation_at_half),
 ]
@@ -417,6 +478,61 @@ def ladder(key: str) -> tuple:
     run = ex("ladder-names.json")["runs"][key]
     f = run["final"]
     return run["num_params"], run["wall_s"], f["train"], f["val"], f["test"]
+
+
+def ladder_spread(key: str, split: str) -> tuple[float, float]:
+    """3.5's ladder over seeds (ladder-names-seeds.json): the mean and the sample sd of
+    model ``key``'s final ``split`` loss."""
+    s = ex("ladder-names-seeds.json")["runs"][key]["summary"][split]
+    return s["mean"], s["sd"]
+
+
+def ladder_row(key: str) -> tuple:
+    """3.5's table row of ``key``: parameters, runs, seed 42's wall seconds, then the mean
+    and sd of the train, validation and test losses over the seeds."""
+    run = ex("ladder-names-seeds.json")["runs"][key]
+    spreads = (ladder_spread(key, split) for split in ("train", "val", "test"))
+    return (run["num_params"], len(run["seeds"]), ladder(key)[1], *sum(spreads, ()))
+
+
+def long_val(key: str) -> float:
+    """3.5's ablation (ladder-names-long.json): run ``key``'s final validation loss."""
+    return ex("ladder-names-long.json")["runs"][key]["final"]["val"]
+
+
+#: 3.5's ablation: the differences the page weighs against the ladder's seed spread
+LONG_PAIRS = [("gru", "gpt-dropout"), ("gpt", "gpt-dropout"), ("gru", "gpt"), ("gpt", "gpt-wd")]
+
+
+def long_ratio(a: str, b: str) -> float:
+    """How many times the larger sd of the GRU's and the GPT's 5,000-step validation losses
+    (over seeds) run ``a`` of the ablation ends above run ``b``."""
+    return (long_val(a) - long_val(b)) / max(ladder_spread(m, "val")[1] for m in ("gru", "gpt"))
+
+
+def seed_run(key: str, seed: int) -> dict:
+    """3.5: the final losses of model ``key``'s run of ``seed`` (ladder-names-seeds.json)."""
+    runs = ex("ladder-names-seeds.json")["runs"][key]["runs"]
+    return next(r["final"] for r in runs if r["seed"] == seed)
+
+
+def ladder_train_val_gap(key: str) -> float:
+    """3.5: mean over ``key``'s seeds of the validation loss less the training loss."""
+    return ladder_spread(key, "val")[0] - ladder_spread(key, "train")[0]
+
+
+def ladder_rungs_apart() -> int:
+    """3.5: the least ratio, over the rungs but the last, of how far a rung's mean
+    validation loss is below the one before to the larger of their sds, rounded down; 0
+    where the seeds' ranges of two rungs overlap."""
+    runs = ex("ladder-names-seeds.json")["runs"]
+    names = list(runs)
+    ratios = []
+    for a, b in zip(names[:-2], names[1:-1]):
+        sa, sb = runs[a]["summary"]["val"], runs[b]["summary"]["val"]
+        apart = sb["max"] < sa["min"]
+        ratios.append((sa["mean"] - sb["mean"]) / max(sa["sd"], sb["sd"]) if apart else 0)
+    return math.floor(min(ratios))
 
 
 def census_gpt() -> dict:
@@ -1843,9 +1959,9 @@ FIGURES = QUOTES + [
     *(
         (
             "ch03/gpt.md",
-            rf"^\| {lit(label)} \| ([\d,]+) \| (\d+\.\d) s \| (\d\.\d+) \| \**(\d\.\d+)\**"
-            rf" \| \**(\d\.\d+)\** \|",
-            lambda key=key: ladder(key),
+            rf"^\| {lit(label)} \| ([\d,]+) \| (\d) \| (\d+\.\d) s \| (\d\.\d+) ± (\d\.\d+) \| "
+            r"\**(\d\.\d+) ± (\d\.\d+)\** \| \**(\d\.\d+) ± (\d\.\d+)\** \|",
+            lambda key=key: ladder_row(key),
         )
         for label, key in [
             ("bigram, neural (chapter 1)", "bigram"),
@@ -1858,7 +1974,7 @@ FIGURES = QUOTES + [
     ),
     (
         "ch03/gpt.md",
-        r"^\| bigram, counted \(\+1 smoothing\) \| 729 \| \| \| (\d\.\d+) \| (\d\.\d+) \| 2\.454 "
+        r"^\| bigram, counted \(\+1 smoothing\) \| 729 \| \| \| \| (\d\.\d+) \| (\d\.\d+) \| 2\.454 "
         r"\(all words; ours: (\d\.\d+)\) \|",
         lambda: tuple(
             ex("ladder-names.json")["count_bigram"][k] for k in ("val", "test", "all_words")
@@ -1866,20 +1982,39 @@ FIGURES = QUOTES + [
     ),
     (
         "ch03/gpt.md",
+        r"at 5,000 steps the standard deviations over seeds are at most (\d\.\d+) nats on "
+        r"validation for these two models",
+        lambda: max(ladder_spread(m, "val")[1] for m in ("gru", "gpt")),
+    ),
+    (
+        "ch03/gpt.md",
+        r"dropout's lead at 20,000 steps \((\d\.\d+) nats below the GRU, (\d\.\d+) below the "
+        r"GPT without it\) is (\d+) and (\d+) times the larger of the two, safely larger than "
+        r"noise; the GPT's (\d\.\d+) below the GRU and weight decay's (\d\.\d+) below the GPT "
+        r"are (\d+) and (\d+) times it",
+        lambda: (
+            *(long_val(a) - long_val(b) for a, b in LONG_PAIRS[:2]),
+            *(long_ratio(a, b) for a, b in LONG_PAIRS[:2]),
+            *(long_val(a) - long_val(b) for a, b in LONG_PAIRS[2:]),
+            *(long_ratio(a, b) for a, b in LONG_PAIRS[2:]),
+        ),
+    ),
+    (
+        "ch03/gpt.md",
         r"GPT's gap between training and validation is (\d\.\d+) nats",
-        lambda: ladder("gpt")[3] - ladder("gpt")[2],
+        lambda: ladder_train_val_gap("gpt"),
     ),
     (
         "ch03/gpt.md",
         r"its best validation loss at step ([\d,]+) \((\d\.\d+)\) and ends at train (\d\.\d+), "
         r"validation (\d\.\d+) and test (\d\.\d+): a gap of (\d\.\d+) nats after ([\d,]+) "
-        r"steps, where the 5,000 steps on `names.txt` leave (\d\.\d+)\.",
+        r"steps, where the 5,000 steps on `names.txt` leave (\d\.\d+) \(mean over three seeds\)\.",
         lambda: (
             *min(census_gpt()["eval"], key=lambda e: e[2])[::2],
             *(census_gpt()["final"][k] for k in ("train", "val", "test")),
             census_gpt()["final"]["val"] - census_gpt()["final"]["train"],
             census_gpt()["train_config"]["steps"],
-            ladder("gpt")[3] - ladder("gpt")[2],
+            ladder_train_val_gap("gpt"),
         ),
     ),
     (

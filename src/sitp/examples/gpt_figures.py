@@ -5,7 +5,8 @@
   the module's class and its weights' shapes, so the figure cannot drift from the code.
 * ``gpt-ladder.png``: the loss curves of the ladder's six models (bigram, MLP, WaveNet,
   RNN, GRU, GPT) trained by ``python -m sitp train --data names`` on makemore's 32,033
-  names; read from their ``record.json`` files and kept in ``ladder-names.json``.
+  names; read from their ``record.json`` files and kept in ``ladder-names.json`` (seed
+  42) and ``ladder-names-seeds.json`` (every seed: per-seed finals, mean and sd).
 * ``gpt-ablation.png``: the long runs of the chapter's ablation (``ladder-names-long.json``).
 * ``gpt-attention.png``: the attention probabilities of every head of the trained GPT on
   one test name, with each head's mean weight on the previous character and on the
@@ -16,6 +17,12 @@ Run from the repository root after training the ladder into ``build/ladder/MODEL
 
     python -m sitp.examples.gpt_figures --runs build/ladder --record
     python -m sitp.examples.gpt_figures            # redraw from the recorded JSON only
+
+The ladder over seeds (``--seed N``, trained into ``build/ladder-seeds/MODEL-sN``, seed
+42 again among them) is recorded with ``--seeds`` into ``ladder-names-seeds.json``; it
+leaves ``ladder-names.json`` as it is::
+
+    python -m sitp.examples.gpt_figures --seeds build/ladder-seeds --record
 
 With ``build/ladder-long`` beside it (the chapter's ablation: the GRU and the GPT for
 20,000 steps, the GPT also with ``--set dropout=0.1`` and with ``--weight-decay 0.1``,
@@ -32,6 +39,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
+import statistics
 from dataclasses import asdict
 from pathlib import Path
 
@@ -48,6 +57,7 @@ HERE = Path(__file__).resolve().parent
 ASSETS = HERE.parents[2] / "docs" / "assets" / "ch03"
 LADDER = ("bigram", "mlp", "wavenet", "rnn", "gru", "gpt")
 LADDER_JSON = HERE / "ladder-names.json"
+SEEDS_JSON = HERE / "ladder-names-seeds.json"
 LONG = ("gru", "gpt", "gpt-wd", "gpt-dropout", "gpt-dropout-40k")
 LONG_JSON = HERE / "ladder-names-long.json"
 CENSUS_JSON = HERE / "gpt-census.json"
@@ -206,13 +216,16 @@ def architecture_figure(model, path) -> list[tuple[str, str, str]]:
 
 
 # ----------------------------------------------------------------------- ladder
-def record_ladder(runs_dir, times_file=None, names=LADDER, out_prefix="build/ladder") -> dict:
+def record_ladder(
+    runs_dir, times_file=None, names=LADDER, out_prefix="build/ladder", with_count_bigram=True
+) -> dict:
     """The ladder's runs as one JSON-able dict: config, final losses, curves, wall time.
 
     Args:
         runs_dir: holds ``NAME/record.json`` for each of ``names`` (default :data:`LADDER`).
         times_file: lines ``NAME START END`` (seconds since the epoch) of each run;
             default every ``runs_dir/times*.txt``.
+        with_count_bigram: also score the counted bigram on the split (``count_bigram``).
     """
     runs_dir = Path(runs_dir)
     times = {}
@@ -222,17 +235,16 @@ def record_ladder(runs_dir, times_file=None, names=LADDER, out_prefix="build/lad
             if len(parts) == 3:
                 times[parts[0]] = round(float(parts[2]) - float(parts[1]), 1)
 
-    words = load_names("names")
-    train_w, val_w, test_w = split_words(words, seed=42)
-    out = {
-        "machine": sitp.show_config(mode="dicts").get("cpu"),
-        "count_bigram": {
+    out = {"machine": sitp.show_config(mode="dicts").get("cpu")}
+    if with_count_bigram:
+        words = load_names("names")
+        train_w, val_w, test_w = split_words(words, seed=42)
+        out["count_bigram"] = {
             "all_words": round(float(count_bigram(words, words)), 4),
             "val": round(float(count_bigram(train_w, val_w)), 4),
             "test": round(float(count_bigram(train_w, test_w)), 4),
-        },
-        "runs": {},
-    }
+        }
+    out["runs"] = {}
 
     for name in names:
         path = runs_dir / name / "record.json"
@@ -260,6 +272,7 @@ def record_ladder(runs_dir, times_file=None, names=LADDER, out_prefix="build/lad
                 f"--steps {tc['steps']} --eval-every {tc['eval_every']} --threads 1"
                 + (f" --weight-decay {tc['weight_decay']:g}" if tc["weight_decay"] != 0.01 else "")
                 + "".join(f" --set {k}={v}" for k, v in sets.items())
+                + (f" --seed {tc['seed']}" if tc["seed"] != 42 else "")
                 + f" --out {out_prefix}/{name}"
             ),
             "num_params": record["num_params"],
@@ -300,8 +313,88 @@ def count_bigram(fit_words, eval_words, smoothing: float = 1.0) -> float:
     return total / n
 
 
-def ladder_figure(ladder: dict, path, published=None) -> None:
-    """Validation loss (points, lines) and minibatch loss (faint) of each model by step."""
+def spread(values) -> dict:
+    """Mean, sample standard deviation, least and greatest of ``values``, to 5 decimals."""
+    values = list(values)
+    return {
+        "n": len(values),
+        "mean": round(statistics.fmean(values), 5),
+        "sd": round(statistics.stdev(values), 5),
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def record_seeds(seeds_dir, ladder: dict, names=LADDER) -> dict:
+    """The ladder over seeds: each model's runs, seed 42 first, and their mean and sd.
+
+    Args:
+        seeds_dir: holds ``MODEL-sSEED/record.json`` for the seeds of each model (and
+            ``times*.txt``, lines ``MODEL-sSEED START END``).
+        ladder: the seed-42 record, :func:`record_ladder`'s dict (``ladder-names.json``).
+            A run of seed 42 in ``seeds_dir`` (the recorded run, run again with the code
+            of the other seeds) takes the record's place, which the entry keeps as
+            ``recorded``, with ``matches_record`` saying whether the two ended alike;
+            without one, the record's run stands for seed 42.
+    """
+    from sitp.bench import cpu_model  # late: the bench module reads the machine
+
+    seeds_dir = Path(seeds_dir)
+    dirs = sorted(p.name for p in seeds_dir.glob("*-s*") if (p / "record.json").exists())
+    found = record_ladder(
+        seeds_dir, names=dirs, out_prefix=str(seeds_dir), with_count_bigram=False
+    )["runs"]
+    out = {
+        "machine": sitp.show_config(mode="dicts").get("cpu"),
+        "cpu_model": cpu_model(),
+        "split_seed": 42,
+        "runs": {},
+    }
+    for name in names:
+        base = ladder["runs"][name]
+        runs = [{"seed": 42, "source": "ladder-names.json", **_seed_entry(base)}]
+        for key in dirs:
+            m = re.fullmatch(rf"{re.escape(name)}-s(\d+)", key)
+            if m is None or key not in found:
+                continue
+            run = found[key]
+            tc, btc = run["train_config"], base["train_config"]
+            assert {k: v for k, v in tc.items() if k != "seed"} == {
+                k: v for k, v in btc.items() if k != "seed"
+            }, f"{key}: not the ladder's config"
+            # a field the model gained since the seed-42 record has its default there
+            default = asdict(MODELS[name].make_config())
+            then = {k: base["model_config"].get(k, default.get(k)) for k in run["model_config"]}
+            assert run["model_config"] == then, f"{key}: not the ladder's model"
+            entry = {"seed": tc["seed"], "source": run["command"], **_seed_entry(run)}
+            if tc["seed"] == 42:  # the recorded run, run again with this code: it replaces it
+                entry["recorded"] = runs[0]["final"]
+                entry["matches_record"] = run["final"] == runs[0]["final"]
+                runs[0] = entry
+                continue
+            runs.append(entry)
+        runs.sort(key=lambda r: (r["seed"] != 42, r["seed"]))
+        out["runs"][name] = {
+            "num_params": base["num_params"],
+            "seeds": [r["seed"] for r in runs],
+            "summary": {k: spread(r["final"][k] for r in runs) for k in ("train", "val", "test")}
+            if len(runs) > 1
+            else None,
+            "runs": runs,
+        }
+    return out
+
+
+def _seed_entry(run: dict) -> dict:
+    return {"wall_s": run["wall_s"], "final": run["final"], "eval": run["eval"]}
+
+
+def ladder_figure(ladder: dict, path, published=None, seeds=None) -> None:
+    """Validation loss (points, lines) and minibatch loss (faint) of each model by step.
+
+    With ``seeds`` (:func:`record_seeds`'s dict) the points are the mean validation loss
+    over the seeds at each evaluation, the band their mean ± sd, and the legend says n.
+    """
     plt = _matplotlib()
     fig, ax = plt.subplots(figsize=(7.2, 4.2), dpi=110)
     for i, (name, run) in enumerate(ladder["runs"].items()):
@@ -309,15 +402,18 @@ def ladder_figure(ladder: dict, path, published=None) -> None:
         xs, ys = zip(*run["train_curve"])
         ax.plot(xs, ys, color=color, alpha=0.25, lw=1)
         steps, _, val = zip(*run["eval"])
-        ax.plot(
-            steps,
-            val,
-            "o-",
-            color=color,
-            ms=3,
-            lw=1.5,
-            label=f"{name} ({run['num_params']:,}): val {run['final']['val']:.3f}",
-        )
+        label = f"{name} ({run['num_params']:,}): val {run['final']['val']:.3f}"
+        if seeds is not None and seeds["runs"].get(name, {}).get("summary"):
+            several = seeds["runs"][name]
+            curves = np.array([[v for _, _, v in r["eval"]] for r in several["runs"]])
+            assert [s for s, _, _ in several["runs"][0]["eval"]] == list(steps), name
+            val, sd = curves.mean(0), curves.std(0, ddof=1)
+            ax.fill_between(steps, val - sd, val + sd, color=color, alpha=0.3, lw=0)
+            v = several["summary"]["val"]
+            label = (
+                f"{name} ({run['num_params']:,}): val {v['mean']:.4f} ± {v['sd']:.4f}, n={v['n']}"
+            )
+        ax.plot(steps, val, "o-", color=color, ms=3, lw=1.5, label=label)
     for label, value in (published or {}).items():
         ax.axhline(value, color="#888888", ls=":", lw=0.8)
         ax.text(ax.get_xlim()[1], value, f" {label}", va="center", fontsize=7, color="#666666")
@@ -325,7 +421,11 @@ def ladder_figure(ladder: dict, path, published=None) -> None:
     ax.set_ylabel("cross-entropy (nats per character)")
     ax.set_ylim(1.75, 2.65)
     ax.set_title(
-        "The ladder on makemore's names: validation (dots), minibatch (faint)", fontsize=10
+        "The ladder on makemore's names: validation (dots), minibatch (faint)"
+        if seeds is None
+        else "The ladder on makemore's names: validation, mean over seeds (dots) ± sd "
+        "(band);\nminibatch loss of seed 42 (faint)",
+        fontsize=10,
     )
     ax.legend(fontsize=8, loc="upper right")
     ax.grid(alpha=0.3)
@@ -483,10 +583,18 @@ def main(argv=None) -> None:
         action="store_true",
         help="read the runs and rewrite the JSON files before drawing",
     )
+    parser.add_argument(
+        "--seeds",
+        help="with --record: the seeds' runs (MODEL-sSEED/), recorded into "
+        "ladder-names-seeds.json; ladder-names.json is left as it is",
+    )
     parser.add_argument("--out", default=str(ASSETS), help="where the PNGs go")
     args = parser.parse_args(argv)
     out = Path(args.out)
-    if args.record:
+    if args.record and args.seeds:
+        record = record_seeds(args.seeds, json.loads(LADDER_JSON.read_text()))
+        SEEDS_JSON.write_text(json.dumps(record, indent=1) + "\n")
+    elif args.record:
         LADDER_JSON.write_text(json.dumps(record_ladder(args.runs), indent=1) + "\n")
         long_dir = Path(args.runs + "-long")
         if long_dir.exists():  # the ablation: build/ladder-long/{gru,gpt,gpt-dropout,gpt-wd}
@@ -512,7 +620,8 @@ def main(argv=None) -> None:
 
     sitp.manual_seed(0)
     architecture_figure(GPT(GPTConfig()), out / "gpt-architecture.png")
-    ladder_figure(json.loads(LADDER_JSON.read_text()), out / "gpt-ladder.png", PUBLISHED)
+    seeds = json.loads(SEEDS_JSON.read_text()) if SEEDS_JSON.exists() else None
+    ladder_figure(json.loads(LADDER_JSON.read_text()), out / "gpt-ladder.png", PUBLISHED, seeds)
     attention_figure(json.loads(ATTENTION_JSON.read_text()), out / "gpt-attention.png")
     if LONG_JSON.exists():
         ablation_figure(json.loads(LONG_JSON.read_text()), out / "gpt-ablation.png")
