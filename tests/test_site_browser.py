@@ -156,9 +156,14 @@ class Visit:
         if response.status >= 400:
             self.problems.append(f"HTTP {response.status}: {response.url}")
 
-    def open(self, path: str):
+    def open(self, path: str, settle: bool = True):
+        """Load ``path``; with ``settle``, also wait until the network has been idle for
+        half a second, so that requests made after the load event (the search index,
+        fonts) are recorded too. Those come from the theme, the same on every page: the
+        page-by-page check loads without it and the other tests settle."""
         self.page.goto(self.base + path, wait_until="load")
-        self.page.wait_for_load_state("networkidle")
+        if settle:
+            self.page.wait_for_load_state("networkidle")
         return self.page
 
     def close(self):
@@ -250,57 +255,67 @@ assert set(ZENSICAL_PAGES) <= set(PAGES), set(ZENSICAL_PAGES) - set(PAGES)
 PAGE_CASES = [("mkdocs", p) for p in PAGES] + [("zensical", p) for p in ZENSICAL_PAGES]
 
 
+# Everything the page-by-page check measures, in one call into the page (each locator
+# count is a round trip to the browser). It first waits, up to wait_ms, for KaTeX to have
+# typeset every formula (katex.js runs on Material's document$, at the page's load), so a
+# slow render is waited for and a formula that never renders is reported.
+PAGE_FACTS = r"""async (wait_ms) => {
+  const raw = () => document.querySelectorAll('.arithmatex:not(:has(.katex))').length;
+  for (let waited = 0; raw() && waited < wait_ms; waited += 50)
+    await new Promise(r => setTimeout(r, 50));
+  const errors = document.querySelectorAll('.katex-error');
+  const code = '.md-content div.highlight pre > code';
+  const copy = ".md-content div.highlight pre button[data-md-type='copy'],"
+             + '.md-content div.highlight pre > button.md-clipboard';
+  return {
+    math: document.querySelectorAll('.arithmatex').length,
+    raw: raw(),
+    katex_errors: errors.length,
+    first_error: errors.length ? errors[0].getAttribute('title') : null,
+    broken: [...document.images].filter(i => !(i.complete && i.naturalWidth > 0))
+      .map(i => i.currentSrc.slice(0, 100) || i.alt),
+    blocks: document.querySelectorAll(code).length,
+    copy_buttons: document.querySelectorAll(copy).length,
+    wide: [...document.querySelectorAll(code + ', .md-content .jp-InputArea pre')]
+      .filter(c => c.scrollWidth > c.clientWidth + 1)
+      .map(c => `${c.scrollWidth} > ${c.clientWidth} px: ` + c.textContent.slice(0, 60)),
+    continuations: document.querySelectorAll('.md-content .continuation > .filename').length,
+    exercises: (EXERCISE_NUMBERS)(),
+  };
+}""".replace("EXERCISE_NUMBERS", EXERCISE_NUMBERS)
+
+
 @pytest.mark.parametrize(
     "build,path", PAGE_CASES, ids=[f"{b}-{p or '/'}" for b, p in PAGE_CASES], indirect=["build"]
 )
 def test_page_loads_clean_with_math_images_and_copy_buttons(tab: Visit, build: str, path: str):
     tab.problems.clear()
-    page = tab.open(path)
+    facts = tab.open(path, settle=False).evaluate(PAGE_FACTS, 5000)
     found = list(tab.problems)
     # Math: pymdownx.arithmatex leaves \( \) and \[ \] in span/div.arithmatex and
     # katex.js renders each one. None may stay raw or be rendered as an error.
-    n_math = page.locator(".arithmatex").count()
-    if n_math:
-        raw = page.locator(".arithmatex:not(:has(.katex))").count()
-        if raw:
-            found.append(f"{raw} of {n_math} formulas not typeset by KaTeX")
-    errors = page.locator(".katex-error")
-    if errors.count():
+    if facts["raw"]:
+        found.append(f"{facts['raw']} of {facts['math']} formulas not typeset by KaTeX")
+    if facts["katex_errors"]:
         found.append(
-            f"KaTeX could not parse {errors.count()} formulas, first: "
-            f"{errors.first.get_attribute('title')}"
+            f"KaTeX could not parse {facts['katex_errors']} formulas, first: {facts['first_error']}"
         )
     # Images: each one loaded and decoded (a broken one has naturalWidth 0).
-    broken = page.evaluate(
-        "() => [...document.images].filter(i => !(i.complete && i.naturalWidth > 0))"
-        ".map(i => i.currentSrc.slice(0, 100) || i.alt)"
-    )
-    found += [f"image did not load: {src}" for src in broken]
+    found += [f"image did not load: {src}" for src in facts["broken"]]
     # Code blocks: Material puts a copy button in each highlighted block.
-    n_blocks = page.locator(".md-content div.highlight pre > code").count()
-    n_copy = page.locator(
-        ".md-content div.highlight pre button[data-md-type='copy'],"
-        ".md-content div.highlight pre > button.md-clipboard"
-    ).count()
-    if n_copy < n_blocks:
-        found.append(f"{n_blocks} code blocks, {n_copy} copy buttons")
+    if facts["copy_buttons"] < facts["blocks"]:
+        found.append(f"{facts['blocks']} code blocks, {facts['copy_buttons']} copy buttons")
     # Layout at 1280 px: no code block scrolls sideways (long lines wrap; the font keeps
     # its size), in chapters' blocks and in notebooks' cells alike.
-    wide = page.evaluate(
-        "() => [...document.querySelectorAll("
-        "'.md-content div.highlight pre > code, .md-content .jp-InputArea pre')]"
-        ".filter(c => c.scrollWidth > c.clientWidth + 1)"
-        ".map(c => `${c.scrollWidth} > ${c.clientWidth} px: ` + c.textContent.slice(0, 60))"
-    )
-    found += [f"code block scrolls sideways: {w}" for w in wide]
+    found += [f"code block scrolls sideways: {w}" for w in facts["wide"]]
     # Continuation fences: each one carries the mark hooks/book.py adds.
     expected = CONTINUATIONS.get(path, 0)
-    marks = page.locator(".md-content .continuation > .filename").count()
-    if marks != expected:
-        found.append(f"{expected} continuation fences in the source, {marks} marked")
+    if facts["continuations"] != expected:
+        found.append(
+            f"{expected} continuation fences in the source, {facts['continuations']} marked"
+        )
     # Numbered exercises count 1, 2, 3, ... across the solution blocks between them.
-    numbers = page.evaluate(EXERCISE_NUMBERS)
-    for heading, seen in numbers.items():
+    for heading, seen in facts["exercises"].items():
         if seen != list(range(1, len(seen) + 1)):
             found.append(f"exercises under {heading!r} are numbered {seen}")
     assert not found, f"/{path}: {len(found)} problems in the browser:\n" + "\n".join(found)
@@ -462,3 +477,33 @@ def test_the_checks_catch_errors_and_other_hosts(tmp_path: Path, browser):
     assert "console error: boom" in found, found
     assert "HTTP 404" in found and "missing.png" in found, found
     assert "request to another host: http://example.org/x.png" in found, found
+
+
+def test_the_page_facts_see_raw_math_broken_images_and_missing_buttons(tmp_path: Path, browser):
+    """The page-by-page check's measurements, on a page that fails each of them: a
+    formula KaTeX never typesets (after waiting for it), one it could not parse, a
+    broken image, a code block without a copy button that scrolls sideways."""
+    (tmp_path / "index.html").write_text(
+        "<!doctype html><title>t</title><div class='md-content'>"
+        "<span class='arithmatex'>\\(x\\)</span>"
+        "<span class='arithmatex'><span class='katex katex-error' title='bad'>y</span></span>"
+        "<img src='missing.png' alt='gone'>"
+        "<div class='highlight' style='width:100px'><pre><code style='display:block;overflow:auto;white-space:pre'>"
+        + "x" * 400
+        + "</code></pre></div></div>"
+    )
+    handler = functools.partial(_QuietHandler, directory=str(tmp_path))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    visit = Visit(browser, f"http://127.0.0.1:{httpd.server_address[1]}/")
+    try:
+        facts = visit.open("", settle=False).evaluate(PAGE_FACTS, 200)
+    finally:
+        visit.close()
+        httpd.shutdown()
+        httpd.server_close()
+    assert facts["math"] == 2 and facts["raw"] == 1, facts
+    assert facts["katex_errors"] == 1 and facts["first_error"] == "bad", facts
+    assert facts["broken"] == ["gone"] or facts["broken"][0].endswith("missing.png"), facts
+    assert facts["blocks"] == 1 and facts["copy_buttons"] == 0, facts
+    assert len(facts["wide"]) == 1 and facts["continuations"] == 0, facts
