@@ -43,6 +43,11 @@ export SITP_DATA_DIR := $(abspath ../shared/data)
 endif
 endif
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+# Python keeps the bytecode of what it imports (pytest's rewritten test modules too) in
+# __pycache__ folders, which git ignores. Where PYTHONDONTWRITEBYTECODE is set, as in
+# many containers, every test process would compile every module again: about 5 s a
+# process for the suite's 250 test modules and the package.
+unexport PYTHONDONTWRITEBYTECODE
 
 # Everything pytest checks: unit tests (tests/), every Python fence and every `>>>`
 # example of the book (docs/), the package's docstring examples (src/sitp/). Figure
@@ -138,7 +143,7 @@ test: setup
 	  echo "make test: the Zensical build FAILED (above); its checks will fail"; }; \
 	export SITP_ZENSICAL_SITE_DIR=build/zensical/site; \
 	echo "+ pytest -n $(JOBS) $${site_tests[*]} $(PYTEST_CHECKS)"; \
-	$(BIN)/python -m pytest -n $(JOBS) -p no:cacheprovider "$${site_tests[@]}" $(PYTEST_CHECKS) || status=$$?; \
+	$(BIN)/python -m pytest -n $(JOBS) --dist worksteal -p no:cacheprovider "$${site_tests[@]}" $(PYTEST_CHECKS) || status=$$?; \
 	exit $$status
 
 # The built site alone: strict build, then the link check and the browser checks.
