@@ -14,6 +14,7 @@ The graph is read from the sources with :mod:`ast`; nothing is imported.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import shutil
 import subprocess
@@ -60,6 +61,7 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+@functools.cache  # parsed once for the three tests that read the package's imports
 def sources() -> dict[str, tuple[Path, ast.Module]]:
     out = {}
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -85,15 +87,22 @@ def imported(
     return sub + ([base] if len(sub) < len(names) else [])
 
 
-def imports(tree: ast.Module):
-    """(node, late) for every import statement; late: inside a function."""
+@functools.cache
+def _imports(tree: ast.Module) -> tuple[tuple[ast.Import | ast.ImportFrom, bool], ...]:
     late = set()
     for fn in ast.walk(tree):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             late.update(id(n) for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom)))
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield node, id(node) in late
+    return tuple(
+        (node, id(node) in late)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+    )
+
+
+def imports(tree: ast.Module):
+    """(node, late) for every import statement; late: inside a function."""
+    return _imports(tree)
 
 
 def is_allowed(module: str, name: str) -> bool:
