@@ -8,6 +8,7 @@ absolute error of 3.5e-7). The bounds below leave a little room above those.
 """
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -271,29 +272,58 @@ def test_gelu_module_and_grad_fn():
         assert F.gelu(x).grad_fn is None
 
 
-def test_coefficients_are_what_the_fit_script_prints():
-    """_vecmath.py's constants are pasted from scripts/fit_vecmath.py: refit and compare,
-    so that an edit by hand (or a change to the fit) cannot go unnoticed."""
+def _refit() -> dict:
+    """What scripts/fit_vecmath.py computes for the constants of _vecmath.py.
+
+    The fit (2,400 least-squares solves for erf) takes 10-20 s. Its result is a function
+    of the script's bytes and of numpy (whose LAPACK solves it), so it is kept beside
+    sitp's numba cache under a key of both and read back by later runs: an edit of the
+    script, or another numpy, fits again; an edit of the pasted constants is compared
+    with the kept fit as with a fresh one."""
+    import hashlib
     import importlib.util
+    import json
     from pathlib import Path
 
-    from sitp.kernels.cpu import vecmath as V
+    from sitp._target import default_cache_root
 
     path = Path(__file__).resolve().parents[1] / "scripts" / "fit_vecmath.py"
+    key = hashlib.sha256(path.read_bytes() + np.__version__.encode()).hexdigest()[:20]
+    kept = default_cache_root() / "fit-vecmath" / f"{key}.json"
+    if kept.exists():
+        return json.loads(kept.read_text())
     spec = importlib.util.spec_from_file_location("fit_vecmath", path)
     fit = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fit)
+    p, q = fit.fit_erf(6, 4)
+    result = {
+        "ln2": [float(v) for v in fit.split_ln2()],
+        "exp": [float(v) for v in fit.fit_exp(6)],
+        "erf_p": [float(v) for v in p],
+        "erf_q": [float(v) for v in q],
+    }
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    tmp = kept.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(result))
+    os.replace(tmp, kept)  # whole or not at all, for a run beside this one
+    return result
+
+
+def test_coefficients_are_what_the_fit_script_prints():
+    """_vecmath.py's constants are pasted from scripts/fit_vecmath.py: refit and compare,
+    so that an edit by hand (or a change to the fit) cannot go unnoticed."""
+    from sitp.kernels.cpu import vecmath as V
 
     def same(refit, pasted):
         # A least-squares solve may differ in its last float64 bits from one BLAS to
         # another, which can move a float32 rounding by one ulp: allow a few ulps.
         np.testing.assert_allclose(np.float32(refit), np.float32(pasted), rtol=1e-6, atol=0)
 
-    assert tuple(fit.split_ln2()) == (V.LN2_HI, V.LN2_LO)
-    same(fit.fit_exp(6)[2:], [V.EXP_C2, V.EXP_C3, V.EXP_C4, V.EXP_C5, V.EXP_C6])
-    p, q = fit.fit_erf(6, 4)
-    same(p, [V.ERF_P0, V.ERF_P1, V.ERF_P2, V.ERF_P3, V.ERF_P4, V.ERF_P5, V.ERF_P6])
-    same(q[1:], [V.ERF_Q1, V.ERF_Q2, V.ERF_Q3, V.ERF_Q4])
+    fit = _refit()
+    assert tuple(np.float32(fit["ln2"])) == (V.LN2_HI, V.LN2_LO)
+    same(fit["exp"][2:], [V.EXP_C2, V.EXP_C3, V.EXP_C4, V.EXP_C5, V.EXP_C6])
+    same(fit["erf_p"], [V.ERF_P0, V.ERF_P1, V.ERF_P2, V.ERF_P3, V.ERF_P4, V.ERF_P5, V.ERF_P6])
+    same(fit["erf_q"][1:], [V.ERF_Q1, V.ERF_Q2, V.ERF_Q3, V.ERF_Q4])
 
 
 @pytest.mark.parametrize("approximate", APPROX)
