@@ -95,13 +95,41 @@ def test_sampling_arguments_are_checked():
     assert chi2_sf(2.0, 2) == pytest.approx(math.exp(-1.0))  # df 2: the exponential
 
 
-def test_top_p_refuses_a_vocabulary_too_large_to_rank_pairwise(monkeypatch):
+def test_top_p_by_bisection_keeps_what_the_pairwise_ranking_keeps(monkeypatch):
+    """Above PAIRWISE_V tokens top-p finds the least kept probability by bisection: the
+    same tokens as the pairwise ranking's, ties included, on rows of every shape."""
     from sitp.models import engine
 
-    monkeypatch.setattr(engine, "PAIRWISE_V", 3)  # (a real vocabulary of 50,257 is too large)
-    with pytest.raises(ValueError, match=r"V = 3; this vocabulary has 4 tokens: use top_k"):
-        sampling_probs(sitp.zeros((1, 4)), top_p=0.5)
-    assert sampling_probs(sitp.zeros((1, 4)), top_p=1.0).shape == (1, 4)  # (nothing to rank)
+    rng = np.random.default_rng(0)
+    for trial in range(60):
+        V, B = int(rng.integers(2, 50)), int(rng.integers(1, 4))
+        x = rng.normal(size=(B, V)) * rng.uniform(0.1, 5)
+        if trial % 3 == 0:
+            x = np.round(x, 1)  # tied logits: kept or dropped together
+        p = sitp.tensor(x, dtype=sitp.float32).softmax(-1)
+        for top_p in (0.05, 0.5, 0.9, 0.99):
+            pairwise = (engine.mass_above(p) >= top_p).numpy()
+            bisected = (p < engine.nucleus_floor(p, top_p)).numpy()
+            assert (pairwise == bisected).all(), (trial, top_p, x)
+    monkeypatch.setattr(engine, "PAIRWISE_V", 3)  # sampling_probs takes the bisection
+    logits = sitp.tensor([[2.0, 1.0, 1.0, -1.0]])
+    kept = sampling_probs(logits, top_p=0.75)[0].numpy()
+    assert (kept > 0).tolist() == [True, True, True, False]  # the tie with the 2nd kept too
+    assert abs(kept.sum() - 1) < 1e-6
+
+
+def test_top_p_on_a_gpt2_sized_vocabulary_matches_a_sort():
+    """50,257 tokens: the nucleus is the tokens a sort and a cumulative sum keep."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 50_257)) * 3
+    probs = sampling_probs(sitp.tensor(x, dtype=sitp.float32), top_p=0.9).numpy()
+    p = sitp.tensor(x, dtype=sitp.float32).softmax(-1).numpy().astype(np.float64)
+    for row in range(2):
+        desc = np.sort(p[row])[::-1]
+        n_keep = int(((np.cumsum(desc) - desc) < 0.9).sum())
+        assert (probs[row] > 0).sum() == n_keep
+        assert set(np.flatnonzero(probs[row])) == set(np.argsort(-p[row])[:n_keep])
+        assert abs(probs[row].sum() - 1) < 1e-5
 
 
 class Markov:

@@ -69,12 +69,10 @@ def sampling_probs(logits_BV, temperature=1.0, top_k=None, top_p=None, min_p=Non
             logits_BV = logits_BV.masked_fill(logits_BV < v_BK[:, -1:], float("-inf"))
     probs_BV = F.softmax(logits_BV, dim=-1)
     if top_p is not None and top_p < 1.0:  # keep the tokens whose more likely ones are < p
-        if V > PAIRWISE_V:  # (B, V, V) would not fit: say so rather than run out of memory
-            raise ValueError(
-                f"top_p ranks the vocabulary pairwise, (V, V) per row, up to V = {PAIRWISE_V}; "
-                f"this vocabulary has {V} tokens: use top_k or min_p"
-            )
-        probs_BV = probs_BV.masked_fill(mass_above(probs_BV) >= top_p, 0.0)
+        if V <= PAIRWISE_V:
+            probs_BV = probs_BV.masked_fill(mass_above(probs_BV) >= top_p, 0.0)
+        else:  # (B, V, V) would not fit: the least probability kept, by bisection
+            probs_BV = probs_BV.masked_fill(probs_BV < nucleus_floor(probs_BV, top_p), 0.0)
     if min_p is not None and min_p > 0.0:
         p_max_B1 = probs_BV.amax(dim=-1, keepdim=True)
         probs_BV = probs_BV.masked_fill(probs_BV < min_p * p_max_B1, 0.0)
@@ -91,7 +89,8 @@ def count_above(x_BV):
     """For each entry, how many entries of its row are strictly larger: (B, V) int64.
 
     One comparison of every pair, V^2 per row: no sort (sitp has none, and its topk
-    takes k passes), and exact with ties: tied entries get the same count.
+    takes k passes), and exact with ties: tied entries get the same count. Above
+    ``PAIRWISE_V`` tokens, top-k takes ``topk`` and top-p :func:`nucleus_floor`.
     """
     return (x_BV[:, None, :] > x_BV[:, :, None]).sum(dim=-1)
 
@@ -105,6 +104,28 @@ def mass_above(p_BV):
     """
     above_BVV = p_BV[:, None, :] > p_BV[:, :, None]  # [b, i, j]: token j beats token i
     return (above_BVV * p_BV[:, None, :]).sum(dim=-1)
+
+
+def nucleus_floor(p_BV, top_p, max_steps=400):
+    """For each row, the least probability that top-p keeps: (B, 1), in V a step.
+
+    The mass of the tokens more likely than a level t, S(t), falls as t rises, and a
+    token is kept when S(its probability) < p: the kept tokens are those at or above a
+    floor. Bisection finds it between a level whose S reaches p (0) and one whose S is 0
+    (the row's largest probability), until no probability of the row lies strictly
+    between the two: the same tokens as :func:`mass_above`'s, ties included, without
+    the pairs (which need (V, V) per row).
+    """
+    lo_B1 = torch.zeros_like(p_BV[:, :1])
+    hi_B1 = p_BV.amax(dim=-1, keepdim=True)
+    for step in range(max_steps):
+        if step % 8 == 0 and not ((p_BV > lo_B1) & (p_BV < hi_B1)).any().item():
+            break
+        mid_B1 = (lo_B1 + hi_B1) / 2
+        short_B1 = p_BV.masked_fill(p_BV <= mid_B1, 0.0).sum(dim=-1, keepdim=True) < top_p
+        hi_B1 = torch.where(short_B1, mid_B1, hi_B1)  # mid is kept: the floor is at most mid
+        lo_B1 = torch.where(short_B1, lo_B1, mid_B1)
+    return hi_B1
 
 
 def sample_next(logits_BV, temperature=1.0, top_k=None, generator=None, top_p=None, min_p=None):
