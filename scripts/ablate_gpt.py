@@ -4,6 +4,8 @@ Usage::
 
     SITP_DATA_DIR=../shared/data python scripts/ablate_gpt.py            # every option
     python scripts/ablate_gpt.py --steps 50 --options gpt2 rope          # a quick look
+    python scripts/ablate_gpt.py --seeds 1 2 3 4 1337 --threads 1 \
+        --json src/sitp/examples/ablate-gpt-seeds.json                   # 5.3's record
 
 Every run trains a GPT on the characters of tinyshakespeare (90% train, 10%
 validation, as nanoGPT's shakespeare_char) from the same seed, on the same
@@ -16,6 +18,13 @@ trains the blocks' matrices with Muon (``sitp.models.gpt.muon_and_adamw``).
 The validation loss is the mean over the same ``--eval-batches`` batches of
 the validation text for every run. The table also gives each run's parameters
 and its median milliseconds per step; the CPU is printed first.
+
+``--seeds`` repeats the whole ablation once per seed (seeds outer, options inner,
+so a stopped run still holds every option for the seeds it finished); ``--json``
+then records every run with its seed, the load average before and after it, and
+the machine, and is rewritten after each run. The milliseconds per step are wall
+time: on a machine shared with other jobs they measure the load as much as the
+option, which is why the load averages are kept beside them.
 """
 
 from __future__ import annotations
@@ -28,13 +37,16 @@ import statistics
 import time
 from pathlib import Path
 
+import numba
 import numpy as np
 
 import sitp
 from sitp.bench import cpu_model
+from sitp.bench.ab import loadavg, machine
 from sitp.data import get_batch, load_tinyshakespeare
 from sitp.data.tokens import CharTokenizer
 from sitp.models.gpt import GPT, MODERN, GPTConfig, muon_and_adamw
+from sitp.serialization import write_atomically
 from sitp.train.trainer import param_groups
 
 # each option of section 5.3 as the config fields it sets
@@ -62,20 +74,21 @@ def lr_factor(step: int, steps: int, warmup: int, min_ratio: float = 0.1) -> flo
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def run(option, data, args) -> dict:
+def run(option, data, args, seed: int) -> dict:
     train_ids, val_ids, V = data
     fields = dict(
         block_size=args.block, vocab_size=V, n_layer=args.layers, n_head=args.heads,
         n_embd=args.width, **OPTIONS[option],
     )  # fmt: skip
-    sitp.manual_seed(args.seed)
+    load_before = loadavg()
+    sitp.manual_seed(seed)
     model = GPT(GPTConfig(**fields))
     if option in USES_MUON:
         opts = list(muon_and_adamw(model, lr=args.lr, muon_lr=args.muon_lr, weight_decay=0.0))
     else:
         opts = [sitp.optim.AdamW(param_groups(model, 0.1), lr=args.lr, betas=(0.9, 0.99))]
     base_lrs = [[g["lr"] for g in o.param_groups] for o in opts]
-    g = sitp.Generator().manual_seed(args.seed + 1)  # the same batches for every option
+    g = sitp.Generator().manual_seed(seed + 1)  # the same batches for every option
     times, losses = [], []
     model.train()
     for step in range(args.steps):
@@ -102,11 +115,13 @@ def run(option, data, args) -> dict:
         ]
     return {
         "option": option,
+        "seed": seed,
         "params": sum(p.numel() for p in model.parameters()),
         "train": float(np.mean(losses[-20:])),
         "val": float(np.mean(val)),
         "ms_per_step": 1000 * statistics.median(times),
         "seconds": sum(times),
+        "load_average": {"before": load_before, "after": loadavg()},
     }
 
 
@@ -124,8 +139,15 @@ def main(argv=None) -> None:
     p.add_argument("--muon-lr", type=float, default=0.02)
     p.add_argument("--eval-batches", type=int, default=50)
     p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--seeds", type=int, nargs="+", help="one ablation per seed (for --seed)")
+    p.add_argument("--threads", type=int, default=None, help="numba threads (default: numba's)")
     p.add_argument("--json", type=Path, help="also write the rows here")
     args = p.parse_args(argv)
+    seeds = args.seeds or [args.seed]
+    if args.threads:
+        numba.set_num_threads(args.threads)
+    threads = numba.get_num_threads()
+    load_start = loadavg()
 
     text = load_tinyshakespeare()
     tok = CharTokenizer(text)
@@ -133,6 +155,7 @@ def main(argv=None) -> None:
     n = int(0.9 * len(ids))
     data = ids[:n], ids[n:], tok.vocab_size
     print(f"CPU: {cpu_model()} ({os.cpu_count()} cores), sitp {sitp.__version__}")
+    print(f"numba threads {threads}; load average at the start {load_start}")
     print(
         f"tinyshakespeare characters: {len(ids):,} (train {n:,}, val {len(ids) - n:,}), "
         f"V = {tok.vocab_size}; GPT {args.layers} layers, {args.heads} heads, width "
@@ -140,21 +163,33 @@ def main(argv=None) -> None:
         f"(warmup {args.warmup}, cosine to 0.1x), AdamW lr {args.lr}, Muon lr "
         f"{args.muon_lr}; val over {args.eval_batches} batches"
     )
-    print("| option | params | train loss | val loss | vs gpt2 | ms/step |")
-    print("|---|---:|---:|---:|---:|---:|")
-    rows, base = [], None
-    for option in args.options:
-        row = run(option, data, args)
-        base = row["val"] if option == "gpt2" else base
-        delta = f"{row['val'] - base:+.3f}" if base is not None else ""
-        print(
-            f"| {option} | {row['params']:,} | {row['train']:.3f} | {row['val']:.3f} | "
-            f"{delta} | {row['ms_per_step']:.0f} |",
-            flush=True,
-        )
-        rows.append(row)
-    if args.json:
-        args.json.write_text(json.dumps({"args": vars(args) | {"json": None}, "rows": rows}))
+    rows = []
+    record = {
+        "args": {k: v for k, v in vars(args).items() if k != "json"} | {"seeds": seeds},
+        "machine": machine() | {"threads": threads, "sitp": sitp.__version__},
+        "load_average": {"start": load_start, "end": None},
+        "rows": rows,
+    }
+    for seed in seeds:
+        if len(seeds) > 1:
+            print(f"seed {seed}")
+        print("| option | params | train loss | val loss | vs gpt2 | ms/step |")
+        print("|---|---:|---:|---:|---:|---:|")
+        base = None
+        for option in args.options:
+            row = run(option, data, args, seed)
+            base = row["val"] if option == "gpt2" else base
+            delta = f"{row['val'] - base:+.3f}" if base is not None else ""
+            print(
+                f"| {option} | {row['params']:,} | {row['train']:.3f} | {row['val']:.3f} | "
+                f"{delta} | {row['ms_per_step']:.0f} |",
+                flush=True,
+            )
+            rows.append(row)
+            if args.json:
+                record["load_average"]["end"] = loadavg()
+                write_atomically(args.json, (json.dumps(record, indent=1) + "\n").encode())
+    print(f"load average at the end {loadavg()}")
 
 
 if __name__ == "__main__":

@@ -364,20 +364,67 @@ def bpb(i: int) -> dict:
     return ex("bpb-budget.json")["rows"][i]
 
 
-def ablation(option: str, path: str = "part3/ablate-gpt.txt", at: int = 0) -> list[float]:
-    """A row of 5.3's ablation (params, train, val, vs gpt2, ms/step); ``at`` picks the run
-    of a file with several (ablate-gpt-seeds.txt holds seeds 1 and 2)."""
-    text = (DOCS / "assets" / path).read_text(encoding="utf-8")
-    rows = re.findall(rf"^\| {re.escape(option)} \|(.*)\|$", text, re.MULTILINE)
-    return [float(c.strip().replace(",", "")) for c in rows[at].split("|")]
+ABLATION = "ablate-gpt-seeds.json"
+
+
+def ablation(option: str, key: str = "val") -> list[float]:
+    """5.3's ablation over seeds (ablate-gpt-seeds.json): ``key`` ("train", "val",
+    "ms_per_step", "params") of ``option``'s run for each seed, in the order of the seeds."""
+    run = ex(ABLATION)
+    rows = {(r["option"], r["seed"]): r for r in run["rows"]}
+    return [rows[option, seed][key] for seed in run["args"]["seeds"]]
+
+
+def ablation_gain(option: str) -> list[float]:
+    """5.3: ``option``'s validation loss less GPT-2's, seed by seed (paired by seed)."""
+    return [a - b for a, b in zip(ablation(option), ablation("gpt2"))]
+
+
+def mean_sd(values) -> tuple[float, float]:
+    """The mean and the sample sd of ``values``."""
+    return statistics.mean(values), statistics.stdev(values)
 
 
 def seed_spread() -> float:
-    """How far apart the GPT-2 baseline's validation losses land over 5.3's three seeds."""
-    vals = [ablation("gpt2")[2]] + [
-        ablation("gpt2", "part3/ablate-gpt-seeds.txt", k)[2] for k in (0, 1)
+    """How far apart the GPT-2 baseline's validation losses land over 5.3's seeds."""
+    return max(ablation("gpt2")) - min(ablation("gpt2"))
+
+
+def seed_sd() -> float:
+    """The sd of the GPT-2 baseline's validation loss over 5.3's seeds."""
+    return statistics.stdev(ablation("gpt2"))
+
+
+def gain_sd(option: str) -> tuple[float, float]:
+    """5.3: how much ``option`` lowers the validation loss, mean over the seeds, and the sd
+    of its paired differences."""
+    m, sd = mean_sd(ablation_gain(option))
+    return -m, sd
+
+
+def all_less_muon() -> list[float]:
+    """5.3: every option together less Muon alone, validation loss, seed by seed."""
+    return [a - m for a, m in zip(ablation("all"), ablation("muon"))]
+
+
+def all_less_sum() -> list[float]:
+    """5.3: the gain of every option together less the sum of Muon's and rotary's single
+    gains, seed by seed (positive: all together gain less than the sum)."""
+    return [
+        a - m - r
+        for a, m, r in zip(ablation_gain("all"), ablation_gain("muon"), ablation_gain("rope"))
     ]
-    return max(vals) - min(vals)
+
+
+def exercise_option() -> str:
+    """The option 5.3's exercise 3 asks about."""
+    return re.search(r"In the table, `([^`]+)` moves the loss by", page("part3/modern-gpt.md"))[1]
+
+
+def ablation_loads() -> list[float]:
+    """5.3's ablation: the one-minute load average before and after each run."""
+    rows = ex(ABLATION)["rows"]
+    return [r["load_average"][k][0] for r in rows for k in ("before", "after")]
 
 
 def demo(stage: str, key: str = "pass@1", name: str = "posttrain-demo.json"):
@@ -844,54 +891,103 @@ FIGURES = QUOTES + [
             100 * out(TOKENS, r"^T = +64: .* read (\d+) KiB$") / 2**20,
         ),
     ),
-    # 5.3: the ablation (its table is checked in figure_quotes) and the budget run
+    # 5.3: the ablation over seeds (its table is checked in figure_quotes, its verdicts in
+    # test_a_verdict_in_prose_matches_its_data) and the budget run
     (
         "part3/modern-gpt.md",
-        r"wall-clock milliseconds per step, (\d+) to (\d+),",
+        r"--seeds (\d+) (\d+) (\d+) (\d+) (\d+) --threads (\d)",
+        lambda: (*ex(ABLATION)["args"]["seeds"], ex(ABLATION)["machine"]["threads"]),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"config`\), (\w+) thread, (\w+) seeds \((\d+), (\d+), (\d+), (\d+) and (\d+)\)",
         lambda: (
-            min(ablation(o)[4] for o in ABLATION_OPTIONS),
-            max(ablation(o)[4] for o in ABLATION_OPTIONS),
+            ex(ABLATION)["machine"]["threads"],
+            len(ex(ABLATION)["args"]["seeds"]),
+            *ex(ABLATION)["args"]["seeds"],
         ),
     ),
     (
         "part3/modern-gpt.md",
-        r"gave the baseline (\d\.\d+) and (\d\.\d+) against the table's (\d\.\d+), and rotary "
-        r"(\d\.\d+) and (\d\.\d+) against (\d\.\d+)",
-        lambda: tuple(
-            ablation(o, p, k)[2]
-            for o in ("gpt2", "rope")
-            for p, k in (
-                ("part3/ablate-gpt-seeds.txt", 0),
-                ("part3/ablate-gpt-seeds.txt", 1),
-                ("part3/ablate-gpt.txt", 0),
-            )
-        ),
+        r"The whole ablation ran once per seed, for (\w+) seeds,",
+        lambda: len(ex(ABLATION)["args"]["seeds"]),
     ),
-    ("part3/modern-gpt.md", r"a spread of about (\d\.\d+) between seeds", seed_spread),
     (
         "part3/modern-gpt.md",
-        r"rotary's gain of (\d\.\d+) to (\d\.\d+) at each of the three",
+        r"recorded before and after every run, was (\d\.\d) to (\d\.\d) on its (\w+) vCPUs",
         lambda: (
-            min(-ablation("rope", p, k)[3] for p, k in ROPE_RUNS),
-            max(-ablation("rope", p, k)[3] for p, k in ROPE_RUNS),
+            min(ablation_loads()),
+            max(ablation_loads()),
+            ex(ABLATION)["machine"]["logical_cpus"],
         ),
     ),
     (
         "part3/modern-gpt.md",
-        r"Muon takes the GPT-2 architecture from (\d\.\d+) to (\d\.\d+) in (\d+) steps",
+        r"The baseline's validation loss lies (\d\.\d+) apart between its best and its worst "
+        r"seed \(sd (\d\.\d+)\)",
+        lambda: (max(ablation("gpt2")) - min(ablation("gpt2")), seed_sd()),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"paired differences over the (\w+) seeds\.",
+        lambda: len(ex(ABLATION)["args"]["seeds"]),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"Muon takes the GPT-2 architecture from (\d\.\d+) to (\d\.\d+) in (\d+) steps \(a "
+        r"gain of (\d\.\d+) ± (\d\.\d+)\),",
         lambda: (
-            ablation("gpt2")[2],
-            ablation("muon")[2],
-            asset("part3/ablate-gpt.txt", r"batch 12, (\d+) steps"),
+            statistics.mean(ablation("gpt2")),
+            statistics.mean(ablation("muon")),
+            ex(ABLATION)["args"]["steps"],
+            -mean_sd(ablation_gain("muon"))[0],
+            mean_sd(ablation_gain("muon"))[1],
         ),
     ),
-    ("part3/modern-gpt.md", r"Rotary embeddings give (\d\.\d+):", lambda: -ablation("rope")[3]),
-    ("part3/modern-gpt.md", r"All options together reach (\d\.\d+)", lambda: ablation("all")[2]),
     (
         "part3/modern-gpt.md",
-        r"sum of the single gains \((\d\.\d+), against (\d\.\d+) for Muon and (\d\.\d+) for "
-        r"rotary",
-        lambda: tuple(-ablation(o)[3] for o in ("all", "muon", "rope")),
+        r"Rotary embeddings give (\d\.\d+) ± (\d\.\d+):",
+        lambda: gain_sd("rope"),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"QK-norm is \w+ \((\d\.\d+) ± (\d\.\d+)\)",
+        lambda: gain_sd("qk-norm"),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"ReLU² gains (\d\.\d+) ± (\d\.\d+), \w+ the spread, and the untied head (\d\.\d+) ± "
+        r"(\d\.\d+), \w+ the spread",
+        lambda: (*gain_sd("relu2"), *gain_sd("untied")),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"soft-capping each move the loss by (\d\.\d+) or less",
+        lambda: max(
+            abs(mean_sd(ablation_gain(o))[0])
+            for o in ("rmsnorm", "rmsnorm, no gain", "no bias", "softcap 15")
+        ),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"All options together reach (\d\.\d+), (\d\.\d+) ± (\d\.\d+) (?:below|above) Muon alone",
+        lambda: (
+            statistics.mean(ablation("all")),
+            abs(mean_sd(all_less_muon())[0]),
+            mean_sd(all_less_muon())[1],
+        ),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"gain of (\d\.\d+) (?:falls short of|exceeds) the sum of Muon's and rotary's single "
+        r"gains \((\d\.\d+) and (\d\.\d+)\) by (\d\.\d+) ± (\d\.\d+),",
+        lambda: (
+            gain_sd("all")[0],
+            gain_sd("muon")[0],
+            gain_sd("rope")[0],
+            abs(mean_sd(all_less_sum())[0]),
+            mean_sd(all_less_sum())[1],
+        ),
     ),
     (
         "part3/modern-gpt.md",
@@ -952,32 +1048,55 @@ FIGURES = QUOTES + [
     ),
     (
         "part3/modern-gpt.md",
-        r"spread by about (\d\.\d+) nats per character, (\d\.\d+) bits per byte, and the gap of "
-        r"the\s+modern options \((\d\.\d+)\)",
+        r"baseline lies (\d\.\d+) nats per character apart over its (\w+) seeds, (\d\.\d+) bits "
+        r"per byte, and the gap of the modern options \((\d\.\d+)\)",
         lambda: (
             seed_spread(),
+            len(ex(ABLATION)["args"]["seeds"]),
             seed_spread() / math.log(2),
             bpb(0)["val_bpb"] - bpb(1)["val_bpb"],
         ),
     ),
     (
         "part3/modern-gpt.md",
-        r"between BPE 512 and 1,024 \((\d\.\d+)\) is not",
+        r"between BPE 512 and 1,024 \((\d\.\d+)\) is",
         lambda: bpb(3)["val_bpb"] - bpb(2)["val_bpb"],
     ),
     (
         "part3/modern-gpt.md",
-        r"With the spread of about (\d\.\d+) measured above",
-        seed_spread,
+        r"In the table, `[^`]+` moves the loss by\s+([+−-]\d\.\d+), within the spread",
+        lambda: mean_sd(ablation_gain(exercise_option()))[0],
     ),
     (
         "part3/modern-gpt.md",
-        r"of about \$(\d\.\d+)\\sqrt\{2/n\}\$: (\d\.\d+) for five seeds, not enough to decide a "
-        r"gap of 0\.01, and about (\d\.\d+) for eighty",
+        r"baseline's sd over the seeds above is about (\d\.\d+), and \$n\$ independent seeds "
+        r"per option give a standard error of the mean difference of about "
+        r"\$(\d\.\d+)\\sqrt\{2/n\}\$, (\d\.\d+) for (\w+) seeds",
         lambda: (
-            seed_spread(),
-            seed_spread() * math.sqrt(2 / 5),
-            seed_spread() * math.sqrt(2 / 80),
+            seed_sd(),
+            seed_sd(),
+            seed_sd() * math.sqrt(2 / len(ex(ABLATION)["args"]["seeds"])),
+            len(ex(ABLATION)["args"]["seeds"]),
+        ),
+    ),
+    (
+        "part3/modern-gpt.md",
+        r"its sd over the (\w+) seeds is (\d\.\d+), so the standard error of the mean "
+        r"difference is \$(\d\.\d+)/\\sqrt\{n\}\$, and a mean gap of (\d\.\d+) lies two standard "
+        r"errors from zero once \$n\$ reaches \$[^$]*\$, about (\d+) seeds here",
+        lambda: (
+            len(ex(ABLATION)["args"]["seeds"]),
+            mean_sd(ablation_gain(exercise_option()))[1],
+            mean_sd(ablation_gain(exercise_option()))[1],
+            abs(mean_sd(ablation_gain(exercise_option()))[0]),
+            math.ceil(
+                (
+                    2
+                    * mean_sd(ablation_gain(exercise_option()))[1]
+                    / abs(mean_sd(ablation_gain(exercise_option()))[0])
+                )
+                ** 2
+            ),
         ),
     ),
     # 5.4: the decode step's arithmetic, against its fence and 2.3's roofline table
@@ -2104,25 +2223,6 @@ FIGURES = QUOTES + [
     ("numbers.md", r"\$\\log 27 \\approx (\d\.\d+)\$", lambda: math.log(27)),
 ]
 
-ABLATION_OPTIONS = [
-    "gpt2",
-    "rope",
-    "rmsnorm",
-    "rmsnorm, no gain",
-    "no bias",
-    "qk-norm",
-    "relu2",
-    "untied",
-    "softcap 15",
-    "muon",
-    "all",
-]
-ROPE_RUNS = [
-    ("part3/ablate-gpt.txt", 0),
-    ("part3/ablate-gpt-seeds.txt", 0),
-    ("part3/ablate-gpt-seeds.txt", 1),
-]
-
 
 def collectives_fit_error(who: str, size: int) -> float:
     """7.1: the relative error, in percent, of the one alpha-beta line through every size of
@@ -2285,19 +2385,18 @@ def figure_quotes():
         ]
         row = " | ".join(f"{100 * c:.1f}%" for c in cells)
         yield ["projects.md"], f"| {r['temperature']} | {row} |", "names-innovation rows"
-    # 5.3's ablation table, row by row from the script's output
-    ablated = (DOCS / "assets/part3/ablate-gpt.txt").read_text(encoding="utf-8")
-    rows = re.findall(
-        r"^\| ([^|]+) \| ([\d,]+) \| ([\d.]+) \| ([\d.]+) \| ([+-][\d.]+) \| \d+ \|$",
-        ablated,
-        re.MULTILINE,
-    )
-    assert len(rows) == len(ABLATION_OPTIONS), rows
-    for option, params, train, val, vs in rows:
-        name, vs = ("GPT-2 (baseline)", "") if option == "gpt2" else (option, vs)
-        cells = [name, params, train, val] + ([vs.replace("-", "−")] if vs else [])
-        row = "| " + " | ".join(cells) + (" |" if vs else " | |")
-        yield ["part3/modern-gpt.md"], row, "ablate-gpt.txt"
+    # 5.3's ablation table, row by row from the record over seeds
+    for option in ex(ABLATION)["args"]["options"]:
+        train, val = mean_sd(ablation(option, "train")), mean_sd(ablation(option, "val"))
+        vs = "" if option == "gpt2" else "{:+.3f} ± {:.3f} ".format(*mean_sd(ablation_gain(option)))
+        cells = [
+            "GPT-2 (baseline)" if option == "gpt2" else option,
+            f"{ablation(option, 'params')[0]:,}",
+            "{:.3f} ± {:.3f}".format(*train),
+            "{:.3f} ± {:.3f}".format(*val),
+            vs.replace("-", "−") + f"| {statistics.median(ablation(option, 'ms_per_step')):.0f}",
+        ]
+        yield ["part3/modern-gpt.md"], "| " + " | ".join(cells) + " |", ABLATION
 
 
 @pytest.mark.parametrize(
@@ -2306,6 +2405,102 @@ def figure_quotes():
 def test_prose_quotes_the_figure_data(pages_, text, origin):
     missing = [name for name in pages_ if text not in page(name)]
     assert not missing, f"{text!r} ({origin}) is not on {', '.join(missing)}"
+
+
+def option_set(text: str) -> set[str]:
+    """The options a sentence names in backticks: "`rope`, `qk-norm` and `all`"."""
+    return set(re.findall(r"`([^`]+)`", text))
+
+
+def spread_word(values) -> str:
+    return "beyond" if beyond(values) else "within"
+
+
+def beyond(values) -> bool:
+    """5.3's test: the mean of paired differences is more than twice their sd."""
+    m, sd = mean_sd(values)
+    return abs(m) > 2 * sd
+
+
+def ablation_verdicts():
+    """(pattern, what its groups must say) for 5.3's claims about the spread between seeds."""
+    single = [o for o in ex(ABLATION)["args"]["options"] if o not in ("gpt2", "all")]
+    others = [o for o in ex(ABLATION)["args"]["options"] if o != "gpt2"]
+    mean = {o: mean_sd(ablation_gain(o))[0] for o in others}
+    lower = {o for o in others if beyond(ablation_gain(o)) and mean[o] < 0}
+    higher = {o for o in others if beyond(ablation_gain(o)) and mean[o] > 0}
+    rank = sorted(single, key=mean.get).index("qk-norm") + 1
+    ordinal = {1: "first", 2: "second", 3: "third", 4: "fourth"}.get(rank, str(rank))
+    gap_bpb = bpb(3)["val_bpb"] - bpb(2)["val_bpb"]
+    yield r"By that test, ([\s\S]*?) lower the\s+validation loss beyond the spread;", (lower,)
+    yield r"beyond the spread; ([\s\S]*?) raises? it beyond the spread;", (higher,)
+    yield (
+        r"raises? it beyond the spread; ([\s\S]*?)\s+(?:is|are) within it\.",
+        (set(others) - lower - higher,),
+    )
+    sd_val = {o: statistics.stdev(ablation(o)) for o in others}
+    sd_gain = {o: mean_sd(ablation_gain(o))[1] for o in others}
+    yield (
+        r"much in common: for ([\s\S]*?) the sd of the paired differences is less than half",
+        ({o for o in others if sd_gain[o] < sd_val[o] / 2},),
+    )
+    yield (
+        r"sd of the losses, while for ([\s\S]*?) it is larger,",
+        ({o for o in others if sd_gain[o] > sd_val[o]},),
+    )
+    yield r"QK-norm is (\w+) \(", (ordinal,)
+    yield r"ReLU² gains [\d.]+ ± [\d.]+, (\w+) the spread", (spread_word(ablation_gain("relu2")),)
+    yield (
+        r"the untied head [\d.]+ ± [\d.]+, (\w+) the spread",
+        (spread_word(ablation_gain("untied")),),
+    )
+    yield (
+        r"± [\d.]+ (below|above) Muon alone \((\w+) the spread\)",
+        (
+            "below" if mean_sd(all_less_muon())[0] < 0 else "above",
+            spread_word(all_less_muon()),
+        ),
+    )
+    yield (
+        r"gain of [\d.]+ (falls short of|exceeds) the sum[\s\S]*?± [\d.]+, (\w+) the spread",
+        (
+            "falls short of" if mean_sd(all_less_sum())[0] > 0 else "exceeds",
+            spread_word(all_less_sum()),
+        ),
+    )
+    yield (
+        r"In the table, `[^`]+` moves the loss by\s+[+−-][\d.]+, (\w+) the spread",
+        (spread_word(ablation_gain(exercise_option())),),
+    )
+    yield (
+        r"and the gap of the modern options \([\d.]+\) is (well beyond) that",
+        (
+            "well beyond"
+            if bpb(0)["val_bpb"] - bpb(1)["val_bpb"] > 2 * seed_spread() / math.log(2)
+            else "not",
+        ),
+    )
+    yield (
+        r"between BPE 512 and 1,024 \([\d.]+\) is (not|beyond it too)\.",
+        ("not" if gap_bpb < 2 * seed_spread() / math.log(2) else "beyond it too",),
+    )
+
+
+def verdicts():
+    """(page, pattern, what its groups must say) for claims in words about seeded runs."""
+    for pattern, want in ablation_verdicts():
+        yield "part3/modern-gpt.md", pattern, want
+
+
+@pytest.mark.parametrize("name, pattern, want", list(verdicts()))
+def test_a_verdict_in_prose_matches_its_data(name, pattern, want):
+    """Every claim that a difference is beyond or within the spread between seeds (5.3:
+    the mean of the paired differences against twice their sd) agrees with the record."""
+    text = page(name)
+    hits = list(re.finditer(pattern.replace(" ", r"\s+"), text))
+    assert len(hits) == 1, f"{len(hits)} matches of {pattern!r}"
+    got = tuple(option_set(g) if "`" in g else g for g in hits[0].groups())
+    assert got == want, (pattern, got, want)
 
 
 # --- claims about GPU timings -------------------------------------------------------
