@@ -12,6 +12,8 @@ problems no stage trained on.
     python scripts/posttrain_demo.py                 # chain1, the default sizes
     python scripts/posttrain_demo.py --task addition2 --block-size 32 --save runs/pt
     python scripts/posttrain_demo.py --json src/sitp/examples/posttrain-demo.json
+    python scripts/posttrain_demo.py --seeds 0 1 2 3 4 \
+        --json src/sitp/examples/posttrain-demo-seeds.json   # one record per seed, mean, sd
 
 The figures vary with the machine's speed only in their timings; the numbers are
 fixed by the seeds.
@@ -143,6 +145,75 @@ def write_json(path, record):
     os.replace(tmp, path)
 
 
+def run_seed(args, seed):
+    """The pipeline from ``seed``: the record ``--json`` writes for one seed."""
+    task = get_task(args.task)
+    load_start = [round(x, 2) for x in os.getloadavg()]
+    tok = ChatTokenizer(ByteTokenizer())
+    sitp.manual_seed(seed)
+    config = GPTConfig(vocab_size=tok.vocab_size, block_size=args.block_size, n_layer=2, n_head=4,
+                       n_embd=64, rope=True)  # fmt: skip
+    model = GPT(config)
+    params = sum(p.numel() for p in model.parameters())
+    print(f"CPU: {cpu_model()}; GPT {config.n_layer} layers, n_embd {config.n_embd}, "
+          f"block {config.block_size}, {params:,} parameters; task {task.name}; seed {seed}")  # fmt: skip
+    held = task.problems("heldout", args.heldout, seed=0, at_most=True)
+    sample = task.problems("train", 200, seed=0, at_most=True)
+    max_new = max(len(tok.encode_text(task.reference(q))) for q in sample) + 1  # and the end
+    stages = [report("base", model, tok, task, held, 0, max_new)]
+
+    t0 = time.perf_counter()
+    pretrain(model, tok, task, args.pretrain_steps, 32, 3e-3, seed)
+    stages.append(report("pretrain", model, tok, task, held, time.perf_counter() - t0, max_new))
+    keep(args, "pretrain", model, tok)
+
+    t0 = time.perf_counter()
+    convos = [task.conversation(p) for p in task.problems("train", 3000, seed=1, at_most=True)]
+    losses = sft(model, convos, tok, args.sft_steps, lr=args.sft_lr, batch_size=32, seed=seed)
+    print(f"  sft loss {np.mean(losses[:10]):.4f} (first 10 steps) -> "
+          f"{np.mean(losses[-10:]):.4f} (last 10)")  # fmt: skip
+    stages.append(report("sft", model, tok, task, held, time.perf_counter() - t0, max_new))
+    keep(args, "sft", model, tok)
+
+    t0 = time.perf_counter()
+    history = rl_stage(model, tok, task, args, max_new, seed)
+    rewards = [h["reward"] for h in history]
+    if rewards:
+        print(f"  rl mean reward: first 10 steps {np.mean(rewards[:10]):.3f}, "
+              f"last 10 {np.mean(rewards[-10:]):.3f}")  # fmt: skip
+    stages.append(report("rl", model, tok, task, held, time.perf_counter() - t0, max_new))
+    keep(args, "rl", model, tok)
+    settings = {k: v for k, v in vars(args).items() if k != "seeds"}
+    return {
+        "script": "scripts/posttrain_demo.py",
+        "config": {**settings, "seed": seed, "n_layer": config.n_layer,
+                   "n_head": config.n_head, "n_embd": config.n_embd, "parameters": params,
+                   "rope": True, "pretrain_batch": 32, "pretrain_lr": 3e-3, "sft_batch": 32,
+                   "rl_prompts_per_step": 8, "rl_group_size": 8, "max_new_tokens": max_new},
+        "cpu": cpu_model(),
+        "loadavg_start": load_start,
+        "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+        "stages": stages,
+        "sft_loss": {"first10": float(np.mean(losses[:10])),
+                     "last10": float(np.mean(losses[-10:]))},
+        "rl_reward": [float(r) for r in rewards],
+        "rl_history": history,
+    }  # fmt: skip
+
+
+def over_seeds(runs):
+    """Each stage's held-out pass@1 over the runs: every seed's value, their mean and sd."""
+    summary = {}
+    for i, stage in enumerate(r["stage"] for r in runs[0]["stages"]):
+        values = [r["stages"][i]["pass@1"] for r in runs]
+        summary[stage] = {
+            "values": values,
+            "mean": float(np.mean(values)),
+            "sd": float(np.std(values, ddof=1)) if len(values) > 1 else None,
+        }
+    return summary
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--task", default="chain1")
@@ -158,62 +229,32 @@ def main():
     p.add_argument("--rl-norm", default="token", choices=("token", "sequence"),
                    help="the loss's mean: over all reply tokens, or per reply")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, nargs="+", metavar="SEED",
+                   help="run the pipeline once per seed; --json then holds every run and "
+                        "each stage's mean and sd over them")  # fmt: skip
     p.add_argument("--block-size", type=int, default=48)
     p.add_argument("--save", metavar="DIR", help="write each stage's checkpoint to DIR/<stage>")
     p.add_argument("--json", metavar="PATH", help="write config, CPU, stages and rewards to PATH")
     args = p.parse_args()
-    task = get_task(args.task)
-    load_start = [round(x, 2) for x in os.getloadavg()]
-    tok = ChatTokenizer(ByteTokenizer())
-    sitp.manual_seed(args.seed)
-    config = GPTConfig(vocab_size=tok.vocab_size, block_size=args.block_size, n_layer=2, n_head=4,
-                       n_embd=64, rope=True)  # fmt: skip
-    model = GPT(config)
-    params = sum(p.numel() for p in model.parameters())
-    print(f"CPU: {cpu_model()}; GPT {config.n_layer} layers, n_embd {config.n_embd}, "
-          f"block {config.block_size}, {params:,} parameters; task {task.name}")  # fmt: skip
-    held = task.problems("heldout", args.heldout, seed=0, at_most=True)
-    sample = task.problems("train", 200, seed=0, at_most=True)
-    max_new = max(len(tok.encode_text(task.reference(q))) for q in sample) + 1  # and the end
-    stages = [report("base", model, tok, task, held, 0, max_new)]
-
-    t0 = time.perf_counter()
-    pretrain(model, tok, task, args.pretrain_steps, 32, 3e-3, args.seed)
-    stages.append(report("pretrain", model, tok, task, held, time.perf_counter() - t0, max_new))
-    keep(args, "pretrain", model, tok)
-
-    t0 = time.perf_counter()
-    convos = [task.conversation(p) for p in task.problems("train", 3000, seed=1, at_most=True)]
-    losses = sft(model, convos, tok, args.sft_steps, lr=args.sft_lr, batch_size=32, seed=args.seed)
-    print(f"  sft loss {np.mean(losses[:10]):.4f} (first 10 steps) -> "
-          f"{np.mean(losses[-10:]):.4f} (last 10)")  # fmt: skip
-    stages.append(report("sft", model, tok, task, held, time.perf_counter() - t0, max_new))
-    keep(args, "sft", model, tok)
-
-    t0 = time.perf_counter()
-    history = rl_stage(model, tok, task, args, max_new, args.seed)
-    rewards = [h["reward"] for h in history]
-    if rewards:
-        print(f"  rl mean reward: first 10 steps {np.mean(rewards[:10]):.3f}, "
-              f"last 10 {np.mean(rewards[-10:]):.3f}")  # fmt: skip
-    stages.append(report("rl", model, tok, task, held, time.perf_counter() - t0, max_new))
-    keep(args, "rl", model, tok)
+    if not args.seeds:
+        record = run_seed(args, args.seed)
+        if args.json:
+            write_json(args.json, record)
+            print(f"wrote {args.json}")
+        return
+    runs = []
+    for seed in args.seeds:
+        t0 = time.perf_counter()
+        runs.append(run_seed(args, seed) | {"wall_seconds": round(time.perf_counter() - t0, 1)})
+        summary = over_seeds(runs)
+        print("after seed", seed, "; ".join(
+            f"{k} {v['mean']:.3f}" + (f" +- {v['sd']:.3f}" if v["sd"] is not None else "")
+            for k, v in summary.items()))  # fmt: skip
+        if args.json:  # after every seed, so that an interrupted run keeps what it did
+            write_json(args.json, {"script": "scripts/posttrain_demo.py",
+                                   "seeds": [r["config"]["seed"] for r in runs],
+                                   "summary": summary, "runs": runs})  # fmt: skip
     if args.json:
-        write_json(args.json, {
-            "script": "scripts/posttrain_demo.py",
-            "config": {**vars(args), "n_layer": config.n_layer, "n_head": config.n_head,
-                       "n_embd": config.n_embd, "parameters": params, "rope": True,
-                       "pretrain_batch": 32, "pretrain_lr": 3e-3, "sft_batch": 32,
-                       "rl_prompts_per_step": 8, "rl_group_size": 8, "max_new_tokens": max_new},
-            "cpu": cpu_model(),
-            "loadavg_start": load_start,
-            "loadavg_end": [round(x, 2) for x in os.getloadavg()],
-            "stages": stages,
-            "sft_loss": {"first10": float(np.mean(losses[:10])),
-                         "last10": float(np.mean(losses[-10:]))},
-            "rl_reward": [float(r) for r in rewards],
-            "rl_history": history,
-        })  # fmt: skip
         print(f"wrote {args.json}")
 
 

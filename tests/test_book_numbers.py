@@ -432,6 +432,35 @@ def demo(stage: str, key: str = "pass@1", name: str = "posttrain-demo.json"):
     return next(s for s in ex(name)["stages"] if s["stage"] == stage)[key]
 
 
+def demo_seeds(stage: str, name: str = "posttrain-demo-seeds.json") -> list[float]:
+    """8.2's demo over seeds: held-out pass@1 of ``stage`` for each seed."""
+    return ex(name)["summary"][stage]["values"]
+
+
+def demo_half_width(stage: str, name: str = "posttrain-demo-seeds.json") -> float:
+    """8.2's demo over seeds: the mean half-width of ``stage``'s Wilson intervals."""
+    cis = [
+        next(s for s in r["stages"] if s["stage"] == stage)["pass@1_ci"] for r in ex(name)["runs"]
+    ]
+    return statistics.mean((hi - lo) / 2 for lo, hi in cis)
+
+
+def demo_rl_gains() -> list[float]:
+    """8.2's demo over seeds: each seed's RL pass@1 less its own SFT model's."""
+    return [b - a for a, b in zip(demo_seeds("sft"), demo_seeds("rl"))]
+
+
+COUNT_SEEDS = "posttrain-demo-count-seeds.json"
+
+
+def count_all_equal_groups() -> list[float]:
+    """8.5's count demo: for each seed, the mean over its RL steps of the groups whose
+    samples all got the same reward."""
+    return [
+        statistics.mean(h["zero_groups"] for h in r["rl_history"]) for r in ex(COUNT_SEEDS)["runs"]
+    ]
+
+
 def chain1_seeds(value) -> tuple[float, float]:
     """8.3's runs (rl-runs.json): the mean and sd over the seeds of ``value(run)``."""
     values = [value(r) for r in ex("rl-runs.json")["runs"]]
@@ -1605,6 +1634,46 @@ FIGURES = QUOTES + [
         ),
     ),
     (
+        "part3/sft.md",
+        r"leaves pass@1 at (\w+) in every one of the (\w+) seeds",
+        lambda: (max(demo_seeds("pretrain")), len(demo_seeds("pretrain"))),
+    ),
+    (
+        "part3/sft.md",
+        r"the sums, (\d\.\d+) ± (\d\.\d+) of the held-out problems now come out right \(mean ± sd "
+        r"over the (\w+) seeds; from (\d\.\d+) with seed (\d+) to (\d\.\d+) with seed (\d+)\)",
+        lambda: (
+            *mean_sd(demo_seeds("sft")),
+            len(demo_seeds("sft")),
+            min(demo_seeds("sft")),
+            ex("posttrain-demo-seeds.json")["seeds"][
+                demo_seeds("sft").index(min(demo_seeds("sft")))
+            ],
+            max(demo_seeds("sft")),
+            ex("posttrain-demo-seeds.json")["seeds"][
+                demo_seeds("sft").index(max(demo_seeds("sft")))
+            ],
+        ),
+    ),
+    (
+        "part3/sft.md",
+        r"The seeds spread (\d\.\d+) apart, [a-z ]+ one run's 95 % Wilson interval \(±(\d\.\d+) on "
+        r"average\): the interval measures the sample of (\d+) problems, not where another seed's "
+        r"(\d+) steps of fine-tuning land",
+        lambda: (
+            max(demo_seeds("sft")) - min(demo_seeds("sft")),
+            demo_half_width("sft"),
+            ex("posttrain-demo-seeds.json")["runs"][0]["stages"][2]["n"],
+            ex("posttrain-demo-seeds.json")["runs"][0]["config"]["sft_steps"],
+        ),
+    ),
+    (
+        "part3/sft.md",
+        r"python scripts/posttrain_demo.py --seeds (\d+) (\d+) (\d+) (\d+) (\d+)\s+--json "
+        r"src/sitp/examples/posttrain-demo-seeds.json",
+        lambda: tuple(ex("posttrain-demo-seeds.json")["seeds"]),
+    ),
+    (
         "part3/rl.md",
         r"in every one of (\d+) seeded runs",
         lambda: out("part3/rl", r"^rewards \[0\. 1\.\], baseline none .* of (\d+) runs"),
@@ -1682,8 +1751,33 @@ FIGURES = QUOTES + [
     ),
     (
         "part3/evaluation.md",
-        r"The SFT and RL intervals, (\d\.\d+)-(\d\.\d+) and (\d\.\d+)-(\d\.\d+), do not overlap",
+        r"The SFT and RL intervals, (\d\.\d+)-(\d\.\d+) and (\d\.\d+)-(\d\.\d+), (?:do not )?overlap",
         lambda: (*demo("sft", "pass@1_ci"), *demo("rl", "pass@1_ci")),
+    ),
+    (
+        "part3/evaluation.md",
+        r"held-out problems, seed (\d+), one run on an Intel Xeon",
+        lambda: ex("posttrain-demo.json")["config"]["seed"],
+    ),
+    (
+        "part3/evaluation.md",
+        r"Over 8\.2's (\w+) seeds \(`posttrain-demo-seeds.json`\), SFT reaches (\d\.\d+) ± "
+        r"(\d\.\d+) \(mean ± sd\) and RL (\d\.\d+) ± (\d\.\d+); RL's gain on its own seed's SFT "
+        r"model is (-?\d\.\d+) ± (\d\.\d+), from (-?\d\.\d+) to (-?\d\.\d+)",
+        lambda: (
+            len(demo_seeds("sft")),
+            *mean_sd(demo_seeds("sft")),
+            *mean_sd(demo_seeds("rl")),
+            *mean_sd(demo_rl_gains()),
+            min(demo_rl_gains()),
+            max(demo_rl_gains()),
+        ),
+    ),
+    (
+        "part3/evaluation.md",
+        r"--task count --seeds (\d+) (\d+) (\d+) (\d+) (\d+) --json "
+        r"src/sitp/examples/posttrain-demo-count-seeds.json",
+        lambda: tuple(ex(COUNT_SEEDS)["seeds"]),
     ),
     (
         "part3/evaluation.md",
@@ -1692,11 +1786,19 @@ FIGURES = QUOTES + [
     ),
     (
         "part3/evaluation.md",
-        r"Fine-tuning reaches (\d\.\d+) by answering \"1\" to everything, and (\d+) steps of RL "
-        r"leave it there",
+        r"In every one of the (\w+) seeds, fine-tuning reaches (\d\.\d+) by answering \"1\" to "
+        r"everything, and (\d+) steps of RL leave it there: in most groups all eight samples "
+        r"get the same reward \((\d\.\d) to (\d\.\d) of the (\d) groups a step",
         lambda: (
-            demo("sft", name="posttrain-demo-count.json"),
-            ex("posttrain-demo-count.json")["config"]["rl_steps"],
+            len(demo_seeds("sft", COUNT_SEEDS)),
+            # one figure for every seed, SFT and RL alike: nan where they differ
+            demo_seeds("sft", COUNT_SEEDS)[0]
+            if len(set(demo_seeds("sft", COUNT_SEEDS) + demo_seeds("rl", COUNT_SEEDS))) == 1
+            else math.nan,
+            ex(COUNT_SEEDS)["runs"][0]["config"]["rl_steps"],
+            min(count_all_equal_groups()),
+            max(count_all_equal_groups()),
+            ex(COUNT_SEEDS)["runs"][0]["config"]["rl_prompts_per_step"],
         ),
     ),
     (
@@ -2486,10 +2588,33 @@ def ablation_verdicts():
     )
 
 
+def demo_verdicts():
+    """8.2: the demo's spread between seeds against one run's Wilson interval."""
+    spread = max(demo_seeds("sft")) - min(demo_seeds("sft"))
+    yield (
+        "part3/sft.md",
+        r"The seeds spread [\d.]+ apart, (wider than|within) one run's 95 % Wilson interval",
+        ("wider than" if spread > 2 * demo_half_width("sft") else "within",),
+    )
+    sft, rl = demo("sft", "pass@1_ci"), demo("rl", "pass@1_ci")
+    yield (
+        "part3/evaluation.md",
+        r"The SFT and RL intervals, [\d.]+-[\d.]+ and [\d.]+-[\d.]+, (do not overlap|overlap)",
+        ("overlap" if rl[0] <= sft[1] else "do not overlap",),
+    )
+    yield (
+        "part3/evaluation.md",
+        r"RL's gain on its own seed's SFT model is [-\d.]+ ± [\d.]+, from [-\d.]+ to [\d.]+"
+        r"(, positive in every seed|)\.",
+        (", positive in every seed" if min(demo_rl_gains()) > 0 else "",),
+    )
+
+
 def verdicts():
     """(page, pattern, what its groups must say) for claims in words about seeded runs."""
     for pattern, want in ablation_verdicts():
         yield "part3/modern-gpt.md", pattern, want
+    yield from demo_verdicts()
 
 
 @pytest.mark.parametrize("name, pattern, want", list(verdicts()))
