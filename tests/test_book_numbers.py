@@ -576,14 +576,44 @@ def long_val(key: str) -> float:
     return ex("ladder-names-long.json")["runs"][key]["final"]["val"]
 
 
-#: 3.5's ablation: the differences the page weighs against the ladder's seed spread
-LONG_PAIRS = [("gru", "gpt-dropout"), ("gpt", "gpt-dropout"), ("gru", "gpt"), ("gpt", "gpt-wd")]
+def long_spread(key: str, split: str) -> tuple[float, float]:
+    """3.5's ablation over seeds (ladder-names-long-seeds.json): the mean and the sample sd
+    of run ``key``'s final ``split`` loss ("best_val": its lowest validation loss)."""
+    s = ex("ladder-names-long-seeds.json")["runs"][key]["summary"][split]
+    return s["mean"], s["sd"]
 
 
-def long_ratio(a: str, b: str) -> float:
-    """How many times the larger sd of the GRU's and the GPT's 5,000-step validation losses
-    (over seeds) run ``a`` of the ablation ends above run ``b``."""
-    return (long_val(a) - long_val(b)) / max(ladder_spread(m, "val")[1] for m in ("gru", "gpt"))
+def long_row(key: str) -> tuple:
+    """3.5's ablation table over seeds: runs, then the mean and sd of the best validation,
+    train, validation and test losses of ``key``."""
+    run = ex("ladder-names-long-seeds.json")["runs"][key]
+    spreads = (long_spread(key, split) for split in ("best_val", "train", "val", "test"))
+    return (len(run["seeds"]), *sum(spreads, ()))
+
+
+def long_apart(a: str, b: str, split: str = "val") -> float:
+    """How many times the larger sd run ``b``'s mean ``split`` loss ends below run ``a``'s,
+    over the ablation's seeds; nan where the seeds' ranges of the two overlap."""
+    runs = ex("ladder-names-long-seeds.json")["runs"]
+    sa, sb = runs[a]["summary"][split], runs[b]["summary"][split]
+    if not sb["max"] < sa["min"]:
+        return math.nan
+    return (sa["mean"] - sb["mean"]) / max(sa["sd"], sb["sd"])
+
+
+def long_runs(key: str) -> list[dict]:
+    """3.5's ablation over seeds: the runs of ``key``, each with its seed, finals, evals."""
+    return ex("ladder-names-long-seeds.json")["runs"][key]["runs"]
+
+
+def long_best_steps(key: str) -> list[int]:
+    """The step of each run of ``key`` at which its validation loss was lowest."""
+    return [min(run["eval"], key=lambda e: e[2])[0] for run in long_runs(key)]
+
+
+def long_last_moves(key: str) -> list[float]:
+    """How far each run of ``key``'s validation loss fell over its last evaluation interval."""
+    return [run["eval"][-2][2] - run["eval"][-1][2] for run in long_runs(key)]
 
 
 def seed_run(key: str, seed: int) -> dict:
@@ -2201,23 +2231,104 @@ FIGURES = QUOTES + [
             ex("ladder-names.json")["count_bigram"][k] for k in ("val", "test", "all_words")
         ),
     ),
-    (
-        "ch03/gpt.md",
-        r"at 5,000 steps the standard deviations over seeds are at most (\d\.\d+) nats on "
-        r"validation for these two models",
-        lambda: max(ladder_spread(m, "val")[1] for m in ("gru", "gpt")),
+    *(
+        (
+            "ch03/gpt.md",
+            rf"^\| {lit(label)} \| (\d) \| (\d\.\d+) ± (\d\.\d+) \| (\d\.\d+) ± (\d\.\d+) \| "
+            r"(\d\.\d+) ± (\d\.\d+) \| (\d\.\d+) ± (\d\.\d+) \|$",
+            lambda key=key: long_row(key),
+        )
+        for label, key in [("GRU", "gru"), ("GPT", "gpt"), ("GPT, dropout 0.1", "gpt-dropout")]
     ),
     (
         "ch03/gpt.md",
-        r"dropout's lead at 20,000 steps \((\d\.\d+) nats below the GRU, (\d\.\d+) below the "
-        r"GPT without it\) is (\d+) and (\d+) times the larger of the two, safely larger than "
-        r"noise; the GPT's (\d\.\d+) below the GRU and weight decay's (\d\.\d+) below the GPT "
-        r"are (\d+) and (\d+) times it",
+        r"its mean validation loss is (\d\.\d+) nats below the GRU's and its mean test loss "
+        r"(\d\.\d+) below, and each of its three runs ends below each of the GRU's three\. "
+        r"Against the spread the lead is small: (\d\.\d) times the larger standard deviation on "
+        r"validation \(the GRU's, (\d\.\d+), most of it seed 42's (\d\.\d+)\) and (\d\.\d) "
+        r"times on test",
         lambda: (
-            *(long_val(a) - long_val(b) for a, b in LONG_PAIRS[:2]),
-            *(long_ratio(a, b) for a, b in LONG_PAIRS[:2]),
-            *(long_val(a) - long_val(b) for a, b in LONG_PAIRS[2:]),
-            *(long_ratio(a, b) for a, b in LONG_PAIRS[2:]),
+            long_spread("gru", "val")[0] - long_spread("gpt", "val")[0],
+            long_spread("gru", "test")[0] - long_spread("gpt", "test")[0],
+            long_apart("gru", "gpt"),
+            long_spread("gru", "val")[1],
+            long_val("gru"),
+            long_apart("gru", "gpt", "test"),
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"over its last 2,000 steps its three runs moved by (\d\.\d+) nats or less; it has "
+        r"[\d,]+ parameters and fits the training names no better than (\d\.\d+) \(mean\)\. "
+        r"The GPT's training loss goes to (\d\.\d+)\.",
+        lambda: (
+            max(abs(m) for m in long_last_moves("gru")),
+            long_spread("gru", "train")[0],
+            long_spread("gpt", "train")[0],
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"lowest validation loss at step ([\d,]+) or ([\d,]+) \((\d\.\d+) ± (\d\.\d+)\) and "
+        r"rises after it while the training loss keeps falling: at the end the gap is (\d\.\d+) "
+        r"nats, (\w+) times the gap at step 5,000",
+        lambda: (
+            min(long_best_steps("gpt")),
+            max(long_best_steps("gpt")) if len(set(long_best_steps("gpt"))) == 2 else math.nan,
+            *long_spread("gpt", "best_val"),
+            long_spread("gpt", "val")[0] - long_spread("gpt", "train")[0],
+            (long_spread("gpt", "val")[0] - long_spread("gpt", "train")[0])
+            / ladder_train_val_gap("gpt"),
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"holds the validation loss down to (\d\.\d+) at the end, (\d\.\d+) below the GPT's mean "
+        r"and below all three of its runs",
+        lambda: (
+            long_val("gpt-wd"),
+            long_spread("gpt", "val")[0] - long_val("gpt-wd")
+            if long_val("gpt-wd") < min(seed["final"]["val"] for seed in long_runs("gpt"))
+            else math.nan,
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"training names \((\d\.\d+) ± (\d\.\d+) at 20,000 steps instead of (\d\.\d+)\) and "
+        r"brings validation to (\d\.\d+) ± (\d\.\d+) and test to (\d\.\d+) ± (\d\.\d+): "
+        r"(\d\.\d+) nats below the GRU's mean on validation and (\d\.\d+) below the GPT's, (\d+) "
+        r"and (\d+) times the larger standard deviation",
+        lambda: (
+            *long_spread("gpt-dropout", "train"),
+            long_spread("gpt", "train")[0],
+            *long_spread("gpt-dropout", "val"),
+            *long_spread("gpt-dropout", "test"),
+            long_spread("gru", "val")[0] - long_spread("gpt-dropout", "val")[0],
+            long_spread("gpt", "val")[0] - long_spread("gpt-dropout", "val")[0],
+            long_apart("gru", "gpt-dropout"),
+            long_apart("gpt", "gpt-dropout"),
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"(\d\.\d+) nats below the GRU's mean test loss at 20,000 steps",
+        lambda: (
+            long_spread("gru", "test")[0]
+            - ex("ladder-names-long.json")["runs"]["gpt-dropout-40k"]["final"]["test"]
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"none of its runs gained more than (\d\.\d+)\.",
+        lambda: max(long_last_moves("gru")),
+    ),
+    (
+        "ch03/gpt.md",
+        r"best losses: test (\d\.\d+) ± (\d\.\d+) at 20,000 steps \(three runs\) and (\d\.\d+) at "
+        r"40,000 \(one\)",
+        lambda: (
+            *long_spread("gpt-dropout", "test"),
+            ex("ladder-names-long.json")["runs"]["gpt-dropout-40k"]["final"]["test"],
         ),
     ),
     (

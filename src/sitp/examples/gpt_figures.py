@@ -19,10 +19,13 @@ Run from the repository root after training the ladder into ``build/ladder/MODEL
     python -m sitp.examples.gpt_figures            # redraw from the recorded JSON only
 
 The ladder over seeds (``--seed N``, trained into ``build/ladder-seeds/MODEL-sN``, seed
-42 again among them) is recorded with ``--seeds`` into ``ladder-names-seeds.json``; it
-leaves ``ladder-names.json`` as it is::
+42 again among them) is recorded with ``--seeds`` into ``ladder-names-seeds.json``, and
+the ablation's GRU, GPT and GPT with dropout over seeds (``build/ladder-long-seeds/NAME-sN``)
+with ``--long-seeds`` into ``ladder-names-long-seeds.json``; both leave the seed-42
+records as they are::
 
     python -m sitp.examples.gpt_figures --seeds build/ladder-seeds --record
+    python -m sitp.examples.gpt_figures --long-seeds build/ladder-long-seeds --record
 
 With ``build/ladder-long`` beside it (the chapter's ablation: the GRU and the GPT for
 20,000 steps, the GPT also with ``--set dropout=0.1`` and with ``--weight-decay 0.1``,
@@ -60,6 +63,8 @@ LADDER_JSON = HERE / "ladder-names.json"
 SEEDS_JSON = HERE / "ladder-names-seeds.json"
 LONG = ("gru", "gpt", "gpt-wd", "gpt-dropout", "gpt-dropout-40k")
 LONG_JSON = HERE / "ladder-names-long.json"
+LONG_SEEDS = ("gru", "gpt", "gpt-dropout")  # the long runs repeated over seeds
+LONG_SEEDS_JSON = HERE / "ladder-names-long-seeds.json"
 CENSUS_JSON = HERE / "gpt-census.json"
 ATTENTION_JSON = HERE / "gpt-attention.json"
 
@@ -325,7 +330,7 @@ def spread(values) -> dict:
     }
 
 
-def record_seeds(seeds_dir, ladder: dict, names=LADDER) -> dict:
+def record_seeds(seeds_dir, ladder: dict, names=LADDER, record_name=LADDER_JSON.name) -> dict:
     """The ladder over seeds: each model's runs, seed 42 first, and their mean and sd.
 
     Args:
@@ -336,6 +341,8 @@ def record_seeds(seeds_dir, ladder: dict, names=LADDER) -> dict:
             of the other seeds) takes the record's place, which the entry keeps as
             ``recorded``, with ``matches_record`` saying whether the two ended alike;
             without one, the record's run stands for seed 42.
+        names: the runs of ``ladder`` to gather seeds for (``seeds_dir/NAME-sSEED``).
+        record_name: the file ``ladder`` was read from, the ``source`` of its runs.
     """
     from sitp.bench import cpu_model  # late: the bench module reads the machine
 
@@ -352,7 +359,7 @@ def record_seeds(seeds_dir, ladder: dict, names=LADDER) -> dict:
     }
     for name in names:
         base = ladder["runs"][name]
-        runs = [{"seed": 42, "source": "ladder-names.json", **_seed_entry(base)}]
+        runs = [{"seed": 42, "source": record_name, **_seed_entry(base)}]
         for key in dirs:
             m = re.fullmatch(rf"{re.escape(name)}-s(\d+)", key)
             if m is None or key not in found:
@@ -363,7 +370,8 @@ def record_seeds(seeds_dir, ladder: dict, names=LADDER) -> dict:
                 k: v for k, v in btc.items() if k != "seed"
             }, f"{key}: not the ladder's config"
             # a field the model gained since the seed-42 record has its default there
-            default = asdict(MODELS[name].make_config())
+            model = re.search(r"--model (\S+)", run["command"])[1]
+            default = asdict(MODELS[model].make_config())
             then = {k: base["model_config"].get(k, default.get(k)) for k in run["model_config"]}
             assert run["model_config"] == then, f"{key}: not the ladder's model"
             entry = {"seed": tc["seed"], "source": run["command"], **_seed_entry(run)}
@@ -377,7 +385,10 @@ def record_seeds(seeds_dir, ladder: dict, names=LADDER) -> dict:
         out["runs"][name] = {
             "num_params": base["num_params"],
             "seeds": [r["seed"] for r in runs],
-            "summary": {k: spread(r["final"][k] for r in runs) for k in ("train", "val", "test")}
+            "summary": {
+                **{k: spread(r["final"][k] for r in runs) for k in ("train", "val", "test")},
+                "best_val": spread(min(v for _, _, v in r["eval"]) for r in runs),
+            }
             if len(runs) > 1
             else None,
             "runs": runs,
@@ -588,13 +599,22 @@ def main(argv=None) -> None:
         help="with --record: the seeds' runs (MODEL-sSEED/), recorded into "
         "ladder-names-seeds.json; ladder-names.json is left as it is",
     )
+    parser.add_argument(
+        "--long-seeds",
+        help="with --record: the ablation's runs over seeds (gru, gpt, gpt-dropout: "
+        "NAME-sSEED/), recorded into ladder-names-long-seeds.json",
+    )
     parser.add_argument("--out", default=str(ASSETS), help="where the PNGs go")
     args = parser.parse_args(argv)
     out = Path(args.out)
+    if args.record and args.long_seeds:
+        long = json.loads(LONG_JSON.read_text())
+        record = record_seeds(args.long_seeds, long, LONG_SEEDS, LONG_JSON.name)
+        LONG_SEEDS_JSON.write_text(json.dumps(record, indent=1) + "\n")
     if args.record and args.seeds:
         record = record_seeds(args.seeds, json.loads(LADDER_JSON.read_text()))
         SEEDS_JSON.write_text(json.dumps(record, indent=1) + "\n")
-    elif args.record:
+    elif args.record and not args.long_seeds:
         LADDER_JSON.write_text(json.dumps(record_ladder(args.runs), indent=1) + "\n")
         long_dir = Path(args.runs + "-long")
         if long_dir.exists():  # the ablation: build/ladder-long/{gru,gpt,gpt-dropout,gpt-wd}
