@@ -51,6 +51,7 @@ import numpy as np
 
 import sitp
 import sitp.nn.functional as F
+from sitp.bench import cpu_model
 from sitp.data import Vocab, load_names, split_words
 from sitp.models import MODELS
 from sitp.models.gpt import GPT, GPTConfig
@@ -344,7 +345,6 @@ def record_seeds(seeds_dir, ladder: dict, names=LADDER, record_name=LADDER_JSON.
         names: the runs of ``ladder`` to gather seeds for (``seeds_dir/NAME-sSEED``).
         record_name: the file ``ladder`` was read from, the ``source`` of its runs.
     """
-    from sitp.bench import cpu_model  # late: the bench module reads the machine
 
     seeds_dir = Path(seeds_dir)
     dirs = sorted(p.name for p in seeds_dir.glob("*-s*") if (p / "record.json").exists())
