@@ -706,7 +706,71 @@ TOK, TOKENS, MODERN, EAGER, COMPILED = (
 )
 COMPILE_BLOCKS = ("gelu(xW+b)", "layernorm(x+r)", "attention softmax")  # 6.4, beside the GPT step
 
+
+# --- 5.5's sweep (scaling-sweep.json) ------------------------------------------------
+
+
+@functools.cache
+def sweep_cells() -> dict[tuple[str, int], list[float]]:
+    """5.5's validation losses by (size, token budget), one per seed."""
+    cells: dict[tuple[str, int], list[float]] = {}
+    for point in ex("scaling-sweep.json")["points"]:
+        cells.setdefault((point["size"], point["tokens"]), []).append(point["val_loss"])
+    return cells
+
+
+def sweep_range(budgets) -> tuple[float, float]:
+    """The lowest and the highest loss of the sweep's runs (every seed) at ``budgets``."""
+    losses = [x for (_, t), v in sweep_cells().items() if t in budgets for x in v]
+    return min(losses), max(losses)
+
+
+def sweep_budgets() -> list[int]:
+    return sorted({t for _, t in sweep_cells()})
+
+
+def sweep_seed_sds() -> tuple[float, float]:
+    """The smallest and the largest sd over seeds of the sweep's repeated points."""
+    sds = [statistics.stdev(v) for v in sweep_cells().values() if len(v) > 1]
+    return min(sds), max(sds)
+
+
 FIGURES = QUOTES + [
+    # 5.5: the sweep's grid and its losses, against scaling-sweep.json
+    (
+        "part3/scaling.md",
+        r"the truth is (\d\.\d+)",
+        lambda: ex("scaling-sweep.json")["source"]["window_floor"],
+    ),
+    (
+        "part3/scaling.md",
+        r"The largest run, ([\d,]+) parameters on (\d\.\d) million letters",
+        lambda: (
+            max(p["N"] for p in ex("scaling-sweep.json")["points"]),
+            max(sweep_budgets()) / 1e6,
+        ),
+    ),
+    (
+        "part3/scaling.md",
+        r"The two smallest budgets leave every model between (\d\.\d+) and (\d\.\d+) nats",
+        lambda: sweep_range(sweep_budgets()[:2]),
+    ),
+    (
+        "part3/scaling.md",
+        r"at the largest, the five sizes end between (\d\.\d+) and (\d\.\d+), (\d\.\d+)\s+to (\d\.\d+) above the floor",
+        lambda: (
+            *sweep_range(sweep_budgets()[-1:]),
+            sweep_range(sweep_budgets()[-1:])[0]
+            - ex("scaling-sweep.json")["source"]["window_floor"],
+            sweep_range(sweep_budgets()[-1:])[1]
+            - ex("scaling-sweep.json")["source"]["window_floor"],
+        ),
+    ),
+    (
+        "part3/scaling.md",
+        r"The seeds' standard deviations run from (\d\.\d+) to (\d\.\d+) nats",
+        sweep_seed_sds,
+    ),
     # Part III's overview, against the chapters and runs it summarises
     (
         "part3/index.md",
