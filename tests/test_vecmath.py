@@ -8,7 +8,6 @@ absolute error of 3.5e-7). The bounds below leave a little room above those.
 """
 
 import math
-import os
 
 import numpy as np
 import pytest
@@ -286,6 +285,7 @@ def _refit() -> dict:
     from pathlib import Path
 
     from sitp._target import default_cache_root
+    from sitp.serialization import write_atomically
 
     path = Path(__file__).resolve().parents[1] / "scripts" / "fit_vecmath.py"
     key = hashlib.sha256(path.read_bytes() + np.__version__.encode()).hexdigest()[:20]
@@ -303,9 +303,7 @@ def _refit() -> dict:
         "erf_q": [float(v) for v in q],
     }
     kept.parent.mkdir(parents=True, exist_ok=True)
-    tmp = kept.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(result))
-    os.replace(tmp, kept)  # whole or not at all, for a run beside this one
+    write_atomically(kept, json.dumps(result).encode())  # whole or not at all, for a run beside
     return result
 
 

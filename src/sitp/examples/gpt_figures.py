@@ -55,6 +55,7 @@ from sitp.bench import cpu_model
 from sitp.data import Vocab, load_names, split_words
 from sitp.models import MODELS
 from sitp.models.gpt import GPT, GPTConfig
+from sitp.serialization import write_atomically
 from sitp.train.checkpoint import load_checkpoint
 
 HERE = Path(__file__).resolve().parent
@@ -610,10 +611,10 @@ def main(argv=None) -> None:
     if args.record and args.long_seeds:
         long = json.loads(LONG_JSON.read_text())
         record = record_seeds(args.long_seeds, long, LONG_SEEDS, LONG_JSON.name)
-        LONG_SEEDS_JSON.write_text(json.dumps(record, indent=1) + "\n")
+        write_atomically(LONG_SEEDS_JSON, (json.dumps(record, indent=1) + "\n").encode())
     if args.record and args.seeds:
         record = record_seeds(args.seeds, json.loads(LADDER_JSON.read_text()))
-        SEEDS_JSON.write_text(json.dumps(record, indent=1) + "\n")
+        write_atomically(SEEDS_JSON, (json.dumps(record, indent=1) + "\n").encode())
     elif args.record and not args.long_seeds:
         LADDER_JSON.write_text(json.dumps(record_ladder(args.runs), indent=1) + "\n")
         long_dir = Path(args.runs + "-long")
