@@ -87,8 +87,9 @@ def imported(
     return sub + ([base] if len(sub) < len(names) else [])
 
 
-@functools.cache
-def _imports(tree: ast.Module) -> tuple[tuple[ast.Import | ast.ImportFrom, bool], ...]:
+@functools.cache  # walked once per module for the three tests
+def imports(tree: ast.Module) -> tuple[tuple[ast.Import | ast.ImportFrom, bool], ...]:
+    """(node, late) for every import statement; late: inside a function."""
     late = set()
     for fn in ast.walk(tree):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -98,11 +99,6 @@ def _imports(tree: ast.Module) -> tuple[tuple[ast.Import | ast.ImportFrom, bool]
         for node in ast.walk(tree)
         if isinstance(node, (ast.Import, ast.ImportFrom))
     )
-
-
-def imports(tree: ast.Module):
-    """(node, late) for every import statement; late: inside a function."""
-    return _imports(tree)
 
 
 def is_allowed(module: str, name: str) -> bool:
