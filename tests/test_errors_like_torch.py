@@ -97,6 +97,8 @@ CASES = {
     "backward_non_scalar": (lambda L: L.ones(2, requires_grad=True).mul(2).backward(), ["scalar"]),
     "backward_no_grad": (lambda L: L.ones(2).sum().backward(), ["grad"]),
     "leaf_inplace": (lambda L: L.ones(2, requires_grad=True).add_(1), ["leaf"]),
+    # settings
+    "set_num_threads_zero": (lambda L: L.set_num_threads(0), ["positive integer"]),
 }
 
 

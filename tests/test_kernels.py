@@ -163,6 +163,68 @@ def test_zip_fast_kernel_every_layout(op, ref, b_step):
     np.testing.assert_allclose(out2.reshape(7, 33), ref(a.reshape(33, 7).T, bb), rtol=1e-6)
 
 
+_COMPARES = [
+    ("eq", np.equal),
+    ("ne", np.not_equal),
+    ("lt", np.less),
+    ("le", np.less_equal),
+    ("gt", np.greater),
+    ("ge", np.greater_equal),
+    ("logical_and", np.logical_and),  # no loop of its own: the general path
+    ("logical_xor", np.logical_xor),
+]
+
+
+def _rows_of(arr2d):
+    """(flat storage, row starts, step) of a 2-D numpy view whose rows step evenly."""
+    flat, _, st, off = _view(arr2d)
+    return flat, off + np.arange(arr2d.shape[0], dtype=I64) * st[0], int(st[1])
+
+
+@pytest.mark.parametrize("op, ref", _COMPARES)
+@pytest.mark.parametrize("layout", ["rows", "b one per row", "a strided", "b strided"])
+def test_compare_kernel_every_layout(op, ref, layout):
+    """The six comparisons' own loops (a at step 1, b at step 1 or 0) and the general
+    path agree with numpy, ties included, on 7 rows of 33."""
+    rng = np.random.default_rng(6)
+    base_a = rng.integers(-3, 4, (33, 14)).astype(np.float32)  # small ints: many ties
+    base_b = rng.integers(-3, 4, (33, 14)).astype(np.float32)
+    a2 = base_a.T[:7] if layout == "a strided" else np.ascontiguousarray(base_a.T[:7])
+    b2 = base_b.T[:7] if layout == "b strided" else np.ascontiguousarray(base_b.T[:7])
+    a_flat, a_starts, a_step = _rows_of(a2)
+    if layout == "b one per row":
+        b_flat, b_starts, b_step = b2[:, 0].copy(), np.arange(7, dtype=I64), 0
+        expect = ref(a2, b2[:, :1])
+    else:
+        (b_flat, b_starts, b_step), expect = _rows_of(b2), ref(a2, b2)
+    out = np.empty(7 * 33, np.bool_)
+    K.compare_kernel(K.COMPARE[op], a_flat, a_starts, a_step, b_flat, b_starts, b_step, 33, out)
+    np.testing.assert_array_equal(out.reshape(7, 33), expect)
+
+
+@pytest.mark.parametrize("a_step, b_step", [(1, 1), (0, 1), (1, 0), (0, 0)])
+@pytest.mark.parametrize("c_strided", [False, True])
+def test_where_kernel_every_layout(a_step, b_step, c_strided):
+    """Selects with the condition at step 1 and each value at step 1 or 0 (one value a
+    row, as masked_fill's), and the general path for a strided condition, equal numpy."""
+    rng = np.random.default_rng(7)
+    cond = rng.random((33, 14)) < 0.5
+    c2 = cond.T[:7] if c_strided else np.ascontiguousarray(cond.T[:7])
+    c_flat, c_starts, c_step = _rows_of(c2)
+    vals = [rng.standard_normal((7, 33)).astype(np.float32) for _ in range(2)]
+    args, expect = [], []
+    for v, step in zip(vals, (a_step, b_step)):
+        if step:
+            args += [v.reshape(-1), np.arange(7, dtype=I64) * 33, 1]
+            expect.append(v)
+        else:  # one value a row
+            args += [v[:, 0].copy(), np.arange(7, dtype=I64), 0]
+            expect.append(v[:, :1])
+    out = np.empty(7 * 33, np.float32)
+    K.where_kernel(c_flat, c_starts, c_step, *args, 33, out)
+    np.testing.assert_array_equal(out.reshape(7, 33), np.where(c2, *expect))
+
+
 @pytest.mark.parametrize("n_threads", [1, 2])
 @pytest.mark.parametrize("case", ["window", "transposed", "cast"])
 def test_large_copies_split_among_threads_equal_numpy(case, n_threads):
@@ -214,3 +276,23 @@ def test_assign4_kernel_copies_permuted_views():
     out = np.empty(v.size, np.float32)
     K.assign4_kernel(out, 0, 60, 15, 5, 1, flat, off, *st, *shp)
     np.testing.assert_array_equal(out.reshape(v.shape), v)
+
+
+def test_set_num_threads_like_torch_cut_to_numbas_pool():
+    """``sitp.set_num_threads`` sets the threads of the parallel kernels, as torch's sets
+    its intra-op threads; a count above numba's pool is cut to the pool's size, and a
+    large zip gives the same values on one thread and on all of them."""
+    import numba
+
+    old = sitp.get_num_threads()
+    a = sitp.randn(513, 257)
+    try:
+        sitp.set_num_threads(1)
+        assert sitp.get_num_threads() == numba.get_num_threads() == 1
+        one = (a * a).numpy()
+        sitp.set_num_threads(10_000)
+        assert sitp.get_num_threads() == numba.config.NUMBA_NUM_THREADS
+        np.testing.assert_array_equal((a * a).numpy(), one)
+    finally:
+        sitp.set_num_threads(old)
+    assert sitp.get_num_threads() == old

@@ -10,7 +10,7 @@ from sitp import _env  # noqa: F401  (must run before numba is imported)
 # The layers, bottom to top (docs/layout.md): kernels, the tensor, autograd, the
 # methods (importing sitp.methods installs them on Tensor), the PyTorch mirror.
 from sitp import autograd, cuda, dtypes, random
-from sitp._config import __version__, show_config
+from sitp._config import __version__, get_num_threads, set_num_threads, show_config
 from sitp._tensor.creation import (
     arange,
     as_tensor,

@@ -60,6 +60,23 @@ def config() -> dict:
     }
 
 
+def set_num_threads(n: int) -> None:
+    """``torch.set_num_threads``: how many threads sitp's parallel kernels use.
+
+    numba starts its pool of ``NUMBA_NUM_THREADS`` threads (the number of CPUs, unless
+    the variable says otherwise) with the first parallel kernel; a larger ``n`` is cut
+    to that size, since the pool cannot grow after it starts.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise RuntimeError(f"set_num_threads expects a positive integer, got {n!r}")
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+
+
+def get_num_threads() -> int:
+    """``torch.get_num_threads``: the threads sitp's parallel kernels use now."""
+    return numba.get_num_threads()
+
+
 def show_config(mode: str = "stdout"):
     """Print (``mode="stdout"``) or return (``mode="dicts"``) sitp's build configuration.
 

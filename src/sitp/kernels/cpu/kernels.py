@@ -33,6 +33,8 @@ from sitp.kernels.scalar import BINARY, COMPARE, REDUCE, UNARY, ReduceOp  # noqa
 # The codes of the four zips with loops of their own (zip_fast_kernel), as plain ints:
 # numba compiles a global int as a constant.
 _ADD, _SUB, _MUL, _DIV = BINARY["add"], BINARY["sub"], BINARY["mul"], BINARY["div"]
+_EQ, _NE, _LT, _LE, _GT, _GE = (COMPARE[k] for k in ("eq", "ne", "lt", "le", "gt", "ge"))
+assert (_EQ, _NE, _LT, _LE, _GT, _GE) == tuple(range(6))  # compare_kernel tests op <= _GE
 
 # The scalar functions of sitp/kernels/scalar.py, compiled for the CPU and inlined into
 # the kernels below (the CUDA backend compiles the same functions for the GPU).
@@ -156,27 +158,101 @@ def zip_fast_parallel(op, a, a_starts, a_step, b, b_starts, b_step, n, out, n_ch
                 )
 
 
+# Comparisons and selects get the same treatment as the hot zips: a row read through
+# slices, and for a comparison its op a compile-time constant, so that the loop is
+# vectorised (a select, not a branch the CPU mispredicts on a random mask).
+@njit(cache=True, inline="always")
+def _compare_vv(op, a, b, o):
+    for j in range(o.size):
+        o[j] = compare(op, a[j], b[j])
+
+
+@njit(cache=True, inline="always")
+def _compare_vs(op, a, b, o):
+    for j in range(o.size):
+        o[j] = compare(op, a[j], b)
+
+
 @njit(cache=True)
 def compare_kernel(op, a, a_starts, a_step, b, b_starts, b_step, n, out):
-    """out[r, j] = a[r, j] <op> b[r, j], a bool result."""
+    """out[r, j] = a[r, j] <op> b[r, j], a bool result; rows with ``a`` at step 1 and
+    ``b`` at step 1 or 0 run a loop of their own for each of the six comparisons."""
+    fast = a_step == 1 and b_step <= 1 and op <= _GE
     for r in range(a_starts.size):
         as_ = a_starts[r]
         bs = b_starts[r]
-        o = r * n
-        for j in range(n):
-            out[o + j] = compare(op, a[as_ + j * a_step], b[bs + j * b_step])
+        o = out[r * n : (r + 1) * n]
+        if fast and b_step == 1:
+            av, bv = a[as_ : as_ + n], b[bs : bs + n]
+            if op == _EQ:
+                _compare_vv(_EQ, av, bv, o)
+            elif op == _NE:
+                _compare_vv(_NE, av, bv, o)
+            elif op == _LT:
+                _compare_vv(_LT, av, bv, o)
+            elif op == _LE:
+                _compare_vv(_LE, av, bv, o)
+            elif op == _GT:
+                _compare_vv(_GT, av, bv, o)
+            else:  # _GE, the last of the six
+                _compare_vv(_GE, av, bv, o)
+        elif fast:
+            av, y = a[as_ : as_ + n], b[bs]
+            if op == _EQ:
+                _compare_vs(_EQ, av, y, o)
+            elif op == _NE:
+                _compare_vs(_NE, av, y, o)
+            elif op == _LT:
+                _compare_vs(_LT, av, y, o)
+            elif op == _LE:
+                _compare_vs(_LE, av, y, o)
+            elif op == _GT:
+                _compare_vs(_GT, av, y, o)
+            else:  # _GE, the last of the six
+                _compare_vs(_GE, av, y, o)
+        else:
+            for j in range(n):
+                o[j] = compare(op, a[as_ + j * a_step], b[bs + j * b_step])
+
+
+@njit(cache=True, inline="always")
+def _select(c, a, b, o, a_one, b_one):
+    """o[j] = a[j] if c[j] else b[j]; an operand flagged ``_one`` is its first entry."""
+    if a_one and b_one:
+        x, y = a[0], b[0]
+        for j in range(o.size):
+            o[j] = x if c[j] else y
+    elif a_one:
+        x = a[0]
+        for j in range(o.size):
+            o[j] = x if c[j] else b[j]
+    elif b_one:
+        y = b[0]
+        for j in range(o.size):
+            o[j] = a[j] if c[j] else y
+    else:
+        for j in range(o.size):
+            o[j] = a[j] if c[j] else b[j]
 
 
 @njit(cache=True)
 def where_kernel(c, c_starts, c_step, a, a_starts, a_step, b, b_starts, b_step, n, out):
-    """out = a where c else b, all three broadcast to out's shape."""
+    """out = a where c else b, all three broadcast to out's shape; rows with ``c`` at
+    step 1 and ``a``, ``b`` at step 1 or 0 (``masked_fill``'s value) run as selects."""
+    fast = c_step == 1 and a_step <= 1 and b_step <= 1
     for r in range(c_starts.size):
         cs = c_starts[r]
         as_ = a_starts[r]
         bs = b_starts[r]
-        o = r * n
-        for j in range(n):
-            out[o + j] = a[as_ + j * a_step] if c[cs + j * c_step] else b[bs + j * b_step]
+        o = out[r * n : (r + 1) * n]
+        if fast:
+            _select(
+                c[cs : cs + n], a[as_ : as_ + n * a_step + 1 - a_step],
+                b[bs : bs + n * b_step + 1 - b_step], o, a_step == 0, b_step == 0,
+            )  # fmt: skip
+        else:
+            for j in range(n):
+                o[j] = a[as_ + j * a_step] if c[cs + j * c_step] else b[bs + j * b_step]
 
 
 # --8<-- [start:assign_kernel]
