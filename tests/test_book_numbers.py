@@ -166,13 +166,11 @@ QUOTES = [
     ),
     (
         "ch03/gpt.md",
-        r"but the GPT does not \(validation (\d\.\d+) against the recorded (\d\.\d+), test "
-        r"(\d\.\d+) against (\d\.\d+)\)",
+        r"ends at validation (\d\.\d+) against the table's (\d\.\d+): the statistics use the "
+        r"rerun",
         lambda: (
-            seed_run("gpt", 42)["val"],
-            ladder("gpt")[3],
-            seed_run("gpt", 42)["test"],
-            ladder("gpt")[4],
+            long_runs("gpt-dropout")[0]["final"]["val"],
+            ex("ladder-names-long.json")["runs"]["gpt-dropout"]["final"]["val"],
         ),
     ),
     (
@@ -639,6 +637,35 @@ def ladder_rungs_apart() -> int:
         apart = sb["max"] < sa["min"]
         ratios.append((sa["mean"] - sb["mean"]) / max(sa["sd"], sb["sd"]) if apart else 0)
     return math.floor(min(ratios))
+
+
+def heads(kind: str):
+    """3.5's attention record (gpt-attention.json): each head's mean weight on the
+    previous character, itself or the first position, as an (L, H) list."""
+    return ex("gpt-attention.json")["heads"][kind]
+
+
+def ffn_layer(layer: int) -> dict:
+    """3.5's MLP probe (gpt-ffn-memory.json): block ``layer``'s share of cells whose value
+    promotes what follows their triggers, own ("agreement") and shuffled."""
+    return ex("gpt-ffn-memory.json")["layers"][layer]
+
+
+def ffn_table_rows() -> list[str]:
+    """3.5's table of the loudest MLP cells, each row as the page writes it, from
+    gpt-ffn-memory.json."""
+    rows = []
+    for c in ex("gpt-ffn-memory.json")["cells"]:
+        rows.append(
+            f"| {c['layer']} | {c['unit']} | "
+            + ", ".join(f"`{p}`" for p, _ in c["triggers"][:5])
+            + " | "
+            + ", ".join(f"{letter} {n}" for letter, n in c["next"])
+            + " | "
+            + ", ".join(f"{letter} +{v:.2f}" for letter, v in c["value_top"][:3])
+            + " |"
+        )
+    return rows
 
 
 def census_gpt() -> dict:
@@ -2413,6 +2440,62 @@ FIGURES = QUOTES + [
             ladder_train_val_gap("gpt"),
         ),
     ),
+    # 3.5: the attention maps and the MLP probe of the ladder's seed-42 GPT
+    (
+        "ch03/gpt.md",
+        r"puts its largest weight on the previous character at every position of the name, "
+        r"and (\d\.\d+) of its weight on average",
+        lambda: max(max(row) for row in heads("previous")),
+    ),
+    (
+        "ch03/gpt.md",
+        r"One, layer 3 head 3, almost never reads it \((\d\.\d+)\)",
+        lambda: heads("first")[3][3] if heads("first")[3][3] == min(sum(heads("first"), []))
+        else math.nan,
+    ),
+    (
+        "ch03/gpt.md",
+        r"In block 0 the memory reading holds for (\d+)% of the cells, (\w+) the shuffle's (\d+)%",
+        lambda: (
+            100 * ffn_layer(0)["agreement"],
+            ffn_layer(0)["agreement"] / ffn_layer(0)["shuffled"],
+            100 * ffn_layer(0)["shuffled"],
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"(\d+)% against (\d+)% in block 1, (\d+)% against (\d+)% in block 2, and (\d+)% against "
+        r"(\d+)% in block 3, where (\w+) the shuffle is (\d+) cells of (\d+) against (\d+),",
+        lambda: (
+            *(100 * ffn_layer(i)[k] for i in (1, 2, 3) for k in ("agreement", "shuffled")),
+            ffn_layer(3)["agreement"] / ffn_layer(3)["shuffled"],
+            ffn_layer(3)["agreement"] * ex("gpt-ffn-memory.json")["cells_per_layer"],
+            ex("gpt-ffn-memory.json")["cells_per_layer"],
+            ffn_layer(3)["shuffled"] * ex("gpt-ffn-memory.json")["cells_per_layer"],
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"0\.(\d\d) in block 0 against 0\.(\d\d) for shuffled values, and 0\.(\d\d) to 0\.(\d\d) in "
+        r"blocks 1 to 3 against 0\.(\d\d) to 0\.(\d\d)\]",
+        lambda: (
+            100 * ffn_layer(0)["agreement"],
+            100 * ffn_layer(0)["shuffled"],
+            100 * min(ffn_layer(i)["agreement"] for i in (1, 2, 3)),
+            100 * max(ffn_layer(i)["agreement"] for i in (1, 2, 3)),
+            100 * min(ffn_layer(i)["shuffled"] for i in (1, 2, 3)),
+            100 * max(ffn_layer(i)["shuffled"] for i in (1, 2, 3)),
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"their triggers were followed by `g` (\w+) times of (\w+)\.",
+        lambda: next(
+            (c["next"][0][1], sum(k for _, k in c["next"]))
+            for c in ex("gpt-ffn-memory.json")["cells"]
+            if c["layer"] == 3 and c["unit"] == 30 and c["next"][0][0] == "g"
+        ),
+    ),
     (
         "ch03/index.md",
         r"RNN (\d\.\d+) / (\d\.\d+); GRU (\d\.\d+) / (\d\.\d+) \|",
@@ -2601,6 +2684,16 @@ def test_a_figure_in_prose_matches_its_data(name, pattern, source):
             if not agrees(got, value)
         ]
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_mlp_cells_table_is_the_recorded_probe():
+    """3.5's table of the loudest MLP cells is gpt-ffn-memory.json's cells, row by row."""
+    text = page("ch03/gpt.md")
+    head = "| block | cell | strongest triggers | what came next | the value pushes up |\n|---|"
+    assert text.count(head) == 1
+    lines = text[text.index(head) :].splitlines()[2:]
+    table = lines[: next(i for i, line in enumerate(lines) if not line.startswith("|"))]
+    assert table == ffn_table_rows()
 
 
 def test_a_line_that_cites_a_measuring_section_quotes_it():

@@ -7,7 +7,9 @@
   RNN, GRU, GPT) trained by ``python -m sitp train --data names`` on makemore's 32,033
   names; read from their ``record.json`` files and kept in ``ladder-names.json`` (seed
   42) and ``ladder-names-seeds.json`` (every seed: per-seed finals, mean and sd).
-* ``gpt-ablation.png``: the long runs of the chapter's ablation (``ladder-names-long.json``).
+* ``gpt-ablation.png``: the long runs of the chapter's ablation: every seed of the runs
+  repeated over seeds and their mean (``ladder-names-long-seeds.json``), and the runs of
+  one seed as that one run (``ladder-names-long.json``).
 * ``gpt-attention.png``: the attention probabilities of every head of the trained GPT on
   one test name, with each head's mean weight on the previous character and on the
   leading ``'.'`` over the validation names; kept in ``gpt-attention.json``.
@@ -30,9 +32,13 @@ records as they are::
 With ``build/ladder-long`` beside it (the chapter's ablation: the GRU and the GPT for
 20,000 steps, the GPT also with ``--set dropout=0.1`` and with ``--weight-decay 0.1``,
 in ``gru/``, ``gpt/``, ``gpt-dropout/`` and ``gpt-wd/``), ``--record`` also writes
-``ladder-names-long.json``; with ``build/census-gpt`` (the GPT's default run on the
-census names, ``python -m sitp train --model gpt --steps 3000 --eval-every 500
---threads 1 --out build/census-gpt``), ``gpt-census.json``.
+``ladder-names-long.json``. The GPT's default run on the census names, over seeds 42, 1,
+2, 3 and 4 (``python -m sitp train --model gpt --steps 3000 --eval-every 500 --threads 1
+--seed N --out build/census-seeds/census-gpt-sN``), is recorded with ``--census-seeds``
+into ``gpt-census.json``: the run of seed 42 and every seed's finals with their mean
+and sd::
+
+    python -m sitp.examples.gpt_figures --census-seeds build/census-seeds --record
 
 The chapter's fences call these functions on small models and on the recorded JSON.
 """
@@ -397,6 +403,31 @@ def record_seeds(seeds_dir, ladder: dict, names=LADDER, record_name=LADDER_JSON.
     return out
 
 
+def record_census(seeds_dir) -> dict:
+    """The GPT's default run on the census names over seeds (``gpt-census.json``).
+
+    Args:
+        seeds_dir: holds ``census-gpt-sSEED/record.json`` for each seed, seed 42 among
+            them (and ``times*.txt``, lines ``census-gpt-sSEED START END``).
+
+    Returns:
+        ``runs["census-gpt"]``: the run of seed 42, as :func:`record_ladder` keeps a run
+        (its command, config, finals, evaluations, training curve); ``seeds``: every
+        seed's finals and evaluations with their mean and sd, as :func:`record_seeds`.
+    """
+    seeds_dir = Path(seeds_dir)
+    base = record_ladder(
+        seeds_dir, names=("census-gpt-s42",), out_prefix=str(seeds_dir), with_count_bigram=False
+    )["runs"]["census-gpt-s42"]
+    several = record_seeds(seeds_dir, {"runs": {"census-gpt": base}}, ("census-gpt",), "")
+    return {
+        "machine": several["machine"],
+        "cpu_model": several["cpu_model"],
+        "runs": {"census-gpt": base},
+        "seeds": several["runs"]["census-gpt"],
+    }
+
+
 def _seed_entry(run: dict) -> dict:
     return {"wall_s": run["wall_s"], "final": run["final"], "eval": run["eval"]}
 
@@ -446,27 +477,61 @@ def ladder_figure(ladder: dict, path, published=None, seeds=None) -> None:
     plt.close(fig)
 
 
-def ablation_figure(long: dict, path) -> None:
-    """Train (dashed) and validation (solid) losses of the long runs, every evaluation."""
+def ablation_figure(long: dict, path, seeds=None) -> None:
+    """Train (dashed) and validation (solid) losses of the long runs, every evaluation.
+
+    With ``seeds`` (:func:`record_seeds`'s dict of the runs repeated over seeds,
+    ``ladder-names-long-seeds.json``) each of those runs is drawn from its seeds: every
+    seed's validation curve (thin), their mean (dots) and the mean training loss (dashed);
+    the runs of ``long`` that have no seeds (weight decay, 40,000 steps) are drawn as the
+    one run each is, and labelled so.
+    """
     plt = _matplotlib()
-    fig, ax = plt.subplots(figsize=(7.2, 4.0), dpi=110)
+    fig, ax = plt.subplots(figsize=(7.2, 4.2), dpi=110)
+    several = {} if seeds is None else {k: r for k, r in seeds["runs"].items() if r["summary"]}
     for i, (name, run) in enumerate(long["runs"].items()):
+        color = f"C{i}"
+        if name in several:
+            runs = several[name]["runs"]
+            steps = [s for s, _, _ in runs[0]["eval"]]
+            assert all([s for s, _, _ in r["eval"]] == steps for r in runs), name
+            val = np.array([[v for _, _, v in r["eval"]] for r in runs])
+            train = np.array([[t for _, t, _ in r["eval"]] for r in runs])
+            for curve in val:
+                ax.plot(steps, curve, "-", color=color, lw=0.8, alpha=0.45)
+            best, last = several[name]["summary"]["best_val"], several[name]["summary"]["val"]
+            ax.plot(
+                steps,
+                val.mean(0),
+                "o-",
+                color=color,
+                ms=3,
+                label=f"{name}, {len(runs)} seeds: val {best['mean']:.3f} ± {best['sd']:.3f} "
+                f"best, {last['mean']:.3f} ± {last['sd']:.3f} last",
+            )
+            ax.plot(steps, train.mean(0), "--", color=color, lw=1, alpha=0.7)
+            continue
         steps, train, val = zip(*run["eval"])
         ax.plot(
             steps,
             val,
             "o-",
-            color=f"C{i}",
+            color=color,
             ms=3,
-            label=f"{name}: val {min(val):.3f} best, {val[-1]:.3f} last",
+            label=f"{name}, one run (seed {run['train_config']['seed']}): val {min(val):.3f} "
+            f"best, {val[-1]:.3f} last",
         )
-        ax.plot(steps, train, "--", color=f"C{i}", lw=1, alpha=0.7)
+        ax.plot(steps, train, "--", color=color, lw=1, alpha=0.7)
     ax.set_xlabel("optimizer step (batch of 32)")
     ax.set_ylabel("cross-entropy (nats per character)")
     ax.set_title(
-        "The long runs on makemore's names: validation (solid), train (dashed)", fontsize=10
+        "The long runs on makemore's names: validation (solid), train (dashed)"
+        if not several
+        else "The long runs on makemore's names: validation of every seed (thin) and their\n"
+        "mean (dots), mean train loss (dashed); one-run options drawn as that run",
+        fontsize=10,
     )
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7.5)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
@@ -605,9 +670,17 @@ def main(argv=None) -> None:
         help="with --record: the ablation's runs over seeds (gru, gpt, gpt-dropout: "
         "NAME-sSEED/), recorded into ladder-names-long-seeds.json",
     )
+    parser.add_argument(
+        "--census-seeds",
+        help="with --record: the GPT's census runs over seeds (census-gpt-sSEED/), "
+        "recorded into gpt-census.json",
+    )
     parser.add_argument("--out", default=str(ASSETS), help="where the PNGs go")
     args = parser.parse_args(argv)
     out = Path(args.out)
+    if args.record and args.census_seeds:
+        record = record_census(args.census_seeds)
+        write_atomically(CENSUS_JSON, (json.dumps(record, indent=1) + "\n").encode())
     if args.record and args.long_seeds:
         long = json.loads(LONG_JSON.read_text())
         record = record_seeds(args.long_seeds, long, LONG_SEEDS, LONG_JSON.name)
@@ -615,26 +688,12 @@ def main(argv=None) -> None:
     if args.record and args.seeds:
         record = record_seeds(args.seeds, json.loads(LADDER_JSON.read_text()))
         write_atomically(SEEDS_JSON, (json.dumps(record, indent=1) + "\n").encode())
-    elif args.record and not args.long_seeds:
+    elif args.record and not (args.long_seeds or args.census_seeds):
         LADDER_JSON.write_text(json.dumps(record_ladder(args.runs), indent=1) + "\n")
         long_dir = Path(args.runs + "-long")
         if long_dir.exists():  # the ablation: build/ladder-long/{gru,gpt,gpt-dropout,gpt-wd}
             LONG_JSON.write_text(
                 json.dumps(record_ladder(long_dir, names=LONG, out_prefix=str(long_dir)), indent=1)
-                + "\n"
-            )
-        census = Path(args.runs).parent / "census-gpt"  # the GPT on the census names
-        if census.exists():
-            CENSUS_JSON.write_text(
-                json.dumps(
-                    record_ladder(
-                        census.parent,
-                        census.parent / "census-gpt-times.txt",
-                        names=("census-gpt",),
-                        out_prefix=str(census.parent),
-                    ),
-                    indent=1,
-                )
                 + "\n"
             )
         ATTENTION_JSON.write_text(json.dumps(record_attention(Path(args.runs) / "gpt")) + "\n")
@@ -645,7 +704,8 @@ def main(argv=None) -> None:
     ladder_figure(json.loads(LADDER_JSON.read_text()), out / "gpt-ladder.png", PUBLISHED, seeds)
     attention_figure(json.loads(ATTENTION_JSON.read_text()), out / "gpt-attention.png")
     if LONG_JSON.exists():
-        ablation_figure(json.loads(LONG_JSON.read_text()), out / "gpt-ablation.png")
+        long_seeds = json.loads(LONG_SEEDS_JSON.read_text()) if LONG_SEEDS_JSON.exists() else None
+        ablation_figure(json.loads(LONG_JSON.read_text()), out / "gpt-ablation.png", long_seeds)
 
 
 if __name__ == "__main__":
