@@ -561,6 +561,16 @@ def ladder_spread(key: str, split: str) -> tuple[float, float]:
     return s["mean"], s["sd"]
 
 
+def ladder_apart(a: str, b: str, split: str) -> float:
+    """3.5's ladder over seeds: how many times the larger sd model ``b``'s mean ``split``
+    loss ends below model ``a``'s; nan where the seeds' ranges of the two overlap."""
+    runs = ex("ladder-names-seeds.json")["runs"]
+    sa, sb = runs[a]["summary"][split], runs[b]["summary"][split]
+    if not sb["max"] < sa["min"]:
+        return math.nan
+    return (sa["mean"] - sb["mean"]) / max(sa["sd"], sb["sd"])
+
+
 def ladder_row(key: str) -> tuple:
     """3.5's table row of ``key``: parameters, runs, seed 42's wall seconds, then the mean
     and sd of the train, validation and test losses over the seeds."""
@@ -2274,8 +2284,9 @@ FIGURES = QUOTES + [
     *(
         (
             "ch03/rnn.md",
-            rf"^\| {lit(label)} \| ([\d,]+) \| (\d\.\d+) \| (\d\.\d+) \| (\d\.\d+) \|$",
-            lambda key=key: ladder(key)[:1] + ladder(key)[2:],
+            rf"^\| {lit(label)} \| ([\d,]+) \| (\d) \| (\d\.\d+) ± (\d\.\d+) \| (\d\.\d+) ± "
+            r"(\d\.\d+) \| (\d\.\d+) ± (\d\.\d+) \|$",
+            lambda key=key: ladder_row(key)[:2] + ladder_row(key)[3:],
         )
         for label, key in [
             ("bigram, neural (chapter 1)", "bigram"),
@@ -2286,17 +2297,39 @@ FIGURES = QUOTES + [
     ),
     (
         "ch03/rnn.md",
-        r"The GRU ends (\d\.\d+) nats lower than the RNN on validation and (\d\.\d+) on test, "
-        r"with (\d\.\d) times the parameters, and its gap between training and validation is "
-        r"(\w+) the RNN's \((\d\.\d+) against (\d\.\d+)\)",
+        r"The GRU's mean ends (\d\.\d+) nats lower than the RNN's on validation and (\d\.\d+) on "
+        r"test, (\d+) and (\d+) times the larger standard deviation, and every GRU run ends below "
+        r"every RNN run",
         lambda: (
-            ladder("rnn")[3] - ladder("gru")[3],
-            ladder("rnn")[4] - ladder("gru")[4],
-            ladder("gru")[0] / ladder("rnn")[0],
-            (ladder("gru")[3] - ladder("gru")[2]) / (ladder("rnn")[3] - ladder("rnn")[2]),
-            ladder("gru")[3] - ladder("gru")[2],
-            ladder("rnn")[3] - ladder("rnn")[2],
+            ladder_spread("rnn", "val")[0] - ladder_spread("gru", "val")[0],
+            ladder_spread("rnn", "test")[0] - ladder_spread("gru", "test")[0],
+            ladder_apart("rnn", "gru", "val"),
+            ladder_apart("rnn", "gru", "test"),
         ),
+    ),
+    (
+        "ch03/rnn.md",
+        r"With (\d\.\d) times the parameters, the GRU's gap between training and validation is "
+        r"(\d\.\d) times the RNN's \((\d\.\d+) against (\d\.\d+), means\)",
+        lambda: (
+            ladder("gru")[0] / ladder("rnn")[0],
+            ladder_train_val_gap("gru") / ladder_train_val_gap("rnn"),
+            ladder_train_val_gap("gru"),
+            ladder_train_val_gap("rnn"),
+        ),
+    ),
+    (
+        "ch03/rnn.md",
+        r"the ladder's GRU run of seed 42 ended at (\d\.\d+)",
+        lambda: seed_run("gru", 42)["val"],
+    ),
+    (
+        "ch03/rnn.md",
+        r"The table's runs are the ladder's: seeds 42, 1, 2, 3 and 4 \(42, 1 and 2 for the GRU\)",
+        lambda: ()
+        if ex("ladder-names-seeds.json")["runs"]["rnn"]["seeds"] == [42, 1, 2, 3, 4]
+        and ex("ladder-names-seeds.json")["runs"]["gru"]["seeds"] == [42, 1, 2]
+        else (math.nan,),
     ),
     *(
         (
@@ -2498,17 +2531,28 @@ FIGURES = QUOTES + [
     ),
     (
         "ch03/index.md",
-        r"RNN (\d\.\d+) / (\d\.\d+); GRU (\d\.\d+) / (\d\.\d+) \|",
-        lambda: (*ladder("rnn")[3:], *ladder("gru")[3:]),
+        r"RNN (\d\.\d+) ± (\d\.\d+) / (\d\.\d+) ± (\d\.\d+) \((\d) seeds\); GRU (\d\.\d+) ± "
+        r"(\d\.\d+) / (\d\.\d+) ± (\d\.\d+) \((\d) seeds\) \|",
+        lambda: tuple(
+            x
+            for key in ("rnn", "gru")
+            for x in (
+                *ladder_spread(key, "val"),
+                *ladder_spread(key, "test"),
+                len(ex("ladder-names-seeds.json")["runs"][key]["seeds"]),
+            )
+        ),
     ),
     *(
         (
             "numbers.md",
-            rf"^\| {lit(label)}, emb 64, state 64, ([\d,]+) steps \| makemore `names\.txt` \| "
-            r"(\d\.\d+) \| (\d\.\d+) \| (\d\.\d+) \|",
+            rf"^\| {lit(label)}, emb 64, state 64, ([\d,]+) steps, (\d) seeds \| makemore "
+            r"`names\.txt` \| (\d\.\d+) ± (\d\.\d+) \| (\d\.\d+) ± (\d\.\d+) \| (\d\.\d+) ± "
+            r"(\d\.\d+) \|",
             lambda key=key: (
                 ex("ladder-names.json")["runs"][key]["train_config"]["steps"],
-                *ladder(key)[2:],
+                *ladder_row(key)[1:2],
+                *ladder_row(key)[3:],
             ),
         )
         for label, key in [("RNN (tanh)", "rnn"), ("GRU", "gru")]
