@@ -682,6 +682,27 @@ def census_gpt() -> dict:
     return ex("gpt-census.json")["runs"]["census-gpt"]
 
 
+def census_seeds() -> dict:
+    """3.5's census GPT over seeds (gpt-census.json's ``seeds``): seeds, summary, runs."""
+    return ex("gpt-census.json")["seeds"]
+
+
+def census_spread(split: str) -> tuple[float, float]:
+    """The mean and sample sd over the census GPT's seeds of its final ``split`` loss
+    ("best_val": its lowest validation loss)."""
+    s = census_seeds()["summary"][split]
+    return s["mean"], s["sd"]
+
+
+def census_best_step() -> float:
+    """The step at which every seed's validation loss was lowest; nan if they differ, or if
+    a seed's loss does not rise after it."""
+    runs = census_seeds()["runs"]
+    steps = {min(r["eval"], key=lambda e: e[2])[0] for r in runs}
+    rises = all(r["eval"][-1][2] > min(v for _, _, v in r["eval"]) for r in runs)
+    return steps.pop() if len(steps) == 1 and rises else math.nan
+
+
 def census_split() -> tuple[int, int, int]:
     """Train, validation and test names of the census corpus, split as every run splits it."""
     from sitp.data import load_names  # late: the package, for the split's sizes
@@ -2062,8 +2083,14 @@ FIGURES = QUOTES + [
     ),
     (
         "ch03/index.md",
-        r"\| GPT, 4 layers, 4 heads, width 64 \| (\d\.\d+) / (\d\.\d+) \(([\d,]+) steps,",
-        lambda: recorded_run("gpt-census.json", "census-gpt"),
+        r"\| GPT, 4 layers, 4 heads, width 64 \| (\d\.\d+) ± (\d\.\d+) / (\d\.\d+) ± (\d\.\d+) "
+        r"\(([\d,]+) steps, mean ± sd over (\d) seeds,",
+        lambda: (
+            *census_spread("val"),
+            *census_spread("test"),
+            census_gpt()["train_config"]["steps"],
+            len(census_seeds()["runs"]),
+        ),
     ),
     # chapter 1, against its fences' recorded output
     (
@@ -2462,14 +2489,33 @@ FIGURES = QUOTES + [
     ),
     (
         "ch03/gpt.md",
-        r"its best validation loss at step ([\d,]+) \((\d\.\d+)\) and ends at train (\d\.\d+), "
-        r"validation (\d\.\d+) and test (\d\.\d+): a gap of (\d\.\d+) nats after ([\d,]+) "
-        r"steps, where the 5,000 steps on `names.txt` leave (\d\.\d+) \(mean over three seeds\)\.",
+        r"run with (\w+) seeds, 42, 1, 2, 3 and 4 \(a run takes under (\w+) minutes",
         lambda: (
-            *min(census_gpt()["eval"], key=lambda e: e[2])[::2],
-            *(census_gpt()["final"][k] for k in ("train", "val", "test")),
-            census_gpt()["final"]["val"] - census_gpt()["final"]["train"],
+            len(census_seeds()["seeds"]) if census_seeds()["seeds"] == [42, 1, 2, 3, 4] else math.nan,
+            math.ceil(max(r["wall_s"] for r in census_seeds()["runs"]) / 60),
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"Every seed has its lowest validation loss at step ([\d,]+) \((\d\.\d+) ± (\d\.\d+), mean "
+        r"± sample standard deviation over the (\w+)\) and rises after it; the runs end at train "
+        r"(\d\.\d+) ± (\d\.\d+), validation (\d\.\d+) ± (\d\.\d+) and test (\d\.\d+) ± "
+        r"(\d\.\d+): a gap of (\d\.\d+) nats between training and validation after ([\d,]+) "
+        r"steps, at least (\d\.\d+) in every run, where the 5,000 steps on `names.txt` leave "
+        r"(\d\.\d+) \(mean over three seeds\)\.",
+        lambda: (
+            census_best_step(),
+            *census_spread("best_val"),
+            len(census_seeds()["runs"]),
+            *census_spread("train"),
+            *census_spread("val"),
+            *census_spread("test"),
+            census_spread("val")[0] - census_spread("train")[0],
             census_gpt()["train_config"]["steps"],
+            math.floor(
+                100 * min(r["final"]["val"] - r["final"]["train"] for r in census_seeds()["runs"])
+            )
+            / 100,
             ladder_train_val_gap("gpt"),
         ),
     ),
