@@ -14,7 +14,6 @@ def test_posttrain_figures(tmp_path):
     run = posttrain_figures.load()
     assert [s["stage"] for s in run["stages"]] == ["base", "pretrain", "sft", "rl"]
     assert _png(posttrain_figures.draw_stages(run, tmp_path / "stages.png"))
-    assert _png(posttrain_figures.draw_reward(run, tmp_path / "reward.png"))
     pipeline = posttrain_figures.load(posttrain_figures.PIPELINE_JSON)
     assert [s["stage"] for s in pipeline["stages"]] == ["pretrain", "midtrain", "sft", "rl"]
     assert _png(posttrain_figures.draw_pipeline(pipeline, tmp_path / "pipeline.png"))

@@ -6,7 +6,6 @@ mean reward of every RL step.
 
 * ``posttrain-stages.png``: pass@1 after each stage (base, pretrain, SFT, RL), bars
   with their intervals;
-* ``posttrain-reward.png``: the mean reward of each RL step, with a running mean;
 
 and from ``posttrain-pipeline.json`` (``scripts/posttrain_pipeline.py --json``, the four
 commands at the book's configuration):
@@ -69,25 +68,6 @@ def draw_stages(run: dict, path: Path) -> Path:
     return save(fig, path)
 
 
-def draw_reward(run: dict, path: Path) -> Path:
-    """The mean reward of each RL step and its running mean over 10 steps."""
-    plt = pyplot()
-    r = np.asarray(run["rl_reward"])
-    cfg = run["config"]
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    steps = np.arange(len(r))
-    ax.plot(steps, r, "o", ms=3, color="C0", alpha=0.6, label="mean reward of the step")
-    ax.plot(steps, running_mean(r), "-", color="C1", label="running mean (10 steps)")
-    ax.set_ylim(0, 1.05)
-    ax.set_xlabel("RL step (REINFORCE with a group baseline)")
-    ax.set_ylabel("reward (share correct)")
-    ax.set_title(f"{cfg['task']}: {cfg['rl_prompts_per_step']} prompts x "
-                 f"{cfg['rl_group_size']} samples a step, lr {cfg['rl_lr']:g}, "
-                 f"T {cfg['rl_temperature']:g}", fontsize=10)  # fmt: skip
-    ax.legend(loc="lower right")
-    return save(fig, path)
-
-
 def draw_pipeline(run: dict, path: Path) -> Path:
     """Every task's held-out pass@1 after each stage of the pipeline: a group of bars a
     task, a bar a stage, each with its Wilson 95 % interval."""
@@ -138,7 +118,6 @@ def main(argv=None) -> None:
     run, pipeline = load(args.json), load(args.pipeline_json)
     args.out.mkdir(parents=True, exist_ok=True)
     for path in (draw_stages(run, args.out / "posttrain-stages.png"),
-                 draw_reward(run, args.out / "posttrain-reward.png"),
                  draw_pipeline(pipeline, args.out / "posttrain-pipeline.png"),
                  draw_pipeline_reward(pipeline, args.out / "posttrain-pipeline-reward.png")):  # fmt: skip
         print(f"wrote {path}")
