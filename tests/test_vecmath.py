@@ -65,6 +65,46 @@ def erf64(x):
     return np.array([math.erf(v) for v in np.asarray(x, np.float64).ravel()]).reshape(np.shape(x))
 
 
+# ----------------------------------------------------------------------- tanh
+def _tanh32(x):
+    """sitp's float32 tanh, through the tensor (the launcher picks tanh_f32_kernel)."""
+    return sitp.tensor(np.asarray(x, F32)).tanh().numpy()
+
+
+def test_tanh_f32_is_correctly_rounded_on_a_dense_grid():
+    """Within half a float32 ulp of float64's tanh (what a correctly rounded tanh
+    gives), on 2.2 million points from the tiny to the flat part."""
+    x = np.concatenate(
+        [
+            np.linspace(-12, 12, 2_000_001),
+            np.linspace(-0.01, 0.01, 100_001),
+            np.geomspace(1e-38, 1e-2, 50_001),
+            -np.geomspace(1e-38, 1e-2, 50_001),
+        ]
+    ).astype(F32)
+    assert ulps(_tanh32(x), np.tanh(x.astype(np.float64))).max() <= 0.5 + 2.0**-20
+
+
+def test_tanh_f32_edges():
+    got = _tanh32([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 10.0, 50.0, -3e38])
+    assert got[:2].tolist() == [0.0, 0.0] and np.signbit(got[1]) and not np.signbit(got[0])
+    assert got[2:4].tolist() == [1.0, -1.0] and np.isnan(got[4])
+    assert got[5:].tolist() == [F32(1e-45), F32(-1e-45), 1.0, 1.0, -1.0]
+
+
+def test_tanh_f32_strided_equals_contiguous_and_float64_keeps_libm():
+    a = sitp.randn(33, 17)
+    np.testing.assert_array_equal(a.t().tanh().numpy(), a.tanh().numpy().T)
+    d = sitp.randn(33, dtype=sitp.float64)  # float64 is the C library's tanh
+    np.testing.assert_array_equal(d.tanh().numpy(), np.array([math.tanh(v) for v in d.tolist()]))
+
+
+@SETTINGS
+@given(st.floats(-20, 20, width=32))
+def test_tanh_f32_hypothesis(v):
+    assert ulps(_tanh32([v]), [math.tanh(v)])[0] <= 0.5 + 2.0**-20
+
+
 # ----------------------------------------------------------------------- exp
 def test_exp_f32_dense_grid():
     x = np.concatenate(

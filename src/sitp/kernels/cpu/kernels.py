@@ -29,6 +29,7 @@ from numba import njit, prange
 from sitp.kernels import scalar
 from sitp.kernels.layout import index_table, positions, row_starts  # noqa: F401 (used by the launchers)
 from sitp.kernels.scalar import BINARY, COMPARE, REDUCE, UNARY, ReduceOp  # noqa: F401 (the op codes)
+from sitp.kernels.cpu.vecmath import tanh_f32
 
 # The codes of the four zips with loops of their own (zip_fast_kernel), as plain ints:
 # numba compiles a global int as a constant.
@@ -61,6 +62,24 @@ def map_kernel(op, p0, p1, x, x_starts, x_step, n, out):
 
 
 # --8<-- [end:map_kernel]
+
+
+@njit(cache=True, error_model="numpy")
+def tanh_f32_kernel(x, x_starts, x_step, n, out):
+    """``map_kernel`` for float32 ``tanh``: :func:`~sitp.kernels.cpu.vecmath.tanh_f32`
+    (rounded from float64, the same bits on every CPU, and vectorised) in place of the
+    C library's ``tanhf``. Numpy's error model lets its division vectorise: Python's
+    would test every divisor for zero."""
+    for r in range(x_starts.size):
+        xs = x_starts[r]
+        o = out[r * n : (r + 1) * n]
+        if x_step == 1:
+            xv = x[xs : xs + n]
+            for j in range(n):
+                o[j] = tanh_f32(xv[j])
+        else:
+            for j in range(n):
+                o[j] = tanh_f32(x[xs + j * x_step])
 
 
 # --8<-- [start:zip_kernel]

@@ -115,13 +115,15 @@ def unary(op: str, x, p0=_NAN, p1=_NAN, out_dtype=None):
     """A new tensor f(x) for the unary op named ``op``."""
     out = _new(x._shape, out_dtype or x.dtype, x)
     n = out._storage.size
+    if op == "tanh" and x._storage.dtype == np.float32 and out._storage.dtype == np.float32:
+        kernel, args = K.tanh_f32_kernel, ()  # vecmath's tanh, not the C library's
+    else:
+        kernel, args = K.map_kernel, (K.UNARY[op], float(p0), float(p1))
     if n and x._strides == out._strides:  # x contiguous: one row of all n entries
-        K.map_kernel(
-            K.UNARY[op], float(p0), float(p1), x._storage, _start_at(x._offset), 1, n, out._storage
-        )
+        kernel(*args, x._storage, _start_at(x._offset), 1, n, out._storage)
     elif n:
         [(xs, starts, step)], n = _launch_args(x._shape, (x, x._strides))
-        K.map_kernel(K.UNARY[op], float(p0), float(p1), xs, starts, step, n, out._storage)
+        kernel(*args, xs, starts, step, n, out._storage)
     return out
 
 
