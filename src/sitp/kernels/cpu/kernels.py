@@ -421,8 +421,11 @@ def argreduce_kernel(is_max, x, x_starts, x_step, n, values, indices):
 def softmax_kernel(x, x_starts, x_step, n, log, out):
     """Row-wise (log-)softmax, stable: subtract the row max before exp.
 
-    softmax(x)_j = exp(x_j - m) / sum_k exp(x_k - m), with m = max_k x_k.
+    softmax(x)_j = exp(x_j - m) / sum_k exp(x_k - m), with m = max_k x_k. Each
+    exponential is computed once: the row's are kept in ``e`` (in the cache, not
+    written to the output) for the division.
     """
+    e = np.empty(n, np.float64)
     for r in range(x_starts.size):
         xs = x_starts[r]
         o = r * n
@@ -435,14 +438,15 @@ def softmax_kernel(x, x_starts, x_step, n, log, out):
             m = 0.0
         total = 0.0
         for j in range(n):
-            total += math.exp(x[xs + j * x_step] - m)
+            e[j] = math.exp(x[xs + j * x_step] - m)
+            total += e[j]
         if log:  # (x - m) - log(total), not x - (m + log(total)): m + log(total) rounds to m for |m| >~ 1e8
             ls = math.log(total)
             for j in range(n):
                 out[o + j] = (x[xs + j * x_step] - m) - ls
         else:
             for j in range(n):
-                out[o + j] = math.exp(x[xs + j * x_step] - m) / total
+                out[o + j] = e[j] / total
 
 
 # --8<-- [end:softmax_kernel]
