@@ -703,6 +703,40 @@ def census_best_step() -> float:
     return steps.pop() if len(steps) == 1 and rises else math.nan
 
 
+def cnn_seeds(model: str, split: str) -> tuple[float, float]:
+    """3.3's runs over seeds (cnn-runs-seeds.json): mean and sd of ``model``'s final
+    ``split`` loss."""
+    s = ex("cnn-runs-seeds.json")["runs"][model]["summary"][split]
+    return s["mean"], s["sd"]
+
+
+def cnn_lead(split: str) -> tuple[float, float]:
+    """3.3: how far the WaveNet's mean ``split`` loss ends below the MLP's, and that in
+    larger sds; nan where the seeds' ranges overlap."""
+    runs = ex("cnn-runs-seeds.json")["runs"]
+    m, w = runs["mlp"]["summary"][split], runs["wavenet"]["summary"][split]
+    gap = m["mean"] - w["mean"]
+    return gap, gap / max(m["sd"], w["sd"]) if w["max"] < m["min"] else math.nan
+
+
+def optimizer_seeds() -> dict:
+    """3.2's four runs over seeds (mlp-optimizers-seeds.json), by run name."""
+    return ex("mlp-optimizers-seeds.json")["runs"]
+
+
+def constant_seeds() -> dict:
+    return {k: r for k, r in optimizer_seeds().items() if "cosine" not in k}
+
+
+def seed_spreads() -> list[float]:
+    """3.2: per seed, how far apart the three constant-rate runs end."""
+    runs = list(constant_seeds().values())
+    return [
+        max(r["val"][i] for r in runs) - min(r["val"][i] for r in runs)
+        for i in range(len(runs[0]["val"]))
+    ]
+
+
 def census_split() -> tuple[int, int, int]:
     """Train, validation and test names of the census corpus, split as every run splits it."""
     from sitp.data import load_names  # late: the package, for the split's sizes
@@ -2353,10 +2387,12 @@ FIGURES = QUOTES + [
     (
         "ch03/rnn.md",
         r"The table's runs are the ladder's: seeds 42, 1, 2, 3 and 4 \(42, 1 and 2 for the GRU\)",
-        lambda: ()
-        if ex("ladder-names-seeds.json")["runs"]["rnn"]["seeds"] == [42, 1, 2, 3, 4]
-        and ex("ladder-names-seeds.json")["runs"]["gru"]["seeds"] == [42, 1, 2]
-        else (math.nan,),
+        lambda: (
+            ()
+            if ex("ladder-names-seeds.json")["runs"]["rnn"]["seeds"] == [42, 1, 2, 3, 4]
+            and ex("ladder-names-seeds.json")["runs"]["gru"]["seeds"] == [42, 1, 2]
+            else (math.nan,)
+        ),
     ),
     *(
         (
@@ -2491,7 +2527,9 @@ FIGURES = QUOTES + [
         "ch03/gpt.md",
         r"run with (\w+) seeds, 42, 1, 2, 3 and 4 \(a run takes under (\w+) minutes",
         lambda: (
-            len(census_seeds()["seeds"]) if census_seeds()["seeds"] == [42, 1, 2, 3, 4] else math.nan,
+            len(census_seeds()["seeds"])
+            if census_seeds()["seeds"] == [42, 1, 2, 3, 4]
+            else math.nan,
             math.ceil(max(r["wall_s"] for r in census_seeds()["runs"]) / 60),
         ),
     ),
@@ -2519,6 +2557,137 @@ FIGURES = QUOTES + [
             ladder_train_val_gap("gpt"),
         ),
     ),
+    # 3.1 to 3.3: the MLP, the optimizers and the WaveNet over seeds
+    (
+        "ch03/cnn.md",
+        r"on the 2-core Intel Xeon of section 3\.5 \(one thread, one run at a time, (\d+) to (\d+) "
+        r"seconds a run\)",
+        lambda: (
+            min(
+                r["wall_s"]
+                for m in ("mlp", "wavenet")
+                for r in ex("cnn-runs-seeds.json")["runs"][m]["runs"]
+            ),
+            max(
+                r["wall_s"]
+                for m in ("mlp", "wavenet")
+                for r in ex("cnn-runs-seeds.json")["runs"][m]["runs"]
+            ),
+        ),
+    ),
+    (
+        "ch03/cnn.md",
+        r"Over the (\w+) seeds the WaveNet ends at validation (\d\.\d+) ± (\d\.\d+) and test "
+        r"(\d\.\d+) ± (\d\.\d+) \(mean ± sample standard deviation\), the MLP at (\d\.\d+) ± "
+        r"(\d\.\d+) and (\d\.\d+) ± (\d\.\d+): the WaveNet's lead is (\d\.\d+) nats on "
+        r"validation and (\d\.\d+) on test, (\d\.\d) and (\d\.\d) times the larger standard "
+        r"deviation, and every WaveNet run ends below every MLP run on both splits\.",
+        lambda: (
+            len(ex("cnn-runs-seeds.json")["runs"]["wavenet"]["seeds"]),
+            *cnn_seeds("wavenet", "val"),
+            *cnn_seeds("wavenet", "test"),
+            *cnn_seeds("mlp", "val"),
+            *cnn_seeds("mlp", "test"),
+            cnn_lead("val")[0],
+            cnn_lead("test")[0],
+            cnn_lead("val")[1],
+            cnn_lead("test")[1],
+        ),
+    ),
+    (
+        "ch03/cnn.md",
+        r"The gaps between train and validation, means over the seeds, are (\d\.\d+) for the "
+        r"WaveNet and (\d\.\d+) for the MLP",
+        lambda: tuple(
+            cnn_seeds(m, "val")[0] - cnn_seeds(m, "train")[0] for m in ("wavenet", "mlp")
+        ),
+    ),
+    (
+        "ch03/optimization.md",
+        r"on the 2-core Intel Xeon of section 3\.5, where a run takes (\w+) to (\w+) seconds",
+        lambda: (
+            min(t for r in optimizer_seeds().values() for t in r["seconds"]),
+            max(t for r in optimizer_seeds().values() for t in r["seconds"]),
+        ),
+    ),
+    (
+        "ch03/optimization.md",
+        r"Over the (\w+) seeds the three constant rates end at (\d\.\d+) ± (\d\.\d+) \(SGD\), "
+        r"(\d\.\d+) ± (\d\.\d+) \(momentum\) and (\d\.\d+) ± (\d\.\d+) \(AdamW\): their means "
+        r"lie within (\d\.\d+) of each other, less than the smallest of the three standard "
+        r"deviations",
+        lambda: (
+            len(ex("mlp-optimizers-seeds.json")["seeds"]),
+            *(x for r in constant_seeds().values() for x in (r["mean"], r["sd"])),
+            max(r["mean"] for r in constant_seeds().values())
+            - min(r["mean"] for r in constant_seeds().values())
+            if max(r["mean"] for r in constant_seeds().values())
+            - min(r["mean"] for r in constant_seeds().values())
+            < min(r["sd"] for r in constant_seeds().values())
+            else math.nan,
+        ),
+    ),
+    (
+        "ch03/optimization.md",
+        r"\(momentum in (\w+) seeds of (\w+)\)\. That is a tie, and seed 0's \"within 0\.02\" is one "
+        r"draw of it: in seed (\d) the three end (\d\.\d+) apart",
+        lambda: (
+            sum(
+                min(constant_seeds(), key=lambda n: constant_seeds()[n]["val"][i]).startswith(
+                    "SGD + momentum"
+                )
+                for i in range(len(seed_spreads()))
+            ),
+            len(seed_spreads()),
+            ex("mlp-optimizers-seeds.json")["seeds"][
+                max(range(len(seed_spreads())), key=seed_spreads().__getitem__)
+            ],
+            max(seed_spreads()),
+        ),
+    ),
+    (
+        "ch03/optimization.md",
+        r"The schedule is not a tie: (\d\.\d+) ± (\d\.\d+), (\d\.\d+) below the best constant-rate "
+        r"mean, (\d\.\d) times the largest standard deviation, and every one of its (\w+) runs "
+        r"ends below every constant-rate run",
+        lambda: (
+            (sched := optimizer_seeds()["AdamW, lr 0.01, warmup 100 + cosine"])["mean"],
+            sched["sd"],
+            min(r["mean"] for r in constant_seeds().values()) - sched["mean"],
+            (min(r["mean"] for r in constant_seeds().values()) - sched["mean"])
+            / max(r["sd"] for r in optimizer_seeds().values()),
+            len(sched["val"])
+            if max(sched["val"]) < min(v for r in constant_seeds().values() for v in r["val"])
+            else math.nan,
+        ),
+    ),
+    (
+        "numbers.md",
+        r"the three constant rates' means lie within (\d\.\d+) of each other, less than the spread "
+        r"between seeds, and the schedule ends at (\d\.\d+) ± (\d\.\d+), below every "
+        r"constant-rate run",
+        lambda: (
+            max(r["mean"] for r in constant_seeds().values())
+            - min(r["mean"] for r in constant_seeds().values()),
+            optimizer_seeds()["AdamW, lr 0.01, warmup 100 + cosine"]["mean"],
+            optimizer_seeds()["AdamW, lr 0.01, warmup 100 + cosine"]["sd"],
+        ),
+    ),
+    (
+        "ch03/ffn.md",
+        r"Over (\w+) seeds each the SGD run ends at validation (\d\.\d+) ± (\d\.\d+) and the AdamW "
+        r"run at (\d\.\d+) ± (\d\.\d+) \(mean ± sample standard deviation\): SGD's mean is "
+        r"(\d\.\d+) lower, (\d\.\d) times the larger standard deviation, and the two ranges overlap",
+        lambda: (
+            len(ex("ffn-loss-seeds.json")["runs"]),
+            ex("ffn-loss-seeds.json")["summary"]["val"]["mean"],
+            ex("ffn-loss-seeds.json")["summary"]["val"]["sd"],
+            *cnn_seeds("mlp", "val"),
+            cnn_seeds("mlp", "val")[0] - ex("ffn-loss-seeds.json")["summary"]["val"]["mean"],
+            (cnn_seeds("mlp", "val")[0] - ex("ffn-loss-seeds.json")["summary"]["val"]["mean"])
+            / max(cnn_seeds("mlp", "val")[1], ex("ffn-loss-seeds.json")["summary"]["val"]["sd"]),
+        ),
+    ),
     # 3.5: the attention maps and the MLP probe of the ladder's seed-42 GPT
     (
         "ch03/gpt.md",
@@ -2529,8 +2698,11 @@ FIGURES = QUOTES + [
     (
         "ch03/gpt.md",
         r"One, layer 3 head 3, almost never reads it \((\d\.\d+)\)",
-        lambda: heads("first")[3][3] if heads("first")[3][3] == min(sum(heads("first"), []))
-        else math.nan,
+        lambda: (
+            heads("first")[3][3]
+            if heads("first")[3][3] == min(sum(heads("first"), []))
+            else math.nan
+        ),
     ),
     (
         "ch03/gpt.md",

@@ -9,16 +9,34 @@
   ``mlp/`` and ``wavenet/``). Their numbers are kept in ``cnn-runs.json`` so the figure
   can be redrawn without training.
 
+The same two runs over seeds 42, 1, 2, 3 and 4 (the chapter's commands with ``--seed N``
+and ``--out SEEDS_DIR/MODEL-sN``) are recorded with ``--seeds SEEDS_DIR`` into
+``cnn-runs-seeds.json`` beside the script: each seed's final losses and evaluations, and
+their mean and sample standard deviation (``src/sitp/examples`` holds a link to it, as
+to ``cnn-runs.json``, so that the package ships it)::
+
+    python docs/assets/ch03/cnn_figures.py --seeds build/cnn-seeds
+
 The chapter's fence calls :func:`receptive_field_figure` into a temporary folder.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
+import re
+import statistics
 from pathlib import Path
 
+import sitp
+from sitp.bench import cpu_model
+
 HERE = Path(__file__).resolve().parent
+SEEDS_JSON = HERE / "cnn-runs-seeds.json"
+COMMANDS = {  # the chapter's runs: python -m sitp train --model NAME ...
+    "mlp": "--steps 10000 --eval-every 1000",
+    "wavenet": "--steps 4000 --eval-every 1000",
+}
 
 
 def receptive_field_figure(path, T: int = 8, dilations=(1, 2, 4)):
@@ -91,6 +109,66 @@ def runs_from_records(runs_dir) -> dict:
     return out
 
 
+def spread(values) -> dict:
+    """Mean, sample standard deviation, least and greatest of ``values``."""
+    values = list(values)
+    return {
+        "n": len(values),
+        "mean": round(statistics.fmean(values), 5),
+        "sd": round(statistics.stdev(values), 5),
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def record_seeds(seeds_dir) -> dict:
+    """The chapter's two runs over seeds, from SEEDS_DIR/{mlp,wavenet}-sSEED/record.json.
+
+    ``times*.txt`` in SEEDS_DIR (lines ``NAME-sSEED START END``, seconds since the epoch)
+    give each run's wall time. Seed 42 first, then the others in order.
+    """
+    seeds_dir = Path(seeds_dir)
+    times = {}
+    for path in sorted(seeds_dir.glob("times*.txt")):
+        for line in path.read_text().splitlines():
+            key, start, end = line.split()
+            times[key] = round(float(end) - float(start), 1)
+    out = {
+        "machine": sitp.show_config(mode="dicts").get("cpu"),
+        "cpu_model": cpu_model(),
+        "split_seed": 42,
+        "runs": {},
+    }
+    for name, args in COMMANDS.items():
+        runs = []
+        for path in sorted(seeds_dir.glob(f"{name}-s*/record.json")):
+            seed = int(re.fullmatch(rf"{name}-s(\d+)", path.parent.name)[1])
+            record = json.loads(path.read_text())
+            tc = record["train_config"]
+            assert tc["seed"] == seed and f"--steps {tc['steps']} " in args + " ", path
+            runs.append(
+                {
+                    "seed": seed,
+                    "wall_s": times.get(path.parent.name),
+                    "final": {k: round(v, 4) for k, v in record["final"].items()},
+                    "eval": [
+                        [e["step"], round(e["train"], 4), round(e["val"], 4)]
+                        for e in record["history"]["eval"]
+                    ],
+                }
+            )
+        runs.sort(key=lambda r: (r["seed"] != 42, r["seed"]))
+        out["runs"][name] = {
+            "command": f"python -m sitp train --model {name} {args} --quiet --threads 1 "
+            f"--seed N --out {seeds_dir}/{name}-sN",
+            "num_params": record["num_params"],
+            "seeds": [r["seed"] for r in runs],
+            "summary": {k: spread(r["final"][k] for r in runs) for k in ("train", "val", "test")},
+            "runs": runs,
+        }
+    return out
+
+
 def loss_figure(runs: dict, path):
     import matplotlib  # late: matplotlib is slow to import; only figures need it
 
@@ -127,16 +205,22 @@ def loss_figure(runs: dict, path):
     plt.close(fig)
 
 
-def main(out_dir=HERE, runs_dir=None):
+def main(argv=None, out_dir=HERE):
+    parser = argparse.ArgumentParser(description="Draw chapter 3.3's figures.")
+    parser.add_argument("runs_dir", nargs="?", help="holds mlp/ and wavenet/: cnn-runs.json")
+    parser.add_argument("--seeds", help="holds MODEL-sSEED/ runs: cnn-runs-seeds.json")
+    args = parser.parse_args(argv)
     out_dir = Path(out_dir)
     receptive_field_figure(out_dir / "cnn-receptive-field.png")
     runs_file = HERE / "cnn-runs.json"
-    if runs_dir is not None:
-        runs = runs_from_records(runs_dir)
+    if args.runs_dir is not None:
+        runs = runs_from_records(args.runs_dir)
         runs_file.write_text(json.dumps(runs, indent=1))
+    if args.seeds is not None:
+        SEEDS_JSON.write_text(json.dumps(record_seeds(args.seeds), indent=1) + "\n")
     if runs_file.exists():
         loss_figure(json.loads(runs_file.read_text()), out_dir / "cnn-loss.png")
 
 
 if __name__ == "__main__":
-    main(HERE, sys.argv[1] if len(sys.argv) > 1 else None)
+    main()
