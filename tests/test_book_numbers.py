@@ -737,6 +737,19 @@ def seed_spreads() -> list[float]:
     ]
 
 
+def innovation_gaps() -> list[tuple[float, float]]:
+    """The projects page: at each temperature, how many points the GRU's innovation rate
+    is above the GPT's, and that in standard errors of a difference of two shares."""
+    gru, gpt = (ex(f"names-innovation-{m}.json") for m in ("gru", "gpt"))
+    out = []
+    for a, b in zip(gru["rows"], gpt["rows"]):
+        assert a["temperature"] == b["temperature"]
+        p, q = a["innovation"], b["innovation"]
+        se = math.sqrt(p * (1 - p) / gru["num"] + q * (1 - q) / gpt["num"])
+        out.append((100 * (p - q), (p - q) / se, 100 * se))
+    return out
+
+
 def census_split() -> tuple[int, int, int]:
     """Train, validation and test names of the census corpus, split as every run splits it."""
     from sitp.data import load_names  # late: the package, for the split's sizes
@@ -2774,6 +2787,31 @@ FIGURES = QUOTES + [
             ),
         )
         for label, key in [("RNN (tanh)", "rnn"), ("GRU", "gru")]
+    ),
+    (
+        "projects.md",
+        r"At 0\.5 to 1\.0 the gap is (\d+\.\d) to (\d+\.\d) points, (\d\.\d) to (\d\.\d) times its "
+        r"sampling standard error \(the error of a difference of two shares of ([\d,]+) draws, "
+        r"about (\d) points\); at 1\.2 to 2\.0 it is (\d\.\d) to (\d\.\d) points, (\d\.\d) to "
+        r"(\d\.\d) standard errors",
+        lambda: (
+            (
+                min(g for g, _, _ in innovation_gaps()[:3]),
+                max(g for g, _, _ in innovation_gaps()[:3]),
+                min(k for _, k, _ in innovation_gaps()[:3]),
+                max(k for _, k, _ in innovation_gaps()[:3]),
+                ex("names-innovation-gpt.json")["num"],
+                statistics.fmean(se for _, _, se in innovation_gaps()[:3]),
+                min(g for g, _, _ in innovation_gaps()[3:]),
+                max(g for g, _, _ in innovation_gaps()[3:]),
+                min(k for _, k, _ in innovation_gaps()[3:]),
+                max(k for _, k, _ in innovation_gaps()[3:]),
+            )
+            if [r["temperature"] for r in ex("names-innovation-gpt.json")["rows"]]
+            == [0.5, 0.8, 1.0, 1.2, 1.5, 2.0]
+            and all(g > 0 for g, _, _ in innovation_gaps())
+            else (math.nan,) * 10
+        ),
     ),
     # the projects page: the draws of the names-innovation files
     (
