@@ -146,6 +146,11 @@ def test_one_row_binary_equals_the_general_launch(op):
         general = ops.binary(op, _strided_copy(a), right)
         assert fast.dtype is general.dtype and fast.stride() == general.stride()
         np.testing.assert_array_equal(fast.numpy(), general.numpy())
+    one = sitp.arange(4.0)[2]  # a single entry on the left, at an offset of its storage
+    fast = ops.binary(op, one, a)
+    general = ops.binary(op, one, _strided_copy(a))
+    assert fast.dtype is general.dtype and fast.stride() == general.stride()
+    np.testing.assert_array_equal(fast.numpy(), general.numpy())
 
 
 @pytest.mark.parametrize("op", ["tanh", "exp", "neg", "sigmoid"])

@@ -51,7 +51,7 @@ def cat(tensors, dim: int = 0) -> Tensor:
     d = ref.dtype
     for t in nonempty[1:]:
         d = d if d.rank >= t.dtype.rank else t.dtype
-    return ops.Cat.apply(dim, *[t.to(d) for t in nonempty])
+    return ops.Cat.apply(dim, *[t if t.dtype is d else t.to(d) for t in nonempty])
 
 
 concat = cat

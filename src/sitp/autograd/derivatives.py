@@ -583,13 +583,13 @@ class Cat(Function):
     @staticmethod
     def forward(ctx, dim, *tensors):
         shape = list(tensors[0].shape)
-        shape[dim] = sum(t.shape[dim] for t in tensors)
-        out = creation.empty(shape, dtype=tensors[0].dtype, device=tensors[0].device)
-        start = 0
         ctx.sizes, ctx.dim = [t.shape[dim] for t in tensors], dim
-        for t in tensors:
-            dispatch.of(out).assign(out.narrow(dim, start, t.shape[dim]), t)
-            start += t.shape[dim]
+        shape[dim] = sum(ctx.sizes)
+        out = creation.empty(shape, dtype=tensors[0].dtype, device=tensors[0].device)
+        start, st, backend = 0, out._strides[dim], dispatch.of(out)
+        for n, t in zip(ctx.sizes, tensors):  # each input into its window of out
+            backend.assign(out._alias(t._shape, out._strides, start * st), t)
+            start += n
         return out
 
     @staticmethod

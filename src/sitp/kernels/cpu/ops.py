@@ -156,6 +156,14 @@ def binary(op: str, a, b, out_dtype=None):
             K.BINARY[op], a._storage, _start_at(a._offset), 1,
             b._storage, _start_at(b._offset), bstep, n, out._storage,
         )  # fmt: skip
+    elif 0 < n < _PARALLEL_COPY_MIN and not a._shape and b._strides == out._strides:
+        # a single entry on the left (``1 - z``): one row too, a at step 0; a sum or a
+        # product swaps its operands so that the vectorised lane applies
+        a_args = (a._storage, _start_at(a._offset), 0)
+        b_args = (b._storage, _start_at(b._offset), 1)
+        if op in ("add", "mul"):
+            a_args, b_args = b_args, a_args
+        K.zip_fast_kernel(K.BINARY[op], *a_args, *b_args, n, out._storage)
     elif n:
         [(as_, sa, pa), (bs, sb, pb)], n = _launch_args(
             shape, (a, _bstrides(a, shape)), (b, _bstrides(b, shape))
