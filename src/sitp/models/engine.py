@@ -10,8 +10,10 @@ feeds only the token just drawn (the *decode*).
 
 On top of that loop, what a serving engine adds: prompts of different lengths in one
 batch (left-padded, each sequence with positions of its own), many samples from one
-prefill (the cache copied), top-p and min-p sampling, and speculative decoding with a
-small draft model whose proposals the model checks in one pass.
+prefill (the cache copied), top-p and min-p sampling, speculative decoding with a
+small draft model whose proposals the model checks in one pass, and tool calls: a row
+that writes a tool's closing token is fed the tool's answer as its next tokens
+(``stream(..., tool=...)``, chapter 8.2).
 
 The model must be in eval mode (no dropout) and offer ``make_kv_cache(batch_size,
 padding=None)`` and ``forward(idx, kv_cache=...)``, as :class:`sitp.models.gpt.GPT` does.
@@ -191,6 +193,7 @@ class Engine:
         top_p=None,
         min_p=None,
         num_samples=1,
+        tool=None,
     ):
         """Yields ``(next_B1, logits_BV)`` for each new token, and the logits it came from.
 
@@ -201,6 +204,13 @@ class Engine:
         prompt ``b``. With ``use_cache=False`` every step reruns the model on the
         whole sequence (the reference the cache must agree with, and the baseline of
         the benchmark).
+
+        ``tool``, if given, has an ``end_id`` and is called as ``tool(ids)`` with a row's
+        new tokens so far when the last of them is ``end_id`` (the close of a call); the
+        ids it returns are that row's next tokens, fed one a step in place of the model's
+        draws, while the other rows decode on (:meth:`use_tool`). They count among the
+        ``max_new_tokens``, and a row whose last token was forced yields the logits the
+        model had there, not those of the forced token.
         """
         pad = None
         if not torch.is_tensor(idx_BT):
@@ -222,9 +232,13 @@ class Engine:
             if num_samples > 1:  # one prefill, its keys and values copied for each sample
                 cache = cache.repeat_interleave(num_samples)
                 logits_BV = logits_BV[[b for b in range(B) for _ in range(num_samples)]]
+        rows = B * num_samples
+        made, queued = [[] for _ in range(rows)], [[] for _ in range(rows)]  # for the tool
         for step in range(max_new_tokens):
             with torch.no_grad():
                 next_B1 = sample_next(logits_BV, **draw)
+            if tool is not None:
+                next_B1 = self.use_tool(tool, next_B1, made, queued)
             yield next_B1, logits_BV
             if step == max_new_tokens - 1:
                 break
@@ -249,6 +263,29 @@ class Engine:
         return [list(idx_BT[i // n]) + new for i, new in enumerate(new_BN.tolist())]
 
     # --8<-- [end:engine]
+
+    # --8<-- [start:tool]
+    @staticmethod
+    def use_tool(tool, next_B1, made, queued):
+        """The tokens each row takes this step: its queued tool output first, else its draw.
+
+        ``made[b]`` holds row b's new tokens so far and ``queued[b]`` what the tool has
+        still to feed it; a drawn ``tool.end_id`` runs the tool on ``made[b]``. The rows
+        stay in one batch: every row takes exactly one token a step, so the KV cache
+        needs nothing new; a forced token goes through the model like a drawn one.
+        """
+        tokens = next_B1.view(-1).tolist()
+        for b, drawn in enumerate(tokens):
+            if queued[b]:
+                tokens[b] = queued[b].pop(0)  # the tool's, not the model's
+                made[b].append(tokens[b])
+                continue
+            made[b].append(drawn)
+            if drawn == tool.end_id:
+                queued[b] = [int(i) for i in tool(made[b])]
+        return torch.tensor(tokens, dtype=torch.int64).view(-1, 1)
+
+    # --8<-- [end:tool]
 
     # --8<-- [start:speculative]
     def speculative(self, idx_1T, max_new_tokens, draft, k=4, temperature=1.0, top_k=None,

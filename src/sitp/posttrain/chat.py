@@ -27,6 +27,18 @@ gets them as the ids just above its vocabulary. The content of a message is alwa
 encoded as ordinary text: a user who types ``<|assistant_end|>`` writes those 19
 characters, never the special token.
 
+Tool calls (chapter 8.2) are an opt-in extension: ``ChatTokenizer(base, tools=True)``
+adds four more special tokens, :data:`TOOL_TOKENS`, after the five (ids 261 to 264 over
+bytes), and an assistant's content may then be a list of parts instead of a string::
+
+    [{"type": "calc", "text": "47*85"},     # <|calc|> 47*85 <|/calc|>       mask 1
+     {"type": "result", "text": "3995"},    # <|result|> 3995 <|/result|>    mask 0
+     {"type": "text", "text": "3995"}]      # 3995 <|assistant_end|>         mask 1
+
+The model writes the call; the engine (:mod:`sitp.posttrain.tools`) writes the result,
+so the result's tokens are masked. A tokenizer made without ``tools`` has the five
+tokens only, and everything it renders is as before.
+
 Example:
     >>> from sitp.data.tokens import ByteTokenizer
     >>> tok = ChatTokenizer(ByteTokenizer())
@@ -48,6 +60,16 @@ ASSISTANT_END = "<|assistant_end|>"
 #: The chat format's special tokens, in the order of their ids when they are appended.
 SPECIAL_TOKENS = (BOS, USER_START, USER_END, ASSISTANT_START, ASSISTANT_END)
 ROLES = ("user", "assistant")
+CALC_START = "<|calc|>"
+CALC_END = "<|/calc|>"
+RESULT_START = "<|result|>"
+RESULT_END = "<|/result|>"
+#: The tool tokens of ``ChatTokenizer(base, tools=True)``, appended after the five.
+TOOL_TOKENS = (CALC_START, CALC_END, RESULT_START, RESULT_END)
+#: The parts of an assistant's content with tools: the frame of each, and whether the
+#: model writes it (mask 1) or the tool does (mask 0).
+PARTS = {"text": (None, None, 1), "calc": (CALC_START, CALC_END, 1),
+         "result": (RESULT_START, RESULT_END, 0)}  # fmt: skip
 
 
 class ChatTokenizer:
@@ -58,22 +80,30 @@ class ChatTokenizer:
             ``special_tokens`` naming all of :data:`SPECIAL_TOKENS` (a BPE trained with
             them), their ids are its own; otherwise they are ``base.vocab_size``,
             ``base.vocab_size + 1``, ...
+        tools: also the four :data:`TOOL_TOKENS` (the base's own ids if it has them,
+            else the ids just above the others); ``calc_start`` ... ``result_end`` are
+            None without them.
     """
 
-    def __init__(self, base):
+    def __init__(self, base, tools: bool = False):
         self.base = base
+        self.tools = bool(tools)
         own = getattr(base, "special_tokens", None) or {}
-        if all(name in own for name in SPECIAL_TOKENS):
-            self.special = {name: int(own[name]) for name in SPECIAL_TOKENS}
-            self.vocab_size = int(base.vocab_size)
-        else:
-            first = int(base.vocab_size)
-            self.special = {name: first + i for i, name in enumerate(SPECIAL_TOKENS)}
-            self.vocab_size = first + len(SPECIAL_TOKENS)
+        self.special, self.vocab_size = {}, int(base.vocab_size)
+        for group in (SPECIAL_TOKENS, TOOL_TOKENS) if self.tools else (SPECIAL_TOKENS,):
+            if all(name in own for name in group):
+                self.special.update({name: int(own[name]) for name in group})
+            else:
+                first = self.vocab_size
+                self.special.update({name: first + i for i, name in enumerate(group)})
+                self.vocab_size = first + len(group)
         self.name_of = {i: name for name, i in self.special.items()}
         self.bos, self.user_start, self.user_end = (self.special[n] for n in SPECIAL_TOKENS[:3])
         self.assistant_start = self.special[ASSISTANT_START]
         self.assistant_end = self.special[ASSISTANT_END]
+        self.calc_start, self.calc_end, self.result_start, self.result_end = (
+            self.special.get(n) for n in TOOL_TOKENS
+        )
 
     def encode_text(self, text: str) -> list[int]:
         """Ordinary text as ids: never a special token, whatever the text says."""
@@ -113,8 +143,17 @@ def _check(conversation, for_training: bool) -> None:
         role = message["role"]
         if role not in ROLES:
             raise ValueError(f"message {n} has unknown role {role!r}; the roles are {ROLES}")
-        if not isinstance(message["content"], str):
-            raise ValueError(f"message {n}'s content must be a str, got {message['content']!r}")
+        content = message["content"]
+        if isinstance(content, list) and role == "assistant":
+            for part in content:
+                if (not isinstance(part, dict) or set(part) != {"type", "text"}
+                        or part["type"] not in PARTS or not isinstance(part["text"], str)):  # fmt: skip
+                    raise ValueError(
+                        f"message {n}: a part is a dict {{'type', 'text'}} with a str text and "
+                        f"a type in {tuple(PARTS)}, got {part!r}"
+                    )
+        elif not isinstance(content, str):
+            raise ValueError(f"message {n}'s content must be a str, got {content!r}")
         expected = ROLES[n % 2]
         if role != expected:
             raise ValueError(
@@ -134,8 +173,32 @@ def _check(conversation, for_training: bool) -> None:
         )
 
 
+def _encode_reply(content, tokenizer: ChatTokenizer) -> tuple[list[int], list[int]]:
+    """An assistant's content (a str, or a list of parts) as ids and their mask."""
+    if isinstance(content, str):
+        ids = tokenizer.encode_text(content)
+        return ids, [1] * len(ids)
+    if not tokenizer.tools:
+        raise ValueError("a reply of parts needs a tokenizer with the tool tokens (tools=True)")
+    ids, mask = [], []
+    for part in content:
+        start, end, m = PARTS[part["type"]]
+        frame = [tokenizer.special[start]] if start else []
+        piece = (
+            frame + tokenizer.encode_text(part["text"]) + ([tokenizer.special[end]] if end else [])
+        )
+        ids += piece
+        mask += [m] * len(piece)
+    return ids, mask
+
+
+# --8<-- [start:render]
 def render(conversation, tokenizer: ChatTokenizer) -> tuple[list[int], list[int]]:
     """The ids of a whole conversation and its training mask (1: the assistant wrote it).
+
+    An assistant's content given as parts (with ``tools=True``) has mask 1 on its text
+    and its calls, frame included, and 0 on each result, frame included: the tool writes
+    those tokens, so the model is not trained to.
 
     Raises:
         ValueError: a message is malformed or has an unknown role, the turns do not
@@ -144,15 +207,19 @@ def render(conversation, tokenizer: ChatTokenizer) -> tuple[list[int], list[int]
     _check(conversation, for_training=True)
     ids, mask = [tokenizer.bos], [0]
     for message in conversation:
-        content = tokenizer.encode_text(message["content"])
         if message["role"] == "user":
-            part = [tokenizer.user_start, *content, tokenizer.user_end]
+            part = [tokenizer.user_start, *tokenizer.encode_text(message["content"]),
+                    tokenizer.user_end]  # fmt: skip
             ids += part
             mask += [0] * len(part)
         else:
+            content, m = _encode_reply(message["content"], tokenizer)
             ids += [tokenizer.assistant_start, *content, tokenizer.assistant_end]
-            mask += [0] + [1] * (len(content) + 1)
+            mask += [0, *m, 1]
     return ids, mask
+
+
+# --8<-- [end:render]
 
 
 def render_prompt(conversation, tokenizer: ChatTokenizer) -> list[int]:
@@ -161,23 +228,67 @@ def render_prompt(conversation, tokenizer: ChatTokenizer) -> list[int]:
     _check(conversation, for_training=False)
     ids = [tokenizer.bos]
     for message in conversation:
-        content = tokenizer.encode_text(message["content"])
         if message["role"] == "user":
+            content = tokenizer.encode_text(message["content"])
             ids += [tokenizer.user_start, *content, tokenizer.user_end]
         else:
+            content = _encode_reply(message["content"], tokenizer)[0]
             ids += [tokenizer.assistant_start, *content, tokenizer.assistant_end]
     return ids + [tokenizer.assistant_start]
 
 
 def completion_text(ids, tokenizer: ChatTokenizer) -> str:
     """The reply in generated ids: the text before the first special token (the model's
-    ``<|assistant_end|>``, or any frame token it should not have written)."""
-    out = []
-    for i in ids:
-        if int(i) in tokenizer.name_of:
+    ``<|assistant_end|>``, or any frame token it should not have written).
+
+    With ``tools=True``, the calls and results (each from its opening token to its
+    closing one, or to the end of the ids) are left out and the text goes on after them:
+    ``<|calc|>6*7<|/calc|><|result|>42<|/result|>42`` reads ``"42"``, the reply's own text.
+    """
+    out, pos = [], 0
+    ids = [int(i) for i in ids]
+    spans = {tokenizer.calc_start: tokenizer.calc_end, tokenizer.result_start: tokenizer.result_end}
+    while pos < len(ids):
+        i = ids[pos]
+        if tokenizer.tools and i in spans:
+            end = spans[i]
+            pos += 1
+            while pos < len(ids) and ids[pos] != end:
+                pos += 1
+        elif i in tokenizer.name_of:
             break
-        out.append(int(i))
+        else:
+            out.append(i)
+        pos += 1
     return tokenizer.decode_text(out)
+
+
+def _decode_reply(ids, tokenizer: ChatTokenizer):
+    """An assistant's ids (no frame) back to its content: a str, or parts with tools."""
+    if not any(i in tokenizer.name_of for i in ids):
+        return tokenizer.decode_text(ids)
+    opens = {tokenizer.special[start]: (kind, tokenizer.special[end])
+             for kind, (start, end, _) in PARTS.items() if start}  # fmt: skip
+    parts, pos = [], 0
+    while pos < len(ids):
+        if ids[pos] in opens:
+            kind, end = opens[ids[pos]]
+            stop = pos + 1
+            while stop < len(ids) and ids[stop] not in tokenizer.name_of:
+                stop += 1
+            if stop == len(ids) or ids[stop] != end:
+                raise ValueError(f"a {kind} part opened in the reply is not closed")
+            parts.append({"type": kind, "text": tokenizer.decode_text(ids[pos + 1 : stop])})
+            pos = stop + 1
+        elif ids[pos] in tokenizer.name_of:
+            raise ValueError(f"{tokenizer.name_of[ids[pos]]} cannot stand in a reply")
+        else:
+            stop = pos
+            while stop < len(ids) and ids[stop] not in tokenizer.name_of:
+                stop += 1
+            parts.append({"type": "text", "text": tokenizer.decode_text(ids[pos:stop])})
+            pos = stop
+    return parts
 
 
 def parse(ids, tokenizer: ChatTokenizer) -> list[dict]:
@@ -210,8 +321,10 @@ def parse(ids, tokenizer: ChatTokenizer) -> list[dict]:
             )
         if role == "assistant" and pos == len(ids) - 1:
             break  # a prompt's open turn
+        tools = {tokenizer.special[n] for n in TOOL_TOKENS if n in tokenizer.special}
+        inside = tools if role == "assistant" else set()  # a reply may hold calls and results
         stop = pos + 1
-        while stop < len(ids) and ids[stop] not in tokenizer.name_of:
+        while stop < len(ids) and (ids[stop] not in tokenizer.name_of or ids[stop] in inside):
             stop += 1
         if stop == len(ids) or ids[stop] != end:
             got = "the end of the ids" if stop == len(ids) else tokenizer.name_of[ids[stop]]
@@ -219,7 +332,9 @@ def parse(ids, tokenizer: ChatTokenizer) -> list[dict]:
                 f"position {stop}: the {role}'s turn from {pos} must end with "
                 f"{tokenizer.name_of[end]}, got {got}"
             )
-        conversation.append({"role": role, "content": tokenizer.decode_text(ids[pos + 1 : stop])})
+        body = ids[pos + 1 : stop]
+        content = _decode_reply(body, tokenizer) if inside else tokenizer.decode_text(body)
+        conversation.append({"role": role, "content": content})
         pos = stop + 1
     return conversation
 
@@ -228,8 +343,14 @@ __all__ = [
     "ASSISTANT_END",
     "ASSISTANT_START",
     "BOS",
+    "CALC_END",
+    "CALC_START",
+    "PARTS",
+    "RESULT_END",
+    "RESULT_START",
     "ROLES",
     "SPECIAL_TOKENS",
+    "TOOL_TOKENS",
     "USER_END",
     "USER_START",
     "ChatTokenizer",

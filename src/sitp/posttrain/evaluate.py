@@ -86,13 +86,15 @@ def paired_test(before, after) -> dict:
 
 
 def evaluate(model, tokenizer, task, problems, n_samples=1, ks=(1,), temperature=0.0,
-             top_k=None, max_new_tokens=32, generator=None, seed=0):  # fmt: skip
+             top_k=None, max_new_tokens=32, generator=None, seed=0, tool=None):  # fmt: skip
     """pass@k on ``problems`` of ``task`` with ``n_samples`` replies each.
 
     ``temperature=0`` is greedy (then ``n_samples`` must be 1; the problems are decoded
     in batches, :func:`~sitp.posttrain.rl.greedy_replies`). Returns a dict:
     ``problems``, ``samples``, ``correct`` (per problem), and for each k ``pass@k``
     with ``pass@k_ci`` (Wilson when ``n_samples == 1``, else the bootstrap).
+    ``tool`` (a :class:`~sitp.posttrain.tools.Calculator`) lets the engine run the
+    model's calls; the checker reads the reply's own text, calls and results left out.
     """
     if temperature == 0 and n_samples != 1:
         raise ValueError("greedy decoding gives one reply: use n_samples=1 or temperature > 0")
@@ -105,13 +107,14 @@ def evaluate(model, tokenizer, task, problems, n_samples=1, ks=(1,), temperature
     prompts = [render_prompt([{"role": "user", "content": task.prompt(p)}], tokenizer)
                for p in problems]  # fmt: skip
     stop = (tokenizer.assistant_end,)
-    greedy = greedy_replies(model, prompts, max_new_tokens, stop) if temperature == 0 else None
+    greedy = (greedy_replies(model, prompts, max_new_tokens, stop, tool=tool)
+              if temperature == 0 else None)  # fmt: skip
     for n, (problem, prompt) in enumerate(zip(problems, prompts, strict=True)):
         if greedy is not None:
             replies = [greedy[n]]
         else:
             replies = sample_group(model, prompt, n_samples, max_new_tokens, temperature, top_k,
-                                   stop, generator)  # fmt: skip
+                                   stop, generator, tool)  # fmt: skip
         texts = [completion_text(r, tokenizer) for r in replies]
         correct.append(sum(task.check(problem, t) for t in texts))
         transcripts.append(texts[0])

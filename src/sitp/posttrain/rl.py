@@ -56,10 +56,11 @@ def group_advantages(rewards, eps: float = 1e-6) -> np.ndarray:
 
 
 def sample_group(model, prompt, group_size, max_new_tokens, temperature=1.0, top_k=None,
-                 stop_ids=(), generator=None):  # fmt: skip
+                 stop_ids=(), generator=None, tool=None):  # fmt: skip
     """``group_size`` replies to ``prompt`` (a list of ids), each cut after its first
     stop token (which it keeps). At most ``block_size - len(prompt) + 1`` new tokens;
-    ``temperature=0`` is greedy decoding (every reply the same)."""
+    ``temperature=0`` is greedy decoding (every reply the same). ``tool``: the engine's
+    tool hook (:class:`~sitp.posttrain.tools.Calculator`), whose tokens the replies hold."""
     n = min(max_new_tokens, model.block_size - len(prompt) + 1)
     if n < 1:
         raise ValueError(
@@ -67,7 +68,8 @@ def sample_group(model, prompt, group_size, max_new_tokens, temperature=1.0, top
         )
     prompt_BT = tensor([list(prompt)] * group_size, dtype=int64)
     steps = [next_B1.reshape(-1).tolist() for next_B1, _ in
-             Engine(model).stream(prompt_BT, n, temperature, top_k, generator)]  # fmt: skip
+             Engine(model).stream(prompt_BT, n, temperature, top_k, generator,
+                                  tool=tool)]  # fmt: skip
     stops, replies = set(stop_ids), []
     for g in range(group_size):
         reply = []
@@ -80,14 +82,14 @@ def sample_group(model, prompt, group_size, max_new_tokens, temperature=1.0, top
 
 
 def sample_replies(model, prompts, max_new_tokens, temperature=1.0, top_k=None, stop_ids=(),
-                   generator=None, batch_size=64):  # fmt: skip
+                   generator=None, batch_size=64, tool=None):  # fmt: skip
     """One reply to each prompt (lists of ids), each cut after its first stop token.
 
     The prompts of one length are decoded together, up to ``batch_size`` rows at once,
     and a batch stops as soon as every row has written a stop token: a group of G
     replies to a prompt is that prompt repeated G times. ``temperature=0`` is greedy
     decoding; otherwise each row draws from softmax(logits / temperature) with
-    ``generator``.
+    ``generator``. ``tool``: as :func:`sample_group`'s.
     """
     replies = [None] * len(prompts)
     by_length = {}
@@ -105,7 +107,8 @@ def sample_replies(model, prompts, max_new_tokens, temperature=1.0, top_k=None, 
             out = {i: [] for i in chunk}
             open_rows = set(chunk)
             prompt_BT = tensor([list(prompts[i]) for i in chunk], dtype=int64)
-            for next_B1, _ in Engine(model).stream(prompt_BT, n, temperature, top_k, generator):
+            stream = Engine(model).stream(prompt_BT, n, temperature, top_k, generator, tool=tool)
+            for next_B1, _ in stream:
                 for i, token in zip(chunk, next_B1.reshape(-1).tolist(), strict=True):
                     if i in open_rows:
                         out[i].append(int(token))
@@ -118,13 +121,15 @@ def sample_replies(model, prompts, max_new_tokens, temperature=1.0, top_k=None, 
     return replies
 
 
-def greedy_replies(model, prompts, max_new_tokens, stop_ids=(), batch_size=64):
+def greedy_replies(model, prompts, max_new_tokens, stop_ids=(), batch_size=64, tool=None):
     """The greedy reply to each prompt (lists of ids), each cut after its first stop token.
 
     The same replies as ``sample_group(model, prompt, 1, ..., temperature=0)`` one prompt
     at a time, decoded in batches (:func:`sample_replies` at temperature 0).
     """
-    return sample_replies(model, prompts, max_new_tokens, 0.0, None, stop_ids, None, batch_size)
+    return sample_replies(
+        model, prompts, max_new_tokens, 0.0, None, stop_ids, None, batch_size, tool
+    )
 
 
 def completion_logprobs(model, prompts, replies, temperature=1.0, entropy=False):
