@@ -22,12 +22,18 @@ the repository root after the ladder's runs (chapter 3.5 has the commands)::
 
     python -m sitp.examples.ffn_memory --run build/ladder/gpt --record
     python -m sitp.examples.ffn_memory          # redraw from the recorded JSON only
+
+With ``--seed-runs DIR ...`` (the GPTs of the ladder's other seeds,
+``build/ladder-seeds/gpt-sN``) the record also keeps, under ``seeds``, every block's two
+shares for each of those models beside ``--run``'s, and their mean and sample standard
+deviation over the models: a share measured on one trained model is one draw.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from collections import Counter
 from pathlib import Path
 
@@ -214,19 +220,62 @@ def record_memory(run_dir, show_layers=None, show=4, seed=0) -> dict:
     }
 
 
+def record_seeds(run_dirs) -> dict:
+    """Every block's two shares (own value, shuffled) for each trained GPT of ``run_dirs``,
+    the first being the record's own run, with their mean and sample sd per block."""
+    models = []
+    for run_dir in run_dirs:
+        seed = load_checkpoint(run_dir).record["train_config"]["seed"]
+        models.append(
+            {"run": str(run_dir), "seed": seed, "layers": record_memory(run_dir, show=0)["layers"]}
+        )
+    summary = []
+    for i, row in enumerate(models[0]["layers"]):
+        entry = {"layer": row["layer"]}
+        for key in ("agreement", "shuffled"):
+            values = [m["layers"][i][key] for m in models]
+            entry[key] = {
+                "mean": round(statistics.fmean(values), 4),
+                "sd": round(statistics.stdev(values), 4),
+                "min": min(values),
+                "max": max(values),
+            }
+        summary.append(entry)
+    return {"seeds": [m["seed"] for m in models], "models": models, "summary": summary}
+
+
 def memory_figure(mem: dict, path) -> None:
-    """Per layer: how often a cell's value promotes what follows its triggers, and a shuffle."""
+    """Per layer: how often a cell's value promotes what follows its triggers, and a shuffle.
+
+    With ``mem["seeds"]`` the bars are the mean over the trained models, each model's
+    share a dot on its bar; without, the bars are the one model's shares.
+    """
     plt = _matplotlib()
     layers = mem["layers"]
     x = np.arange(len(layers))
-    fig, ax = plt.subplots(figsize=(5.6, 3.2), dpi=120)
-    ax.bar(x - 0.2, [r["agreement"] for r in layers], 0.4, label="the cell's own value")
-    ax.bar(x + 0.2, [r["shuffled"] for r in layers], 0.4, label="another cell's value (shuffled)")
+    several = mem.get("seeds")
+    fig, ax = plt.subplots(figsize=(5.6, 3.4), dpi=120)
+    for shift, key, label in (
+        (-0.2, "agreement", "the cell's own value"),
+        (0.2, "shuffled", "another cell's value (shuffled)"),
+    ):
+        if several is None:
+            ax.bar(x + shift, [r[key] for r in layers], 0.4, label=label)
+            continue
+        means = [r[key]["mean"] for r in several["summary"]]
+        ax.bar(x + shift, means, 0.4, label=f"{label}, mean")
+        for model in several["models"]:
+            ax.plot(x + shift, [r[key] for r in model["layers"]], "k.", ms=4)
     ax.set_xticks(x, [f"block {r['layer']}" for r in layers])
     ax.set_ylabel(f"share of the {mem['cells_per_layer']} cells")
     ax.set_title(
         f"Next character after a cell's top {mem['top_prefixes']} prefixes\n"
-        f"among its value's top {mem['top_letters']} letters",
+        f"among its value's top {mem['top_letters']} letters"
+        + (
+            ""
+            if several is None
+            else f"; {len(several['models'])} GPTs (seeds {several['seeds']}), one dot each"
+        ),
         fontsize=9,
     )
     ax.legend(fontsize=8, frameon=False)
@@ -239,10 +288,16 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", default="build/ladder/gpt", help="the trained GPT's run")
     parser.add_argument("--record", action="store_true", help="probe the run, rewrite the JSON")
+    parser.add_argument(
+        "--seed-runs", nargs="+", default=(), help="with --record: other seeds' GPTs to probe"
+    )
     parser.add_argument("--out", default=str(ASSETS), help="where the PNG goes")
     args = parser.parse_args(argv)
     if args.record:
-        MEMORY_JSON.write_text(json.dumps(record_memory(args.run), indent=1) + "\n")
+        mem = record_memory(args.run)
+        if args.seed_runs:
+            mem["seeds"] = record_seeds([args.run, *args.seed_runs])
+        MEMORY_JSON.write_text(json.dumps(mem, indent=1) + "\n")
     memory_figure(json.loads(MEMORY_JSON.read_text()), Path(args.out) / "gpt-ffn-memory.png")
 
 
