@@ -296,3 +296,21 @@ def test_set_num_threads_like_torch_cut_to_numbas_pool():
     finally:
         sitp.set_num_threads(old)
     assert sitp.get_num_threads() == old
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "op, p0", [("neg", 0), ("abs", 0), ("relu", 0), ("square", 0), ("pow", 2.0),
+               ("pow", 3.0), ("pow", 1.0), ("pow", 2.5), ("exp", 0), ("sqrt", 0)]
+)  # fmt: skip
+def test_map_fast_kernel_has_map_kernels_bytes(dtype, op, p0):
+    """The vectorised rows of map_fast_kernel (and its strided path) give map_kernel's
+    bytes, signed zeros, infinities and NaN included, on 7 rows of 33."""
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal(7 * 33 * 2) * 3).astype(dtype)
+    x[:6] = [np.nan, -0.0, 0.0, np.inf, -np.inf, -1e-30]
+    for starts, step in ((np.arange(7, dtype=I64) * 33, 1), (np.arange(7, dtype=I64), 7)):
+        fast, ref = np.empty(7 * 33, dtype), np.empty(7 * 33, dtype)
+        K.map_fast_kernel(K.UNARY[op], float(p0), np.nan, x, starts, step, 33, fast)
+        K.map_kernel(K.UNARY[op], float(p0), np.nan, x, starts, step, 33, ref)
+        assert fast.tobytes() == ref.tobytes()

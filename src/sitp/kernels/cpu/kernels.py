@@ -36,6 +36,7 @@ from sitp.kernels.cpu.vecmath import tanh_f32
 _ADD, _SUB, _MUL, _DIV = BINARY["add"], BINARY["sub"], BINARY["mul"], BINARY["div"]
 _EQ, _NE, _LT, _LE, _GT, _GE = (COMPARE[k] for k in ("eq", "ne", "lt", "le", "gt", "ge"))
 assert (_EQ, _NE, _LT, _LE, _GT, _GE) == tuple(range(6))  # compare_kernel tests op <= _GE
+_NEG, _ABS, _RELU, _SQUARE, _POW = (UNARY[k] for k in ("neg", "abs", "relu", "square", "pow"))
 
 # The scalar functions of sitp/kernels/scalar.py, compiled for the CPU and inlined into
 # the kernels below (the CUDA backend compiles the same functions for the GPU).
@@ -62,6 +63,40 @@ def map_kernel(op, p0, p1, x, x_starts, x_step, n, out):
 
 
 # --8<-- [end:map_kernel]
+
+
+# The same for maps: the unary ops that are a sign, a comparison or products get loops
+# with the op a constant, which LLVM vectorises; the others call the C library for each
+# entry (exp, log, sin) and would gain nothing from it.
+@njit(cache=True, inline="always")
+def _map_v(op, p0, p1, x, o):
+    for j in range(o.size):
+        o[j] = unary(op, x[j], p0, p1)
+
+
+@njit(cache=True)
+def map_fast_kernel(op, p0, p1, x, x_starts, x_step, n, out):
+    """``map_kernel`` with vectorisable rows for neg, abs, relu, square and pow."""
+    for r in range(x_starts.size):
+        xs = x_starts[r]
+        o = out[r * n : (r + 1) * n]
+        if x_step == 1:
+            xv = x[xs : xs + n]
+            if op == _NEG:
+                _map_v(_NEG, p0, p1, xv, o)
+            elif op == _ABS:
+                _map_v(_ABS, p0, p1, xv, o)
+            elif op == _RELU:
+                _map_v(_RELU, p0, p1, xv, o)
+            elif op == _SQUARE:
+                _map_v(_SQUARE, p0, p1, xv, o)
+            elif op == _POW:
+                _map_v(_POW, p0, p1, xv, o)
+            else:
+                _map_v(op, p0, p1, xv, o)
+        else:
+            for j in range(n):
+                o[j] = unary(op, x[xs + j * x_step], p0, p1)
 
 
 @njit(cache=True, error_model="numpy")

@@ -118,7 +118,7 @@ def unary(op: str, x, p0=_NAN, p1=_NAN, out_dtype=None):
     if op == "tanh" and x._storage.dtype == np.float32 and out._storage.dtype == np.float32:
         kernel, args = K.tanh_f32_kernel, ()  # vecmath's tanh, not the C library's
     else:
-        kernel, args = K.map_kernel, (K.UNARY[op], float(p0), float(p1))
+        kernel, args = K.map_fast_kernel, (K.UNARY[op], float(p0), float(p1))
     if n and x._strides == out._strides:  # x contiguous: one row of all n entries
         kernel(*args, x._storage, _start_at(x._offset), 1, n, out._storage)
     elif n:
