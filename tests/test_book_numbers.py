@@ -672,6 +672,12 @@ def ffn_model(seed: int) -> dict:
     return next(m for m in ex("gpt-ffn-memory.json")["seeds"]["models"] if m["seed"] == seed)
 
 
+def attention_model(seed: int) -> dict:
+    """3.5's attention record over seeds (gpt-attention.json's ``seeds``): the model of
+    ``seed``, with its heads' statistics and its strongest previous-character head."""
+    return next(m for m in ex("gpt-attention.json")["seeds"]["models"] if m["seed"] == seed)
+
+
 def ffn_table_rows() -> list[str]:
     """3.5's table of the loudest MLP cells, each row as the page writes it, from
     gpt-ffn-memory.json."""
@@ -2730,6 +2736,31 @@ FIGURES = QUOTES + [
     ),
     (
         "ch03/gpt.md",
+        r"for seed 2 it is layer (\d) head (\d) \((\d\.\d+)\); for seed 1 layer (\d) head (\d) "
+        r"\((\d\.\d+)\), with layer 0 head (\d) close behind \((\d\.\d+)\)\. That some head of "
+        r"layer 0 does it, above 0\.5, holds in all (\w+) models",
+        lambda: (
+            *(attention_model(2)["top_previous"][k] for k in ("layer", "head", "weight")),
+            *(attention_model(1)["top_previous"][k] for k in ("layer", "head", "weight")),
+            max(range(4), key=attention_model(1)["heads"]["previous"][0].__getitem__),
+            max(attention_model(1)["heads"]["previous"][0]),
+            len(ex("gpt-attention.json")["seeds"]["models"])
+            if all(
+                max(m["heads"]["previous"][0]) > 0.5
+                for m in ex("gpt-attention.json")["seeds"]["models"]
+            )
+            else math.nan,
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"in the other two the least weight any head puts there is (\d\.\d+) and (\d\.\d+)\.",
+        lambda: tuple(
+            min(min(row) for row in attention_model(seed)["heads"]["first"]) for seed in (1, 2)
+        ),
+    ),
+    (
+        "ch03/gpt.md",
         r"In block 0 of the ladder's GPT the memory reading holds for (\d+)% of the cells, (\w+) the "
         r"shuffle's (\d+)%",
         lambda: (
@@ -3000,6 +3031,128 @@ def out_text(name: str, pattern: str) -> str:
     hits = re.findall(pattern, printed(name), re.MULTILINE)
     assert len(hits) == 1, (name, pattern, hits)
     return hits[0]
+
+
+# --- 8.2's calculator tool: tool-runs.json (scripts/tool_runs.py) -----------------------
+
+
+def tool_runs(task: str, arm: str) -> list[float]:
+    """8.2's tool runs: held-out pass@1 of ``arm`` ("alone", "tool", "tool-off") on
+    ``task`` for each seed."""
+    return ex("tool-runs.json")["summary"][task][arm]["values"]
+
+
+def tool_run(task: str, seed: int) -> dict:
+    """8.2's tool runs: the record of ``task`` and ``seed``."""
+    return next(r for r in ex("tool-runs.json")["runs"] if r["task"] == task and r["seed"] == seed)
+
+
+def tool_off_either_task() -> tuple[float, float]:
+    """8.2: the tool-off arm's mean and sd, the same on both tasks at 3 decimals (else nan)."""
+    pairs = {tuple(round(x, 3) for x in mean_sd(tool_runs(t, "tool-off"))) for t in
+             ("multiplication2", "addition3")}  # fmt: skip
+    return pairs.pop() if len(pairs) == 1 else (math.nan, math.nan)
+
+
+FIGURES += [
+    (
+        "part3/sft.md",
+        r"fine-tuned as above for (\d+) steps, the\s+same (\d+)-layer model gets almost none",
+        lambda: (
+            ex("tool-runs.json")["config"]["sft_steps"],
+            ex("tool-runs.json")["config"]["n_layer"],
+        ),
+    ),
+    (
+        "part3/sft.md",
+        r"`<\|result\|>` and `<\|/result\|>`, ids (\d+) to (\d+) over\s+bytes\. The extension is "
+        r"opt-in: a tokenizer made without `tools` keeps its (\d+) tokens",
+        lambda: (
+            tool_tokenizer().calc_start,
+            tool_tokenizer().result_end,
+            plain_chat_tokenizer().vocab_size,
+        ),
+    ),
+    (
+        "part3/sft.md",
+        r"takes the demo's model \((\d+) layers, width (\d+), pre-trained (\d+)\s+steps on the "
+        r"task's plain lines\), copies it, and fine-tunes [\s\S]*? tool conversations, (\d+) steps each",
+        lambda: tuple(
+            ex("tool-runs.json")["config"][k]
+            for k in ("n_layer", "n_embd", "pretrain_steps", "sft_steps")
+        ),
+    ),
+    (
+        "part3/sft.md",
+        r"(\w+) seeds each \(`python scripts/tool_runs.py --seeds (\d) (\d) (\d) (\d) (\d)\s+--json "
+        r"src/sitp/examples/tool-runs.json`, (\d+) minutes on one core\)",
+        lambda: (
+            len(ex("tool-runs.json")["config"]["seeds"]),
+            *ex("tool-runs.json")["config"]["seeds"],
+            ex("tool-runs.json")["minutes"],
+        ),
+    ),
+    (
+        "part3/sft.md",
+        r"Alone, the model stays near zero on both tasks: (\d\.\d+) ± (\d\.\d+) on the products "
+        r"and (\d\.\d+) ±\s+(\d\.\d+) on the sums \(mean ± sd over the (\w+) seeds\)",
+        lambda: (
+            *mean_sd(tool_runs("multiplication2", "alone")),
+            *mean_sd(tool_runs("addition3", "alone")),
+            len(tool_runs("addition3", "alone")),
+        ),
+    ),
+    (
+        "part3/sft.md",
+        r"With the tool the same weights reach\s+(\d\.\d+) ± (\d\.\d+) and (\d\.\d+) ± (\d\.\d+)\.",
+        lambda: (
+            *mean_sd(tool_runs("multiplication2", "tool")),
+            *mean_sd(tool_runs("addition3", "tool")),
+        ),
+    ),
+    (
+        "part3/sft.md",
+        r"the worst seed with\s+the tool, (\d\.\d+), is far above the best seed without it, "
+        r"(\d\.\d+)\.",
+        lambda: (
+            min(tool_runs("multiplication2", "tool") + tool_runs("addition3", "tool")),
+            max(tool_runs("multiplication2", "alone") + tool_runs("addition3", "alone")),
+        ),
+    ),
+    (
+        "part3/sft.md",
+        r"\(seed (\d+)'s products make the right call on (\d+) of the (\d+) problems, seed (\d+)'s "
+        r"sums on (\d+)\)",
+        lambda: (
+            1,
+            tool_run("multiplication2", 1)["arms"][1]["right_call"],
+            tool_run("multiplication2", 1)["arms"][1]["n"],
+            3,
+            tool_run("addition3", 3)["arms"][1]["right_call"],
+        ),
+    ),
+    (
+        "part3/sft.md",
+        r"Switched off, the tool-trained model scores (\d\.\d+) ± (\d\.\d+) on either task\.",
+        tool_off_either_task,
+    ),
+]
+
+
+def tool_tokenizer():
+    """The chat tokenizer over bytes with the tool tokens (8.2)."""
+    from sitp.data.tokens import ByteTokenizer  # late: the package, for a few ids
+    from sitp.posttrain.chat import ChatTokenizer
+
+    return ChatTokenizer(ByteTokenizer(), tools=True)
+
+
+def plain_chat_tokenizer():
+    """The chat tokenizer over bytes without the tool tokens (8.1)."""
+    from sitp.data.tokens import ByteTokenizer  # late: the package, for a few ids
+    from sitp.posttrain.chat import ChatTokenizer
+
+    return ChatTokenizer(ByteTokenizer())
 
 
 @pytest.mark.parametrize(

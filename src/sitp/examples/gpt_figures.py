@@ -12,7 +12,10 @@
   one seed as that one run (``ladder-names-long.json``).
 * ``gpt-attention.png``: the attention probabilities of every head of the trained GPT on
   one test name, with each head's mean weight on the previous character and on the
-  leading ``'.'`` over the validation names; kept in ``gpt-attention.json``.
+  leading ``'.'`` over the validation names; kept in ``gpt-attention.json``, with
+  (``--attention-seeds``) the same statistics of the GPTs of the ladder's other seeds::
+
+    python -m sitp.examples.gpt_figures --record --attention-seeds build/ladder-seeds/gpt-s1 build/ladder-seeds/gpt-s2
 
 Run from the repository root after training the ladder into ``build/ladder/MODEL``
 (the commands are in the chapter)::
@@ -617,6 +620,30 @@ def record_attention(run_dir, name=None) -> dict:
     }
 
 
+def record_attention_seeds(run_dirs) -> dict:
+    """The heads' statistics of each trained GPT in ``run_dirs`` (the first being the
+    record's own run), and each model's strongest previous-character head."""
+    models = []
+    for run_dir in run_dirs:
+        seed = load_checkpoint(run_dir).record["train_config"]["seed"]
+        heads = record_attention(run_dir)["heads"]
+        prev = np.array(heads["previous"])
+        layer, head = np.unravel_index(prev.argmax(), prev.shape)
+        models.append(
+            {
+                "run": str(run_dir),
+                "seed": seed,
+                "heads": heads,
+                "top_previous": {
+                    "layer": int(layer),
+                    "head": int(head),
+                    "weight": float(prev[layer, head]),
+                },
+            }
+        )
+    return {"seeds": [m["seed"] for m in models], "models": models}
+
+
 def attention_figure(att: dict, path) -> None:
     """A grid of heatmaps, one per layer (rows) and head (columns)."""
     plt = _matplotlib()
@@ -671,6 +698,12 @@ def main(argv=None) -> None:
         "NAME-sSEED/), recorded into ladder-names-long-seeds.json",
     )
     parser.add_argument(
+        "--attention-seeds",
+        nargs="+",
+        help="with --record: the GPTs of other seeds (build/ladder-seeds/gpt-sN), whose "
+        "heads' statistics go beside the record's under seeds in gpt-attention.json",
+    )
+    parser.add_argument(
         "--census-seeds",
         help="with --record: the GPT's census runs over seeds (census-gpt-sSEED/), "
         "recorded into gpt-census.json",
@@ -678,6 +711,10 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default=str(ASSETS), help="where the PNGs go")
     args = parser.parse_args(argv)
     out = Path(args.out)
+    if args.record and args.attention_seeds:
+        att = json.loads(ATTENTION_JSON.read_text())
+        att["seeds"] = record_attention_seeds([att["run"], *args.attention_seeds])
+        write_atomically(ATTENTION_JSON, (json.dumps(att) + "\n").encode())
     if args.record and args.census_seeds:
         record = record_census(args.census_seeds)
         write_atomically(CENSUS_JSON, (json.dumps(record, indent=1) + "\n").encode())
@@ -688,7 +725,7 @@ def main(argv=None) -> None:
     if args.record and args.seeds:
         record = record_seeds(args.seeds, json.loads(LADDER_JSON.read_text()))
         write_atomically(SEEDS_JSON, (json.dumps(record, indent=1) + "\n").encode())
-    elif args.record and not (args.long_seeds or args.census_seeds):
+    elif args.record and not (args.long_seeds or args.census_seeds or args.attention_seeds):
         LADDER_JSON.write_text(json.dumps(record_ladder(args.runs), indent=1) + "\n")
         long_dir = Path(args.runs + "-long")
         if long_dir.exists():  # the ablation: build/ladder-long/{gru,gpt,gpt-dropout,gpt-wd}
