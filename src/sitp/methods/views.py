@@ -108,11 +108,10 @@ class TensorViews:
     swapaxes = transpose
 
     def t(self) -> "Tensor":
-        if self.ndim > 2:
-            raise RuntimeError(
-                f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D"
-            )
-        return self.T
+        n = len(self._shape)
+        if n > 2:
+            raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {n}D")
+        return _permute(self, _REVERSED[n])
 
     # --8<-- [start:expand]
     def expand(self, *sizes) -> "Tensor":
@@ -241,6 +240,7 @@ def _permute(x, dims):
 
 _VIEW_PLANS = {}  # (shape, strides, shape asked for) -> (the shape, its strides or None)
 _TRANSPOSES = {}  # (ndim, dim0, dim1) -> the permutation transpose(dim0, dim1) makes
+_REVERSED = {0: (), 1: (0,), 2: (1, 0)}  # what t() makes of 0, 1 and 2 dims
 
 
 def _view_plan(x, asked):

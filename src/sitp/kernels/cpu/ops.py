@@ -350,16 +350,15 @@ def matmul(a, b):
         raise RuntimeError(
             f"mat1 and mat2 shapes cannot be multiplied ({_mm_shape(a)} and {_mm_shape(b)})"
         )
+    if len(a._shape) == 2 and len(b._shape) == 2:
+        # operands are read where they are, transposed or not
+        return _wrap2(blas.matmul(as_numpy(a), as_numpy(b)), a)
     batch = broadcast_shapes(a._shape[:-2], b._shape[:-2])
     if len(b._shape) == 2 and len(a._shape) > 2:
         # (..., M, K) @ (K, N): one (prod(...) * M, K) @ (K, N) product, not a batch of
         # small ones with copies of b.
         out = matmul(_rows_of(a), b)
         return reshaped(out, batch + (M, N))
-    if (
-        len(a._shape) == 2 and len(b._shape) == 2
-    ):  # operands are read where they are, transposed or not
-        return _wrap2(blas.matmul(as_numpy(a), as_numpy(b)), a)
     nb = numel(batch)
     A = flat(_dense(expanded(a, batch + (M, K_)))).reshape(nb, M, K_)
     B = flat(_dense(expanded(b, batch + (K_, N)))).reshape(nb, K_, N)
