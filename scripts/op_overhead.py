@@ -26,8 +26,8 @@ measurement. It also times the pieces of ``a + b`` one by one (best of several r
 Usage::
 
     python scripts/op_overhead.py                       # prints the table
-    python scripts/op_overhead.py --json docs/assets/ch04/op-overhead.json \\
-        --before /tmp/sitp_before --label-before 112cf03
+    python scripts/op_overhead.py --json src/sitp/examples/op-overhead-intel.json \\
+        --before /tmp/sitp_before --label-before 112cf03 --clock cpu
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ each model under cProfile and adds up where its time goes, by layer.
 Usage::
 
     python scripts/plain_torch_bench.py                      # the table
-    python scripts/plain_torch_bench.py --json docs/assets/ch04/plain-torch.json
+    python scripts/plain_torch_bench.py --json src/sitp/examples/plain-torch-intel.json
 """
 
 from __future__ import annotations

@@ -258,6 +258,18 @@ def asset(path: str, pattern: str):
     return grab((DOCS / "assets" / path).read_text(encoding="utf-8"), pattern, path)
 
 
+def grad_overhead_range() -> tuple[float, float]:
+    """The least and the largest sitp/torch of the per-op rows that record a graph, over
+    both machines' op-overhead records."""
+    ratios = [
+        row["sitp/torch"]["median"]
+        for name in ("op-overhead.json", "op-overhead-intel.json")
+        for op, row in ex(name)["us_per_call"].items()
+        if op.endswith("+grad")
+    ]
+    return min(ratios), max(ratios)
+
+
 def ex(name: str):
     """A recorded run that sitp.examples ships ("bpb-budget.json")."""
     return json.loads((EXAMPLES / name).read_text(encoding="utf-8"))
@@ -2945,6 +2957,17 @@ FIGURES = QUOTES + [
         "projects.md",
         r"held-out list of ([\d,]+) names",
         lambda: sum(census_split()[1:]),
+    ),
+    # 4.2's eager costs: the per-op overhead of both machines, the large ops' shapes
+    (
+        "ch04/primitives.md",
+        r"rows that record a graph stay between (\d\.\d) and (\d\.\d) times PyTorch's",
+        lambda: grad_overhead_range(),
+    ),
+    (
+        "ch04/primitives.md",
+        r"its activations are \(16, 32, 256\), ([\d,]+)\s+entries",
+        lambda: ex("elementwise-intel.json")["ns_per_entry"]["tanh"]["entries"],
     ),
     # the home page and the numbers page
     ("index.md", r"\\log 27 \\approx (\d\.\d+)", lambda: math.log(27)),
