@@ -166,11 +166,15 @@ QUOTES = [
     ),
     (
         "ch03/gpt.md",
-        r"ends at validation (\d\.\d+) against the table's (\d\.\d+): the statistics use the "
-        r"rerun",
-        lambda: (
-            long_runs("gpt-dropout")[0]["final"]["val"],
-            ex("ladder-names-long.json")["runs"]["gpt-dropout"]["final"]["val"],
+        r"the GPT ends at validation (\d\.\d+) against the table's (\d\.\d+), the dropout run at "
+        r"(\d\.\d+) against (\d\.\d+)\.",
+        lambda: tuple(
+            x
+            for key in ("gpt", "gpt-dropout")
+            for x in (
+                long_runs(key)[0]["final"]["val"],
+                ex("ladder-names-long.json")["runs"][key]["final"]["val"],
+            )
         ),
     ),
     (
@@ -2498,12 +2502,15 @@ FIGURES = QUOTES + [
     ),
     (
         "ch03/gpt.md",
-        r"lowest validation loss at step ([\d,]+) or ([\d,]+) \((\d\.\d+) ± (\d\.\d+)\) and "
+        r"lowest validation loss at step ([\d,]+), ([\d,]+) or ([\d,]+) \((\d\.\d+) ± (\d\.\d+)\) and "
         r"rises after it while the training loss keeps falling: at the end the gap is (\d\.\d+) "
         r"nats, (\w+) times the gap at step 5,000",
         lambda: (
-            min(long_best_steps("gpt")),
-            max(long_best_steps("gpt")) if len(set(long_best_steps("gpt"))) == 2 else math.nan,
+            *(
+                sorted(set(long_best_steps("gpt")))
+                if len(set(long_best_steps("gpt"))) == 3
+                else (math.nan,) * 3
+            ),
             *long_spread("gpt", "best_val"),
             long_spread("gpt", "val")[0] - long_spread("gpt", "train")[0],
             (long_spread("gpt", "val")[0] - long_spread("gpt", "train")[0])
