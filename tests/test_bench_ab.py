@@ -78,12 +78,18 @@ def alive(pid: int) -> bool:
 
 
 def test_ratio_order_warmup_ranges_and_cleanup(spec):
+    # busy-waits on each worker's CPU clock, timed by it: a worker that the machine's
+    # other jobs preempt (CI's runners, xdist's other workers) waits longer by the wall
+    # clock, which once put a round's ratio at 14 instead of 2; its CPU time does not grow
+    kw = {"first_ms": 300.0, "cpu": True}
     with ab.workers(["a", "b"], threads=1) as w:
         arms = {
-            "fast": ab.Arm(w["a"], spec("spin"), {"ms": 1.0, "first_ms": 300.0}, warmup=1),
-            "slow": ab.Arm(w["b"], spec("spin"), {"ms": 2.0, "first_ms": 300.0}, warmup=1),
+            "fast": ab.Arm(w["a"], spec("spin"), {"ms": 1.0, **kw}, warmup=1),
+            "slow": ab.Arm(w["b"], spec("spin"), {"ms": 2.0, **kw}, warmup=1),
         }
-        res = ab.compare(arms, rounds=4, calls=5, ratios=[("slow", "fast")], pause=0.0)
+        res = ab.compare(
+            arms, rounds=4, calls=5, ratios=[("slow", "fast")], pause=0.0, clock="cpu"
+        )
         pids = [w["a"].proc.pid, w["b"].proc.pid]
         assert all(alive(p) for p in pids)
     assert not any(alive(p) for p in pids)  # stopped when the block ended
