@@ -97,16 +97,15 @@ def compare(args) -> dict:
 
     here = os.path.abspath(__file__)
     names = ["sitp", "torch"] + (["sitp_before"] if args.before else [])
-    env = {}
-    if args.before:
-        src = os.path.join(os.path.abspath(args.before), "src")
-        env["sitp_before"] = {"PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {"sitp_before": ab.source_tree_env(args.before)} if args.before else {}
     results = {}
     with ab.workers(names, threads=1, env=env) as w:
         for op in args.only or OPS:
             kw = {"op": op, "inner": args.inner}
             arms = {  # the "before" arm is sitp too, from another source tree
-                name: ab.Arm(w[name], f"{here}:workload", {"lib": name.split("_")[0], **kw}, warmup=3)
+                name: ab.Arm(
+                    w[name], f"{here}:workload", {"lib": name.split("_")[0], **kw}, warmup=3
+                )
                 for name in names
             }
             ratios = [("sitp", "torch")]

@@ -125,10 +125,7 @@ def compare(args) -> dict:
 
     here = os.path.abspath(__file__)
     names = ["sitp", "torch"] + (["sitp_before"] if args.before else [])
-    env = {}
-    if args.before:
-        src = os.path.join(os.path.abspath(args.before), "src")
-        env["sitp_before"] = {"PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {"sitp_before": ab.source_tree_env(args.before)} if args.before else {}
     results = {}
     with ab.workers(names, threads=1, env=env) as w:
         for name, op, grad in cases():

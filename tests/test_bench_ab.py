@@ -87,9 +87,7 @@ def test_ratio_order_warmup_ranges_and_cleanup(spec):
             "fast": ab.Arm(w["a"], spec("spin"), {"ms": 1.0, **kw}, warmup=1),
             "slow": ab.Arm(w["b"], spec("spin"), {"ms": 2.0, **kw}, warmup=1),
         }
-        res = ab.compare(
-            arms, rounds=4, calls=5, ratios=[("slow", "fast")], pause=0.0, clock="cpu"
-        )
+        res = ab.compare(arms, rounds=4, calls=5, ratios=[("slow", "fast")], pause=0.0, clock="cpu")
         pids = [w["a"].proc.pid, w["b"].proc.pid]
         assert all(alive(p) for p in pids)
     assert not any(alive(p) for p in pids)  # stopped when the block ended

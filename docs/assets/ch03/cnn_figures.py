@@ -25,11 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 from pathlib import Path
 
 import sitp
 from sitp.bench import cpu_model
+from sitp.examples.gpt_figures import spread
 
 HERE = Path(__file__).resolve().parent
 SEEDS_JSON = HERE / "cnn-runs-seeds.json"
@@ -107,18 +107,6 @@ def runs_from_records(runs_dir) -> dict:
             "final": record["final"],
         }
     return out
-
-
-def spread(values) -> dict:
-    """Mean, sample standard deviation, least and greatest of ``values``."""
-    values = list(values)
-    return {
-        "n": len(values),
-        "mean": round(statistics.fmean(values), 5),
-        "sd": round(statistics.stdev(values), 5),
-        "min": min(values),
-        "max": max(values),
-    }
 
 
 def record_seeds(seeds_dir) -> dict:

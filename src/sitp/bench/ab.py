@@ -57,6 +57,13 @@ BOOT = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')"
 THREAD_VARS = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
+def source_tree_env(tree: str) -> dict:
+    """The environment of a worker that imports sitp from the source tree ``tree/src``
+    (``git archive <commit> src | tar -x -C tree``): an arm that times an older sitp."""
+    src = os.path.join(os.path.abspath(tree), "src")
+    return {"PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
 class WorkerError(RuntimeError):
     """A worker failed: its traceback, or its exit status and the end of its stderr."""
 

@@ -27,9 +27,9 @@ import numpy as np
 from numba import njit, prange
 
 from sitp.kernels import scalar
+from sitp.kernels.cpu.vecmath import tanh_f32
 from sitp.kernels.layout import index_table, positions, row_starts  # noqa: F401 (used by the launchers)
 from sitp.kernels.scalar import BINARY, COMPARE, REDUCE, UNARY, ReduceOp  # noqa: F401 (the op codes)
-from sitp.kernels.cpu.vecmath import tanh_f32
 
 # The codes of the four zips with loops of their own (zip_fast_kernel), as plain ints:
 # numba compiles a global int as a constant.
