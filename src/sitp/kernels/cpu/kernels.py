@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit, prange
 
 from sitp.kernels import scalar
-from sitp.kernels.cpu.vecmath import tanh_f32
+from sitp.kernels.cpu.vecmath import exp_f32_rounded, tanh_f32
 from sitp.kernels.layout import index_table, positions, row_starts  # noqa: F401 (used by the launchers)
 from sitp.kernels.scalar import BINARY, COMPARE, REDUCE, UNARY, ReduceOp  # noqa: F401 (the op codes)
 
@@ -37,6 +37,7 @@ _ADD, _SUB, _MUL, _DIV = BINARY["add"], BINARY["sub"], BINARY["mul"], BINARY["di
 _EQ, _NE, _LT, _LE, _GT, _GE = (COMPARE[k] for k in ("eq", "ne", "lt", "le", "gt", "ge"))
 assert (_EQ, _NE, _LT, _LE, _GT, _GE) == tuple(range(6))  # compare_kernel tests op <= _GE
 _NEG, _ABS, _RELU, _SQUARE, _POW = (UNARY[k] for k in ("neg", "abs", "relu", "square", "pow"))
+_TANH = UNARY["tanh"]
 
 # The scalar functions of sitp/kernels/scalar.py, compiled for the CPU and inlined into
 # the kernels below (the CUDA backend compiles the same functions for the GPU).
@@ -100,21 +101,28 @@ def map_fast_kernel(op, p0, p1, x, x_starts, x_step, n, out):
 
 
 @njit(cache=True, error_model="numpy")
-def tanh_f32_kernel(x, x_starts, x_step, n, out):
-    """``map_kernel`` for float32 ``tanh``: :func:`~sitp.kernels.cpu.vecmath.tanh_f32`
-    (rounded from float64, the same bits on every CPU, and vectorised) in place of the
-    C library's ``tanhf``. Numpy's error model lets its division vectorise: Python's
-    would test every divisor for zero."""
+def f32_via_f64_kernel(op, x, x_starts, x_step, n, out):
+    """``map_kernel`` for float32 ``tanh`` and ``exp``: :func:`~sitp.kernels.cpu.vecmath.tanh_f32`
+    and ``exp_f32_rounded`` (computed in float64 and rounded once, the same bits on every
+    CPU, and vectorised) in place of the C library's ``tanhf`` and ``expf``. Numpy's
+    error model lets tanh's division vectorise: Python's would test every divisor."""
     for r in range(x_starts.size):
         xs = x_starts[r]
         o = out[r * n : (r + 1) * n]
         if x_step == 1:
             xv = x[xs : xs + n]
-            for j in range(n):
-                o[j] = tanh_f32(xv[j])
-        else:
+            if op == _TANH:
+                for j in range(n):
+                    o[j] = tanh_f32(xv[j])
+            else:
+                for j in range(n):
+                    o[j] = exp_f32_rounded(xv[j])
+        elif op == _TANH:
             for j in range(n):
                 o[j] = tanh_f32(x[xs + j * x_step])
+        else:
+            for j in range(n):
+                o[j] = exp_f32_rounded(x[xs + j * x_step])
 
 
 # --8<-- [start:zip_kernel]

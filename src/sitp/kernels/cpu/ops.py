@@ -115,8 +115,8 @@ def unary(op: str, x, p0=_NAN, p1=_NAN, out_dtype=None):
     """A new tensor f(x) for the unary op named ``op``."""
     out = _new(x._shape, out_dtype or x.dtype, x)
     n = out._storage.size
-    if op == "tanh" and x._storage.dtype == np.float32 and out._storage.dtype == np.float32:
-        kernel, args = K.tanh_f32_kernel, ()  # vecmath's tanh, not the C library's
+    if (op == "tanh" or op == "exp") and x._storage.dtype == out._storage.dtype == np.float32:
+        kernel, args = K.f32_via_f64_kernel, (K.UNARY[op],)  # vecmath's, not the C library's
     else:
         kernel, args = K.map_fast_kernel, (K.UNARY[op], float(p0), float(p1))
     if n and x._strides == out._strides:  # x contiguous: one row of all n entries

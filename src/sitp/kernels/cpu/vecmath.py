@@ -1,4 +1,4 @@
-"""float32 ``exp`` and ``erf`` that LLVM can vectorise.
+"""float32 ``exp``, ``erf`` and ``tanh`` that LLVM can vectorise.
 
 numba turns ``math.exp(x)`` into a call to the C library's ``expf``, one value
 at a time: a loop that contains a call cannot be vectorised (without a vector
@@ -13,8 +13,15 @@ reduction. The coefficients are our own fits, made and checked by
 near-minimax fit of the relative error); the errors quoted below are what
 ``tests/test_vecmath.py`` measures against float64 references.
 
-All constants are ``np.float32``: a Python float literal would be float64 and
-promote the whole computation (and half the vector width) with it.
+All constants of the float32 functions are ``np.float32``: a Python float literal
+would be float64 and promote the whole computation (and half the vector width) with it.
+
+``tanh_f32`` and ``exp_f32_rounded``, the eager ``tanh`` and ``exp`` of float32 tensors,
+work in float64 on purpose: computed with an error far below half a float32 ulp and
+rounded once, they give the correctly rounded value (``tests/test_vecmath.py`` checks
+dense grids), the same on every CPU. Their polynomial is Taylor's, which needs no fit.
+``exp_f32`` and ``erf_f32`` serve the fused kernels, where a float32 result within an ulp
+or so is what is asked.
 """
 
 from __future__ import annotations
@@ -170,6 +177,7 @@ LOG2E_D = _D(1.4426950408889634)
 # e^r - 1 = r + r^2 (1/2! + r/3! + ... + r^11/13!) on |r| <= ln2 / 2: the Taylor
 # coefficients (no fit needed: the first term left out, r^14/14!, is below 5e-18)
 EXPM1_C = tuple(_D(1.0 / np.prod(np.arange(1, k + 1, dtype=np.float64))) for k in range(2, 14))
+EXP_CLAMP_D = _D(200.0)  # e**200 overflows float32 (and e**-200 rounds to 0), not float64
 TANH_CLAMP_D = _D(10.0)  # 1 - tanh(10) = 4e-9 < half an ulp of 1.0: tanh is 1.0 from here on
 
 
@@ -191,19 +199,11 @@ def _pow2_f64(typingctx, n):
 
 # --8<-- [start:tanh_f32]
 @njit(cache=True, inline="always", error_model="numpy")
-def tanh_f32(x):
-    """tanh of a float32 ``x``, computed in float64 and rounded once: vectorisable.
-
-    With m = e**(2a) - 1 for a = |x|, tanh a = m / (m + 2). m is computed without
-    cancellation: 2a = n ln2 + r (Cody and Waite, as in :func:`exp_f32`), and
-    e**(2a) - 1 = 2**n (e**r - 1) + (2**n - 1), where e**r - 1 is a polynomial that
-    starts at r and 2**n - 1 is exact. The sign is copied back, so -0.0 stays -0.0.
-    """
-    a = abs(_D(x))
-    live = a == a  # False for NaN
-    a = a if live else _D(0.0)
-    a = TANH_CLAMP_D if a > TANH_CLAMP_D else a
-    y = a + a
+def _exp_parts(y):
+    """(2**n, e**r - 1) for a float64 ``y`` = n ln2 + r, |r| <= ln2 / 2 (Cody and Waite,
+    as in :func:`exp_f32`): e**y = 2**n + 2**n (e**r - 1), and e**y - 1 =
+    2**n (e**r - 1) + (2**n - 1) without cancellation, for e**r - 1 is a polynomial
+    that starts at r and 2**n - 1 is exact."""
     n = np.floor(y * LOG2E_D + _D(0.5))
     r = (y - n * LN2_HI_D) - n * LN2_LO_D
     c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13 = EXPM1_C
@@ -218,8 +218,21 @@ def tanh_f32(x):
     q = c4 + r * q
     q = c3 + r * q
     q = c2 + r * q
-    em1_r = r + r * r * q  # e**r - 1
-    s = _pow2_f64(n)
+    return _pow2_f64(n), r + r * r * q
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def tanh_f32(x):
+    """tanh of a float32 ``x``, computed in float64 and rounded once: vectorisable.
+
+    With m = e**(2a) - 1 for a = |x|, tanh a = m / (m + 2). The sign is copied back,
+    so -0.0 stays -0.0.
+    """
+    a = abs(_D(x))
+    live = a == a  # False for NaN
+    a = a if live else _D(0.0)
+    a = TANH_CLAMP_D if a > TANH_CLAMP_D else a
+    s, em1_r = _exp_parts(a + a)
     m = s * em1_r + (s - _D(1.0))
     t = np.float32(m / (m + _D(2.0)))
     t = np.float32(math.copysign(t, x))
@@ -227,3 +240,17 @@ def tanh_f32(x):
 
 
 # --8<-- [end:tanh_f32]
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def exp_f32_rounded(x):
+    """e**x of a float32 ``x``, computed in float64 and rounded once, as :func:`tanh_f32`
+    (:func:`exp_f32` is the float32-arithmetic one of the fused kernels). Beyond
+    |x| = 200 the float32 result is 0 or inf already; NaN gives NaN."""
+    live = x == x
+    y = _D(x) if live else _D(0.0)
+    y = EXP_CLAMP_D if y > EXP_CLAMP_D else y
+    y = -EXP_CLAMP_D if y < -EXP_CLAMP_D else y
+    s, em1_r = _exp_parts(y)
+    e = np.float32(s + s * em1_r)
+    return e if live else x
