@@ -1,6 +1,7 @@
 """Chapter 8's whole pipeline at the book's configuration, one CLI verb per stage, timed.
 
     pretrain -> midtrain -> sft -> rl, then held-out pass@1 of every task after each stage
+    sft -> rm -> rl against the reward model; sft -> dpo (8.4's preferences, on chain1)
 
 Each stage is the command a reader would type (``python -m sitp pretrain ...``, run
 here in-process through ``sitp.train.cli.main``), writing its checkpoint to
@@ -9,12 +10,21 @@ interrupted and skips the finished ones. After every stage the script measures g
 pass@1 on each task's held-out problems (Wilson 95 % intervals) and writes it all,
 with the commands, the time of each stage and the machine, to ``--json``.
 
+The preference stages are 8.4's commands at 8.4's configuration, from the pipeline's SFT
+checkpoint: ``sitp rm`` (a reward model on pairs of the SFT model's replies to
+``chain1``'s train problems), ``sitp rl --reward-model`` (GRPO against it) and ``sitp
+dpo`` (the same pairs). Each policy is judged against the SFT model as 8.4 judges it:
+two sampled replies (T = 1) to every held-out ``chain1`` prompt from each, the hidden
+judge's win rate (``sitp.posttrain.prefs.win_rate``) with its Wilson interval, and the
+SFT model against itself, other draws, as the check that the comparison is fair.
+
     python scripts/posttrain_pipeline.py --out runs/chat
     python scripts/posttrain_pipeline.py --out runs/chat --json src/sitp/examples/posttrain-pipeline.json
     python scripts/posttrain_pipeline.py --out /tmp/p --small      # a one-minute look
 
 The figures vary with the machine's speed only in their timings; the rest is fixed by
-the seeds.
+the seeds and by the version of sitp (a kernel whose result differs in its last bit
+moves every figure after it).
 """
 
 from __future__ import annotations
@@ -26,14 +36,20 @@ import shlex
 import time
 from pathlib import Path
 
+import sitp
 from sitp.bench import cpu_model
+from sitp.posttrain import prefs
 from sitp.posttrain.cli import load_model, reply_budget
 from sitp.posttrain.evaluate import evaluate
+from sitp.posttrain.rl import sample_replies
 from sitp.posttrain.tasks import get_task
+from sitp.random import Generator
 from sitp.train import checkpoint as ckpt
 from sitp.train.cli import main as sitp_main
 
 TASKS = "addition2,multiplication2,count,reverse,sort,chain1"
+PREF_TASK = "chain1"  # 8.4's task: the judge compares replies to its problems
+ROUNDS = 2  # sampled replies per held-out prompt to judge, as 8.4's --rounds
 
 
 def stage_commands(out: Path, tasks: str, small: bool) -> list[tuple[str, list[str]]]:
@@ -53,6 +69,25 @@ def stage_commands(out: Path, tasks: str, small: bool) -> list[tuple[str, list[s
                  "--tasks", tasks, "--identity", *sft]),
         ("rl", ["rl", "--init", str(out / "sft"), "--out", str(out / "rl"), "--task", tasks,
                 "--temperature", "0.7", *rl]),
+    ]  # fmt: skip
+
+
+def preference_commands(out: Path, small: bool) -> list[tuple[str, list[str]]]:
+    """8.4's three commands from the SFT checkpoint: ``(stage, argv of python -m sitp)``."""
+    if small:
+        rm = ["--steps", "4", "--problems", "16", "--batch-size", "4"]
+        rl = ["--steps", "2", "--prompts", "2", "--group", "2", "--kl", "0.05", "--epochs", "2"]
+        dpo = ["--steps", "4", "--problems", "16", "--batch-size", "4", "--beta", "0.1"]
+    else:
+        rm, dpo = ["--steps", "150"], ["--steps", "150", "--beta", "0.1"]
+        rl = ["--steps", "60", "--prompts", "8", "--group", "8", "--kl", "0.05", "--epochs", "2",
+              "--lr", "3e-4"]  # fmt: skip
+    sft = str(out / "sft")
+    return [
+        ("rm", ["rm", "--init", sft, "--out", str(out / "rm"), "--task", PREF_TASK, *rm]),
+        ("rl-rm", ["rl", "--init", sft, "--out", str(out / "rl-rm"), "--task", PREF_TASK,
+                   "--reward-model", str(out / "rm"), *rl]),
+        ("dpo", ["dpo", "--init", sft, "--out", str(out / "dpo"), "--task", PREF_TASK, *dpo]),
     ]  # fmt: skip
 
 
@@ -80,9 +115,42 @@ def measure(directory: Path, tasks: list[str], n: int) -> dict:
     return out
 
 
+def judged_replies(directory: Path, n: int, seed: int) -> tuple[list, list]:
+    """``ROUNDS`` replies (T = 1, a generator seeded by ``seed``) of the checkpoint to each
+    of ``PREF_TASK``'s first ``n`` held-out problems: ``(problems, replies)``, in rounds."""
+    model, tok, _, _ = load_model(directory)
+    task = get_task(PREF_TASK)
+    held = task.problems("heldout", n, seed=0, at_most=True)
+    budget = reply_budget(task, held, tok) + len(prefs.PREFIXES[1] + prefs.SUFFIXES[1])
+    prompts = [prefs.prompt_ids(task, p, tok) for p in held] * ROUNDS
+    replies = sample_replies(model, prompts, budget, 1.0, None, (tok.assistant_end,),
+                             Generator().manual_seed(seed), batch_size=128)  # fmt: skip
+    return held * ROUNDS, replies
+
+
+def verdict(directory: Path, base: list, n: int) -> dict:
+    """The judge's win rate of the checkpoint's sampled replies against ``base`` (the SFT
+    model's), and what it sees in them: mean utility, share right and polite, length."""
+    problems, replies = judged_replies(directory, n, seed=1)
+    task, tok = get_task(PREF_TASK), load_model(directory)[1]
+    return {"win": prefs.win_rate(task, tok, problems, replies, base),
+            "sampled": prefs.judge_replies(task, tok, problems, replies)}  # fmt: skip
+
+
+def run_stage(out: Path, stage: str, argv: list[str]) -> float:
+    """Runs the stage's command unless its checkpoint is finished; returns its seconds."""
+    print(f"$ python -m sitp {shlex.join(argv)}", flush=True)
+    t0 = time.perf_counter()
+    if not finished(out / stage, argv):
+        status = sitp_main(argv)
+        if status:
+            raise SystemExit(f"{stage} failed with status {status}")
+    return time.perf_counter() - t0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True, help="directory of the four stages' checkpoints")
+    p.add_argument("--out", required=True, help="directory of the stages' checkpoints")
     p.add_argument("--tasks", default=TASKS, help="comma-separated tasks (all stages use them)")
     p.add_argument("--heldout", type=int, default=200, help="held-out problems per task")
     p.add_argument("--small", action="store_true", help="a tiny model and a few steps")
@@ -93,13 +161,7 @@ def main():
     print(f"CPU: {cpu_model()}, {os.cpu_count()} logical CPUs; tasks {args.tasks}", flush=True)
     stages, wall = [], 0.0
     for stage, argv in stage_commands(out, args.tasks, args.small):
-        print(f"$ python -m sitp {shlex.join(argv)}", flush=True)
-        t0 = time.perf_counter()
-        if not finished(out / stage, argv):
-            status = sitp_main(argv)
-            if status:
-                raise SystemExit(f"{stage} failed with status {status}")
-        seconds = time.perf_counter() - t0
+        seconds = run_stage(out, stage, argv)
         t0 = time.perf_counter()
         scores = measure(out / stage, tasks, args.heldout)
         eval_seconds = time.perf_counter() - t0
@@ -112,6 +174,35 @@ def main():
         print(
             f"{stage}: {seconds:.0f} s, evaluation {eval_seconds:.0f} s; pass@1 {line}", flush=True
         )
+    # 8.4's preferences: the SFT model's sampled replies are the baseline of every verdict
+    t0 = time.perf_counter()
+    base = judged_replies(out / "sft", args.heldout, seed=0)[1]
+    sft_self = verdict(out / "sft", base, args.heldout)
+    wall += time.perf_counter() - t0
+    w = sft_self["win"]
+    print(f"sft against itself on {PREF_TASK}: win rate {w['win_rate']:.3f} "
+          f"({w['ci'][0]:.3f}-{w['ci'][1]:.3f}) over {w['n']} comparisons", flush=True)  # fmt: skip
+    preference = []
+    for stage, argv in preference_commands(out, args.small):
+        seconds = run_stage(out, stage, argv)
+        record = ckpt.load_record(out / stage)
+        entry = {"stage": stage, "command": "python -m sitp " + shlex.join(argv),
+                 "seconds": round(seconds, 1), "history": record.get("history")}  # fmt: skip
+        t0 = time.perf_counter()
+        if record.get("model") == "gpt":  # a policy: pass@1 of every task, and the verdict
+            entry["pass@1"] = measure(out / stage, tasks, args.heldout)
+            entry.update(verdict(out / stage, base, args.heldout))
+        eval_seconds = time.perf_counter() - t0
+        entry["eval_seconds"] = round(eval_seconds, 1)
+        wall += seconds + eval_seconds
+        preference.append(entry)
+        line = f"{stage}: {seconds:.0f} s, evaluation {eval_seconds:.0f} s"
+        if "win" in entry:
+            w = entry["win"]
+            line += (f"; win rate against sft on {PREF_TASK} {w['win_rate']:.3f} "
+                     f"({w['ci'][0]:.3f}-{w['ci'][1]:.3f}), {PREF_TASK} pass@1 "
+                     f"{entry['pass@1'][PREF_TASK]['pass@1']:.3f}")  # fmt: skip
+        print(line, flush=True)
     print(f"the whole pipeline: {wall / 60:.1f} min", flush=True)
     if args.json:
         path = Path(args.json)
@@ -120,8 +211,11 @@ def main():
         tmp.write_text(json.dumps({
             "script": "scripts/posttrain_pipeline.py", "tasks": tasks, "heldout": args.heldout,
             "small": args.small, "cpu": cpu_model(), "logical_cpus": os.cpu_count(),
-            "loadavg_start": load_start, "loadavg_end": [round(x, 2) for x in os.getloadavg()],
-            "minutes": round(wall / 60, 2), "stages": stages}, indent=1) + "\n")  # fmt: skip
+            "threads": sitp.get_num_threads(), "loadavg_start": load_start,
+            "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+            "minutes": round(wall / 60, 2), "stages": stages,
+            "preferences": {"task": PREF_TASK, "rounds": ROUNDS, "sft_against_itself": sft_self,
+                            "stages": preference}}, indent=1) + "\n")  # fmt: skip
         os.replace(tmp, path)
         print(f"wrote {path}")
 

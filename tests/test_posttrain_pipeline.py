@@ -1,0 +1,115 @@
+"""scripts/posttrain_pipeline.py: its preference stages are 8.4's commands, they run, resume
+and are judged; and the whole script runs end to end with ``--small``.
+
+The figures of 8.5's pipeline come from this script at the book's configuration; here
+only the commands, the shape of the record and the sanity of its numbers are checked,
+never a timing.
+"""
+
+import importlib.util
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sitp
+from sitp.data.tokens import ByteTokenizer
+from sitp.models.gpt import GPT, GPTConfig
+from sitp.posttrain import cli
+from sitp.posttrain.chat import ChatTokenizer
+from sitp.train import checkpoint as ckpt
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "posttrain_pipeline.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("posttrain_pipeline", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def options(argv: list[str]) -> list[str]:
+    """A command's verb and options, without the checkpoint paths (--init, --out, --reward-model)."""
+    paths = {"--init", "--out", "--reward-model"}
+    return [a for i, a in enumerate(argv) if a not in paths and not (i and argv[i - 1] in paths)]
+
+
+def test_the_preference_stages_are_8_4s_commands():
+    """At the book's configuration the pipeline types the commands of 8.4's page."""
+    text = (ROOT / "docs" / "part3" / "preferences.md").read_text(encoding="utf-8")
+    block = text[text.index("## From the command line") :]
+    page = {}
+    for line in re.findall(r"^\$ python -m sitp (.+?(?:\\\n.+?)*)$", block, re.MULTILINE):
+        argv = shlex.split(line.replace("\\\n", " "))
+        page[argv[argv.index("--out") + 1].split("/")[-1]] = argv
+    pipeline = load_script()
+    commands = dict(pipeline.preference_commands(Path("runs/chat"), small=False))
+    assert list(commands) == ["rm", "rl-rm", "dpo"]
+    for stage, argv in commands.items():
+        assert options(argv) == options(page[stage]), stage
+        assert argv[argv.index("--init") + 1] == "runs/chat/sft"
+    assert commands["rl-rm"][commands["rl-rm"].index("--reward-model") + 1] == "runs/chat/rm"
+
+
+def test_the_preference_stages_run_resume_and_are_judged(tmp_path, capsys):
+    """The ``--small`` preference commands from a tiny SFT checkpoint: each finishes, a
+    finished stage is not rerun, and each policy gets a win rate against the SFT model."""
+    pipeline = load_script()
+    tok = ChatTokenizer(ByteTokenizer())
+    sitp.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=96, n_layer=1, n_head=2,
+                          n_embd=16))  # fmt: skip
+    cli.save(tmp_path / "sft", model, sitp.optim.AdamW(model.parameters()), tok, None,
+             {"stage": "sft", "step": 0, "history": []})  # fmt: skip
+    commands = pipeline.preference_commands(tmp_path, small=True)
+    for stage, argv in commands:
+        assert not pipeline.finished(tmp_path / stage, argv)
+        pipeline.run_stage(tmp_path, stage, argv)
+        assert pipeline.finished(tmp_path / stage, argv)
+    assert ckpt.load_record(tmp_path / "rm")["model"] == "reward"
+    saved = {stage: ckpt.load_checkpoint(tmp_path / stage).model_state for stage, _ in commands}
+    capsys.readouterr()
+    for stage, argv in commands:  # finished: skipped, the checkpoints untouched
+        pipeline.run_stage(tmp_path, stage, argv)
+        after = ckpt.load_checkpoint(tmp_path / stage).model_state
+        assert all((after[k] == v).all() for k, v in saved[stage].items())
+    assert not re.search(r"^[a-z]+ step \d", capsys.readouterr().out, re.MULTILINE)
+    base = pipeline.judged_replies(tmp_path / "sft", 4, seed=0)[1]
+    assert len(base) == 4 * pipeline.ROUNDS
+    for stage in ("sft", "rl-rm", "dpo"):
+        v = pipeline.verdict(tmp_path / stage, base, 4)
+        w = v["win"]
+        assert w["n"] == 4 * pipeline.ROUNDS and w["wins"] + w["ties"] + w["losses"] == w["n"]
+        assert w["ci"][0] <= w["win_rate"] <= w["ci"][1]
+        assert 0 <= v["sampled"]["right"] <= 1 and v["sampled"]["chars"] >= 0
+
+
+@pytest.mark.slow
+@pytest.mark.needs_corpus("tinyshakespeare.txt")  # skipped without, failing under CI=true
+def test_small_pipeline_runs_every_stage_and_writes_its_record(tmp_path):
+    out = tmp_path / "record.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path / "run"), "--small", "--heldout", "4",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert record["small"] and record["threads"] >= 1 and len(record["loadavg_end"]) == 3
+    assert [s["stage"] for s in record["stages"]] == ["pretrain", "midtrain", "sft", "rl"]
+    prefs = record["preferences"]
+    assert prefs["task"] == "chain1" and prefs["sft_against_itself"]["win"]["n"] == 8
+    assert [s["stage"] for s in prefs["stages"]] == ["rm", "rl-rm", "dpo"]
+    for s in prefs["stages"]:
+        assert s["seconds"] >= 0 and s["history"]
+        assert ("win" in s) == (s["stage"] != "rm")
+        if "win" in s:
+            assert set(s["pass@1"]) == set(record["tasks"])
+    total = sum(s["seconds"] + s["eval_seconds"] for s in record["stages"] + prefs["stages"])
+    assert record["minutes"] >= total / 60 - 0.01
