@@ -6,20 +6,33 @@ so every kernel is compiled afresh and numba keeps its machine code. Prints one 
 object: the target sitp sees, and for each kernel the vector FMAs by register width,
 packed vector arithmetic by width, gathers and scatters, and stack spills.
 
+The target's code is compiled, never run: the host may lack its instructions (an AVX2
+host probing AVX-512 code would stop on an illegal instruction). Which kernels to
+compile, and for which argument types, is learnt first on the host's own target: a
+child process (``--signatures``, the host's code and sitp's usual cache) runs the
+GEMMs, checking them against numpy, and the small training step below, and hands
+back each kernel's place (module and name, or the source sitp.compile generated) with
+the numba signatures it was called with. The target process compiles exactly those
+(``Dispatcher.compile``) and reads their assembly.
+
 The kernels' description is a function of the sources, the compiler and the target
 alone; where ``SITP_CODEGEN_REPORTS`` names a folder, it is kept there under a key of
 all three (:func:`saved_kernels_path`) and read back instead of compiling again, as
 numba's own cache is. An edit of any kernel source changes the key.
 
-``--all`` also runs a tiny GPT-style training step (linear, GELU, layer norm,
+``--all`` also runs (on the host) a tiny GPT-style training step (linear, GELU, layer norm,
 attention, cross-entropy, reductions, AdamW), which compiles the other hot kernels.
 """
 
 import hashlib
+import importlib
 import json
 import os
+import pickle
 import re
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -49,10 +62,55 @@ def describe(asm):
     }
 
 
-def kernels(dispatchers):
+def module_kernel(module, attr):
+    """Where a kernel defined in sitp's sources lives, for :func:`locate`."""
+    return ("module", module, attr)
+
+
+def locate(where):
+    """The dispatcher at ``where``: ("module", module, attribute) or ("source", text, name)."""
+    if where[0] == "module":
+        return getattr(importlib.import_module(where[1]), where[2])
+    from sitp.compile import codegen
+
+    return codegen.load(where[1], where[2])
+
+
+def signatures(places):
+    """Each kernel's place and the signatures it was compiled for in this process."""
+    return {name: (where, list(locate(where).signatures)) for name, where in places.items()}
+
+
+def host_signatures():
+    """:func:`signatures` from a child process that runs the kernels on the host's target."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("NUMBA_CPU_", "SITP_CODEGEN_REPORTS")) and k != "NUMBA_CACHE_DIR"
+    }
+    args = [a for a in sys.argv[1:] if a == "--all"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "signatures.pickle"
+        proc = subprocess.run(
+            [sys.executable, __file__, "--signatures", str(path), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-3000:])
+            raise SystemExit(f"the host's run of the kernels failed ({proc.returncode})")
+        return pickle.loads(path.read_bytes())
+
+
+def kernels(found):
+    """Compile each kernel's signatures for this process's target and describe the code."""
     out = {}
-    for name, d in dispatchers.items():
-        for sig in d.signatures:
+    for name, (where, sigs) in found.items():
+        d = locate(where)
+        for sig in sigs:
+            d.compile(sig)
             key = f"{name}[{','.join(str(a) for a in sig)}]"
             out[key] = describe(d.inspect_asm(sig))
     return out
@@ -79,9 +137,8 @@ def gemm_kernels():
             blas.gemm_small_set(A_, B, C, C[0, :0], False)
             np.testing.assert_allclose(C, A @ B, rtol=1e-4, atol=1e-4)
     return {
-        "micro_kernel": blas.micro_kernel,
-        "gemm_small": blas.gemm_small,
-        "gemm_small_set": blas.gemm_small_set,
+        name: module_kernel(blas.__name__, name)
+        for name in ("micro_kernel", "gemm_small", "gemm_small_set")
     }
 
 
@@ -125,28 +182,24 @@ def training_step():
     from sitp.kernels.cpu import kernels as K
 
     return {
-        "zip_fast_kernel": K.zip_fast_kernel,
-        "map_kernel": K.map_kernel,
-        "reduce_kernel": K.reduce_kernel,
-        "softmax_kernel": K.softmax_kernel,
-        "gelu_kernel": gelu.gelu_kernel,
-        "gelu_backward_kernel": gelu.gelu_backward_kernel,
-        "layer_norm_kernel": layer_norm.layer_norm_kernel,
-        "layer_norm_backward_kernel": layer_norm.layer_norm_backward_kernel,
-        "cross_entropy_kernel": cross_entropy.cross_entropy_kernel,
-        "attention_forward_kernel": attention.attention_forward_kernel,
-        "attention_backward_kernel": attention.attention_backward_kernel,
-        "adam_kernel": adam.adam_kernel,
-        "rms_norm_kernel": rms_norm.rms_norm_kernel,
-        "rms_norm_backward_kernel": rms_norm.rms_norm_backward_kernel,
-        "sum_of_squares": norms.sum_of_squares,
+        name: module_kernel(module.__name__, name)
+        for module, names in (
+            (K, ("zip_fast_kernel", "map_kernel", "reduce_kernel", "softmax_kernel")),
+            (gelu, ("gelu_kernel", "gelu_backward_kernel")),
+            (layer_norm, ("layer_norm_kernel", "layer_norm_backward_kernel")),
+            (cross_entropy, ("cross_entropy_kernel",)),
+            (attention, ("attention_forward_kernel", "attention_backward_kernel")),
+            (adam, ("adam_kernel",)),
+            (rms_norm, ("rms_norm_kernel", "rms_norm_backward_kernel")),
+            (norms, ("sum_of_squares",)),
+        )
+        for name in names
     }
 
 
 def compiled_kernel():
     """A kernel that sitp.compile generates (chapter 6): GELU's tanh form on float32,
     small enough to be serial (no prange), so its loop is the code inspected."""
-    from sitp.compile import codegen
 
     def gelu(h):
         return 0.5 * h * (1.0 + ((h + 0.044715 * h * h * h) * 0.7978845608028654).tanh())
@@ -156,7 +209,7 @@ def compiled_kernel():
     cf(h)  # the first call traces (and runs eagerly); the second runs the kernel
     np.testing.assert_allclose(cf(h).numpy(), gelu(h).numpy(), rtol=1e-5, atol=1e-6)
     (node,) = [n for n in cf.graph.nodes if n.kernel is not None]
-    out = {"compiled_gelu": codegen.load(node.kernel.source, node.kernel.name)}
+    out = {"compiled_gelu": ("source", node.kernel.source, node.kernel.name)}
     # the GEMM with a generated epilogue (rules.py): a Linear, GELU, Linear step, whose
     # GELU and GELU' become the epilogues of the forward's and the backward's products
     from sitp import nn
@@ -185,7 +238,7 @@ def compiled_kernel():
     assert [n.fn for n in fused] == ["Linear.forward", "Linear.backward"], fused
     for n in fused:
         name = n.kernel.name + "_gemm"
-        out["compiled_gemm_" + n.fn.split(".")[1]] = codegen.load(n.kernel.source, name)
+        out["compiled_gemm_" + n.fn.split(".")[1]] = ("source", n.kernel.source, name)
     return out
 
 
@@ -208,7 +261,19 @@ def saved_kernels_path() -> Path | None:
     return Path(folder) / f"{digest.hexdigest()[:20]}.json"
 
 
+def run_on_host():
+    """``--signatures``: run the kernels here (the host's target) and pickle what ran."""
+    places = gemm_kernels()
+    if "--all" in sys.argv:
+        places.update(training_step())
+        places.update(compiled_kernel())
+    path = Path(sys.argv[sys.argv.index("--signatures") + 1])
+    path.write_bytes(pickle.dumps(signatures(places)))
+
+
 def main():
+    if "--signatures" in sys.argv:
+        return run_on_host()
     cfg = sitp.show_config(mode="dicts")
     report = {
         "cpu": cfg["cpu"]["llvm_cpu_name"],
@@ -221,11 +286,7 @@ def main():
         report["kernels"] = json.loads(saved.read_text(encoding="utf-8"))
         report["saved"] = True
     else:
-        dispatchers = gemm_kernels()
-        if "--all" in sys.argv:
-            dispatchers.update(training_step())
-            dispatchers.update(compiled_kernel())
-        report["kernels"] = kernels(dispatchers)
+        report["kernels"] = kernels(host_signatures())
         if saved is not None:  # atomically: parallel probes may write the same file
             saved.parent.mkdir(parents=True, exist_ok=True)
             tmp = saved.with_suffix(f".{os.getpid()}.tmp")

@@ -24,7 +24,10 @@ from sitp.kernels.cpu.vecmath import FASTMATH, erf_f32, exp_f32
 from sitp.nn import functional as F
 
 EXP_ULPS = 1.5
-ERF_ULPS = 6.0
+# erf_f32's largest error on the dense grid below: 5.66 ulp where the target has fused
+# multiply-adds (fastmath contracts the polynomials; AVX2 and AVX-512), 6.12 on x86-64's
+# baseline (SSE2), which has none and rounds every product (both measured with the grid)
+ERF_ULPS = 6.25
 SETTINGS = settings(max_examples=30, deadline=None)
 F32 = np.float32
 
