@@ -322,27 +322,42 @@ def compare(args) -> dict:
     from sitp.bench import ab
 
     here = os.path.abspath(__file__)
+    names = ["sitp", "torch"] + (["sitp_before"] if args.before else [])
+    env = {"sitp_before": ab.source_tree_env(args.before)} if args.before else {}
     results = {}
-    with ab.workers(["sitp", "torch"], threads=args.threads) as w:
+    with ab.workers(names, threads=args.threads, env=env) as w:
         for name in args.only or MODELS + PIECES:
-            arms = {
-                lib: ab.Arm(w[lib], f"{here}:workload", {"lib": lib, "model": name}, warmup=3)
-                for lib in ("sitp", "torch")
+            arms = {  # the "before" arm is sitp too, from another source tree
+                arm: ab.Arm(
+                    w[arm],
+                    f"{here}:workload",
+                    {"lib": arm.split("_")[0], "model": name},
+                    warmup=3,
+                )
+                for arm in names
             }
+            ratios = [("sitp", "torch")] + ([("sitp_before", "sitp")] if args.before else [])
             res = ab.compare(
                 arms,
                 rounds=args.rounds,
                 calls=args.calls,
-                ratios=[("sitp", "torch")],
+                ratios=ratios,
                 pause=0.05,
                 clock=args.clock,
             )
             results[name] = res
             s, t = (res["arms"][k]["median"] * 1e3 for k in ("sitp", "torch"))
             r = res["ratios"]["sitp/torch"]
+            before = ""
+            if args.before:
+                b = res["ratios"]["sitp_before/sitp"]
+                before = (
+                    f"  before {res['arms']['sitp_before']['median'] * 1e3:8.3f} ms "
+                    f"(before/sitp {b['median']:.2f}, {b['min']:.2f}-{b['max']:.2f})"
+                )
             print(
                 f"{name:8s} sitp {s:8.3f} ms  torch {t:8.3f} ms  sitp/torch {r['median']:.2f} "
-                f"({r['min']:.2f}-{r['max']:.2f})  torch's speed = {1 / r['median']:.2f}",
+                f"({r['min']:.2f}-{r['max']:.2f})  torch's speed = {1 / r['median']:.2f}{before}",
                 flush=True,
             )
     return results
@@ -407,6 +422,8 @@ def main():
     ap.add_argument("--skip-compare", action="store_true")
     ap.add_argument("--skip-profile", action="store_true")
     ap.add_argument("--json", help="write every figure here")
+    ap.add_argument("--before", help="a source tree (DIR/src) of an older sitp, a third arm")
+    ap.add_argument("--label-before", default="before", help="what --before is (a commit)")
     args = ap.parse_args()
     os.environ.setdefault("NUMBA_NUM_THREADS", str(args.threads))
     record = {
@@ -428,9 +445,18 @@ def main():
                         "sitp": r["arms"]["sitp"]["median"],
                         "torch": r["arms"]["torch"]["median"],
                         "sitp/torch": r["ratios"]["sitp/torch"],
+                        **(
+                            {
+                                "sitp_before": r["arms"]["sitp_before"]["median"],
+                                "sitp_before/sitp": r["ratios"]["sitp_before/sitp"],
+                            }
+                            if args.before
+                            else {}
+                        ),
                     }
                     for n, r in res.items()
                 },
+                **({"label_before": args.label_before} if args.before else {}),
                 "machine": first["machine"],
                 "versions": first["versions"],
                 "threads": first["threads"],

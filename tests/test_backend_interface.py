@@ -178,6 +178,15 @@ def test_bare_operands(be):
     want = np.zeros((3, 4))
     want[:, 1] = 7
     check(dst, want)
+    # in place: into a contiguous operand, a strided view (the column) and with itself
+    assert B.binary_into("mul", dst, on(_host(np.full((3, 4), 3.0)))) is None
+    want *= 3
+    check(dst, want)
+    B.binary_into("add", col, on(_host(np.array(1.0))))
+    want[:, 1] += 1
+    check(dst, want)
+    B.binary_into("sub", dst, dst)
+    check(dst, np.zeros((3, 4)))
 
     check(B.reduce("sum", xT, (0,)), a.T.sum(0))
     check(B.reduce("sum", x, (1,), True), a.sum(1, keepdims=True))

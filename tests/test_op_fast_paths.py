@@ -400,3 +400,74 @@ def test_whole_powers_are_products():
     np.testing.assert_array_equal(x.pow(1.0).numpy().view(np.int32), xs.view(np.int32))
     want = torch.from_numpy(xs.copy()).pow(2.5).numpy()  # other powers: libm's pow, as before
     np.testing.assert_allclose(x.pow(2.5).numpy(), want, rtol=1e-6)
+
+
+def _inplace_cases():
+    """(name, make self, make other) for x.op_(other): each layout the in-place fast path
+    (ops.binary_into) takes, and each it leaves to the general path."""
+    rng = np.random.default_rng(7)
+    base = rng.standard_normal((5, 13)).astype(np.float32)
+    other = rng.standard_normal((5, 13)).astype(np.float32) + 3  # no zero to divide by
+    yield "contiguous", lambda L: L.tensor(base), lambda L, x: L.tensor(other)
+    yield "0-d other", lambda L: L.tensor(base), lambda L, x: L.tensor(np.float32(1.7))
+    yield "float number", lambda L: L.tensor(base), lambda L, x: 0.3
+    yield "int number", lambda L: L.tensor(base), lambda L, x: 3
+    yield "itself", lambda L: L.tensor(base), lambda L, x: x
+    yield "offset view", lambda L: L.tensor(base)[1:4], lambda L, x: L.tensor(other[:3])
+    yield "row of a view", lambda L: L.tensor(base)[2], lambda L, x: L.tensor(other[0])
+    yield "strided (general)", lambda L: L.tensor(base)[:, ::2], lambda L, x: L.tensor(other[:, :7])
+    yield (
+        "transposed (general)",
+        lambda L: L.tensor(base).t(),
+        lambda L, x: L.tensor(other.T.copy()),
+    )
+    yield "broadcast row (general)", lambda L: L.tensor(base), lambda L, x: L.tensor(other[0])
+    yield (
+        "float64",
+        lambda L: L.tensor(base.astype(np.float64)),
+        lambda L, x: L.tensor(other.astype(np.float64)),
+    )
+    yield (
+        "large (general)",
+        lambda L: L.tensor(np.tile(base, (1100, 1))),
+        lambda L, x: L.tensor(np.tile(other, (1100, 1))),
+    )
+
+
+@pytest.mark.parametrize("op", ["add_", "sub_", "mul_", "div_"])
+@pytest.mark.parametrize(
+    "name,make,make_other", list(_inplace_cases()), ids=[n for n, *_ in _inplace_cases()]
+)
+def test_inplace_arithmetic_matches_torch(op, name, make, make_other):
+    """x.add_(y) and friends give torch's bits on the fast path and on the general one,
+    write through views into the storage they share, and bump the version counter."""
+    sx, tx = make(sitp), make(torch)
+    so, to = make_other(sitp, sx), make_other(torch, tx)
+    version = sx._version
+    assert getattr(sx, op)(so) is sx and sx._version == version + 1
+    getattr(tx, op)(to)
+    np.testing.assert_array_equal(sx.numpy(), tx.numpy())
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+def test_inplace_arithmetic_over_an_overlapping_view(op):
+    """x[1:] op= x[:-1] of one storage (torch refuses such a partial overlap): every
+    entry is computed from the values before the write, as from a copy."""
+    flat = np.arange(1.0, 21.0, dtype=np.float32)
+    x = sitp.tensor(flat)
+    getattr(x[1:], op + "_")(x[:-1])
+    expected = flat.copy()
+    expected[1:] = getattr(flat[1:], f"__{'truediv' if op == 'div' else op}__")(flat[:-1])
+    np.testing.assert_array_equal(x.numpy(), expected)
+
+
+def test_inplace_arithmetic_keeps_the_general_checks():
+    """What the fast path does not take still promotes, broadcasts and refuses as torch."""
+    i = sitp.arange(6).reshape(2, 3)
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        i.div_(sitp.ones(2, 3, dtype=sitp.int64))
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        sitp.ones(3).add_(sitp.ones(2, 3))
+    x = sitp.ones(2, 3)
+    x.add_(sitp.ones(2, 3, dtype=sitp.float64))  # float64 into float32: computed, then cast
+    assert x.dtype is sitp.float32 and x.numpy().tolist() == [[2.0] * 3] * 2

@@ -43,6 +43,7 @@ import math
 FUNCTIONS = (
     "unary",
     "binary",
+    "binary_into",
     "compare",
     "where",
     "assign",
@@ -85,6 +86,14 @@ def binary(op, a, b, out_dtype=None):
 
     ``a`` and ``b`` share a dtype. Returns a new contiguous tensor of the broadcast shape,
     of dtype ``out_dtype`` (default ``a.dtype``).
+    """
+
+
+def binary_into(op, dst, b):
+    """``dst <- f(dst, b)`` in place (``x.add_(y)``), for the op named ``op``.
+
+    ``b`` shares ``dst``'s dtype and has its shape or none (a single entry); ``dst`` may
+    be any strided view, and ``b`` may be ``dst`` itself. Returns None.
     """
 
 

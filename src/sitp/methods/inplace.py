@@ -15,7 +15,7 @@ from sitp._tensor.tensor import Tensor
 from sitp.autograd.function import check_inplace as _check_inplace
 from sitp.autograd.function import refuse_indexed_write as _refuse_indexed_write
 from sitp.autograd.grad_mode import no_grad
-from sitp.dtypes import bool_
+from sitp.dtypes import bool_, float32, float64
 from sitp.methods.indexing import setitem
 from sitp.random import _normal, _uniform
 from sitp.strides import broadcast_shapes, contiguous_strides
@@ -88,27 +88,53 @@ class TensorInplace:
                 self.retain_grad()
         return self
 
+    def _into(self, op: str, other) -> bool:
+        """``self op= other`` written straight into self's storage, for the common case:
+        ``other`` a tensor of self's shape and dtype (or a single entry of its dtype), or
+        a number, where self is float32 or float64. False where the general path must run
+        (it promotes, broadcasts and checks): the same values either way."""
+        if self.dtype is not float32 and self.dtype is not float64:
+            return False
+        if isinstance(other, Tensor):
+            if other.dtype is not self.dtype or (other._shape != self._shape and other._shape):
+                return False
+        elif other.__class__ in (int, float):
+            other = _scalar(other, self.dtype)
+        else:
+            return False
+        dispatch.of(self, other).binary_into(op, self, other)
+        self._vc[0] += 1
+        return True
+
     # Each in-place op below records itself when _check_inplace says so; otherwise no
     # operand requires grad or grad mode is off, so its out-of-place arithmetic records
     # nothing either, and it runs as it is (a no_grad block there would change nothing).
     def add_(self, other, alpha=1):
         if _check_inplace(self, other):
             return self._record_inplace(lambda x: x + (other * alpha if alpha != 1 else other))
+        if alpha == 1 and self._into("add", other):
+            return self
         return self._inplace(self + (other * alpha if alpha != 1 else other))
 
     def sub_(self, other, alpha=1):
         if _check_inplace(self, other):
             return self._record_inplace(lambda x: x - (other * alpha if alpha != 1 else other))
+        if alpha == 1 and self._into("sub", other):
+            return self
         return self._inplace(self - (other * alpha if alpha != 1 else other))
 
     def mul_(self, other):
         if _check_inplace(self, other):
             return self._record_inplace(lambda x: x * other)
+        if self._into("mul", other):
+            return self
         return self._inplace(self * other)
 
     def div_(self, other):
         if _check_inplace(self, other):
             return self._record_inplace(lambda x: x / other)
+        if self._into("div", other):
+            return self
         return self._inplace(self / other)
 
     def addcmul_(self, t1, t2, value=1):

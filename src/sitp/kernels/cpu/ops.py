@@ -182,6 +182,26 @@ def binary(op: str, a, b, out_dtype=None):
 # --8<-- [end:binary_launch]
 
 
+def binary_into(op: str, dst, b) -> None:
+    """``dst <- dst op b`` in place (``x.add_(y)``); b shares dst's dtype and broadcasts to it."""
+    n = numel(dst._shape)
+    if (
+        0 < n < _PARALLEL_COPY_MIN
+        and dst._strides == strides_of(dst._shape)
+        and (b._strides == dst._strides if b._shape == dst._shape else not b._shape)
+        # b reads no entry that dst writes before b reads it: another buffer, or b is dst
+        and (b._storage is not dst._storage or (b._offset == dst._offset and b._shape))
+    ):  # one row of all n entries, written straight into dst's storage
+        o = dst._offset
+        out = dst._storage if o == 0 and dst._storage.size == n else dst._storage[o : o + n]
+        K.zip_fast_kernel(
+            K.BINARY[op], dst._storage, _start_at(o), 1,
+            b._storage, _start_at(b._offset), 1 if b._shape else 0, n, out,
+        )  # fmt: skip
+    elif numel(dst._shape):
+        assign(dst, binary(op, dst, b))
+
+
 def compare(op: str, a, b):
     """A new bool tensor a <op> b with broadcasting."""
     shape = broadcast_shapes(a._shape, b._shape)

@@ -427,6 +427,11 @@ def binary(op, a, b, out_dtype=None):
     return out
 
 
+def binary_into(op, dst, b) -> None:
+    """``dst <- dst op b`` in place: the result of :func:`binary`, written into dst."""
+    assign(dst, binary(op, dst, b))
+
+
 def compare(op, a, b):
     a, b = _operand(a), _operand(b)
     shape = broadcast_shapes(a._shape, b._shape)
