@@ -322,14 +322,17 @@ def argreduce(x, dim, is_max, keepdim=False):
 
 
 def _move_last(x, dim):
-    """A view of x with ``dim`` moved last (rows along it), and the permutation."""
+    """A view of x with ``dim`` moved last (rows along it), and the permutation (None when
+    ``dim`` is already last: x itself, no view to make)."""
+    if dim == len(x._shape) - 1:
+        return x, None
     perm = last(len(x._shape), dim)
     return permuted(x, perm), perm
 
 
 def _put_back(out, perm):
     """The result ``out``, made in the permuted order ``perm``, viewed in the input's order."""
-    return out if perm[-1] == len(perm) - 1 else permuted(out, inverse(perm))
+    return out if perm is None or perm[-1] == len(perm) - 1 else permuted(out, inverse(perm))
 
 
 def softmax(x, dim, log=False):
