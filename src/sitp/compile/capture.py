@@ -69,7 +69,13 @@ _LAYER_MODULES = (
     _l_rms_norm,
     _l_softmax,
 )
-_OPS = tuple(f for f in FUNCTIONS if f not in ("check_errors",)) + ("linear", "_new")
+# binary_into (x.add_(y) written straight into x) is traced as the general path runs it: a
+# binary op, then an assign into x (_traced_into), so that the graph and its passes see
+# the same two nodes either way
+_OPS = tuple(f for f in FUNCTIONS if f not in ("check_errors", "binary_into")) + (
+    "linear",
+    "_new",
+)
 _WRITES = {"assign": 0, "put": 0}  # backend functions that write an argument in place
 _SITP_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -425,6 +431,11 @@ _BREAKERS = (
 )
 
 
+def _traced_into(op, dst, b):
+    """``_cpu.binary_into`` while tracing: the op, then the write, each a traced call."""
+    _cpu.assign(dst, _cpu.binary(op, dst, b))
+
+
 @contextlib.contextmanager
 def tracing(tracer: Tracer):
     """Record the backend calls made in the block into ``tracer`` (not re-entrant)."""
@@ -436,6 +447,8 @@ def tracing(tracer: Tracer):
         real = getattr(_cpu, name)
         saved.append((_cpu, name, real))
         setattr(_cpu, name, _wrap(name, real))
+    saved.append((_cpu, "binary_into", _cpu.binary_into))
+    _cpu.binary_into = _traced_into
     for owner, name, why in _BREAKERS:
         real = getattr(owner, name, None)
         if real is None:  # (a name the module does not have in this version)
