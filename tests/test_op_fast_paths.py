@@ -440,7 +440,7 @@ def _inplace_cases():
 )
 def test_inplace_arithmetic_matches_torch(op, name, make, make_other):
     """x.add_(y) and friends give torch's bits on the fast path and on the general one,
-    write through views into the storage they share, and bump the version counter."""
+    views with an offset and strided views included, and bump the version counter."""
     sx, tx = make(sitp), make(torch)
     so, to = make_other(sitp, sx), make_other(torch, tx)
     version = sx._version

@@ -198,7 +198,7 @@ def binary_into(op: str, dst, b) -> None:
             K.BINARY[op], dst._storage, _start_at(o), 1,
             b._storage, _start_at(b._offset), 1 if b._shape else 0, n, out,
         )  # fmt: skip
-    elif numel(dst._shape):
+    elif n:
         assign(dst, binary(op, dst, b))
 
 
