@@ -34,7 +34,11 @@ import pytest  # noqa: E402
 from hooks import corpus  # noqa: E402
 from hooks.fences import make_parser  # noqa: E402
 from hooks.pagecode import blocks  # noqa: E402
-from pytest_markdown_docs.plugin import MarkdownInlinePythonItem  # noqa: E402
+from pytest_markdown_docs.plugin import (  # noqa: E402
+    MarkdownDocstringCodeModule,
+    MarkdownInlinePythonItem,
+    MarkdownTextFile,
+)
 
 # tests/test_book.py runs pytest-markdown-docs on sample pages with `pytester`.
 pytest_plugins = ["pytester"]
@@ -118,6 +122,47 @@ def _fences_the_copy_run_runs(config, items) -> None:
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+def _takes_in_the_copy_run(config) -> bool:
+    """Whether this session's arguments collect the copy-run test with nothing that could
+    deselect it (no ``-k``, no ``-m``): then the book's fences are left out (below)
+    before they are collected, not after."""
+    if config.option.keyword or config.option.markexpr:
+        return False
+    target = config.rootpath / "tests" / _COPY_RUN[0]
+    here = config.invocation_params.dir
+    for arg in config.args:
+        path = (here / arg.split("::")[0]).resolve()
+        if path == target or path in target.parents:
+            return True
+    return False
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collect_file(file_path, parent):
+    """Do not let pytest-markdown-docs parse what it would find nothing in, or what
+    would be left out: a module of Python with no fence in its text (it walks every
+    object's docstring, about 4 s a process for the package and the tests), and the
+    book's pages when the copy-run runs their fences (each page parsed for its fences,
+    about 5 s a process; every pytest-xdist worker collects everything). The `>>>`
+    examples of the pages are doctests, collected by pytest's doctest plugin as before."""
+    collectors = yield
+    config = parent.config
+    if not hasattr(config, "_sitp_copy_run"):
+        config._sitp_copy_run = _takes_in_the_copy_run(config)
+    docs = config.rootpath / "docs"
+    kept = []
+    for c in collectors:
+        if isinstance(c, MarkdownDocstringCodeModule):
+            text = Path(file_path).read_text(encoding="utf-8", errors="replace")
+            if "```" not in text and "~~~" not in text:
+                continue
+        elif isinstance(c, MarkdownTextFile):
+            if config._sitp_copy_run and Path(file_path).is_relative_to(docs):
+                continue
+        kept.append(c)
+    return kept
 
 
 @pytest.hookimpl(trylast=True)  # after `-m` and `-k` have deselected what they do

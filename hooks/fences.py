@@ -14,6 +14,7 @@ treats all of these as containers of indented Markdown, so their fences are seen
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from typing import TYPE_CHECKING
 
@@ -109,13 +110,28 @@ class Fence:
 
 def parsed_fences(text: str, parser: MarkdownIt | None = None) -> list[Fence]:
     """Every fence that the (hooked) markdown-it parser sees on a page."""
-    parser = parser or make_parser()
+    if parser is None:  # the book's parser: a page's text is parsed once a process
+        return [
+            Fence(line, lang, set(opts), content) for line, lang, opts, content in _parsed(text)
+        ]
+    return [Fence(*fence) for fence in _parse(text, parser)]
+
+
+def _parse(text: str, parser: MarkdownIt) -> list[tuple]:
     fences = []
     for token in parser.parse(text):
         if token.type == "fence" and token.map:
             lang, options = fence_info(token.info)
-            fences.append(Fence(token.map[0] + 1, lang, options, token.content))
+            fences.append((token.map[0] + 1, lang, options, token.content))
     return fences
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(text: str) -> tuple[tuple, ...]:
+    """The fences of ``text`` with :func:`make_parser`'s parser, kept: the pytest
+    session asks for each page's fences from several places (the copy-run's pages, the
+    corpus markers, the book's tests), each of which would parse the page again."""
+    return tuple((line, lang, frozenset(o), c) for line, lang, o, c in _parse(text, make_parser()))
 
 
 _OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")

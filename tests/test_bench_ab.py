@@ -193,7 +193,8 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
 
 def run_script(name, *argv, timeout=600):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # no pauses between the harness's blocks: a smoke run checks the script, not figures
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "SITP_BENCH_PAUSE_S": "0"}
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, str(SCRIPTS / name), *argv],

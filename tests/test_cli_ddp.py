@@ -9,6 +9,7 @@ failure on one rank ends the job at once, with its message.
 """
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -172,7 +173,10 @@ def test_bench_ddp_smoke(tmp_path):
     out = tmp_path / "bench.json"
     cmd = [sys.executable, str(Path(__file__).parent.parent / "scripts" / "bench_ddp.py")]
     cmd += ["--smoke", "--steps", "2", "--warmup", "1", "--data", str(tmp_path / "text.txt")]
-    proc = subprocess.run([*cmd, "--json", str(out)], capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "SITP_BENCH_PAUSE_S": "0"}  # a smoke run: no pauses between blocks
+    proc = subprocess.run(
+        [*cmd, "--json", str(out)], capture_output=True, text=True, timeout=120, env=env
+    )
     assert proc.returncode == 0, output(proc)
     record = json.loads(out.read_text())
     assert [r["ranks"] for r in record["results"]] == [1, 1, 2]
