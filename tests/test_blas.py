@@ -297,3 +297,24 @@ def test_gemm_small_set_edges_and_layouts(dtype, layout):
             C = np.full((M, N), np.nan, dtype)
             gemm_direct_parallel(A, B, C, bias, has_bias, 2)
             np.testing.assert_allclose(C, want, **tol(dtype, K), err_msg=f"{M}x{K}x{N}, 2 threads")
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_few_rows_times_a_transposed_weight_give_the_tiles_bits(dtype):
+    """x @ W.T for fewer rows than a tile (one token through a Linear) reads W's rows in
+    place (small._gemv_cols) instead of copying all of W for the tiles: each entry is the
+    same sum, from the bias or 0 in the order of K with the same contraction, so the
+    bits are those of the tiles run on a copy of W.T with contiguous rows."""
+    rng = np.random.default_rng(11)
+    for M, K, N in itertools.product((1, 2, _MR - 1), (1, 17, 131), (2, 7, 8, 9, 17, 65)):
+        for a_cols in (False, True):
+            A = rand((K, M), dtype, rng).T if a_cols else rand((M, K), dtype, rng)
+            W, bias = rand((N, K), dtype, rng), rand((N,), dtype, rng)
+            for has_bias in (False, True):
+                got, want = (np.full((M, N), np.nan, dtype) for _ in range(2))
+                gemm_small_set(A, W.T, got, bias, has_bias)
+                gemm_small_set(A, np.ascontiguousarray(W.T), want, bias, has_bias)
+                assert got.tobytes() == want.tobytes(), f"{M}x{K}x{N} {a_cols=} {has_bias=}"
+                np.testing.assert_allclose(
+                    got, A @ W.T + (bias if has_bias else 0), **tol(dtype, K)
+                )

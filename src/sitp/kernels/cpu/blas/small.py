@@ -83,10 +83,62 @@ def gemm_small_set(A, B, C, bias, has_bias):
         return
     M, N = C.shape
     a_si, a_sp = A.strides[0] // A.itemsize, A.strides[1] // A.itemsize
+    if M < SMALL_MR and N > 1 and B.strides[0] == B.itemsize and B.strides[1] != B.itemsize:
+        _gemv_cols(A, B, C, mode, bias)  # a few rows times a layer's W.T
+        return
     if M < SMALL_MR or N < tile_nr(A.dtype) // 2 or (a_sp != 1 and a_si != 1):
         _gemm_small(A, B, C, mode, bias)
     else:
         _gemm_set(A, B, C, mode, bias)
+
+
+@njit(cache=True, fastmath=FASTMATH)
+def _gemv_cols(A, B, C, mode, bias):
+    """C = A @ B (mode 1) or A @ B + bias (mode 2) for fewer rows than a tile's, with B's
+    columns contiguous: a layer's ``x @ W.T`` when x is one token (decoding, sampling).
+
+    The tiles read B by rows, so they would first copy all of B (the whole weight, at
+    every call) to use one or two of their rows. Here each column of B, a row of W, is
+    read in place, eight at a time: eight sums run side by side, one value of A times
+    one value of each of eight rows of W a step. Each sum starts from the bias (or 0)
+    and adds the products in the order of p, with the tiles' contraction (an FMA where
+    the target has one): the bits are those of the tiles.
+    """
+    M, K = A.shape
+    N = B.shape[1]
+    W = B.T  # (N, K), rows contiguous
+    zero = np.zeros(1, C.dtype)[0]  # (C is not written yet: no C[j] * 0)
+    for i in range(M):
+        a = A[i]
+        c = C[i]
+        j = 0
+        while j + 8 <= N:
+            w0, w1, w2, w3 = W[j], W[j + 1], W[j + 2], W[j + 3]
+            w4, w5, w6, w7 = W[j + 4], W[j + 5], W[j + 6], W[j + 7]
+            if mode == 2:
+                s0, s1, s2, s3 = bias[j], bias[j + 1], bias[j + 2], bias[j + 3]
+                s4, s5, s6, s7 = bias[j + 4], bias[j + 5], bias[j + 6], bias[j + 7]
+            else:
+                s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
+            for p in range(K):
+                x = a[p]
+                s0 += x * w0[p]
+                s1 += x * w1[p]
+                s2 += x * w2[p]
+                s3 += x * w3[p]
+                s4 += x * w4[p]
+                s5 += x * w5[p]
+                s6 += x * w6[p]
+                s7 += x * w7[p]
+            c[j], c[j + 1], c[j + 2], c[j + 3] = s0, s1, s2, s3
+            c[j + 4], c[j + 5], c[j + 6], c[j + 7] = s4, s5, s6, s7
+            j += 8
+        for jj in range(j, N):
+            w = W[jj]
+            s = bias[jj] if mode == 2 else zero
+            for p in range(K):
+                s += a[p] * w[p]
+            c[jj] = s
 
 
 @njit(cache=True)
