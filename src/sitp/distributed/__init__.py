@@ -92,7 +92,10 @@ __all__ = [
     "send",
     "ZeroOptimizer",
     "spawn",
+    "DeviceMesh",
+    "init_device_mesh",
 ]
 
+from sitp.distributed.device_mesh import DeviceMesh, init_device_mesh  # noqa: E402
 from sitp.distributed.spawn import spawn  # noqa: E402
 from sitp.distributed.zero import ZeroOptimizer  # noqa: E402  (it uses the names above)

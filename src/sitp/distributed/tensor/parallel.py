@@ -25,7 +25,9 @@ forward and one backward per pair. Megatron names the two as the functions ``f``
 sitp has no DTensor: a parallelized ``Linear``'s weight *is* the local slice (a plain
 tensor of shape (out/p, in) or (out, in/p)), as with torch's ``use_local_output=True``
 and ``.to_local()``. The layouts are the styles' defaults (Megatron's), not options;
-``device_mesh`` is a process group or None (the default group), torch's 1-D mesh.
+``device_mesh`` is a 1-D :class:`~sitp.distributed.device_mesh.DeviceMesh` (one dimension
+of a larger mesh, for tensor parallelism inside data parallelism), a process group, or
+None (the default group).
 """
 
 from __future__ import annotations
@@ -279,11 +281,12 @@ def parallelize_module(module, device_mesh=None, parallelize_plan=None, *, src_d
 
     Args:
         module: the model (every rank builds the same one).
-        device_mesh: the process group to split across (None: the default group).
+        device_mesh: the ranks to split across: a 1-D DeviceMesh (``mesh["tp"]`` of a
+            2-D one), a process group, or None (the default group).
         parallelize_plan: a style for ``module`` itself, or a dict from a submodule's
             dotted name (``fnmatch`` patterns allowed, as torch's) to a style.
-        src_data_rank: the rank whose weights are broadcast before the split (torch's
-            default 0); None keeps each rank's own.
+        src_data_rank: the rank, within ``device_mesh``, whose weights are broadcast
+            before the split (torch's default 0); None keeps each rank's own.
 
     Returns:
         The module.
@@ -296,10 +299,17 @@ def parallelize_module(module, device_mesh=None, parallelize_plan=None, *, src_d
             "sitp.distributed.init_process_group() first"
         )
     group = device_mesh
+    if hasattr(device_mesh, "get_group"):  # a DeviceMesh: its one dimension's group
+        if device_mesh.ndim != 1:
+            raise ValueError(
+                f"parallelize_module takes a 1-D mesh (got {device_mesh!r}): pass the "
+                'tensor-parallel dimension, mesh["tp"]'
+            )
+        group = device_mesh.get_group()
     if src_data_rank is not None:
         with no_grad():
             for q in module.parameters():
-                dist.broadcast(q.data, src=src_data_rank, group=group)
+                dist.broadcast(q.data, group=group, group_src=src_data_rank)
     if isinstance(parallelize_plan, ParallelStyle):
         parallelize_plan._apply(module, group)
         return module

@@ -97,7 +97,7 @@ def _tensors_in(obj):
             yield from _tensors_in(o)
 
 
-def _broadcast_coalesced(tensors, src: int = 0) -> None:
+def _broadcast_coalesced(tensors, src: int = 0, group=None) -> None:
     """Copy rank ``src``'s ``tensors`` into every rank's: one broadcast per dtype and
     device, of the tensors packed into one flat buffer."""
     kinds = {}
@@ -112,7 +112,7 @@ def _broadcast_coalesced(tensors, src: int = 0) -> None:
                 views.append(flat[offset : offset + t.numel()].view(t.shape))
                 views[-1].copy_(t)
                 offset += t.numel()
-            dist.broadcast(flat, src=src)
+            dist.broadcast(flat, src=src, group=group)
             for t, v in zip(ts, views):
                 t.copy_(v)
 
@@ -138,7 +138,10 @@ class DistributedDataParallel(Module):
         gradient_as_bucket_view: leave each ``.grad`` as a view of its bucket (no copy
             back, less memory).
 
-    The other parameters of torch's signature (``process_group``, ``static_graph``,
+        process_group: the ranks to average over (default: all); ``device_mesh``, a 1-D
+            DeviceMesh, names them too (``mesh["dp"]`` of a data x tensor-parallel mesh).
+
+    The other parameters of torch's signature (``static_graph``,
     mixed precision, ...) raise NotImplementedError unless left at their defaults.
     """
 
@@ -171,12 +174,10 @@ class DistributedDataParallel(Module):
                 f"DistributedDataParallel wraps an nn.Module (got {type(module).__name__})"
             )
         unsupported = {
-            "process_group": (process_group, None),
             "static_graph": (static_graph, False),
             "delay_all_reduce_named_params": (delay_all_reduce_named_params, None),
             "param_to_hook_all_reduce": (param_to_hook_all_reduce, None),
             "mixed_precision": (mixed_precision, None),
-            "device_mesh": (device_mesh, None),
             "skip_all_reduce_unused_params": (skip_all_reduce_unused_params, False),
             "bucket_cap_mb_list": (bucket_cap_mb_list, None),
             "batched_grad_copy": (batched_grad_copy, False),
@@ -215,7 +216,19 @@ class DistributedDataParallel(Module):
         self.bucket_bytes_cap = int(bucket_cap_mb * 1024 * 1024)
         self.require_backward_grad_sync = True  # False inside no_sync()
         self.require_forward_param_sync = True
-        self.world_size = dist.get_world_size()
+        if process_group is not None and device_mesh is not None:
+            raise ValueError("DistributedDataParallel: give process_group or device_mesh, not both")
+        if device_mesh is not None:
+            if device_mesh.ndim != 1:
+                raise ValueError(
+                    f"DistributedDataParallel takes a 1-D device_mesh (got {device_mesh!r}): "
+                    'pass its data-parallel dimension, mesh["dp"]'
+                )
+            process_group = device_mesh.get_group()
+        self.process_group = process_group  # None: the default group
+        self.world_size = dist.get_world_size(process_group)
+        # the group's first rank (a global rank) is the source of the initial values
+        self._src = 0 if process_group is None else process_group.ranks[0]
 
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         if not named:
@@ -226,7 +239,9 @@ class DistributedDataParallel(Module):
         self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
         if init_sync and self.world_size > 1:
-            _broadcast_coalesced(list(module.parameters()) + list(module.buffers()))
+            _broadcast_coalesced(
+                list(module.parameters()) + list(module.buffers()), self._src, process_group
+            )
 
         buckets = assign_buckets(
             self._params, self.bucket_bytes_cap, first_bucket_bytes or self.bucket_bytes_cap
@@ -258,7 +273,7 @@ class DistributedDataParallel(Module):
         if self.broadcast_buffers and self.world_size > 1:
             buffers = list(self.module.buffers())
             if buffers:
-                _broadcast_coalesced(buffers)
+                _broadcast_coalesced(buffers, self._src, self.process_group)
         out = self.module(*inputs, **kwargs)
         if is_grad_enabled() and self.require_backward_grad_sync:
             self._prepare_for_backward(out)
@@ -332,7 +347,9 @@ class DistributedDataParallel(Module):
         while self._next < len(self._buckets) and self._buckets[self._next].pending == 0:
             b = self._buckets[self._next]
             b.flat.div_(self.world_size)  # the sum of grad / p is the average
-            b.work = dist.all_reduce(b.flat, op=dist.ReduceOp.SUM, async_op=True)
+            b.work = dist.all_reduce(
+                b.flat, op=dist.ReduceOp.SUM, group=self.process_group, async_op=True
+            )
             self._next += 1
         for b in self._buckets[: self._next]:  # let MPI advance the reductions in flight
             if b.work is not None:
@@ -361,7 +378,7 @@ class DistributedDataParallel(Module):
         used = None
         if self.find_unused_parameters:  # which parameters some rank used
             flags = creation.tensor([float(u) for u in self._used])
-            dist.all_reduce(flags)
+            dist.all_reduce(flags, group=self.process_group)
             used = flags.tolist()
         with no_grad():
             for b in self._buckets:
