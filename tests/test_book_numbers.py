@@ -253,7 +253,7 @@ def printed(name: str) -> str:
 
 
 def out(name: str, pattern: str):
-    """Number(s) from the recorded output of page ``name`` ("part3/tokens")."""
+    """Number(s) from the recorded output of page ``name`` ("ch05/tokens")."""
     return grab(printed(name), pattern, f"docs/_outputs/{name}.json")
 
 
@@ -432,7 +432,7 @@ def all_less_sum() -> list[float]:
 
 def exercise_option() -> str:
     """The option 5.3's exercise 3 asks about."""
-    return re.search(r"In the table, `([^`]+)` moves the loss by", page("part3/modern-gpt.md"))[1]
+    return re.search(r"In the table, `([^`]+)` moves the loss by", page("ch05/modern-gpt.md"))[1]
 
 
 def ablation_loads() -> list[float]:
@@ -836,11 +836,11 @@ def longest_chain1_reply() -> int:
 
 CH1 = "ch01/index"
 TOK, TOKENS, MODERN, EAGER, COMPILED = (
-    "part3/tokenizer",
-    "part3/tokens",
-    "part3/modern-gpt",
-    "part3/eager",
-    "part3/compiled",
+    "ch05/tokenizer",
+    "ch05/tokens",
+    "ch05/modern-gpt",
+    "ch06/eager",
+    "ch06/compiled",
 )
 COMPILE_BLOCKS = ("gelu(xW+b)", "layernorm(x+r)", "attention softmax")  # 6.4, beside the GPT step
 
@@ -876,12 +876,12 @@ def sweep_seed_sds() -> tuple[float, float]:
 FIGURES = QUOTES + [
     # 5.5: the sweep's grid and its losses, against scaling-sweep.json
     (
-        "part3/scaling.md",
+        "ch05/scaling.md",
         r"the truth is (\d\.\d+)",
         lambda: ex("scaling-sweep.json")["source"]["window_floor"],
     ),
     (
-        "part3/scaling.md",
+        "ch05/scaling.md",
         r"The largest run, ([\d,]+) parameters on (\d\.\d) million letters",
         lambda: (
             max(p["N"] for p in ex("scaling-sweep.json")["points"]),
@@ -889,12 +889,12 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/scaling.md",
+        "ch05/scaling.md",
         r"The two smallest budgets leave every model between (\d\.\d+) and (\d\.\d+) nats",
         lambda: sweep_range(sweep_budgets()[:2]),
     ),
     (
-        "part3/scaling.md",
+        "ch05/scaling.md",
         r"at the largest, the five sizes end between (\d\.\d+) and (\d\.\d+), (\d\.\d+)\s+to (\d\.\d+) above the floor",
         lambda: (
             *sweep_range(sweep_budgets()[-1:]),
@@ -905,7 +905,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/scaling.md",
+        "ch05/scaling.md",
         r"The seeds' standard deviations run from (\d\.\d+) to (\d\.\d+) nats",
         sweep_seed_sds,
     ),
@@ -942,7 +942,7 @@ FIGURES = QUOTES + [
         ),
     ),
     ("part3/index.md", r"with (\w+) special tokens that frame", lambda: len(special_tokens())),
-    ("part3/chat.md", r"framed by (\w+) special tokens:", lambda: len(special_tokens())),
+    ("ch08/chat.md", r"framed by (\w+) special tokens:", lambda: len(special_tokens())),
     (
         "part3/index.md",
         r"(\d) layers, (\d) heads, width (\d+), block (\d+), batch (\d+), ([\d,]+) iterations",
@@ -978,12 +978,12 @@ FIGURES = QUOTES + [
     ),
     # 5.1
     (
-        "part3/tokenizer.md",
+        "ch05/tokenizer.md",
         r"tinyshakespeare's (\d\.\d) million bytes",
         lambda: out(TOK, r"^([\d,]+) bytes, [\d,]+ chunks") / 1e6,
     ),
     (
-        "part3/tokenizer.md",
+        "ch05/tokenizer.md",
         r"from (\d\.\d) at 256 tokens to about (\d\.\d) at 4,352",
         lambda: (
             out(TOK, r"^vocab +256: .* ([\d.]+) bytes per token$"),
@@ -991,7 +991,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/tokenizer.md",
+        "ch05/tokenizer.md",
         r"The first 256 merges remove (\d+)% of the tokens; the last 1,024 take off (\d\.\d)%",
         lambda: out(
             TOK,
@@ -1000,7 +1000,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/tokenizer.md",
+        "ch05/tokenizer.md",
         r"GPT-4's pattern gives (\d\.\d+) bytes per token at 1,280 tokens, GPT-2's (\d\.\d+): "
         r"(\d+)% fewer",
         lambda: (
@@ -1015,70 +1015,70 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/tokenizer.md",
+        "ch05/tokenizer.md",
         r"without a letter or a digit fall from ([\d,]+) to ([\d,]+)",
         lambda: out(TOK, r"^tokens on punctuation and space: GPT-2 ([\d,]+), GPT-4 ([\d,]+)$"),
     ),
     (
-        "part3/tokenizer.md",
+        "ch05/tokenizer.md",
         r"spends slightly more tokens \(([\d,]+) against ([\d,]+)\)",
         lambda: out(TOK, r"^tokens on words: GPT-2 ([\d,]+), GPT-4 ([\d,]+)$")[::-1],
     ),
     (
-        "part3/tokenizer.md",
+        "ch05/tokenizer.md",
         r"All ([\d,]+) merges come back",
         lambda: out(TOK, r"^(\d+) merges rec"),
     ),
     (
-        "part3/tokenizer.md",
+        "ch05/tokenizer.md",
         r"Of the ([\d,]+) merged tokens, ([\d,]+) can be split",
         lambda: out(TOK, r"^([\d,]+) of ([\d,]+) merged tokens split")[::-1],
     ),
     (
-        "part3/tokenizer.md",
+        "ch05/tokenizer.md",
         r"are a quarter of a million chunks, but only some (\w+) thousand distinct ones",
         lambda: out(TOK, r"^[\d,]+ bytes, [\d,]+ chunks, ([\d,]+) distinct$") / 1000,
     ),
     # 5.2
     (
-        "part3/tokens.md",
+        "ch05/tokens.md",
         r"tinyshakespeare: ([\d,]+) bytes of plays",
         lambda: out(TOKENS, r"^[\d,]+ characters, ([\d,]+) bytes"),
     ),
     (
-        "part3/tokens.md",
+        "ch05/tokens.md",
         r"tinyshakespeare is (\d) MiB of `uint16`",
         lambda: 2 * out(TOKENS, r"^[\d,]+ characters, ([\d,]+) bytes") / 2**20,
     ),
     (
-        "part3/tokens.md",
+        "ch05/tokens.md",
         r"The training shards hold ([\d,]+) characters",
         lambda: out(TOKENS, r"^train: \d+ shards, ([\d,]+) tokens$"),
     ),
     (
-        "part3/tokens.md",
+        "ch05/tokens.md",
         r"last shard holds the remaining ([\d,]+) characters",
         lambda: out(TOKENS, r"^val: \d+ shards, ([\d,]+) tokens$"),
     ),
-    ("part3/tokens.md", r"The first uses the (\d+)\b", lambda: out(TOKENS, r'^(\d+) "')),
+    ("ch05/tokens.md", r"The first uses the (\d+)\b", lambda: out(TOKENS, r'^(\d+) "')),
     (
-        "part3/tokens.md",
+        "ch05/tokens.md",
         r"would score \$\\log_2 65 \\approx (\d\.\d+)\$ bits per byte",
         lambda: out(TOKENS, r"^characters V = +65, .* uniform ([\d.]+),"),
     ),
-    ("part3/tokens.md", r"\$1\.4697/\\ln 2 \\approx (\d\.\d+)\$", lambda: 1.4697 / math.log(2)),
+    ("ch05/tokens.md", r"\$1\.4697/\\ln 2 \\approx (\d\.\d+)\$", lambda: 1.4697 / math.log(2)),
     (
-        "part3/tokens.md",
+        "ch05/tokens.md",
         r"it spends probability on (\d+) byte values that never occur",
         lambda: 256 - out(TOKENS, r"^characters V = +(\d+),"),
     ),
     (
-        "part3/tokens.md",
+        "ch05/tokens.md",
         r"a uniform choice of two characters costs (\d+\.\d+)",
         lambda: 2 * out(TOKENS, r"^characters V = +65, .* uniform ([\d.]+),"),
     ),
     (
-        "part3/tokens.md",
+        "ch05/tokens.md",
         r"The ([\d,]+) training windows cover (\d\.\d) million characters of a text of (\d\.\d) "
         r"million",
         lambda: (
@@ -1091,7 +1091,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/tokens.md",
+        "ch05/tokens.md",
         r"Per token, the pair model looks much worse: (\d\.\d) bits against (\d\.\d)\. Per byte "
         r"it is better, (\d\.\d+) against (\d\.\d+)\.",
         lambda: (
@@ -1102,7 +1102,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/tokens.md",
+        "ch05/tokens.md",
         r"scores (\d) bits per byte on bytes and \$\\log_2 65 = (\d\.\d+)\$ on characters",
         lambda: (
             out(TOKENS, r"^bytes +V = +256, .* uniform ([\d.]+),"),
@@ -1110,7 +1110,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/tokens.md",
+        "ch05/tokens.md",
         r"On BPE 512 it scores (\d\.\d+), and on BPE 1,024 (\d\.\d+), better than a unigram "
         r"over characters \((\d\.\d+)\)",
         lambda: (
@@ -1120,7 +1120,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/tokens.md",
+        "ch05/tokens.md",
         r"The unigram gains in the same way \((\d\.\d+), (\d\.\d+), (\d\.\d+)\)",
         lambda: tuple(
             out(TOKENS, rf"^{n} .* unigram ([\d.]+) bits")
@@ -1128,22 +1128,22 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/tokens.md",
+        "ch05/tokens.md",
         r"characters give the unigram the same (\d\.\d+)",
         lambda: out(TOKENS, r"^bytes .* unigram ([\d.]+) bits"),
     ),
     (
-        "part3/tokens.md",
+        "ch05/tokens.md",
         r"so most positions have been trained on, some several times: (\d+)% of the validation",
         lambda: out(TOKENS, r"split by window ([\d.]+)%"),
     ),
     (
-        "part3/tokens.md",
+        "ch05/tokens.md",
         r"split by position the share is (\d+)%",
         lambda: out(TOKENS, r"split by position ([\d.]+)%"),
     ),
     (
-        "part3/tokens.md",
+        "ch05/tokens.md",
         r"For \$T = 64\$ that is (\d\.\d+) pages, and a batch of 12 reads about (\d+) KiB of the "
         r"gigabyte, (\d\.\d+)%",
         lambda: (
@@ -1155,12 +1155,12 @@ FIGURES = QUOTES + [
     # 5.3: the ablation over seeds (its table is checked in figure_quotes, its verdicts in
     # test_a_verdict_in_prose_matches_its_data) and the budget run
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"--seeds (\d+) (\d+) (\d+) (\d+) (\d+) --threads (\d)",
         lambda: (*ex(ABLATION)["args"]["seeds"], ex(ABLATION)["machine"]["threads"]),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"config`\), (\w+) thread, (\w+) seeds \((\d+), (\d+), (\d+), (\d+) and (\d+)\)",
         lambda: (
             ex(ABLATION)["machine"]["threads"],
@@ -1169,12 +1169,12 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"The whole ablation ran once per seed, for (\w+) seeds,",
         lambda: len(ex(ABLATION)["args"]["seeds"]),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"recorded before and after every run, was (\d\.\d) to (\d\.\d) on its (\w+) vCPUs",
         lambda: (
             min(ablation_loads()),
@@ -1183,18 +1183,18 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"The baseline's validation loss lies (\d\.\d+) apart between its best and its worst "
         r"seed \(sd (\d\.\d+)\)",
         lambda: (max(ablation("gpt2")) - min(ablation("gpt2")), seed_sd()),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"paired differences over the (\w+) seeds\.",
         lambda: len(ex(ABLATION)["args"]["seeds"]),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"Muon takes the GPT-2 architecture from (\d\.\d+) to (\d\.\d+) in (\d+) steps \(a "
         r"gain of (\d\.\d+) ± (\d\.\d+)\),",
         lambda: (
@@ -1206,23 +1206,23 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"Rotary embeddings give (\d\.\d+) ± (\d\.\d+):",
         lambda: gain_sd("rope"),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"QK-norm is \w+ \((\d\.\d+) ± (\d\.\d+)\)",
         lambda: gain_sd("qk-norm"),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"ReLU² gains (\d\.\d+) ± (\d\.\d+), \w+ the spread, and the untied head (\d\.\d+) ± "
         r"(\d\.\d+), \w+ the spread",
         lambda: (*gain_sd("relu2"), *gain_sd("untied")),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"soft-capping each move the loss by (\d\.\d+) or less",
         lambda: max(
             abs(mean_sd(ablation_gain(o))[0])
@@ -1230,7 +1230,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"All options together reach (\d\.\d+), (\d\.\d+) ± (\d\.\d+) (?:below|above) Muon alone",
         lambda: (
             statistics.mean(ablation("all")),
@@ -1239,7 +1239,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"gain of (\d\.\d+) (?:falls short of|exceeds) the sum of Muon's and rotary's single "
         r"gains \((\d\.\d+) and (\d\.\d+)\) by (\d\.\d+) ± (\d\.\d+),",
         lambda: (
@@ -1251,28 +1251,28 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"on the same ([\d,]+) held-out bytes",
         lambda: ex("bpb-budget.json")["val_bytes"],
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"token of BPE 512 covers (\d\.\d+) bytes of the training text and one of BPE 1,024 "
         r"covers (\d\.\d+)\.",
         lambda: (bpb(2)["bytes_per_token"], bpb(3)["bytes_per_token"]),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"a BPE model would read (\d+) to (\d+) bytes",
         lambda: tuple(round(64 * bpb(i)["bytes_per_token"], -1) for i in (2, 3)),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"blocks of 64 characters, (\d+) tokens of BPE 512 and (\d+) of BPE 1,024",
         lambda: (bpb(2)["block_size"], bpb(3)["block_size"]),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"at load averages of (\d\.\d) to (\d\.\d) \(other programs were running\), with (\d+) s",
         lambda: (
             min(budget_loads()),
@@ -1281,34 +1281,34 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"A modern step costs about (\w+) a GPT-2 step on one thread \(([\d,]+) steps in the "
         r"budget against ([\d,]+):",
         lambda: (bpb(0)["steps"] / bpb(1)["steps"], bpb(1)["steps"], bpb(0)["steps"]),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"still ends (\d\.\d+) bits per byte lower, (\d\.\d+) against (\d\.\d+)\.",
         lambda: (bpb(0)["val_bpb"] - bpb(1)["val_bpb"], bpb(1)["val_bpb"], bpb(0)["val_bpb"]),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"BPE 512 takes another (\d\.\d+) off, to (\d\.\d+)\.",
         lambda: (bpb(1)["val_bpb"] - bpb(2)["val_bpb"], bpb(2)["val_bpb"]),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"it takes ([\d,]+) steps and reads ([\d,]+) bytes of text a second against the "
         r"character model's ([\d,]+),",
         lambda: (bpb(2)["steps"], bpb(2)["bytes_per_s"], bpb(1)["bytes_per_s"]),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"\(([\d,]+) steps, ([\d,]+) bytes a second\) and ends at (\d\.\d+),",
         lambda: (bpb(3)["steps"], bpb(3)["bytes_per_s"], bpb(3)["val_bpb"]),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"baseline lies (\d\.\d+) nats per character apart over its (\w+) seeds, (\d\.\d+) bits "
         r"per byte, and the gap of the modern options \((\d\.\d+)\)",
         lambda: (
@@ -1319,17 +1319,17 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"between BPE 512 and 1,024 \((\d\.\d+)\) is",
         lambda: bpb(3)["val_bpb"] - bpb(2)["val_bpb"],
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"In the table, `[^`]+` moves the loss by\s+([+−-]\d\.\d+), within the spread",
         lambda: mean_sd(ablation_gain(exercise_option()))[0],
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"baseline's sd over the seeds above is about (\d\.\d+), and \$n\$ independent seeds "
         r"per option give a standard error of the mean difference of about "
         r"\$(\d\.\d+)\\sqrt\{2/n\}\$, (\d\.\d+) for (\w+) seeds",
@@ -1341,7 +1341,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/modern-gpt.md",
+        "ch05/modern-gpt.md",
         r"its sd over the (\w+) seeds is (\d\.\d+), so the standard error of the mean "
         r"difference is \$(\d\.\d+)/\\sqrt\{n\}\$, and a mean gap of (\d\.\d+) lies two standard "
         r"errors from zero once \$n\$ reaches \$[^$]*\$, about (\d+) seeds here",
@@ -1362,15 +1362,15 @@ FIGURES = QUOTES + [
     ),
     # 5.4: the decode step's arithmetic, against its fence and 2.3's roofline table
     (
-        "part3/inference.md",
+        "ch05/inference.md",
         r"its (\d) MiB\s+of weights stream from the caches .* and its (\d) million\s+operations",
         lambda: (
-            out("part3/inference", r"^[\d,]+ matrix weights \(([\d.]+) MiB\)"),
-            out("part3/inference", r"MiB\), ([\d.]+) MFLOP per token$"),
+            out("ch05/inference", r"^[\d,]+ matrix weights \(([\d.]+) MiB\)"),
+            out("ch05/inference", r"MiB\), ([\d.]+) MFLOP per token$"),
         ),
     ),
     (
-        "part3/inference.md",
+        "ch05/inference.md",
         r"ridge point near (\d+) operations per byte on one core \((\d+\.\d) GFLOP/s over "
         r"(\d+\.\d) GB/s\)",
         lambda: (
@@ -1381,22 +1381,22 @@ FIGURES = QUOTES + [
     ),
     # 5.4: grouped-query attention and speculative decoding, trained briefly
     (
-        "part3/inference.md",
+        "ch05/inference.md",
         r"Fewer key/value heads cost (\d\.\d+) \(grouped\) and (\d\.\d+) \(multi-query\)",
         lambda: tuple(kv_val(g) - kv_val(4) for g in (2, 1)),
     ),
     (
-        "part3/inference.md",
+        "ch05/inference.md",
         r"They have (\d+)% and (\d+)% fewer parameters",
         lambda: tuple(100 * (1 - kv_gqa(g)["params"] / kv_gqa(4)["params"]) for g in (2, 1)),
     ),
     (
-        "part3/inference.md",
+        "ch05/inference.md",
         r"At temperature 1 the model kept (\d+)% of the draft's proposals",
         lambda: 100 * statistics.mean(v for r in kv_spec_rows(1.0) for v in r["kept_share"]),
     ),
     (
-        "part3/inference.md",
+        "ch05/inference.md",
         r"came (\d\.\d) to (\d\.\d) times as fast",
         lambda: (
             min(statistics.mean(r["speedup"]) for r in kv_spec_rows(None)),
@@ -1404,7 +1404,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/inference.md",
+        "ch05/inference.md",
         r"learns its (\d+) merges from the ([\d,]+) bytes and encodes the corpus at (\d\.\d+) "
         r"bytes per token",
         lambda: (
@@ -1414,7 +1414,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/inference.md",
+        "ch05/inference.md",
         r"ends at (\d\.\d+) nats per character on the whole validation split after ([\d,]+) "
         r"steps, which on this ASCII text is \$(\d\.\d+) / \\ln 2 = (\d\.\d+)\$",
         lambda: (
@@ -1425,7 +1425,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/inference.md",
+        "ch05/inference.md",
         r"where 64 of these tokens cover about (\d+)\.",
         lambda: (
             64
@@ -1434,21 +1434,21 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/inference.md",
+        "ch05/inference.md",
         r"(\d+) MiB per sequence",
-        lambda: out("part3/inference", r"^(\d+) MiB"),
+        lambda: out("ch05/inference", r"^(\d+) MiB"),
     ),
     (
-        "part3/inference.md",
+        "ch05/inference.md",
         r"The training command above builds a GPT of ([\d,]+) parameters",
         lambda: gpt_parameters(
-            vocab_size=int(re.search(r"--vocab-size (\d+)", page("part3/inference.md")).group(1)),
-            **dict(re.findall(r"--set (\w+)=(\w+)", train_command("part3/inference.md"))),
+            vocab_size=int(re.search(r"--vocab-size (\d+)", page("ch05/inference.md")).group(1)),
+            **dict(re.findall(r"--set (\w+)=(\w+)", train_command("ch05/inference.md"))),
         ),
     ),
     # 6.1 to 6.4
     (
-        "part3/eager.md",
+        "ch06/eager.md",
         r"(\w+) kernels for one layer norm, and (\d\.\d) MB moved where (\d\.\d) MB would do",
         lambda: out(
             EAGER,
@@ -1457,12 +1457,12 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/eager.md",
+        "ch06/eager.md",
         r"one thread \((\d+\.\d) GB/s from DRAM, (\d+\.\d) GB/s from the L2",
         lambda: (roofline("DRAM", 1), roofline("L2", 1)),
     ),
     (
-        "part3/eager.md",
+        "ch06/eager.md",
         r"(\w+) pointwise ops follow the product, each reading one or two 1 MB arrays and "
         r"writing a third: about (\d+) MB\. One kernel reads `h` and `b` once and writes its "
         r"result once, about (\d+) MB, some (\w+) times less",
@@ -1472,30 +1472,30 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/passes.md",
+        "ch06/passes.md",
         r"The layer norm of 6\.1 became (\w+) kernels",
         lambda: out(EAGER, r"^signature 1: compiled, 12 ops -> \d+ steps \((\d+) generated"),
     ),
     (
-        "part3/passes.md",
+        "ch06/passes.md",
         r"Two layer norms make (\w+) kernels",
-        lambda: out("part3/passes", r"^two_blocks: \d+ ops -> (\d+) kernels;"),
+        lambda: out("ch06/passes", r"^two_blocks: \d+ ops -> (\d+) kernels;"),
     ),
     (
-        "part3/passes.md",
+        "ch06/passes.md",
         r"Three blocks make\s+(\w+) kernels",
-        lambda: out("part3/passes", r"^three_blocks: \d+ ops -> (\d+) kernels;"),
+        lambda: out("ch06/passes", r"^three_blocks: \d+ ops -> (\d+) kernels;"),
     ),
     (
-        "part3/codegen.md",
+        "ch06/codegen.md",
         r"several times faster, about (\w+) in the run shown",
         lambda: (
-            out("part3/codegen", r"^serial, Python's error model +([\d.]+) ms")
-            / out("part3/codegen", r"^serial, numpy's error model +([\d.]+) ms")
+            out("ch06/codegen", r"^serial, Python's error model +([\d.]+) ms")
+            / out("ch06/codegen", r"^serial, numpy's error model +([\d.]+) ms")
         ),
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"GELU falls from about (\d+) to (\d), layer norm from (\d\.\d) to (\d\.\d), softmax "
         r"from (\d\.\d) to (\d\.\d)\.",
         lambda: tuple(
@@ -1505,7 +1505,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"Compiled sitp is (\d\.\d) times faster than eager sitp on GELU\(x W \+ b\) \((\d\.\d) "
         r"to (\d+\.\d) over the rounds\): the (\w+) pointwise ops become one kernel, and the bytes "
         r"moved fall by (\w+) times, (\d+\.\d) MB to (\d\.\d) MB",
@@ -1519,7 +1519,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"Layer norm gains (\d\.\d) times \((\d\.\d) to (\d\.\d)\) and the softmax chain (\d\.\d) "
         r"times \((\d\.\d) to (\d\.\d)\): (\w+) ops become (\w+) kernels, and (\w+) become (\w+) "
         r"kernels and a `fill`",
@@ -1534,7 +1534,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"its rounds are the shortest \((\d+) calls of about (\d\.\d+) ms\), and other programs "
         r"took (\d+)% of the CPUs while they ran",
         lambda: (
@@ -1544,7 +1544,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"faster than eager sitp, by about (\d\.\d) times on layer norm, (\d\.\d) on GELU and "
         r"(\d\.\d) on softmax",
         lambda: tuple(
@@ -1553,12 +1553,12 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"pays Python's dispatch, some (\d+) microseconds in 6\.1's run",
         lambda: out(EAGER, r"(\d+) us per op"),
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"its time is (\d\.\d+) of torch eager's on GELU, (\d\.\d+) on layer norm and (\d\.\d+) on "
         r"softmax\. No round\s+reaches 1; the widest range is layer norm's \((\d\.\d+) to "
         r"(\d\.\d+)\)",
@@ -1573,7 +1573,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"which takes (\d\.\d+) times inductor's time in the median \((\d\.\d+) against (\d\.\d+) "
         r"ms\), though not in every round \((\d\.\d+) to (\d\.\d+)\)",
         lambda: (
@@ -1588,7 +1588,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"compiled sitp is the faster in every round \((\d\.\d+) to (\d\.\d+) of inductor's "
         r"time\), and on GELU it takes (\d\.\d+) of inductor's time",
         lambda: (
@@ -1598,12 +1598,12 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"torch eager (\d\.\d+) to (\d\.\d+) ms, torch\.compile (\d\.\d+) to (\d\.\d+) ms",
         lambda: (*compile_range("gelu(xW+b)", "torch"), *compile_range("gelu(xW+b)", "inductor")),
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"compiled sitp takes (\d\.\d+) of torch eager's time \((\d\.\d+) to (\d\.\d+)\) and "
         r"(\d\.\d+) of torch\.compile's \((\d\.\d+) to (\d\.\d+)\), and even eager sitp's step, "
         r"at (\d+\.\d) ms, is faster than PyTorch's (\d+\.\d) ms on one thread of the AMD EPYC; "
@@ -1622,12 +1622,12 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"sitp's compile costs (\d\.\d) to (\d\.\d) s a block",
         lambda: (min(compile_seconds()), max(compile_seconds())),
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"its column \((\d\.\d) to (\d\.\d) s a block, (\d+\.\d) s for the GPT step\)",
         lambda: (
             min(compile_run()["rows"][b]["inductor_compile_s"] for b in COMPILE_BLOCKS),
@@ -1636,7 +1636,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"gains the least of the four rows: (\d\.\d+) times \((\d\.\d+) to (\d\.\d+) over the "
         r"rounds\), where the blocks gained (\d\.\d) to (\d\.\d)\.",
         lambda: (
@@ -1648,12 +1648,12 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"already runs at (\d\.\d+) to (\d\.\d+) of numpy's speed",
         lambda: (min(scoreboard_ratios()), max(scoreboard_ratios())),
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"the compiled anchor step takes (\d+\.\d) ms against eager's (\d+\.\d) ms, (\d\.\d+) "
         r"times faster \((\d\.\d+) to (\d\.\d+) over the rounds\)",
         lambda: (
@@ -1663,7 +1663,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"PyTorch's time: (\d\.\d+) of torch eager's \((\d\.\d+) to (\d\.\d+)\) and (\d\.\d+) "
         r"of torch\.compile's \((\d\.\d+) to (\d\.\d+)\)",
         lambda: tuple(
@@ -1673,12 +1673,12 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"Other programs took (\d+)% of the machine's CPUs while it ran",
         lambda: 100 * train_run("gpt")["load"]["other_share"],
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"the RNN's step gains (\d\.\d+) times \((\d\.\d+) to (\d\.\d+)\) and the CNN's "
         r"(\d\.\d+) \((\d\.\d+) to (\d\.\d+)\)",
         lambda: tuple(
@@ -1688,29 +1688,29 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"\((\d+) of each in the step's graph\)",
         lambda: train_report("rnn")["epilogues"] / 2,
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"which fuse \((\d+) ops become (\d+) steps\)",
         lambda: (train_report("wavenet")["ops_before"], train_report("wavenet")["steps_after"]),
     ),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"The GRU gains (\d\.\d+) \((\d\.\d+) to (\d\.\d+)\)",
         lambda: tuple(train_ratio("gru", "eager/compiled", s) for s in ("median", "min", "max")),
     ),
-    ("part3/compiled.md", r"measured in 2\.3 \((\d+\.\d) GB/s\)", lambda: roofline("DRAM", 1)),
+    ("ch06/compiled.md", r"measured in 2\.3 \((\d+\.\d) GB/s\)", lambda: roofline("DRAM", 1)),
     (
-        "part3/compiled.md",
+        "ch06/compiled.md",
         r"L2's bandwidth \((\d+\.\d) GB/s on 2\.3's machine\)",
         lambda: roofline("L2", 1),
     ),
     # 7.1 to 7.4
     (
-        "part3/collectives.md",
+        "ch07/collectives.md",
         r"the target for large messages is a ratio of at least (\d\.\d)",
         lambda: (
             0.9
@@ -1718,7 +1718,7 @@ FIGURES = QUOTES + [
                 float(x)
                 for line in re.findall(
                     r"messages of 16 MB and more: mpi4py time / sitp time (.*)$",
-                    printed("part3/collectives"),
+                    printed("ch07/collectives"),
                     re.MULTILINE,
                 )
                 for x in line.split(", ")
@@ -1728,7 +1728,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/collectives.md",
+        "ch07/collectives.md",
         r"the one line through all sizes is off by (\d+) % \(sitp\) to (\d+) % \(mpi4py\) at "
         r"16 KB, where the times rise steeply, and by (\d+) % at 64 MB",
         lambda: (
@@ -1741,7 +1741,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/collectives.md",
+        "ch07/collectives.md",
         r"its medians agree with this page's within (\d+) % up to 1 MB but differ by (\d+) % to "
         r"(\d+) % from 4 MB up",
         lambda: (
@@ -1751,25 +1751,25 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/collectives.md",
+        "ch07/collectives.md",
         r"rank 1's values (\w+) times rank 0's",
         lambda: (
-            out("part3/collectives", r"^rank 1:\n +x = \[([\d.]+),")
-            / out("part3/collectives", r"^rank 0:\n +x = \[([\d.]+),")
+            out("ch07/collectives", r"^rank 1:\n +x = \[([\d.]+),")
+            / out("ch07/collectives", r"^rank 0:\n +x = \[([\d.]+),")
         ),
     ),
     (
-        "part3/collectives.md",
+        "ch07/collectives.md",
         r"leaves rank 0 with the first half of the sum, (\d+) and (\d+), and rank 1 with the "
         r"second, (\d+) and (\d+);",
         lambda: out(
-            "part3/collectives",
+            "ch07/collectives",
             r"reduce_scatter +\[([\d.]+), ([\d.]+)\]\n(?:.*\n)*?"
             r" +reduce_scatter +\[([\d.]+), ([\d.]+)\]",
         ),
     ),
     (
-        "part3/ddp.md",
+        "ch07/ddp.md",
         r"they end close together: both near (\d\.\d) times one thread, (\d\.\d+) \((\d\.\d+) to "
         r"(\d\.\d+) over the rounds\) for the two threads and (\d\.\d+) \((\d\.\d+) to (\d\.\d+)\) "
         r"for the two ranks",
@@ -1783,7 +1783,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/ddp.md",
+        "ch07/ddp.md",
         r"The process of two threads is the faster in each of the (\w+) rounds",
         lambda: (
             ex("ddp-bench.json")["rounds"]
@@ -1797,48 +1797,48 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/ddp.md",
+        "ch07/ddp.md",
         r"the CPU time they use per step says so: (\d\.\d+) s against (\d\.\d+) s",
         lambda: tuple(ex("ddp-bench.json")["results"][i]["cpu_seconds_per_step"] for i in (2, 1)),
     ),
     (
-        "part3/ddp.md",
+        "ch07/ddp.md",
         r"every step adds an all-reduce of (\d\.\d) MB of gradients",
         lambda: 4 * ex("ddp-bench.json")["config"]["params"] / 1e6,
     ),
     (
-        "part3/ddp.md",
+        "ch07/ddp.md",
         r"\((\d+\.\d) against (\d+\.\d) ms a step in the table above, at twice the batch\)",
         lambda: tuple(r["median_step_ms"] for r in ex("ddp-bench.json")["results"][:2]),
     ),
     (
-        "part3/ddp.md",
+        "ch07/ddp.md",
         r"The model is small, (\d) MB of gradients",
-        lambda: out("part3/ddp", r"N = ([\d.]+) MB of float32 gradients"),
+        lambda: out("ch07/ddp", r"N = ([\d.]+) MB of float32 gradients"),
     ),
     (
-        "part3/ddp.md",
+        "ch07/ddp.md",
         r"is what finally stops the speedup near (\d+) ranks",
         lambda: ddp_best_ranks("100 Gb/s"),
     ),
     (
-        "part3/zero.md",
+        "ch07/zero.md",
         r"whatever \$p\$ is: about (\d) billion parameters in 80 GiB",
-        lambda: out("part3/zero", r"^8 ranks: ZeRO-0 ([\d.]+)B"),
+        lambda: out("ch07/zero", r"^8 ranks: ZeRO-0 ([\d.]+)B"),
     ),
     (
-        "part3/zero.md",
+        "ch07/zero.md",
         r"\(([\d,]+) elements\) against ([\d,]+) in all",
-        lambda: out("part3/zero", r"^([\d,]+) parameters; the largest tensor has ([\d,]+)$")[::-1],
+        lambda: out("ch07/zero", r"^([\d,]+) parameters; the largest tensor has ([\d,]+)$")[::-1],
     ),
     # 8.1 to 8.4
     (
-        "part3/chat.md",
+        "ch08/chat.md",
         r"\(the longest hand-written conversation is (\d+)\)",
         longest_identity_conversation,
     ),
     (
-        "part3/chat.md",
+        "ch08/chat.md",
         r"tinyshakespeare's (\d+) characters have no digits but (\d)",
         lambda: (
             out(TOKENS, r'^(\d+) "'),
@@ -1846,32 +1846,32 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/chat.md",
+        "ch08/chat.md",
         r"options, (\w+) layers of width (\d+), a block of (\d+) tokens",
         lambda: tuple(float(pretrain_defaults()[k]) for k in ("n_layer", "n_embd", "block_size")),
     ),
     (
-        "part3/sft.md",
+        "ch08/sft.md",
         r"on the (\d+) train problems of `addition1`",
-        lambda: out("part3/sft", r"^(\d+) train and \d+ held-out problems"),
+        lambda: out("ch08/sft", r"^(\d+) train and \d+ held-out problems"),
     ),
     (
-        "part3/sft.md",
+        "ch08/sft.md",
         r"Only the last (\w+) positions \(predicting \"5\" and `<\|assistant_end\|>`\) receive "
         r"gradient; the (\w+) before them",
         lambda: (
-            len(out_text("part3/sft", r"^targets \[(.*)\]$").split(", "))
-            - out_text("part3/sft", r"^targets \[(.*)\]$").count("-1"),
-            out_text("part3/sft", r"^targets \[(.*)\]$").count("-1"),
+            len(out_text("ch08/sft", r"^targets \[(.*)\]$").split(", "))
+            - out_text("ch08/sft", r"^targets \[(.*)\]$").count("-1"),
+            out_text("ch08/sft", r"^targets \[(.*)\]$").count("-1"),
         ),
     ),
     (
-        "part3/sft.md",
+        "ch08/sft.md",
         r"leaves pass@1 at (\w+) in every one of the (\w+) seeds",
         lambda: (max(demo_seeds("pretrain")), len(demo_seeds("pretrain"))),
     ),
     (
-        "part3/sft.md",
+        "ch08/sft.md",
         r"the sums, (\d\.\d+) ± (\d\.\d+) of the held-out problems now come out right \(mean ± sd "
         r"over the (\w+) seeds; from (\d\.\d+) with seed (\d+) to (\d\.\d+) with seed (\d+)\)",
         lambda: (
@@ -1888,7 +1888,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/sft.md",
+        "ch08/sft.md",
         r"The seeds spread (\d\.\d+) apart, [a-z ]+ one run's 95 % Wilson interval \(±(\d\.\d+) on "
         r"average\): the interval measures the sample of (\d+) problems, not where another seed's "
         r"(\d+) steps of fine-tuning land",
@@ -1900,49 +1900,49 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/sft.md",
+        "ch08/sft.md",
         r"python scripts/posttrain_demo.py --seeds (\d+) (\d+) (\d+) (\d+) (\d+)\s+--json "
         r"src/sitp/examples/posttrain-demo-seeds.json",
         lambda: tuple(ex("posttrain-demo-seeds.json")["seeds"]),
     ),
     (
-        "part3/rl.md",
+        "ch08/rl.md",
         r"in every one of (\d+) seeded runs",
-        lambda: out("part3/rl", r"^rewards \[0\. 1\.\], baseline none .* of (\d+) runs"),
+        lambda: out("ch08/rl", r"^rewards \[0\. 1\.\], baseline none .* of (\d+) runs"),
     ),
     (
-        "part3/rl.md",
+        "ch08/rl.md",
         r"Both estimates are centred on the exact gradient (\d\.\d+)\.",
-        lambda: out("part3/rl", r"^no baseline : .*\(exact \+([\d.]+)\)"),
+        lambda: out("ch08/rl", r"^no baseline : .*\(exact \+([\d.]+)\)"),
     ),
     (
-        "part3/rl.md",
+        "ch08/rl.md",
         r"The one right reply of eight gets \$\+(\d\.\d+)\$[\s\S]*? The one wrong reply among eight "
         r"right ones gets \$-(\d\.\d+)\$",
         lambda: (
-            out("part3/rl", r"^\[1, 0, 0, 0, 0, 0, 0, 0\] +-> \+([\d.]+)"),
-            out("part3/rl", r"^\[1, 1, 1, 1, 1, 1, 1, 0\] +-> .* -([\d.]+)$"),
+            out("ch08/rl", r"^\[1, 0, 0, 0, 0, 0, 0, 0\] +-> \+([\d.]+)"),
+            out("ch08/rl", r"^\[1, 1, 1, 1, 1, 1, 1, 0\] +-> .* -([\d.]+)$"),
         ),
     ),
     (
-        "part3/rl.md",
+        "ch08/rl.md",
         r"its own SFT model, by (\d\.\d+) to (\d\.\d+), more than the half-width",
         lambda: (min(chain1_gains()), max(chain1_gains())),
     ),
     (
-        "part3/rl.md",
+        "ch08/rl.md",
         r"so its pass@\$k\$ is the base rate (\d\.\d+) at every",
         lambda: ex("rl-count.json")["runs"][0]["count"]["stages"][1]["pass@1"],
     ),
     (
-        "part3/preferences.md",
+        "ch08/preferences.md",
         r"The SFT model against itself lands at (\d\.\d+),\s+(\d\.\d+) and (\d\.\d+)",
         lambda: tuple(
             r["policies"]["sft"]["win"]["win_rate"] for r in ex("preferences.json")["runs"]
         ),
     ),
     (
-        "part3/preferences.md",
+        "ch08/preferences.md",
         r"the win rates average (\d\.\d+) for DPO and (\d\.\d+) and (\d\.\d+) for the",
         lambda: tuple(
             statistics.mean(
@@ -1952,20 +1952,20 @@ FIGURES = QUOTES + [
             for name in ("dpo", "rl-kl0.05", "rl-kl0")
         ),
     ),
-    ("part3/rl.md", r"chain1's longest reply, (\d+) tokens", longest_chain1_reply),
+    ("ch08/rl.md", r"chain1's longest reply, (\d+) tokens", longest_chain1_reply),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"the plug-in is already low by (\d\.\d+) to (\d\.\d+)",
         lambda: (min(passk_gaps()), max(passk_gaps())),
     ),
-    ("part3/evaluation.md", r"a pass@1 of (\d\.\d+) on them", lambda: demo("sft")),
+    ("ch08/evaluation.md", r"a pass@1 of (\d\.\d+) on them", lambda: demo("sft")),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"could still be up to about (\d+) %",
-        lambda: 100 * out("part3/evaluation", r"^ +0/95: .* Wilson \[0\.000, ([\d.]+)\]$"),
+        lambda: 100 * out("ch08/evaluation", r"^ +0/95: .* Wilson \[0\.000, ([\d.]+)\]$"),
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"\((\d)-layer GPT of ([\d,]+) parameters on `chain1`, (\d+) held-out problems",
         lambda: (
             ex("posttrain-demo.json")["config"]["n_layer"],
@@ -1974,7 +1974,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"after (\d+) steps of pre-training on the task's plain text, after (\d+) steps of SFT, "
         r"after (\d+) steps of RL",
         lambda: tuple(
@@ -1982,17 +1982,17 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"The SFT and RL intervals, (\d\.\d+)-(\d\.\d+) and (\d\.\d+)-(\d\.\d+), (?:do not )?overlap",
         lambda: (*demo("sft", "pass@1_ci"), *demo("rl", "pass@1_ci")),
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"held-out problems, seed (\d+), one run on an Intel Xeon",
         lambda: ex("posttrain-demo.json")["config"]["seed"],
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"Over 8\.2's (\w+) seeds \(`posttrain-demo-seeds.json`\), SFT reaches (\d\.\d+) ± "
         r"(\d\.\d+) \(mean ± sd\) and RL (\d\.\d+) ± (\d\.\d+); RL's gain on its own seed's SFT "
         r"model is (-?\d\.\d+) ± (\d\.\d+), from (-?\d\.\d+) to (-?\d\.\d+)",
@@ -2006,18 +2006,18 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"--task count --seeds (\d+) (\d+) (\d+) (\d+) (\d+) --json "
         r"src/sitp/examples/posttrain-demo-count-seeds.json",
         lambda: tuple(ex(COUNT_SEEDS)["seeds"]),
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"the listing policy scores (\d\.\d+)",
-        lambda: out("part3/evaluation", r"^'0 1 2 3 4 5' +[\d.]+ +([\d.]+)$"),
+        lambda: out("ch08/evaluation", r"^'0 1 2 3 4 5' +[\d.]+ +([\d.]+)$"),
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"In every one of the (\w+) seeds, fine-tuning reaches (\d\.\d+) by answering \"1\" to "
         r"everything, and (\d+) steps of RL leave it there: in most groups all eight samples "
         r"get the same reward \((\d\.\d) to (\d\.\d) of the (\d) groups a step",
@@ -2034,12 +2034,12 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"the most common answer, here (\d\.\d+)\)",
-        lambda: out("part3/evaluation", r"^pass@1 of always answering '1': ([\d.]+)$"),
+        lambda: out("ch08/evaluation", r"^pass@1 of always answering '1': ([\d.]+)$"),
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"\((\d+) a task; `chain1`'s whole split of (\d+)\)",
         lambda: (
             ex("posttrain-pipeline.json")["heldout"],
@@ -2047,7 +2047,7 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"Pre-training is ([\d,]+) steps of (\d+) windows of (\d+) bytes of tinyshakespeare, on "
         r"a GPT of (\d) layers, width (\d+) and 5\.3's modern options \(([\d,]+) parameters, "
         r"with the byte tokenizer's (\d+) tokens\)",
@@ -2066,12 +2066,12 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"\(`chain1` has (\d+)\)",
         lambda: 10**3 - demo("sft", "n"),
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"the others between 0 and (\d\.\d+); after SFT reverse (\d\.\d+), sort (\d\.\d+), "
         r"chain1 (\d\.\d+); after RL reverse (\d\.\d+) and sort (\d\.\d+),",
         lambda: (
@@ -2088,12 +2088,12 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"Counting jumps straight to its base rate of \"always 1\" \((\d\.\d+),",
         lambda: pipeline("midtrain", "count"),
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"RL\*\* improves reversing \((\d\.\d+) to (\d\.\d+)\) and sorting \((\d\.\d+) to "
         r"(\d\.\d+)\)",
         lambda: (
@@ -2104,19 +2104,17 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"the problems RL gained outnumber those it lost (\d+) to (\d+) and (\d+) to (\d+)\. On "
         r"`chain1`, RL solved (\d+) problems that SFT did not and lost (\d+) others",
         lambda: tuple(
             v
             for t in ("reverse", "sort", "chain1")
-            for v in out(
-                "part3/evaluation", rf"^{t} +solved by RL only +(\d+), by SFT only +(\d+),"
-            )
+            for v in out("ch08/evaluation", rf"^{t} +solved by RL only +(\d+), by SFT only +(\d+),")
         ),
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"The whole pipeline took (\d+\.\d) minutes on the two cores of the Intel Xeon above, its "
         r"evaluations included: pre-training (\d\.\d), mid-training (\d\.\d), fine-tuning "
         r"(\d\.\d) and RL (\d\.\d)\.",
@@ -2126,17 +2124,17 @@ FIGURES = QUOTES + [
         ),
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"±0\.02 at \$p = 0\.5\$ needs about ([\d,]+) problems",
-        lambda: out("part3/evaluation", r"^about ([\d,]+) problems"),
+        lambda: out("ch08/evaluation", r"^about ([\d,]+) problems"),
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"of which the hash puts (\d+) in the held-out split",
-        lambda: out("part3/evaluation", r"chain1 has (\d+) held-out problems$"),
+        lambda: out("ch08/evaluation", r"chain1 has (\d+) held-out problems$"),
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"or the whole split when it is smaller \((\d+) for `chain1`\)",
         lambda: demo("sft", "n"),
     ),
@@ -2939,12 +2937,12 @@ FIGURES = QUOTES + [
         lambda: out("projects", r"^\[([\d.]+), [\d.]+, [\d.]+\]$"),
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"A model of ([\d,]+) parameters trained on one task",
         lambda: ex("posttrain-demo.json")["config"]["parameters"],
     ),
     (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"The demo's SFT pass@1 is (\d\.\d+) on (\d+) problems",
         lambda: (demo("sft"), demo("sft", "n")),
     ),
@@ -3031,9 +3029,9 @@ def ddp_speedups() -> list[float]:
 
 def ddp_best_ranks(link: str) -> float:
     """7.3's cost model: the number of ranks with the highest predicted speed-up on ``link``."""
-    header = out_text("part3/ddp", r"^link .* (p=2 .*)$")
+    header = out_text("ch07/ddp", r"^link .* (p=2 .*)$")
     ps = [int(p) for p in re.findall(r"p=(\d+)", header)]
-    speedups = out_text("part3/ddp", rf"^{re.escape(link)} +[\d.]+ ms +[\d.]+ +(.*)$").split()
+    speedups = out_text("ch07/ddp", rf"^{re.escape(link)} +[\d.]+ ms +[\d.]+ +(.*)$").split()
     return float(ps[max(range(len(ps)), key=lambda i: float(speedups[i]))])
 
 
@@ -3051,7 +3049,7 @@ def rl_samples() -> int:
 def passk_gaps() -> list[float]:
     """8.4: how far the plug-in pass@5 falls below the unbiased one, for each p printed."""
     rows = re.findall(
-        r"^ +[\d.]+ +[\d.]+ +([\d.]+) +([\d.]+)$", printed("part3/evaluation"), re.MULTILINE
+        r"^ +[\d.]+ +[\d.]+ +([\d.]+) +([\d.]+)$", printed("ch08/evaluation"), re.MULTILINE
     )
     return [float(u) - float(p) for u, p in rows]
 
@@ -3086,7 +3084,7 @@ def tool_off_either_task() -> tuple[float, float]:
 
 FIGURES += [
     (
-        "part3/sft.md",
+        "ch08/sft.md",
         r"fine-tuned as above for (\d+) steps, the\s+same (\d+)-layer model gets almost none",
         lambda: (
             ex("tool-runs.json")["config"]["sft_steps"],
@@ -3094,7 +3092,7 @@ FIGURES += [
         ),
     ),
     (
-        "part3/sft.md",
+        "ch08/sft.md",
         r"`<\|result\|>` and `<\|/result\|>`, ids (\d+) to (\d+) over\s+bytes\. The extension is "
         r"opt-in: a tokenizer made without `tools` keeps its (\d+) tokens",
         lambda: (
@@ -3104,7 +3102,7 @@ FIGURES += [
         ),
     ),
     (
-        "part3/sft.md",
+        "ch08/sft.md",
         r"takes the demo's model \((\d+) layers, width (\d+), pre-trained (\d+)\s+steps on the "
         r"task's plain lines\), copies it, and fine-tunes [\s\S]*? tool conversations, (\d+) steps each",
         lambda: tuple(
@@ -3113,7 +3111,7 @@ FIGURES += [
         ),
     ),
     (
-        "part3/sft.md",
+        "ch08/sft.md",
         r"(\w+) seeds each \(`python scripts/tool_runs.py --seeds (\d) (\d) (\d) (\d) (\d)\s+--json "
         r"src/sitp/examples/tool-runs.json`, (\d+) minutes on one core\)",
         lambda: (
@@ -3123,7 +3121,7 @@ FIGURES += [
         ),
     ),
     (
-        "part3/sft.md",
+        "ch08/sft.md",
         r"Alone, the model stays near zero on both tasks: (\d\.\d+) ± (\d\.\d+) on the products "
         r"and (\d\.\d+) ±\s+(\d\.\d+) on the sums \(mean ± sd over the (\w+) seeds\)",
         lambda: (
@@ -3133,7 +3131,7 @@ FIGURES += [
         ),
     ),
     (
-        "part3/sft.md",
+        "ch08/sft.md",
         r"With the tool the same weights reach\s+(\d\.\d+) ± (\d\.\d+) and (\d\.\d+) ± (\d\.\d+)\.",
         lambda: (
             *mean_sd(tool_runs("multiplication2", "tool")),
@@ -3141,7 +3139,7 @@ FIGURES += [
         ),
     ),
     (
-        "part3/sft.md",
+        "ch08/sft.md",
         r"the worst seed with\s+the tool, (\d\.\d+), is far above the best seed without it, "
         r"(\d\.\d+)\.",
         lambda: (
@@ -3150,7 +3148,7 @@ FIGURES += [
         ),
     ),
     (
-        "part3/sft.md",
+        "ch08/sft.md",
         r"\(seed (\d+)'s products make the right call on (\d+) of the (\d+) problems, seed (\d+)'s "
         r"sums on (\d+)\)",
         lambda: (
@@ -3162,7 +3160,7 @@ FIGURES += [
         ),
     ),
     (
-        "part3/sft.md",
+        "ch08/sft.md",
         r"Switched off, the tool-trained model scores (\d\.\d+) ± (\d\.\d+) on either task\.",
         tool_off_either_task,
     ),
@@ -3286,7 +3284,7 @@ def figure_quotes():
             "{:.3f} ± {:.3f}".format(*val),
             vs.replace("-", "−") + f"| {statistics.median(ablation(option, 'ms_per_step')):.0f}",
         ]
-        yield ["part3/modern-gpt.md"], "| " + " | ".join(cells) + " |", ABLATION
+        yield ["ch05/modern-gpt.md"], "| " + " | ".join(cells) + " |", ABLATION
 
 
 @pytest.mark.parametrize(
@@ -3380,18 +3378,18 @@ def demo_verdicts():
     """8.2: the demo's spread between seeds against one run's Wilson interval."""
     spread = max(demo_seeds("sft")) - min(demo_seeds("sft"))
     yield (
-        "part3/sft.md",
+        "ch08/sft.md",
         r"The seeds spread [\d.]+ apart, (wider than|within) one run's 95 % Wilson interval",
         ("wider than" if spread > 2 * demo_half_width("sft") else "within",),
     )
     sft, rl = demo("sft", "pass@1_ci"), demo("rl", "pass@1_ci")
     yield (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"The SFT and RL intervals, [\d.]+-[\d.]+ and [\d.]+-[\d.]+, (do not overlap|overlap)",
         ("overlap" if rl[0] <= sft[1] else "do not overlap",),
     )
     yield (
-        "part3/evaluation.md",
+        "ch08/evaluation.md",
         r"RL's gain on its own seed's SFT model is [-\d.]+ ± [\d.]+, from [-\d.]+ to [\d.]+"
         r"(, positive in every seed|)\.",
         (", positive in every seed" if min(demo_rl_gains()) > 0 else "",),
@@ -3401,7 +3399,7 @@ def demo_verdicts():
 def verdicts():
     """(page, pattern, what its groups must say) for claims in words about seeded runs."""
     for pattern, want in ablation_verdicts():
-        yield "part3/modern-gpt.md", pattern, want
+        yield "ch05/modern-gpt.md", pattern, want
     yield from demo_verdicts()
 
 

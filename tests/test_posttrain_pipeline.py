@@ -42,7 +42,7 @@ def options(argv: list[str]) -> list[str]:
 
 def test_the_preference_stages_are_8_4s_commands():
     """At the book's configuration the pipeline types the commands of 8.4's page."""
-    text = (ROOT / "docs" / "part3" / "preferences.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "ch08" / "preferences.md").read_text(encoding="utf-8")
     block = text[text.index("## From the command line") :]
     page = {}
     for line in re.findall(r"^\$ python -m sitp (.+?(?:\\\n.+?)*)$", block, re.MULTILINE):

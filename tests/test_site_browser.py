@@ -187,12 +187,16 @@ PAGES = sorted(
 
 
 def test_every_source_page_is_in_the_site(site: Path):
+    from tests.test_site_links import redirect_maps
+
+    # The old URLs of moved pages hold redirects (tests/test_site_links.py checks them).
+    moved = {_url_path(DOCS / old) for old in redirect_maps()}
     built = sorted(
         "" if (rel := i.parent.relative_to(site).as_posix()) == "." else rel + "/"
         for i in site.rglob("index.html")
         if not i.relative_to(site).as_posix().startswith("assets/")
     )
-    assert built == PAGES
+    assert [p for p in built if p not in moved] == PAGES
 
 
 def _continuations(source: Path) -> int:
@@ -245,7 +249,7 @@ ZENSICAL_PAGES = [
     "ch04/autodiff/",
     "ch04/attention/",
     "part3/",
-    "part3/zero/",
+    "ch07/zero/",
     "api/tensor/",
     "api/coverage/",
     "notebooks/hello/",

@@ -10,12 +10,14 @@ run without a network.
 from __future__ import annotations
 
 import os
+import re
 from collections import defaultdict
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urldefrag, urlsplit
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.site
 
@@ -100,6 +102,72 @@ def check_site_links(site: Path) -> tuple[list[str], dict[str, set[str]]]:
                     where = target.relative_to(site.resolve()).as_posix()
                     broken.append(f"{rel}: <{tag}> {url}: no id {fragment!r} on {where}")
     return broken, external
+
+
+class _Loader(yaml.SafeLoader):
+    """mkdocs.yml's tags (``!ENV``) read as nothing: only the redirects are wanted."""
+
+
+_Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def redirect_maps() -> dict[str, str]:
+    """mkdocs.yml's redirects, old page -> new page ("part3/zero.md" -> "ch07/zero.md")."""
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=_Loader)
+    for entry in config["plugins"]:
+        if isinstance(entry, dict) and "redirects" in entry:
+            return entry["redirects"]["redirect_maps"]
+    return {}
+
+
+def _url_dir(page: str) -> str:
+    """The folder of a page's URL: "ch07/zero" for "ch07/zero.md"."""
+    return page.removesuffix(".md").removesuffix("/index")
+
+
+def check_redirects(site: Path) -> list[str]:
+    """What is wrong with the redirects of a built site (one line each): each old URL of
+    mkdocs.yml's ``redirect_maps`` must be a page that sends the reader, by its
+    ``<meta http-equiv="refresh">`` and its canonical link, to the new URL, a page of
+    the book (not another redirect)."""
+    problems = []
+    for old, new in redirect_maps().items():
+        page = site / _url_dir(old) / "index.html"
+        want = (site / _url_dir(new) / "index.html").resolve()
+        if not page.is_file():
+            problems.append(f"/{_url_dir(old)}/: no page")
+            continue
+        html = page.read_text(encoding="utf-8")
+        refresh = re.search(r'<meta http-equiv="refresh" content="0; url=([^"]+)"', html)
+        canonical = re.search(r'<link rel="canonical" href="([^"]+)"', html)
+        for what, found in (("refresh", refresh), ("canonical link", canonical)):
+            if not found:
+                problems.append(f"/{_url_dir(old)}/: no {what}")
+            elif _target_file(site, page, found[1]) != want:
+                problems.append(f"/{_url_dir(old)}/: {what} to {found[1]}, not /{_url_dir(new)}/")
+        if not want.is_file():
+            problems.append(f"/{_url_dir(old)}/: its new page /{_url_dir(new)}/ is not built")
+        elif "md-content" not in want.read_text(encoding="utf-8"):
+            problems.append(f"/{_url_dir(new)}/ (from /{_url_dir(old)}/) is not a page of the book")
+        for tag, url in _parse(page).links:
+            if _target_file(site, page, urldefrag(url)[0]) != want:
+                problems.append(f"/{_url_dir(old)}/: <{tag}> {url}, not to /{_url_dir(new)}/")
+    return problems
+
+
+def test_redirects_point_at_pages():
+    """Each redirect of mkdocs.yml leads from a URL that no page has any more to a page."""
+    docs = ROOT / "docs"
+    maps = redirect_maps()
+    assert maps, "mkdocs.yml has no redirect_maps"
+    for old, new in maps.items():
+        assert not (docs / old).exists(), f"{old} is a page: its redirect would replace it"
+        assert (docs / new).is_file(), f"{old} redirects to {new}, which is not in docs/"
+
+
+def test_old_urls_redirect_to_the_new_pages(built_site: Path):
+    problems = check_redirects(built_site)
+    assert not problems, f"{len(problems)} redirects are wrong:\n" + "\n".join(problems)
 
 
 def test_site_links_resolve(built_site: Path):

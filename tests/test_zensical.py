@@ -25,7 +25,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from tests.test_site_links import check_site_links
+from tests.test_site_links import check_redirects, check_site_links
 
 pytestmark = pytest.mark.site
 
@@ -208,6 +208,12 @@ def test_the_zensical_site_shows_the_books_features(zensical_site: Path):
 def test_zensical_site_links_resolve(zensical_site: Path):
     broken, _ = check_site_links(zensical_site)
     assert not broken, f"{len(broken)} broken links:\n" + "\n".join(broken[:50])
+
+
+def test_zensical_old_urls_redirect_to_the_new_pages(zensical_site: Path):
+    """Zensical writes mkdocs.yml's redirects itself, as mkdocs-redirects does."""
+    problems = check_redirects(zensical_site)
+    assert not problems, f"{len(problems)} redirects are wrong:\n" + "\n".join(problems)
 
 
 def test_the_feature_counter_counts_only_the_article():
