@@ -32,7 +32,7 @@ from sitp import distributed as dist
 from sitp._tensor import creation
 from sitp.dtypes import int64
 
-__all__ = ["DeviceMesh", "init_device_mesh"]
+__all__ = ["DeviceMesh", "group_of", "init_device_mesh"]
 
 
 class DeviceMesh:
@@ -132,6 +132,20 @@ class DeviceMesh:
     def __repr__(self):
         names = f", mesh_dim_names={self.mesh_dim_names}" if self.mesh_dim_names else ""
         return f"DeviceMesh('{self.device_type}', {self._ranks.tolist()}{names})"
+
+
+def group_of(mesh, who: str, what: str):
+    """The process group a 1-D mesh stands for; a process group or None is returned as
+    it is. ``who`` and ``what`` name the caller and the dimension it wants (for the error
+    a larger mesh gets: "DistributedDataParallel", "data-parallel", "dp")."""
+    if not isinstance(mesh, DeviceMesh):
+        return mesh
+    if mesh.ndim != 1:
+        raise ValueError(
+            f"{who} takes a 1-D mesh (got {mesh!r}): pass its {what[0]} dimension, "
+            f'mesh["{what[1]}"]'
+        )
+    return mesh.get_group()
 
 
 def init_device_mesh(device_type, mesh_shape, *, mesh_dim_names=None):

@@ -40,6 +40,7 @@ from sitp._tensor import creation
 from sitp.autograd import engine
 from sitp.autograd.function import Function
 from sitp.autograd.grad_mode import no_grad
+from sitp.distributed.device_mesh import group_of
 from sitp.distributed.tensor import Replicate, Shard
 
 __all__ = [
@@ -298,14 +299,7 @@ def parallelize_module(module, device_mesh=None, parallelize_plan=None, *, src_d
             "parallelize_module needs the default process group: call "
             "sitp.distributed.init_process_group() first"
         )
-    group = device_mesh
-    if hasattr(device_mesh, "get_group"):  # a DeviceMesh: its one dimension's group
-        if device_mesh.ndim != 1:
-            raise ValueError(
-                f"parallelize_module takes a 1-D mesh (got {device_mesh!r}): pass the "
-                'tensor-parallel dimension, mesh["tp"]'
-            )
-        group = device_mesh.get_group()
+    group = group_of(device_mesh, "parallelize_module", ("tensor-parallel", "tp"))
     if src_data_rank is not None:
         with no_grad():
             for q in module.parameters():

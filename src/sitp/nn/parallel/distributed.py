@@ -39,6 +39,7 @@ from sitp._tensor import creation
 from sitp._tensor.tensor import Tensor
 from sitp.autograd import engine
 from sitp.autograd.grad_mode import is_grad_enabled, no_grad
+from sitp.distributed.device_mesh import group_of
 from sitp.nn.modules.module import Module
 
 _FIRST_BUCKET_BYTES = 1024 * 1024  # torch's dist._DEFAULT_FIRST_BUCKET_BYTES: start early
@@ -219,12 +220,9 @@ class DistributedDataParallel(Module):
         if process_group is not None and device_mesh is not None:
             raise ValueError("DistributedDataParallel: give process_group or device_mesh, not both")
         if device_mesh is not None:
-            if device_mesh.ndim != 1:
-                raise ValueError(
-                    f"DistributedDataParallel takes a 1-D device_mesh (got {device_mesh!r}): "
-                    'pass its data-parallel dimension, mesh["dp"]'
-                )
-            process_group = device_mesh.get_group()
+            process_group = group_of(
+                device_mesh, "DistributedDataParallel", ("data-parallel", "dp")
+            )
         self.process_group = process_group  # None: the default group
         self.world_size = dist.get_world_size(process_group)
         # the group's first rank (a global rank) is the source of the initial values
