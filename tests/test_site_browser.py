@@ -120,12 +120,43 @@ def shots(build: str) -> tuple[Path, str]:
     return out, "" if build == "mkdocs" else f"{build}-"
 
 
-class Visit:
-    """A browser tab that records what went wrong while it loaded pages."""
+# The search index of each builder, relative to the site's root, and the key of its list
+# of documents.
+SEARCH_INDEXES = {"search/search_index.json": "docs", "search.json": "items"}
 
-    def __init__(self, browser, base: str, **context_args):
+
+def _empty_search_indexes(site: Path) -> dict[str, bytes]:
+    """The site's search index with its documents left out, by URL path (its
+    configuration kept, so that the theme's search worker starts as it does on the
+    real index)."""
+    import json
+
+    empty = {}
+    for rel, docs in SEARCH_INDEXES.items():
+        if (site / rel).is_file():
+            index = json.loads((site / rel).read_text(encoding="utf-8"))
+            index[docs] = []
+            empty["/" + rel] = json.dumps(index).encode()
+    return empty
+
+
+class Visit:
+    """A browser tab that records what went wrong while it loaded pages.
+
+    With ``empty_search`` (the mapping :func:`_empty_search_indexes` returns), every page
+    is given a search index with no documents: the theme's search worker fetches the
+    site's index (2 MB) and builds it again at every page load, the same on every page,
+    and that was half the browser's work in the page-by-page check. The search tests
+    load the real index.
+    """
+
+    def __init__(
+        self, browser, base: str, empty_search: dict[str, bytes] | None = None, **context_args
+    ):
         self.base = base
         self.problems: list[str] = []
+        self.empty_search = empty_search or {}
+        self.empty_search_served = 0
         self.context = browser.new_context(
             viewport={"width": 1280, "height": 900}, service_workers="block", **context_args
         )
@@ -142,7 +173,12 @@ class Visit:
 
     def _route(self, route):
         host = urlsplit(route.request.url).hostname
-        if route.request.url.startswith(("data:", "blob:")) or host == "127.0.0.1":
+        if host == "127.0.0.1" and (
+            body := self.empty_search.get(urlsplit(route.request.url).path)
+        ):
+            route.fulfill(status=200, content_type="application/json", body=body)
+            self.empty_search_served += 1
+        elif route.request.url.startswith(("data:", "blob:")) or host == "127.0.0.1":
             route.continue_()
         else:
             self.problems.append(f"request to another host: {route.request.url}")
@@ -229,9 +265,10 @@ EXERCISE_NUMBERS = r"""() => {
 
 
 @pytest.fixture(scope="module")
-def tab(server: str, browser):
-    """One tab for the page-by-page checks; it records problems per page."""
-    visit = Visit(browser, server)
+def tab(site: Path, server: str, browser):
+    """One tab for the page-by-page checks; it records problems per page. Its pages get
+    an empty search index (see Visit); the search tests below load the real one."""
+    visit = Visit(browser, server, empty_search=_empty_search_indexes(site))
     yield visit
     visit.close()
 
@@ -323,6 +360,18 @@ def test_page_loads_clean_with_math_images_and_copy_buttons(tab: Visit, build: s
         if seen != list(range(1, len(seen) + 1)):
             found.append(f"exercises under {heading!r} are numbered {seen}")
     assert not found, f"/{path}: {len(found)} problems in the browser:\n" + "\n".join(found)
+
+
+def test_the_page_by_page_tab_gets_an_empty_search_index(site: Path, tab: Visit):
+    """The page-by-page check's shortcut applies to this build's index (a renamed index
+    would be fetched and built again at every page), and the theme's search worker
+    starts on it without an error."""
+    assert _empty_search_indexes(site), f"no search index under {site}: {list(SEARCH_INDEXES)}"
+    tab.problems.clear()
+    served = tab.empty_search_served
+    tab.open("ch01/")
+    assert tab.empty_search_served > served
+    assert not tab.problems, tab.problems
 
 
 def test_math_is_typeset_by_katex(tab: Visit):
