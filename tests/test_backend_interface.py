@@ -236,10 +236,20 @@ def test_bare_operands(be):
     np.testing.assert_array_equal(B.nonzero(on(_host(np.zeros((2, 0))))), np.zeros(0, np.int64))
     p = on(_host(np.array([[0.0, 1.0, 3.0], [2.0, 0.0, 0.0]])))
     u = np.array([0.1, 0.9, 0.5, 0.5])
-    samples = B.multinomial(p, 2, False, u)
-    assert isinstance(samples, np.ndarray)
-    np.testing.assert_array_equal(samples, cpu_ops.multinomial(_host(_np_of(p, name)), 2, False, u))
-    assert sorted(samples[:2]) == [1, 2] and samples[2] == 0
+    samples, status = B.multinomial(p, 2, False, u)
+    assert isinstance(samples, np.ndarray) and status == 0
+    on_cpu, cpu_status = cpu_ops.multinomial(_host(_np_of(p, name)), 2, False, u)
+    np.testing.assert_array_equal(samples, on_cpu)
+    assert sorted(samples[:2]) == [1, 2] and samples[2] == 0 and cpu_status == 0
+    # the weights' status: a bad entry (negative, NaN, inf) wins over a row summing to 0
+    for rows, want in [
+        ([[1.0, -0.5]], 1),
+        ([[1.0, np.nan]], 1),
+        ([[np.inf, 1.0]], 1),
+        ([[1.0, 1.0], [0.0, 0.0]], 2),
+        ([[0.0, 0.0], [1.0, -1.0]], 1),
+    ]:
+        assert B.multinomial(on(_host(np.array(rows))), 1, True, np.full(len(rows), 0.5))[1] == want
 
     def storage(s):
         return s if isinstance(s, np.ndarray) else s.copy_to_host()

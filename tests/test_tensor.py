@@ -69,6 +69,37 @@ def test_multinomial_frequencies_and_errors():
         sitp.multinomial(sitp.tensor([0.5, -0.1]), 1)
 
 
+def test_multinomial_checks_the_weights_as_torch_does():
+    """The kernel checks the weights in the pass that draws: each bad input gets torch's
+    error (torch itself is the reference), and the same weights in float32 and float64,
+    contiguous or strided, draw the same indices from the same generator."""
+    torch = pytest.importorskip("torch")
+    nan, inf = float("nan"), float("inf")
+    cases = [
+        ([0.5, -0.1], True),
+        ([[1.0, 2.0], [1.0, nan]], True),
+        ([[1.0, 2.0], [inf, 1.0]], False),
+        ([[1.0, 2.0], [0.0, 0.0]], True),
+        ([[0.0, 0.0], [1.0, -1.0]], True),
+        ([0.0, 0.0, 0.0], False),
+    ]
+    for rows, replacement in cases:
+        with pytest.raises(RuntimeError) as want:
+            torch.multinomial(torch.tensor(rows), 1, replacement)
+        with pytest.raises(RuntimeError) as got:
+            sitp.multinomial(sitp.tensor(rows), 1, replacement)
+        assert str(got.value) == str(want.value), rows
+    with pytest.raises(RuntimeError, match="floating-point dtypes for input, got: "):
+        sitp.multinomial(sitp.tensor([1, 2, 3]), 1)
+    w = sitp.rand(5, 13, generator=sitp.Generator().manual_seed(1), dtype=sitp.float64)
+
+    def draws(x):
+        return sitp.multinomial(x, 4, generator=sitp.Generator().manual_seed(7)).tolist()
+
+    assert draws(sitp.stack([w, w], 2)[:, :, 0]) == draws(w) == draws(w.t().contiguous().t())
+    assert draws(w.float()) == draws(w.float().double())  # float32 read as it is
+
+
 @pytest.mark.parametrize(
     "bad, err",
     [

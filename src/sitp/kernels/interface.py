@@ -224,13 +224,17 @@ def nonzero(x):
 
 
 def multinomial(p, num_samples, replacement, uniforms):
-    """Draw ``num_samples`` category indices from each row of the non-negative weights ``p``.
+    """Draw ``num_samples`` category indices from each row of the weights ``p``.
 
-    ``p`` is 1-D or 2-D (rows along the last dim, validated by the caller); ``uniforms``
-    is a host numpy float64 array of rows * num_samples numbers in [0, 1), one per draw,
-    so that both backends draw the same samples from the same generator. Without
-    ``replacement`` a drawn category's weight is zeroed before the next draw. Returns a
-    host numpy int64 array of rows * num_samples indices, row by row.
+    ``p`` is a floating tensor, 1-D or 2-D (rows along the last dim; its shape is
+    validated by the caller); ``uniforms`` is a host numpy float64 array of rows *
+    num_samples numbers in [0, 1), one per draw, so that both backends draw the same
+    samples from the same generator. Without ``replacement`` a drawn category's weight is
+    zeroed before the next draw. The weights are checked in the same pass (the caller
+    raises torch's errors from the status). Returns ``(indices, status)``: a host numpy
+    int64 array of rows * num_samples indices, row by row, and 0; or status 1 when an
+    entry is negative, NaN or infinite, 2 when a row sums to 0 (the indices are then
+    meaningless).
     """
 
 

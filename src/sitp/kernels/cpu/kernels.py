@@ -632,8 +632,20 @@ def multinomial_kernel(p, n_rows, n, u, num_samples, replacement, out):
     """Draw ``num_samples`` category indices per row of unnormalised weights.
 
     ``u`` holds uniform numbers in [0, 1), one per draw. Without replacement a
-    drawn category's weight is set to zero before the next draw.
+    drawn category's weight is set to zero before the next draw. The weights are
+    checked first, and nothing is drawn unless all of them pass: the result is 0, or
+    1 when an entry is negative, NaN or infinite, or 2 when a row sums to 0.
     """
+    for i in range(n_rows * n):
+        x = p[i]
+        if not (x >= 0) or x == np.inf:  # NaN fails x >= 0
+            return 1
+    for r in range(n_rows):
+        total = 0.0
+        for j in range(n):
+            total += p[r * n + j]
+        if total == 0:
+            return 2
     w = np.empty(n, np.float64)
     for r in range(n_rows):
         for j in range(n):
@@ -655,3 +667,4 @@ def multinomial_kernel(p, n_rows, n, u, num_samples, replacement, out):
             out[r * num_samples + s] = pick
             if not replacement:
                 w[pick] = 0.0
+    return 0

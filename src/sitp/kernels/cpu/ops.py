@@ -15,7 +15,7 @@ import math
 import numpy as np
 from numba import get_num_threads
 
-from sitp.dtypes import bool_, float32, float64, int64
+from sitp.dtypes import bool_, float32, int64
 from sitp.kernels import layout
 from sitp.kernels import scalar as S
 from sitp.kernels.cpu import blas
@@ -527,14 +527,14 @@ def cumsum(x, dim):
 
 
 def multinomial(p, num_samples, replacement, uniforms):
-    pc = p if p.dtype is float64 and dense(p) else copy(p, float64)
+    pc = p if dense(p) else copy(p, p.dtype)  # float32 or float64, read as it is
     n = pc._shape[-1]
     n_rows = numel(pc._shape) // n
     out = np.empty(n_rows * num_samples, _I64)
-    K.multinomial_kernel(
+    status = K.multinomial_kernel(
         pc._storage[pc._offset :], n_rows, n, uniforms, num_samples, replacement, out
     )
-    return out
+    return out, status
 
 
 def fill(shape, value, dtype):

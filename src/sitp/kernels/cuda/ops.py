@@ -848,12 +848,25 @@ def cumsum(x, dim):
 
 
 @cuda.jit
-def multinomial_k(w, n, u, num_samples, replacement, out):
+def multinomial_k(w, n, u, num_samples, replacement, out, status):
     """Draw ``num_samples`` categories from row r of the weights ``w`` (one thread per row;
-    the row is the thread's to change: without replacement a drawn weight becomes 0)."""
+    the row is the thread's to change: without replacement a drawn weight becomes 0).
+    ``status[r]`` becomes 1 when an entry of the row is negative, NaN or infinite, 2 when
+    the row sums to 0 (and nothing is drawn), else 0."""
     r = cuda.grid(1)
     if r * n < w.size:
         base = r * n
+        total = 0.0
+        for j in range(n):
+            x = w[base + j]
+            if not (x >= 0) or x == math.inf:  # NaN fails x >= 0
+                status[r] = 1
+                return
+            total += x
+        if total == 0:
+            status[r] = 2
+            return
+        status[r] = 0
         for s in range(num_samples):
             total = 0.0
             for j in range(n):
@@ -874,19 +887,24 @@ def multinomial_k(w, n, u, num_samples, replacement, out):
 
 
 def multinomial(p, num_samples, replacement, uniforms):
-    """Category indices drawn on the device from rows of weights ``p``; returned on the host
-    (a numpy int64 array), as the CPU backend's, from the host's ``uniforms``."""
+    """Category indices drawn on the device from rows of weights ``p``, and the weights'
+    status (see the interface); returned on the host, as the CPU backend's, from the
+    host's ``uniforms``."""
     w = copy(p, float64)  # the kernel's working copy of the weights
     n = p._shape[-1]
     rows = numel(p._shape) // n
     out = cuda.device_array(max(rows * num_samples, 1), dtype=np.int64)
-    if rows * num_samples:
-        multinomial_k[_grid(rows)](
-            w._storage,
-            n,
-            cuda.to_device(np.asarray(uniforms, np.float64)),
-            num_samples,
-            replacement,
-            out,
-        )
-    return out.copy_to_host()[: rows * num_samples]
+    if not rows:
+        return out.copy_to_host()[:0], 0
+    status = cuda.device_array(rows, dtype=np.int32)
+    multinomial_k[_grid(rows)](
+        w._storage,
+        n,
+        cuda.to_device(np.asarray(uniforms, np.float64)),
+        num_samples,
+        replacement,
+        out,
+        status,
+    )
+    found = set(status.copy_to_host().tolist())
+    return out.copy_to_host()[: rows * num_samples], (1 if 1 in found else max(found))
