@@ -266,6 +266,36 @@ def test_bad_indices_have_clear_errors(key, err, msg):
         x[k]
 
 
+def test_one_index_tensor_matches_torch_and_the_general_path():
+    """``x[t]`` with one int64 tensor (an embedding's lookup) is made directly, not through
+    the general plan: the same values, gradients and errors as torch, for contiguous,
+    strided and 0-d keys, negative indices, and the general path's key ``x[(t, ...)]``."""
+    torch = pytest.importorskip("torch")
+    w = np.random.default_rng(0).standard_normal((7, 5)).astype(np.float32)
+    keys = [
+        np.array([[3, 0, -1], [6, 3, 3]]),  # repeated rows: their gradients add up
+        np.array([[1, 2, 3], [4, 5, 6]]).T,  # a strided key
+        np.array(4),  # a 0-d key: one row
+        np.zeros((0, 2), np.int64),  # no rows
+    ]
+    for k in keys:
+        xs = sitp.tensor(w, requires_grad=True)
+        xt = torch.tensor(w, requires_grad=True)
+        ks, kt = sitp.tensor(k), torch.tensor(k)
+        ys, yt = xs[ks], xt[kt]
+        assert ys.shape == yt.shape, k
+        np.testing.assert_array_equal(ys.detach().numpy(), yt.detach().numpy())
+        np.testing.assert_array_equal(xs.detach()[(ks, ...)].numpy(), yt.detach().numpy())
+        g = np.arange(yt.numel(), dtype=np.float32).reshape(tuple(yt.shape))
+        ys.backward(sitp.tensor(g))
+        yt.backward(torch.tensor(g))
+        np.testing.assert_array_equal(xs.grad.numpy(), xt.grad.numpy())
+    with pytest.raises(IndexError, match="index 7 is out of bounds for dimension 0 with size 7"):
+        sitp.tensor(w)[sitp.tensor([[0, 7]])]
+    with pytest.raises(IndexError, match="index -8 is out of bounds for dimension 0 with size 7"):
+        sitp.tensor(w)[sitp.tensor(-8)]
+
+
 def test_mask_shape_mismatch_and_float_index_tensor():
     x = sitp.zeros(3, 4)
     with pytest.raises(IndexError, match="shape of the mask"):

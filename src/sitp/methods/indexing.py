@@ -23,7 +23,7 @@ from sitp.autograd.function import refuse_indexed_write as _refuse_indexed_write
 from sitp.autograd.grad_mode import _state as _grad_state
 from sitp.dtypes import bool_, int64
 from sitp.functional import stack
-from sitp.strides import broadcast_shapes, normalize_dim
+from sitp.strides import broadcast_shapes, contiguous_strides, normalize_dim, numel
 
 _ADV = object()  # marks a dim that an index array will select
 
@@ -207,7 +207,24 @@ def _basic(x, key):
     return tuple(shape) + x._shape[d:], tuple(strides) + x._strides[d:], offset, items
 
 
+def _one_index_tensor(x, key):
+    """``x[t]`` for one int64 index tensor ``t``, both on the host and ``x`` with a dim to
+    index (an embedding's lookup, ``weight[idx]``): the (1, m) index array that
+    ``_adv_plan`` would make, without its broadcasting and stacking. None otherwise."""
+    if key.__class__ is not Tensor or key.dtype is not int64 or not x._shape:
+        return None
+    if x._storage.__class__ is not np.ndarray or key._storage.__class__ is not np.ndarray:
+        return None
+    n = numel(key._shape)
+    if key._strides == contiguous_strides(key._shape):
+        return key._storage[key._offset : key._offset + n].reshape(1, n)
+    return np.ascontiguousarray(key._np()).reshape(1, n)
+
+
 def getitem(x, key):
+    idx = _one_index_tensor(x, key)
+    if idx is not None:  # what _decompose and _adv_plan give for this key, made directly
+        return ops.Take.apply(x, 0, idx, key._shape)
     basic = _basic(x, key)
     if basic is not None:  # a view; without a graph to record, Slice.forward's value
         shape, strides, offset, basic_key = basic
