@@ -206,7 +206,27 @@ INDEX_CASES = [
     (1, [0, 2]),
     (Ellipsis, [3, 0]),
     (slice(None, None, -1 + 3),),
+    (Ellipsis,),
+    (Ellipsis, slice(None, 2)),
+    (slice(1, 3), Ellipsis),
+    (1, Ellipsis, slice(1, 4, 2)),
+    (0, 1, Ellipsis, 2),
+    (Ellipsis, None, 1),
 ]
+
+
+def test_ellipsis_slices_match_torch_in_gradients_and_errors():
+    arr = np.arange(3 * 4 * 5, dtype=np.float32).reshape(3, 4, 5)
+    for key in [(Ellipsis, slice(None, 2)), (1, Ellipsis, slice(3, None)), (Ellipsis, 0)]:
+        s = sitp.tensor(arr, requires_grad=True)
+        t = torch.tensor(arr, requires_grad=True)
+        (s[key] * 3).sum().backward()
+        (t[key] * 3).sum().backward()
+        assert_close(s.grad, t.grad)
+    with pytest.raises(IndexError, match="single ellipsis"):
+        sitp.tensor(arr)[..., 0, ...]
+    with pytest.raises(IndexError, match="too many indices"):
+        sitp.tensor(arr)[0, 0, 0, 0, ...]
 
 
 @pytest.mark.parametrize("key", INDEX_CASES)

@@ -177,11 +177,19 @@ def _adv_plan(view, adv):
 
 
 def _basic(x, key):
-    """``_decompose`` for the commonest keys, ints and slices only (``x[:, i]``,
-    ``x[a:b]``): (shape, strides, offset, key as a tuple), what ``_decompose`` returns
-    for them. None for any other key, or an int out of range, a step that is not
-    positive, more items than dims: ``_decompose`` then, with its checks and errors."""
+    """``_decompose`` for the commonest keys, ints, slices and one ``...`` only
+    (``x[:, i]``, ``x[a:b]``, ``x[..., :d]``): (shape, strides, offset, key as a tuple,
+    ``...`` expanded), what ``_decompose`` returns for them. None for any other key, or
+    an int out of range, a step that is not positive, more items than dims, two ``...``:
+    ``_decompose`` then, with its checks and errors."""
     items = key if key.__class__ is tuple else (key,)
+    for i, k in enumerate(items):
+        if k is Ellipsis:  # x[..., :d]: full slices for the dims the other items leave
+            rest = items[i + 1 :]
+            if any(r is Ellipsis for r in rest) or len(items) - 1 > len(x._shape):
+                return None
+            items = items[:i] + (slice(None),) * (len(x._shape) - len(items) + 1) + rest
+            break
     if len(items) > len(x._shape):
         return None
     shape, strides, offset = [], [], x._offset
