@@ -23,7 +23,7 @@ from sitp.autograd.function import refuse_indexed_write as _refuse_indexed_write
 from sitp.autograd.grad_mode import _state as _grad_state
 from sitp.dtypes import bool_, int64
 from sitp.functional import stack
-from sitp.strides import broadcast_shapes, contiguous_strides, normalize_dim, numel
+from sitp.strides import broadcast_shapes, normalize_dim, numel
 
 _ADV = object()  # marks a dim that an index array will select
 
@@ -223,10 +223,9 @@ def _one_index_tensor(x, key):
         return None
     if x._storage.__class__ is not np.ndarray or key._storage.__class__ is not np.ndarray:
         return None
-    n = numel(key._shape)
-    if key._strides == contiguous_strides(key._shape):
-        return key._storage[key._offset : key._offset + n].reshape(1, n)
-    return np.ascontiguousarray(key._np()).reshape(1, n)
+    # through _np, as _adv_plan reads it: sitp.compile's tracer watches that read (an
+    # index array computed from the program's input)
+    return np.ascontiguousarray(key._np()).reshape(1, numel(key._shape))
 
 
 def getitem(x, key):
