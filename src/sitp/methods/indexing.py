@@ -223,9 +223,10 @@ def _one_index_tensor(x, key):
         return None
     if x._storage.__class__ is not np.ndarray or key._storage.__class__ is not np.ndarray:
         return None
-    # through _np, as _adv_plan reads it: sitp.compile's tracer watches that read (an
-    # index array computed from the program's input)
-    return np.ascontiguousarray(key._np()).reshape(1, numel(key._shape))
+    # read through _np and copied, as _adv_plan does: sitp.compile's tracer watches that
+    # read (an index array computed from the program's input), and a view of the key's
+    # storage would be taken for the key itself
+    return np.array(key._np(), np.int64).reshape(1, numel(key._shape))
 
 
 def getitem(x, key):
