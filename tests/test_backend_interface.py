@@ -195,6 +195,9 @@ def test_bare_operands(be):
     values, indices = B.argreduce(xT, 1, True, False)
     check(values, a.T.max(1))
     check(indices, a.T.argmax(1))
+    # topk along the last dim of a transposed operand: numpy's stable sort is the oracle
+    check(B.topk(xT, 2, True), np.argsort(-a.T, axis=1, kind="stable")[:, :2])
+    check(B.topk(xT, 3, False), np.argsort(a.T, axis=1, kind="stable")[:, :3])
 
     def softmax(v, axis):
         e = np.exp(v - v.max(axis, keepdims=True))

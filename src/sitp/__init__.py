@@ -39,12 +39,14 @@ from sitp.autograd.grad_mode import (
 from sitp.dtypes import bool_ as bool  # noqa: A001
 from sitp.dtypes import double, dtype, float, float32, float64, int64, long  # noqa: A001
 from sitp.functional import (
+    argsort,
     cat,
     concat,
     concatenate,
     maximum,
     minimum,
     one_hot,
+    sort,
     stack,
     topk,
     where,

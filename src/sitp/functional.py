@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-import numpy as np
-
-from sitp._tensor.creation import _operands, arange, empty, full
+from sitp._tensor import dispatch
+from sitp._tensor.creation import _operands, arange, full
 from sitp._tensor.tensor import Tensor
 from sitp.autograd import derivatives as ops
 from sitp.dtypes import bool_, int64
@@ -74,38 +73,40 @@ def stack(tensors, dim: int = 0) -> Tensor:
     return cat([t.unsqueeze(dim) for t in tensors], dim)
 
 
-def topk(x, k: int, dim: int = -1, largest: bool = True):
-    """The k largest (or smallest) entries along ``dim`` and their indices, sorted.
+def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
+    """The k largest (or smallest) entries along ``dim`` and their positions, in that order.
 
-    Computed by repeated argmax, fine for the small k of sampling (top-k
-    sampling of a vocabulary); differentiable through ``gather``.
+    A NaN counts as larger than any number, as in torch; of equal entries the earlier
+    comes first. The positions come from the backend's ``topk`` kernel; the values are
+    ``x.gather(dim, indices)``, so they are differentiable. (``sorted=False`` gives the
+    sorted order too, which torch allows.)
     """
     dim = normalize_dim(dim, x.ndim)
-    n = x.shape[dim]
+    n = x.shape[dim] if x.ndim else 1
     if not 0 <= k <= n:
         raise RuntimeError(f"selected index k out of range (k={k}, size of dim {dim} is {n})")
-    work = x.detach().clone()
-    if not work.dtype.is_floating_point:
-        work = work.double()
-    fill = full((), -np.inf if largest else np.inf, dtype=work.dtype)
-    idx = []
-    for _ in range(k):
-        i = work.argmax(dim, keepdim=True) if largest else work.argmin(dim, keepdim=True)
-        idx.append(i)
-        key_mask = _one_hot_along(i, n, dim, work.shape)
-        work = ops.Where.apply(key_mask, fill, work)
-    if not idx:
-        shape = list(x.shape)
-        shape[dim] = 0
-        return return_types(empty(shape, dtype=x.dtype), empty(shape, dtype=int64))
-    indices = cat(idx, dim)
+    if x.ndim == 0:  # as torch: a 0-d tensor is its own entry, for k 0 and 1 alike
+        return return_types(x.clone(), full((), 0, dtype=int64))
+    last = x.ndim - 1
+    rows = x.detach() if dim == last else x.detach().transpose(dim, last)
+    indices = dispatch.of(rows).topk(rows, k, largest)
+    if dim != last:
+        indices = indices.transpose(dim, last).contiguous()
     return return_types(x.gather(dim, indices), indices)
 
 
-def _one_hot_along(i, n, dim, shape):
-    pos_shape = [1] * len(shape)
-    pos_shape[dim] = n
-    return arange(n).view(pos_shape) == i
+def sort(x, dim: int = -1, descending: bool = False, stable: bool = False):
+    """``x`` sorted along ``dim`` and the positions the entries came from
+    (``torch.sort``). Always stable: equal entries keep their order. NaNs go last in
+    ascending order and first in descending order, as in torch."""
+    if x.ndim == 0:
+        return return_types(x.clone(), full((), 0, dtype=int64))
+    return topk(x, x.shape[normalize_dim(dim, x.ndim)], dim, largest=descending)
+
+
+def argsort(x, dim: int = -1, descending: bool = False, stable: bool = False):
+    """The positions that sort ``x`` along ``dim`` (``torch.argsort``); see :func:`sort`."""
+    return sort(x, dim, descending, stable).indices
 
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:

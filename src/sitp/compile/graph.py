@@ -20,7 +20,7 @@ import numpy as np
 # The backend functions whose results depend only on their arguments (CSE and constant
 # folding may merge or evaluate them); every other call is kept as it was.
 PURE = frozenset(
-    "unary binary compare where copy reduce argreduce softmax softmax_backward cumsum "
+    "unary binary compare where copy reduce argreduce topk softmax softmax_backward cumsum "
     "matmul linear take gather scatter_add tri fill arange".split()
 )
 POINTWISE = frozenset({"unary", "binary", "compare", "where", "copy"})

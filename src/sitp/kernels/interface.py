@@ -50,6 +50,7 @@ FUNCTIONS = (
     "copy",
     "reduce",
     "argreduce",
+    "topk",
     "softmax",
     "softmax_backward",
     "cumsum",
@@ -141,6 +142,15 @@ def argreduce(x, dim, is_max, keepdim=False):
 
     Both are new contiguous tensors of the kept shape (size 1 at ``dim`` with
     ``keepdim``); values have ``x.dtype``, indices int64 (the first extreme; a NaN wins).
+    """
+
+
+def topk(x, k, largest):
+    """A new contiguous int64 tensor of ``x``'s shape with the last dim ``k``: in each row
+    along the last dim, the positions of its ``k`` largest (``largest``) or smallest
+    entries, in that order. A NaN counts as larger than any number (as in torch); of
+    equal entries the earlier comes first. ``0 <= k <= x.shape[-1]`` (checked by the
+    caller).
     """
 
 

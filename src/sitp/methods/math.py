@@ -17,7 +17,7 @@ from sitp._tensor.tensor import Tensor
 from sitp.autograd import derivatives as ops
 from sitp.autograd.grad_mode import is_grad_enabled
 from sitp.dtypes import bool_, float32, int64
-from sitp.functional import cat, return_types, topk, where
+from sitp.functional import argsort, cat, return_types, sort, topk, where
 from sitp.strides import normalize_dim, normalize_dims, numel
 
 # Binary ops whose result is a float: integer or bool operands are converted to float32
@@ -580,6 +580,12 @@ class TensorMath:
 
     def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
         return topk(self, k, dim, largest)
+
+    def sort(self, dim: int = -1, descending: bool = False, stable: bool = False):
+        return sort(self, dim, descending, stable)
+
+    def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False):
+        return argsort(self, dim, descending, stable)
 
     def flip(self, dims):
         out = self

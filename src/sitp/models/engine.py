@@ -63,18 +63,12 @@ def sampling_probs(logits_BV, temperature=1.0, top_k=None, top_p=None, min_p=Non
         return F.one_hot(logits_BV.argmax(dim=-1), V).to(logits_BV.dtype)
     if temperature != 1.0:
         logits_BV = logits_BV / temperature
-    if top_k is not None and top_k < V:
-        if V <= PAIRWISE_V:  # keep the tokens with fewer than k strictly larger logits
-            logits_BV = logits_BV.masked_fill(count_above(logits_BV) >= top_k, float("-inf"))
-        else:  # the k largest; the last one is the threshold
-            v_BK, _ = torch.topk(logits_BV, top_k)
-            logits_BV = logits_BV.masked_fill(logits_BV < v_BK[:, -1:], float("-inf"))
+    if top_k is not None and top_k < V:  # the k largest; the k-th is the threshold
+        v_BK, _ = torch.topk(logits_BV, top_k)
+        logits_BV = logits_BV.masked_fill(logits_BV < v_BK[:, -1:], float("-inf"))
     probs_BV = F.softmax(logits_BV, dim=-1)
-    if top_p is not None and top_p < 1.0:  # keep the tokens whose more likely ones are < p
-        if V <= PAIRWISE_V:
-            probs_BV = probs_BV.masked_fill(mass_above(probs_BV) >= top_p, 0.0)
-        else:  # (B, V, V) would not fit: the least probability kept, by bisection
-            probs_BV = probs_BV.masked_fill(probs_BV < nucleus_floor(probs_BV, top_p), 0.0)
+    if top_p is not None and top_p < 1.0:  # the tokens at or above the nucleus's floor
+        probs_BV = probs_BV.masked_fill(probs_BV < nucleus_floor(probs_BV, top_p), 0.0)
     if min_p is not None and min_p > 0.0:
         p_max_B1 = probs_BV.amax(dim=-1, keepdim=True)
         probs_BV = probs_BV.masked_fill(probs_BV < min_p * p_max_B1, 0.0)
@@ -83,51 +77,18 @@ def sampling_probs(logits_BV, temperature=1.0, top_k=None, top_p=None, min_p=Non
     return probs_BV
 
 
-#: Vocabularies up to this size rank their tokens by pairwise comparisons, (B, V, V).
-PAIRWISE_V = 4096
+def nucleus_floor(p_BV, top_p):
+    """For each row, the least probability that top-p keeps: (B, 1).
 
-
-def count_above(x_BV):
-    """For each entry, how many entries of its row are strictly larger: (B, V) int64.
-
-    One comparison of every pair, V^2 per row: no sort (sitp has none, and its topk
-    takes k passes), and exact with ties: tied entries get the same count. Above
-    ``PAIRWISE_V`` tokens, top-k takes ``topk`` and top-p :func:`nucleus_floor`.
+    Sorted from the most likely down, a token is in the nucleus when the tokens before it
+    add up to less than ``top_p`` (the most likely always is). The floor is the last such
+    token's probability; keeping every token at or above it also keeps the tokens tied
+    with it.
     """
-    return (x_BV[:, None, :] > x_BV[:, :, None]).sum(dim=-1)
-
-
-def mass_above(p_BV):
-    """For each token, the probability of the tokens strictly more likely: (B, V).
-
-    The nucleus of top-p is the tokens whose more likely ones add up to less than p
-    (the most likely always; ties with the last one it needs, too). Pairwise, as
-    :func:`count_above`; a sort and a cumulative sum would do it in V log V.
-    """
-    above_BVV = p_BV[:, None, :] > p_BV[:, :, None]  # [b, i, j]: token j beats token i
-    return (above_BVV * p_BV[:, None, :]).sum(dim=-1)
-
-
-def nucleus_floor(p_BV, top_p, max_steps=400):
-    """For each row, the least probability that top-p keeps: (B, 1), in V a step.
-
-    The mass of the tokens more likely than a level t, S(t), falls as t rises, and a
-    token is kept when S(its probability) < p: the kept tokens are those at or above a
-    floor. Bisection finds it between a level whose S reaches p (0) and one whose S is 0
-    (the row's largest probability), until no probability of the row lies strictly
-    between the two: the same tokens as :func:`mass_above`'s, ties included, without
-    the pairs (which need (V, V) per row).
-    """
-    lo_B1 = torch.zeros_like(p_BV[:, :1])
-    hi_B1 = p_BV.amax(dim=-1, keepdim=True)
-    for step in range(max_steps):
-        if step % 8 == 0 and not ((p_BV > lo_B1) & (p_BV < hi_B1)).any().item():
-            break
-        mid_B1 = (lo_B1 + hi_B1) / 2
-        short_B1 = p_BV.masked_fill(p_BV <= mid_B1, 0.0).sum(dim=-1, keepdim=True) < top_p
-        hi_B1 = torch.where(short_B1, mid_B1, hi_B1)  # mid is kept: the floor is at most mid
-        lo_B1 = torch.where(short_B1, lo_B1, mid_B1)
-    return hi_B1
+    p_sorted_BV, _ = torch.sort(p_BV, dim=-1, descending=True)
+    before_BV = torch.cumsum(p_sorted_BV, dim=-1) - p_sorted_BV  # the mass before each
+    n_keep_B1 = (before_BV < top_p).sum(dim=-1, keepdim=True)  # at least 1: before is 0
+    return p_sorted_BV.gather(-1, n_keep_B1 - 1)
 
 
 def sample_next(logits_BV, temperature=1.0, top_k=None, generator=None, top_p=None, min_p=None):

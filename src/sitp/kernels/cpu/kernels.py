@@ -469,6 +469,62 @@ def argreduce_kernel(is_max, x, x_starts, x_step, n, values, indices):
         indices[r] = arg
 
 
+@njit(cache=True, inline="always")
+def _ranks_before(v, e, largest):
+    """Whether entry ``v``, met after ``e`` in its row, goes before it in a top-k order:
+    larger (``largest``) or smaller; a NaN counts as the largest of all, as in torch; a
+    tie keeps the row's order."""
+    if largest:
+        return v > e or (v != v and e == e)
+    return v < e or (e != e and v == v)
+
+
+@njit(cache=True)
+def topk_kernel(x, x_starts, x_step, n, k, largest, out):
+    """out[r*k : r*k + k] = the positions in row r of its k largest (``largest``) or
+    smallest entries, in that order, a tie in the row's order.
+
+    A small k keeps a sorted window of k positions and inserts into it the entries that
+    beat its last one (one comparison for most entries); a large k sorts the row with a
+    stable merge sort (ascending, NaN last; for the largest, the reversed row's order read
+    backwards).
+    """
+    row = np.empty(n, x.dtype)
+    buf = np.empty(k, np.int64)
+    for r in range(x_starts.size):
+        xs = x_starts[r]
+        if k > 64:
+            if largest:
+                for j in range(n):
+                    row[j] = x[xs + (n - 1 - j) * x_step]
+                order = np.argsort(row, kind="mergesort")
+                for i in range(k):
+                    out[r * k + i] = n - 1 - order[n - 1 - i]
+            else:
+                for j in range(n):
+                    row[j] = x[xs + j * x_step]
+                order = np.argsort(row, kind="mergesort")
+                for i in range(k):
+                    out[r * k + i] = order[i]
+            continue
+        for j in range(n):
+            row[j] = x[xs + j * x_step]
+        m = 0
+        for j in range(n):
+            v = row[j]
+            if m == k and not _ranks_before(v, row[buf[k - 1]], largest):
+                continue
+            p = m if m < k else k - 1  # a full window drops its last position
+            while p > 0 and _ranks_before(v, row[buf[p - 1]], largest):
+                buf[p] = buf[p - 1]
+                p -= 1
+            buf[p] = j
+            if m < k:
+                m += 1
+        for i in range(k):
+            out[r * k + i] = buf[i]
+
+
 # --8<-- [start:softmax_kernel]
 @njit(cache=True, error_model="numpy")  # 0/0 is NaN (a fully masked row), not an exception
 def softmax_kernel(x, x_starts, x_step, n, log, out):

@@ -321,6 +321,15 @@ def argreduce(x, dim, is_max, keepdim=False):
     return values, indices
 
 
+def topk(x, k, largest):
+    """The positions of the k largest (smallest) entries of each row along the last dim."""
+    kept, xs, starts, step, n = _rows_last(x, (len(x._shape) - 1,))
+    out = _new(kept + (k,), int64, x)
+    if k and starts.size:
+        K.topk_kernel(xs, starts, step, n, k, largest, out._storage)
+    return out
+
+
 def _move_last(x, dim):
     """A view of x with ``dim`` moved last (rows along it), and the permutation (None when
     ``dim`` is already last: x itself, no view to make)."""

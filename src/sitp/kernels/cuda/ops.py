@@ -198,6 +198,32 @@ def argreduce_rows_k(is_max, x, n, values, indices):
 
 
 @cuda.jit
+def topk_rows_k(x, n, k, largest, out):
+    """The k largest (smallest) positions of contiguous row r, one thread per row: a sorted
+    window of k positions in ``out`` itself (the CPU kernel's small-k way, and its order)."""
+    r = cuda.grid(1)
+    if r * k < out.size:
+        base, o = r * n, r * k
+        m = 0
+        for j in range(n):
+            v = x[base + j]
+            if m == k:
+                e = x[base + out[o + k - 1]]
+                if not (v > e or (v != v and e == e) if largest else v < e or (e != e and v == v)):
+                    continue
+            p = m if m < k else k - 1
+            while p > 0:
+                e = x[base + out[o + p - 1]]
+                if not (v > e or (v != v and e == e) if largest else v < e or (e != e and v == v)):
+                    break
+                out[o + p] = out[o + p - 1]
+                p -= 1
+            out[o + p] = j
+            if m < k:
+                m += 1
+
+
+@cuda.jit
 def softmax_rows_k(x, n, log, out):
     """Stable (log-)softmax of each contiguous row, one thread per row."""
     r = cuda.grid(1)
@@ -554,6 +580,14 @@ def argreduce(x, dim, is_max, keepdim=False):
         shape = tuple(1 if d == dim else x._shape[d] for d in range(len(x._shape)))
         values, indices = reshaped(values, shape), reshaped(indices, shape)
     return values, indices
+
+
+def topk(x, k, largest):
+    kept, xs, n = _rows(x, (len(x._shape) - 1,))
+    out = _new(kept + (k,), int64, x)
+    if out._storage.size:
+        topk_rows_k[_grid(numel(kept))](xs, n, k, largest, out._storage)
+    return out
 
 
 def _last(x, dim):
