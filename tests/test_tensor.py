@@ -89,6 +89,10 @@ def test_multinomial_checks_the_weights_as_torch_does():
         with pytest.raises(RuntimeError) as got:
             sitp.multinomial(sitp.tensor(rows), 1, replacement)
         assert str(got.value) == str(want.value), rows
+    with pytest.raises(
+        RuntimeError, match=r"no categories to draw from \(weights of shape \(2, 0\)\)"
+    ):
+        sitp.multinomial(sitp.zeros(2, 0), 1, True)
     with pytest.raises(RuntimeError, match="floating-point dtypes for input, got: "):
         sitp.multinomial(sitp.tensor([1, 2, 3]), 1)
     w = sitp.rand(5, 13, generator=sitp.Generator().manual_seed(1), dtype=sitp.float64)

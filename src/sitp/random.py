@@ -158,6 +158,10 @@ def multinomial(input, num_samples: int, replacement: bool = False, generator=No
     if input.ndim not in (1, 2):
         raise RuntimeError(f"prob_dist must be 1 or 2 dim, got shape {tuple(input.shape)}")
     n = input.shape[-1]
+    if n == 0:
+        raise RuntimeError(
+            f"multinomial(): no categories to draw from (weights of shape {tuple(input.shape)})"
+        )
     if not replacement and num_samples > n:
         raise RuntimeError(
             f"cannot sample n_sample > prob_dist.size(-1) samples without replacement "
