@@ -233,6 +233,11 @@ _KEYS = [
     (0, 2, 3),
     (slice(-2, None, 3), 0),
     (),
+    (Ellipsis, 1),  # one ... becomes the full slices of the dims the rest leave
+    Ellipsis,
+    (Ellipsis, slice(None, 2)),
+    (1, Ellipsis, slice(3, None)),
+    (0, 1, 2, Ellipsis),
 ]
 
 
@@ -249,8 +254,8 @@ def test_basic_keys_equal_the_general_decomposition(key):
     np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
-_RAISE = [5, (0, 9), slice(None, None, -1), (0, 0, 0, 0)]  # torch raises for each
-_OTHER = [np.int64(1), (None, 0), (Ellipsis, 1), ([0, 2], slice(1, 3))]
+_RAISE = [5, (0, 9), slice(None, None, -1), (0, 0, 0, 0), (Ellipsis, 0, Ellipsis)]  # torch raises
+_OTHER = [np.int64(1), (None, 0), (None, Ellipsis), ([0, 2], slice(1, 3))]
 
 
 @pytest.mark.parametrize("key", _RAISE + _OTHER, ids=[repr(k) for k in _RAISE + _OTHER])

@@ -197,6 +197,15 @@ def argreduce_rows_k(is_max, x, n, values, indices):
         indices[r] = arg
 
 
+@cuda.jit(device=True)
+def _ranks_before(v, e, largest):
+    """The CPU kernel's order: ``v``, met after ``e``, goes first when larger (smaller);
+    a NaN is the largest of all; a tie keeps the row's order."""
+    if largest:
+        return v > e or (v != v and e == e)
+    return v < e or (e != e and v == v)
+
+
 @cuda.jit
 def topk_rows_k(x, n, k, largest, out):
     """The k largest (smallest) positions of contiguous row r, one thread per row: a sorted
@@ -207,15 +216,10 @@ def topk_rows_k(x, n, k, largest, out):
         m = 0
         for j in range(n):
             v = x[base + j]
-            if m == k:
-                e = x[base + out[o + k - 1]]
-                if not (v > e or (v != v and e == e) if largest else v < e or (e != e and v == v)):
-                    continue
+            if m == k and not _ranks_before(v, x[base + out[o + k - 1]], largest):
+                continue
             p = m if m < k else k - 1
-            while p > 0:
-                e = x[base + out[o + p - 1]]
-                if not (v > e or (v != v and e == e) if largest else v < e or (e != e and v == v)):
-                    break
+            while p > 0 and _ranks_before(v, x[base + out[o + p - 1]], largest):
                 out[o + p] = out[o + p - 1]
                 p -= 1
             out[o + p] = j
