@@ -29,27 +29,27 @@ def where(condition, input=None, other=None):
 
 def cat(tensors, dim: int = 0) -> Tensor:
     """Join tensors along an existing dim; all other dims must match."""
-    tensors = [t for t in tensors]
+    tensors = list(tensors)
     if not tensors:
         raise RuntimeError("cat(): expected a non-empty list of Tensors")
     for t in tensors:
         if not isinstance(t, Tensor):
             raise TypeError(f"cat(): expected a sequence of Tensors, got {type(t).__name__}")
     # PyTorch skips legacy empty 1-D tensors
-    nonempty = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or tensors[:1]
+    nonempty = [t for t in tensors if t._shape != (0,)] or tensors[:1]
     ref = nonempty[0]
-    dim = normalize_dim(dim, ref.ndim)
+    dim = normalize_dim(dim, len(ref._shape))
+    rest = ref._shape[:dim] + ref._shape[dim + 1 :]  # the dims that must match
+    d = ref.dtype
     for t in nonempty:
-        if t.ndim != ref.ndim or any(
-            t.shape[d] != ref.shape[d] for d in range(ref.ndim) if d != dim
-        ):
+        sh = t._shape
+        if len(sh) != len(ref._shape) or sh[:dim] + sh[dim + 1 :] != rest:
             raise RuntimeError(
                 f"Sizes of tensors must match except in dimension {dim}. Expected shape "
                 f"{tuple(ref.shape)} (any size at dim {dim}) but got {tuple(t.shape)}"
             )
-    d = ref.dtype
-    for t in nonempty[1:]:
-        d = d if d.rank >= t.dtype.rank else t.dtype
+        if t.dtype is not d and t.dtype.rank > d.rank:
+            d = t.dtype
     return ops.Cat.apply(dim, *[t if t.dtype is d else t.to(d) for t in nonempty])
 
 

@@ -582,12 +582,13 @@ class Split(Function):
 class Cat(Function):
     @staticmethod
     def forward(ctx, dim, *tensors):
-        shape = list(tensors[0].shape)
-        ctx.sizes, ctx.dim = [t.shape[dim] for t in tensors], dim
-        shape[dim] = sum(ctx.sizes)
-        out = creation.empty(shape, dtype=tensors[0].dtype, device=tensors[0].device)
+        t0 = tensors[0]
+        sizes = ctx.sizes = [t._shape[dim] for t in tensors]
+        ctx.dim = dim
+        shape = t0._shape[:dim] + (sum(sizes),) + t0._shape[dim + 1 :]
+        out = creation.empty(shape, dtype=t0.dtype, device=t0.device)
         start, st, backend = 0, out._strides[dim], dispatch.of(out)
-        for n, t in zip(ctx.sizes, tensors):  # each input into its window of out
+        for n, t in zip(sizes, tensors):  # each input into its window of out
             backend.assign(out._alias(t._shape, out._strides, start * st), t)
             start += n
         return out
