@@ -115,3 +115,11 @@ def test_the_cuda_kernel_matches_the_cpu_kernel(k):
     on_gpu = sitp.topk(sitp.tensor(x, device="cuda"), k, dim=1, largest=True)
     np.testing.assert_array_equal(on_gpu.indices.cpu().numpy(), on_cpu.indices.numpy())
     np.testing.assert_array_equal(on_gpu.values.cpu().numpy(), on_cpu.values.numpy())
+
+
+def test_topk_past_the_finite_entries_repeats_no_position():
+    """The argmax passes that topk used to run masked each pick with -inf, so a row whose
+    other entries were -inf gave position 0 three times ([1, -inf, -inf], k=3)."""
+    row = sitp.tensor([1.0, float("-inf"), float("-inf")])
+    assert sitp.topk(row, 3).indices.tolist() == [0, 1, 2]
+    assert sitp.topk(row, 3, largest=False).indices.tolist() == [1, 2, 0]
