@@ -99,9 +99,8 @@ def sort(x, dim: int = -1, descending: bool = False, stable: bool = False):
     """``x`` sorted along ``dim`` and the positions the entries came from
     (``torch.sort``). Always stable: equal entries keep their order. NaNs go last in
     ascending order and first in descending order, as in torch."""
-    if x.ndim == 0:
-        return return_types(x.clone(), full((), 0, dtype=int64))
-    return topk(x, x.shape[normalize_dim(dim, x.ndim)], dim, largest=descending)
+    n = x.shape[normalize_dim(dim, x.ndim)] if x.ndim else 1  # all of them: topk's order
+    return topk(x, n, dim, largest=descending)
 
 
 def argsort(x, dim: int = -1, descending: bool = False, stable: bool = False):
