@@ -64,7 +64,8 @@ class HeadParallelAttention(sitp.nn.Module):
         y_BTc = y.transpose(1, 2).contiguous().view(B, T, self.heads * self.hs)
         partial = y_BTc @ self.c_proj.weight.t()  # these heads' share of the output
         if self.sequence_parallel:  # this rank's positions of the sum, (B, T/p, C)
-            return reduce_scatter_to_sequence_parallel(partial, self.group) + self.c_proj.bias
+            y = reduce_scatter_to_sequence_parallel(partial, self.group)
+            return y + copy_to_parallel(self.c_proj.bias, self.group)  # its gradient summed
         return reduce_from_parallel(partial, self.group) + self.c_proj.bias  # g
 
 

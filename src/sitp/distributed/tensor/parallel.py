@@ -37,7 +37,6 @@ import types
 
 from sitp import distributed as dist
 from sitp._tensor import creation
-from sitp.autograd import engine
 from sitp.autograd.function import Function
 from sitp.autograd.grad_mode import no_grad
 from sitp.distributed.device_mesh import group_of
@@ -240,10 +239,14 @@ class RowwiseParallel(ParallelStyle):
             module.weight.data = _split(module.weight.detach(), 1, p, r, "the weight")
 
         leave = reduce_scatter_to_sequence_parallel if self.seq_output else reduce_from_parallel
+        seq_output = self.seq_output
 
         def forward(self, x):
             y = leave(x @ self.weight.t(), group)  # the partial sums, summed
-            return y if self.bias is None else y + self.bias
+            if self.bias is None:
+                return y
+            # on this rank's positions only, the bias's gradient is a part: f sums it
+            return y + (copy_to_parallel(self.bias, group) if seq_output else self.bias)
 
         object.__setattr__(module, "forward", types.MethodType(forward, module))
 
@@ -252,14 +255,24 @@ class SequenceParallel(ParallelStyle):
     """A layer that works on each position alone (a layer norm, a dropout) run on this
     rank's positions only, ``(B, T/p, C)``, with its weights whole on every rank (torch's
     ``SequenceParallel()``, sequence dimension 1). Each rank's weight gradient covers its
-    positions; a post-accumulate hook sums them over the ranks."""
+    positions: during the call the layer reads each weight through Megatron's ``f``,
+    whose backward sums that part over the ranks before it reaches ``.grad`` (so that
+    gradients accumulated over micro-batches are summed once each)."""
 
     def _apply(self, module, group):
-        def summed(q):
-            dist.all_reduce(q.grad, group=group)
+        inner = module.forward
 
-        for q in module.parameters():
-            engine.register_post_accumulate_grad_hook(q, summed)
+        def forward(self, *args, **kwargs):
+            own = dict(self._parameters)
+            try:
+                for name, q in own.items():
+                    if q is not None and q.requires_grad:
+                        self._parameters[name] = copy_to_parallel(q, group)
+                return inner(*args, **kwargs)
+            finally:
+                self._parameters.update(own)
+
+        object.__setattr__(module, "forward", types.MethodType(forward, module))
 
 
 # --8<-- [end:styles]
