@@ -25,9 +25,11 @@ Run from the repository root after training the ladder into ``build/ladder/MODEL
 
 The ladder over seeds (``--seed N``, trained into ``build/ladder-seeds/MODEL-sN``, seed
 42 again among them) is recorded with ``--seeds`` into ``ladder-names-seeds.json``, and
-the ablation's GRU, GPT and GPT with dropout over seeds (``build/ladder-long-seeds/NAME-sN``)
-with ``--long-seeds`` into ``ladder-names-long-seeds.json``; both leave the seed-42
-records as they are::
+the ablation's GRU, GPT, GPT with weight decay and GPT with dropout over seeds
+(``build/ladder-long-seeds/NAME-sN``) with ``--long-seeds`` into
+``ladder-names-long-seeds.json``; both leave the seed-42 records as they are, and a run
+with no folder under ``--long-seeds`` keeps what the record had for it (seeds run on
+another machine join it; each run's entry names its machine)::
 
     python -m sitp.examples.gpt_figures --seeds build/ladder-seeds --record
     python -m sitp.examples.gpt_figures --long-seeds build/ladder-long-seeds --record
@@ -74,7 +76,8 @@ LADDER_JSON = HERE / "ladder-names.json"
 SEEDS_JSON = HERE / "ladder-names-seeds.json"
 LONG = ("gru", "gpt", "gpt-wd", "gpt-dropout", "gpt-dropout-40k")
 LONG_JSON = HERE / "ladder-names-long.json"
-LONG_SEEDS = ("gru", "gpt", "gpt-dropout")  # the long runs repeated over seeds
+# the long runs repeated over seeds
+LONG_SEEDS = ("gru", "gpt", "gpt-wd", "gpt-dropout", "gpt-dropout-40k")
 LONG_SEEDS_JSON = HERE / "ladder-names-long-seeds.json"
 CENSUS_JSON = HERE / "gpt-census.json"
 ATTENTION_JSON = HERE / "gpt-attention.json"
@@ -341,8 +344,13 @@ def spread(values) -> dict:
     }
 
 
-def record_seeds(seeds_dir, ladder: dict, names=LADDER, record_name=LADDER_JSON.name) -> dict:
+def record_seeds(
+    seeds_dir, ladder: dict, names=LADDER, record_name=LADDER_JSON.name, previous=None
+) -> dict:
     """The ladder over seeds: each model's runs, seed 42 first, and their mean and sd.
+
+    Each run names the machine it ran on (``cpu``: the model, LLVM's name for it and
+    the vector ISA); the record's own ``machine`` is the one that wrote it.
 
     Args:
         seeds_dir: holds ``MODEL-sSEED/record.json`` for the seeds of each model (and
@@ -354,6 +362,10 @@ def record_seeds(seeds_dir, ladder: dict, names=LADDER, record_name=LADDER_JSON.
             without one, the record's run stands for seed 42.
         names: the runs of ``ladder`` to gather seeds for (``seeds_dir/NAME-sSEED``).
         record_name: the file ``ladder`` was read from, the ``source`` of its runs.
+        previous: an earlier record of the same runs; a model of ``names`` with no run in
+            ``seeds_dir`` keeps its entry there (its runs' ``cpu`` that record's machine
+            where they name none), so that seeds run later, elsewhere, join the record
+            without the folders of the earlier ones.
     """
 
     seeds_dir = Path(seeds_dir)
@@ -361,15 +373,24 @@ def record_seeds(seeds_dir, ladder: dict, names=LADDER, record_name=LADDER_JSON.
     found = record_ladder(
         seeds_dir, names=dirs, out_prefix=str(seeds_dir), with_count_bigram=False
     )["runs"]
-    out = {
-        "machine": sitp.show_config(mode="dicts").get("cpu"),
-        "cpu_model": cpu_model(),
-        "split_seed": 42,
-        "runs": {},
-    }
+    here = sitp.show_config(mode="dicts").get("cpu")
+    out = {"machine": here, "cpu_model": cpu_model(), "split_seed": 42, "runs": {}}
     for name in names:
+        mine = [k for k in dirs if re.fullmatch(rf"{re.escape(name)}-s\d+", k)]
+        if not mine and previous is not None and name in previous["runs"]:
+            kept = previous["runs"][name]
+            runs = [{**r, "cpu": r.get("cpu", _cpu(previous["machine"]))} for r in kept["runs"]]
+            out["runs"][name] = {**kept, "runs": runs}
+            continue
         base = ladder["runs"][name]
-        runs = [{"seed": 42, "source": record_name, **_seed_entry(base)}]
+        runs = [
+            {
+                "seed": 42,
+                "source": record_name,
+                "cpu": _cpu(ladder.get("machine")),
+                **_seed_entry(base),
+            }
+        ]
         for key in dirs:
             m = re.fullmatch(rf"{re.escape(name)}-s(\d+)", key)
             if m is None or key not in found:
@@ -384,7 +405,12 @@ def record_seeds(seeds_dir, ladder: dict, names=LADDER, record_name=LADDER_JSON.
             default = asdict(MODELS[model].make_config())
             then = {k: base["model_config"].get(k, default.get(k)) for k in run["model_config"]}
             assert run["model_config"] == then, f"{key}: not the ladder's model"
-            entry = {"seed": tc["seed"], "source": run["command"], **_seed_entry(run)}
+            entry = {
+                "seed": tc["seed"],
+                "source": run["command"],
+                "cpu": _cpu(here),
+                **_seed_entry(run),
+            }
             if tc["seed"] == 42:  # the recorded run, run again with this code: it replaces it
                 entry["recorded"] = runs[0]["final"]
                 entry["matches_record"] = run["final"] == runs[0]["final"]
@@ -429,6 +455,13 @@ def record_census(seeds_dir) -> dict:
         "runs": {"census-gpt": base},
         "seeds": several["runs"]["census-gpt"],
     }
+
+
+def _cpu(machine) -> str | None:
+    """A machine (``show_config``'s ``cpu``) in a few words: model (LLVM name, ISA)."""
+    if not machine:
+        return None
+    return f"{machine.get('model')} ({machine.get('llvm_cpu_name')}, {machine.get('isa')})"
 
 
 def _seed_entry(run: dict) -> dict:
@@ -694,8 +727,9 @@ def main(argv=None) -> None:
     )
     parser.add_argument(
         "--long-seeds",
-        help="with --record: the ablation's runs over seeds (gru, gpt, gpt-dropout: "
-        "NAME-sSEED/), recorded into ladder-names-long-seeds.json",
+        help="with --record: the ablation's runs over seeds (gru, gpt, gpt-wd, gpt-dropout: "
+        "NAME-sSEED/), recorded into ladder-names-long-seeds.json; a run with no folder "
+        "there keeps its entry in that record",
     )
     parser.add_argument(
         "--attention-seeds",
@@ -720,7 +754,8 @@ def main(argv=None) -> None:
         write_atomically(CENSUS_JSON, (json.dumps(record, indent=1) + "\n").encode())
     if args.record and args.long_seeds:
         long = json.loads(LONG_JSON.read_text())
-        record = record_seeds(args.long_seeds, long, LONG_SEEDS, LONG_JSON.name)
+        previous = json.loads(LONG_SEEDS_JSON.read_text()) if LONG_SEEDS_JSON.exists() else None
+        record = record_seeds(args.long_seeds, long, LONG_SEEDS, LONG_JSON.name, previous)
         write_atomically(LONG_SEEDS_JSON, (json.dumps(record, indent=1) + "\n").encode())
     if args.record and args.seeds:
         record = record_seeds(args.seeds, json.loads(LADDER_JSON.read_text()))
