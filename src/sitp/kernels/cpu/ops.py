@@ -419,9 +419,15 @@ def flat(t):
 
 def as_numpy(t):
     """A numpy view of tensor ``t``'s entries (its shape and strides, no copy)."""
-    st = t._storage
+    st, shape, strides = t._storage, t._shape, t._strides
+    if len(shape) == 2:  # the matrices of a product: dense, row-major or transposed
+        M, N = shape
+        if strides == (N, 1) or strides == (1, M):
+            n, off = M * N, t._offset
+            dense = st if off == 0 and st.shape[0] == n else st[off : off + n]
+            return dense.reshape(shape) if strides[1] == 1 else dense.reshape(N, M).T
     isz = st.itemsize
-    return np.ndarray(t._shape, st.dtype, st, t._offset * isz, tuple([s * isz for s in t._strides]))
+    return np.ndarray(shape, st.dtype, st, t._offset * isz, tuple([s * isz for s in strides]))
 
 
 def _wrap2(C, like):
