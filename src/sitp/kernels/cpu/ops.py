@@ -260,6 +260,11 @@ def _rows_last(x, dims):
     The reduced dims become one row per output entry; when they are not
     contiguous with each other the input is copied first.
     """
+    if len(dims) == 1:  # one dim: every row is a run along it, at its stride
+        d = dims[0]
+        kept = x._shape[:d] + x._shape[d + 1 :]
+        starts = _positions(kept, x._strides[:d] + x._strides[d + 1 :], x._offset)
+        return kept, x._storage, starts, x._strides[d], x._shape[d]
     keep = [d for d in range(len(x._shape)) if d not in dims]
     perm = keep + list(dims)
     shape = tuple(x._shape[d] for d in perm)
