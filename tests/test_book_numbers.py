@@ -179,6 +179,14 @@ QUOTES = [
     ),
     (
         "ch03/gpt.md",
+        r"its seed 42 ends at validation (\d\.\d+) against the table's (\d\.\d+):",
+        lambda: (
+            long_runs("gpt-wd")[0]["final"]["val"],
+            ex("ladder-names-long.json")["runs"]["gpt-wd"]["final"]["val"],
+        ),
+    ),
+    (
+        "ch03/gpt.md",
         r"The standard deviations over the three seeds of each are (\d\.\d+) \(GRU\) and "
         r"(\d\.\d+) \(GPT\) on validation",
         lambda: (ladder_spread("gru", "val")[1], ladder_spread("gpt", "val")[1]),
@@ -623,6 +631,14 @@ def long_apart(a: str, b: str, split: str = "val") -> float:
     if not sb["max"] < sa["min"]:
         return math.nan
     return (sa["mean"] - sb["mean"]) / max(sa["sd"], sb["sd"])
+
+
+def long_gain(a: str, b: str, split: str = "val") -> float:
+    """How far run ``b``'s mean ``split`` loss ends below run ``a``'s, when every seed of
+    ``b`` ends below every seed of ``a``; nan otherwise."""
+    if math.isnan(long_apart(a, b, split)):
+        return math.nan
+    return long_spread(a, split)[0] - long_spread(b, split)[0]
 
 
 def long_runs(key: str) -> list[dict]:
@@ -2469,7 +2485,12 @@ FIGURES = QUOTES + [
             r"(\d\.\d+) ± (\d\.\d+) \| (\d\.\d+) ± (\d\.\d+) \|$",
             lambda key=key: long_row(key),
         )
-        for label, key in [("GRU", "gru"), ("GPT", "gpt"), ("GPT, dropout 0.1", "gpt-dropout")]
+        for label, key in [
+            ("GRU", "gru"),
+            ("GPT", "gpt"),
+            ("GPT, weight decay 0.1", "gpt-wd"),
+            ("GPT, dropout 0.1", "gpt-dropout"),
+        ]
     ),
     (
         "ch03/gpt.md",
@@ -2517,13 +2538,14 @@ FIGURES = QUOTES + [
     ),
     (
         "ch03/gpt.md",
-        r"holds the validation loss down to (\d\.\d+) at the end, (\d\.\d+) below the GPT's mean "
-        r"and below all three of its runs",
+        r"holds the validation loss down to (\d\.\d+) ± (\d\.\d+) at the end \((\w+) runs\), "
+        r"(\d\.\d+) below the GPT's mean and every run below all three of the GPT's, with the "
+        r"training loss where it was \((\d\.\d+) ± (\d\.\d+)\)",
         lambda: (
-            long_val("gpt-wd"),
-            long_spread("gpt", "val")[0] - long_val("gpt-wd")
-            if long_val("gpt-wd") < min(seed["final"]["val"] for seed in long_runs("gpt"))
-            else math.nan,
+            *long_spread("gpt-wd", "val"),
+            len(long_runs("gpt-wd")),
+            long_gain("gpt", "gpt-wd"),
+            *long_spread("gpt-wd", "train"),
         ),
     ),
     (
