@@ -145,6 +145,40 @@ def ranks_output(test_file, nproc: int = 2, timeout: float = 90) -> str:
     return run_ranks(Path(test_file), nproc=nproc, timeout=timeout).stdout
 
 
+def run_checks(checks) -> None:
+    """The rank program of a test file: join the default group, run each ``(name,
+    check)`` in turn on every rank, and have rank 0 print ``ok <name>`` after each (what
+    :func:`checks_passed` reads back); a failing check ends the job with its traceback."""
+    import sitp.distributed as dist
+
+    dist.init_process_group()
+    for name, check in checks:
+        check()
+        if dist.get_rank() == 0:
+            print(f"ok {name}", flush=True)
+    dist.destroy_process_group()
+
+
 def checks_passed(out: str) -> list[str]:
     """The checks a rank program reported as passed (its lines ``ok <name> ...``), in order."""
     return [line.split()[1] for line in out.splitlines() if line.startswith("ok ")]
+
+
+def rank_check_tests(test_file, checks, nproc: int = 2):
+    """The pytest side of a test file that is also its ranks' program (:func:`run_checks`):
+    a module fixture that runs the file on ``nproc`` ranks once, and a test per name in
+    ``checks`` that its line ``ok <name>`` was printed. Bind both in the module::
+
+        ranks_output, test_two_ranks = dist_util.rank_check_tests(__file__, CHECKS)
+    """
+    run_file = ranks_output
+
+    @pytest.fixture(scope="module")
+    def fixture():
+        return run_file(test_file, nproc=nproc)
+
+    @pytest.mark.parametrize("check", checks)
+    def test(ranks_output, check):
+        assert check in checks_passed(ranks_output), ranks_output
+
+    return fixture, test

@@ -149,32 +149,21 @@ def check_pipeline(schedule_class):
 
 
 def main() -> None:
-    dist.init_process_group()
-    checks = (
-        ("tensor", lambda: check_tensor(False)),
-        ("sequence", lambda: check_tensor(True)),
-        ("gpipe", lambda: check_pipeline(ScheduleGPipe)),
-        ("1f1b", lambda: check_pipeline(Schedule1F1B)),
+    dist_util.run_checks(
+        (
+            ("tensor", lambda: check_tensor(False)),
+            ("sequence", lambda: check_tensor(True)),
+            ("gpipe", lambda: check_pipeline(ScheduleGPipe)),
+            ("1f1b", lambda: check_pipeline(Schedule1F1B)),
+        )
     )
-    for name, check in checks:
-        check()
-        if dist.get_rank() == 0:
-            print(f"ok {name}", flush=True)
-    dist.destroy_process_group()
 
 
 # ------------------------------------------------------------------ the pytest side
 CHECKS = ["tensor", "sequence", "gpipe", "1f1b"]
 
 
-@pytest.fixture(scope="module")
-def ranks_output():
-    return dist_util.ranks_output(__file__)
-
-
-@pytest.mark.parametrize("check", CHECKS)
-def test_two_ranks(ranks_output, check):
-    assert check in dist_util.checks_passed(ranks_output), ranks_output
+ranks_output, test_two_ranks = dist_util.rank_check_tests(__file__, CHECKS)
 
 
 def test_refusals():

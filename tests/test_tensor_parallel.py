@@ -167,32 +167,21 @@ def check_sequence_parallel():
 
 
 def main() -> None:
-    dist.init_process_group()
-    checks = (
-        ("mlp", check_mlp),
-        ("attention", check_attention),
-        ("block", check_block),
-        ("sequence", check_sequence_parallel),
+    dist_util.run_checks(
+        (
+            ("mlp", check_mlp),
+            ("attention", check_attention),
+            ("block", check_block),
+            ("sequence", check_sequence_parallel),
+        )
     )
-    for name, check in checks:
-        check()
-        if dist.get_rank() == 0:
-            print(f"ok {name}", flush=True)
-    dist.destroy_process_group()
 
 
 # ------------------------------------------------------------------ the pytest side
 CHECKS = ["mlp", "attention", "block", "sequence"]
 
 
-@pytest.fixture(scope="module")
-def ranks_output():
-    return dist_util.ranks_output(__file__)
-
-
-@pytest.mark.parametrize("check", CHECKS)
-def test_two_ranks(ranks_output, check):
-    assert check in dist_util.checks_passed(ranks_output), ranks_output
+ranks_output, test_two_ranks = dist_util.rank_check_tests(__file__, CHECKS)
 
 
 def test_refusals():
