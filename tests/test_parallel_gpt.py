@@ -1,9 +1,9 @@
 """The chapter's GPT trained on 2 MPI ranks against one process (sitp.examples.parallel_gpt):
-tensor parallelism, sequence parallelism and the two pipeline schedules each take three
-AdamW steps, in float64, and must give one process's loss at every step and its
-weights at the end (each rank's slices of the split matrices, the rest whole). The GPT
-ties its head to its token embedding, so the pipeline's two copies of that matrix are
-checked too.
+tensor parallelism, sequence parallelism (also with the batch's gradients accumulated
+over two backward passes) and the two pipeline schedules each take three AdamW steps,
+in float64, and must give one process's loss at every step and its weights at the end
+(each rank's slices of the split matrices, the rest whole). The GPT ties its head to its
+token embedding, so the pipeline's two copies of that matrix are checked too.
 
 As tests/test_zero_stages.py, this file is also the script the ranks run.
 """
@@ -88,23 +88,30 @@ def _rank_slice(name, full, p, r):
     return full  # whole on every rank
 
 
-def check_tensor(sequence_parallel: bool):
+def check_tensor(sequence_parallel: bool, accumulate: int = 1):
+    """With ``accumulate`` > 1 the batch's rows go through in that many backward passes
+    whose gradients add up in ``.grad`` (each loss scaled by its share of the rows)."""
     p, r = dist.get_world_size(), dist.get_rank()
     want_losses, want = _one_process()
     model = tensor_parallel_gpt(_model(), sequence_parallel=sequence_parallel)
     opt = _optimizer(model)
     for step, (x, y) in enumerate(_batches()):
         opt.zero_grad()
-        if sequence_parallel:
-            loss = sequence_parallel_loss(model, x, y)
-            whole = loss.detach().clone()
-            dist.all_reduce(whole)  # the ranks' shares: the batch's loss
-        else:
-            _, loss = model(x, y)
-            whole = loss.detach()
-        loss.backward()
+        whole, k = 0.0, B // accumulate
+        for i in range(accumulate):
+            xi, yi = x[i * k : (i + 1) * k], y[i * k : (i + 1) * k]
+            if sequence_parallel:
+                loss = sequence_parallel_loss(model, xi, yi) / accumulate
+                part = loss.detach().clone()
+                dist.all_reduce(part)  # the ranks' shares: these rows' loss
+            else:
+                _, loss = model(xi, yi)
+                loss = loss / accumulate
+                part = loss.detach()
+            loss.backward()
+            whole += part.item()
         opt.step()
-        _same(whole.item(), want_losses[step], f"loss at step {step}")
+        _same(whole, want_losses[step], f"loss at step {step}")
     got = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     assert set(got) == set(want), set(got) ^ set(want)
     split = 0
@@ -153,6 +160,7 @@ def main() -> None:
         (
             ("tensor", lambda: check_tensor(False)),
             ("sequence", lambda: check_tensor(True)),
+            ("sequence-accumulated", lambda: check_tensor(True, accumulate=2)),
             ("gpipe", lambda: check_pipeline(ScheduleGPipe)),
             ("1f1b", lambda: check_pipeline(Schedule1F1B)),
         )
@@ -160,7 +168,7 @@ def main() -> None:
 
 
 # ------------------------------------------------------------------ the pytest side
-CHECKS = ["tensor", "sequence", "gpipe", "1f1b"]
+CHECKS = ["tensor", "sequence", "sequence-accumulated", "gpipe", "1f1b"]
 
 
 ranks_output, test_two_ranks = dist_util.rank_check_tests(__file__, CHECKS)
