@@ -179,7 +179,7 @@ QUOTES = [
     ),
     (
         "ch03/gpt.md",
-        r"its seed 42 ends at validation (\d\.\d+) against the table's (\d\.\d+):",
+        r"weight decay's seed 42 ends at\s+validation (\d\.\d+) against the table's (\d\.\d+):",
         lambda: (
             long_runs("gpt-wd")[0]["final"]["val"],
             ex("ladder-names-long.json")["runs"]["gpt-wd"]["final"]["val"],
@@ -2490,6 +2490,7 @@ FIGURES = QUOTES + [
             ("GPT", "gpt"),
             ("GPT, weight decay 0.1", "gpt-wd"),
             ("GPT, dropout 0.1", "gpt-dropout"),
+            ("GPT, dropout 0.1, 40,000 steps", "gpt-dropout-40k"),
         ]
     ),
     (
@@ -2567,10 +2568,23 @@ FIGURES = QUOTES + [
     ),
     (
         "ch03/gpt.md",
-        r"(\d\.\d+) nats below the GRU's mean test loss at 20,000 steps",
+        r"the GPT reaches validation (\d\.\d+) ± (\d\.\d+) and test (\d\.\d+) ± (\d\.\d+), every "
+        r"run below all three runs at 20,000 steps: (\d\.\d+) nats below the GRU's mean test loss "
+        r"at 20,000 steps",
         lambda: (
-            long_spread("gru", "test")[0]
-            - ex("ladder-names-long.json")["runs"]["gpt-dropout-40k"]["final"]["test"]
+            *long_spread("gpt-dropout-40k", "val"),
+            *long_spread("gpt-dropout-40k", "test"),
+            long_spread("gru", "test")[0] - long_spread("gpt-dropout-40k", "test")[0]
+            if not math.isnan(long_apart("gpt-dropout", "gpt-dropout-40k"))
+            else math.nan,
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"over the last 8,000 steps its validation loss fell by (\d\.\d+) to (\d\.\d+) in each run",
+        lambda: (
+            min(r["eval"][-3][2] - r["eval"][-1][2] for r in long_runs("gpt-dropout-40k")),
+            max(r["eval"][-3][2] - r["eval"][-1][2] for r in long_runs("gpt-dropout-40k")),
         ),
     ),
     (
@@ -2580,12 +2594,9 @@ FIGURES = QUOTES + [
     ),
     (
         "ch03/gpt.md",
-        r"best losses: test (\d\.\d+) ± (\d\.\d+) at 20,000 steps \(three runs\) and (\d\.\d+) at "
-        r"40,000 \(one\)",
-        lambda: (
-            *long_spread("gpt-dropout", "test"),
-            ex("ladder-names-long.json")["runs"]["gpt-dropout-40k"]["final"]["test"],
-        ),
+        r"best losses: test (\d\.\d+) ± (\d\.\d+) at 20,000 steps \(three runs\) and (\d\.\d+) ± "
+        r"(\d\.\d+) at 40,000 \(three\)",
+        lambda: (*long_spread("gpt-dropout", "test"), *long_spread("gpt-dropout-40k", "test")),
     ),
     (
         "ch03/gpt.md",

@@ -560,11 +560,13 @@ def ablation_figure(long: dict, path, seeds=None) -> None:
         ax.plot(steps, train, "--", color=color, lw=1, alpha=0.7)
     ax.set_xlabel("optimizer step (batch of 32)")
     ax.set_ylabel("cross-entropy (nats per character)")
+    one_run = any(name not in several for name in long["runs"])
     ax.set_title(
         "The long runs on makemore's names: validation (solid), train (dashed)"
         if not several
         else "The long runs on makemore's names: validation of every seed (thin) and their\n"
-        "mean (dots), mean train loss (dashed); one-run options drawn as that run",
+        "mean (dots), mean train loss (dashed)"
+        + ("; one-run options drawn as that run" if one_run else ""),
         fontsize=10,
     )
     ax.legend(fontsize=7.5)
