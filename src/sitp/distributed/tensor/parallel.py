@@ -260,19 +260,26 @@ class SequenceParallel(ParallelStyle):
     gradients accumulated over micro-batches are summed once each)."""
 
     def _apply(self, module, group):
-        inner = module.forward
+        for m in module.modules():  # the layer, and any layer inside it with weights
+            if any(q is not None for q in m._parameters.values()):
+                _read_through_f(m, group)
 
-        def forward(self, *args, **kwargs):
-            own = dict(self._parameters)
-            try:
-                for name, q in own.items():
-                    if q is not None and q.requires_grad:
-                        self._parameters[name] = copy_to_parallel(q, group)
-                return inner(*args, **kwargs)
-            finally:
-                self._parameters.update(own)
 
-        object.__setattr__(module, "forward", types.MethodType(forward, module))
+def _read_through_f(module, group) -> None:
+    """During ``module``'s call its own weights are read through ``f``."""
+    inner = module.forward
+
+    def forward(self, *args, **kwargs):
+        own = dict(self._parameters)
+        try:
+            for name, q in own.items():
+                if q is not None and q.requires_grad:
+                    self._parameters[name] = copy_to_parallel(q, group)
+            return inner(*args, **kwargs)
+        finally:
+            self._parameters.update(own)
+
+    object.__setattr__(module, "forward", types.MethodType(forward, module))
 
 
 # --8<-- [end:styles]
