@@ -413,6 +413,15 @@ def test_search_finds_the_chapter(server: str, browser, build: str, query: str, 
     visit = Visit(browser, server)
     try:
         page = _search(visit, query, build)
+        # The list fills as the query is typed and the index answers: wait (up to 15 s)
+        # for the chapter's link, then read what is listed, so a slow answer is not a miss.
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+        wanted = page.locator(f'{SEARCH_UI[build]["link"]}[href*="{expected}"]').first
+        try:
+            wanted.wait_for(timeout=15_000)
+        except PlaywrightTimeout:
+            pass  # the assertion below names what was listed instead
         hrefs = page.locator(SEARCH_UI[build]["link"]).evaluate_all(
             "links => links.map(a => a.getAttribute('href'))"
         )
