@@ -73,6 +73,22 @@ def _mlp_plan(block, sequence_parallel: bool) -> dict:
 
 
 # --8<-- [start:tensor]
+def _logits(config, ln_f, lm_head, x_BTC):
+    """The GPT's end: final norm, head and (when the config has one) the soft-cap."""
+    logits = lm_head(ln_f(x_BTC))
+    if config.logit_softcap:
+        logits = config.logit_softcap * sitp.tanh(logits / config.logit_softcap)
+    return logits
+
+
+def _cross_entropy(logits_BTV, targets_BT, reduction="mean"):
+    """The GPT's loss over every position, ``-1`` targets left out."""
+    V = logits_BTV.shape[-1]
+    return F.cross_entropy(
+        logits_BTV.reshape(-1, V), targets_BT.reshape(-1), ignore_index=-1, reduction=reduction
+    )
+
+
 def tensor_parallel_gpt(model, group=None, sequence_parallel: bool = False):
     """Split every block of ``model`` (a :class:`~sitp.models.gpt.GPT`, the same one on
     every rank) across the ranks of ``group``, in place; returns it. With
@@ -105,14 +121,8 @@ def sequence_parallel_loss(model, idx_BT, targets_BT, group=None):
     x_BtC = tr.wte(idx_BT[:, lo:hi]) + tr.wpe(sitp.arange(lo, hi))
     for block in tr.h:
         x_BtC = block(x_BtC)
-    logits = model.lm_head(tr.ln_f(x_BtC))
-    if model.config.logit_softcap:
-        cap = model.config.logit_softcap
-        logits = cap * sitp.tanh(logits / cap)
-    mine = targets_BT[:, lo:hi].reshape(-1)
-    total = F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), mine, ignore_index=-1, reduction="sum"
-    )
+    logits = _logits(model.config, tr.ln_f, model.lm_head, x_BtC)
+    total = _cross_entropy(logits, targets_BT[:, lo:hi], reduction="sum")
     return total / max(int((targets_BT != -1).sum()), 1)
 
 
@@ -139,10 +149,7 @@ class _Stage(sitp.nn.Module):
         for block in self.h:
             x = block(x)
         if self.last:
-            x = self.lm_head(self.ln_f(x))
-            if self.config.logit_softcap:
-                cap = self.config.logit_softcap
-                x = cap * sitp.tanh(x / cap)
+            x = _logits(self.config, self.ln_f, self.lm_head, x)
         return x
 
 
@@ -163,9 +170,7 @@ def pipeline_stage(model, rank: int, num_stages: int):
 
 def pipeline_loss(logits_BTV, targets_BT):
     """The last stage's loss of one micro-batch: the GPT's mean cross-entropy."""
-    return F.cross_entropy(
-        logits_BTV.reshape(-1, logits_BTV.shape[-1]), targets_BT.reshape(-1), ignore_index=-1
-    )
+    return _cross_entropy(logits_BTV, targets_BT)
 
 
 def sum_tied_grads(stage, group=None) -> None:
