@@ -729,7 +729,8 @@ def main(argv=None) -> None:
     )
     parser.add_argument(
         "--long-seeds",
-        help="with --record: the ablation's runs over seeds (gru, gpt, gpt-wd, gpt-dropout: "
+        help="with --record: the ablation's runs over seeds (gru, gpt, gpt-wd, gpt-dropout, "
+        "gpt-dropout-40k: "
         "NAME-sSEED/), recorded into ladder-names-long-seeds.json; a run with no folder "
         "there keeps its entry in that record",
     )
