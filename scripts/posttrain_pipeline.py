@@ -52,6 +52,14 @@ PREF_TASK = "chain1"  # 8.4's task: the judge compares replies to its problems
 ROUNDS = 2  # sampled replies per held-out prompt to judge, as 8.4's --rounds
 
 
+def seeded(commands: list[tuple[str, list[str]]], seed: int | None) -> list[tuple[str, list[str]]]:
+    """The commands with ``--seed seed`` added to each, or as they are for ``None`` (each
+    verb's own default: 42 for pre-training, 0 for the later stages)."""
+    if seed is None:
+        return commands
+    return [(stage, [*argv, "--seed", str(seed)]) for stage, argv in commands]
+
+
 def stage_commands(out: Path, tasks: str, small: bool) -> list[tuple[str, list[str]]]:
     """The four commands, in order: ``(stage, argv of python -m sitp)``."""
     if small:  # a smoke test of the script: a tiny model, a few steps each
@@ -148,19 +156,67 @@ def run_stage(out: Path, stage: str, argv: list[str]) -> float:
     return time.perf_counter() - t0
 
 
+def collect(paths: list[Path]) -> dict:
+    """The seeds' records summed up: each run's held-out pass@1 per stage and task, the
+    preference stages' win rates against SFT, and the mean and sample sd over runs."""
+    runs = []
+    for path in paths:
+        rec = json.loads(Path(path).read_text())
+        run = {"record": str(path), "seed": rec.get("seed"), "small": rec["small"], "cpu": rec["cpu"],
+               "minutes": rec["minutes"],
+               "pass@1": {s["stage"]: {t: r["pass@1"] for t, r in s["pass@1"].items()}
+                          for s in rec["stages"]}}  # fmt: skip
+        if "preferences" in rec:
+            prefs_ = rec["preferences"]
+            run["win_rate"] = {"sft": prefs_["sft_against_itself"]["win"]["win_rate"]}
+            for s in prefs_["stages"]:
+                if "win" in s:
+                    run["win_rate"][s["stage"]] = s["win"]["win_rate"]
+                    run["pass@1"][s["stage"]] = {PREF_TASK: s["pass@1"][PREF_TASK]["pass@1"]}
+        runs.append(run)
+
+    def spread(values: list[float]) -> dict:
+        mean = sum(values) / len(values)
+        sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+        return {"values": values, "mean": mean, "sd": sd}
+
+    first = runs[0]
+    summary = {stage: {t: spread([r["pass@1"][stage][t] for r in runs]) for t in tasks}
+               for stage, tasks in first["pass@1"].items()
+               if all(stage in r["pass@1"] for r in runs)}  # fmt: skip
+    gain = {t: spread([r["pass@1"]["rl"][t] - r["pass@1"]["sft"][t] for r in runs])
+            for t in first["pass@1"]["rl"]}  # fmt: skip
+    with_prefs = [r for r in runs if "win_rate" in r]
+    win = ({stage: spread([r["win_rate"][stage] for r in with_prefs])
+            for stage in with_prefs[0]["win_rate"]} if len(with_prefs) > 1 else {})  # fmt: skip
+    return {"script": "scripts/posttrain_pipeline.py --collect", "runs": runs,
+            "pass@1": summary, "rl_gain": gain, "win_rate": win}  # fmt: skip
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True, help="directory of the stages' checkpoints")
+    p.add_argument("--out", help="directory of the stages' checkpoints")
+    p.add_argument("--collect", nargs="+", metavar="RUN_JSON",
+                   help="instead of running: sum up these records (one per seed) into --json")  # fmt: skip
     p.add_argument("--tasks", default=TASKS, help="comma-separated tasks (all stages use them)")
     p.add_argument("--heldout", type=int, default=200, help="held-out problems per task")
     p.add_argument("--small", action="store_true", help="a tiny model and a few steps")
     p.add_argument("--json", metavar="PATH", help="write the commands, times and pass@1 here")
+    p.add_argument("--seed", type=int, default=None,
+                   help="passed to every stage's command (default: each verb's own, the book's run)")  # fmt: skip
     args = p.parse_args()
+    if args.collect:
+        if not args.json:
+            p.error("--collect writes its summary to --json PATH")
+        write_json(Path(args.json), collect(args.collect))
+        return
+    if not args.out:
+        p.error("--out is required (or --collect)")
     out, tasks = Path(args.out), args.tasks.split(",")
     load_start = [round(x, 2) for x in os.getloadavg()]
     print(f"CPU: {cpu_model()}, {os.cpu_count()} logical CPUs; tasks {args.tasks}", flush=True)
     stages, wall = [], 0.0
-    for stage, argv in stage_commands(out, args.tasks, args.small):
+    for stage, argv in seeded(stage_commands(out, args.tasks, args.small), args.seed):
         seconds = run_stage(out, stage, argv)
         t0 = time.perf_counter()
         scores = measure(out / stage, tasks, args.heldout)
@@ -183,7 +239,7 @@ def main():
     print(f"sft against itself on {PREF_TASK}: win rate {w['win_rate']:.3f} "
           f"({w['ci'][0]:.3f}-{w['ci'][1]:.3f}) over {w['n']} comparisons", flush=True)  # fmt: skip
     preference = []
-    for stage, argv in preference_commands(out, args.small):
+    for stage, argv in seeded(preference_commands(out, args.small), args.seed):
         seconds = run_stage(out, stage, argv)
         record = ckpt.load_record(out / stage)
         entry = {"stage": stage, "command": "python -m sitp " + shlex.join(argv),
@@ -205,19 +261,24 @@ def main():
         print(line, flush=True)
     print(f"the whole pipeline: {wall / 60:.1f} min", flush=True)
     if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({
+        write_json(Path(args.json), {
             "script": "scripts/posttrain_pipeline.py", "tasks": tasks, "heldout": args.heldout,
-            "small": args.small, "cpu": cpu_model(), "logical_cpus": os.cpu_count(),
-            "threads": sitp.get_num_threads(), "loadavg_start": load_start,
+            "small": args.small, "seed": args.seed, "cpu": cpu_model(),
+            "logical_cpus": os.cpu_count(), "threads": sitp.get_num_threads(),
+            "loadavg_start": load_start,
             "loadavg_end": [round(x, 2) for x in os.getloadavg()],
             "minutes": round(wall / 60, 2), "stages": stages,
             "preferences": {"task": PREF_TASK, "rounds": ROUNDS, "sft_against_itself": sft_self,
-                            "stages": preference}}, indent=1) + "\n")  # fmt: skip
-        os.replace(tmp, path)
-        print(f"wrote {path}")
+                            "stages": preference}})  # fmt: skip
+
+
+def write_json(path: Path, record: dict) -> None:
+    """Writes ``record`` to ``path`` whole or not at all (a temporary file, renamed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, path)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

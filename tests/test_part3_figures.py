@@ -11,8 +11,9 @@ def _png(path):
 
 
 def test_posttrain_figures(tmp_path):
-    run = posttrain_figures.load()
-    assert [s["stage"] for s in run["stages"]] == ["base", "pretrain", "sft", "rl"]
+    run = posttrain_figures.load()  # the demo's seeds
+    for seed in run["runs"]:
+        assert [s["stage"] for s in seed["stages"]] == ["base", "pretrain", "sft", "rl"]
     assert _png(posttrain_figures.draw_stages(run, tmp_path / "stages.png"))
     pipeline = posttrain_figures.load(posttrain_figures.PIPELINE_JSON)
     assert [s["stage"] for s in pipeline["stages"]] == ["pretrain", "midtrain", "sft", "rl"]

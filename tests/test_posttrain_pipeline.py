@@ -113,3 +113,39 @@ def test_small_pipeline_runs_every_stage_and_writes_its_record(tmp_path):
             assert set(s["pass@1"]) == set(record["tasks"])
     total = sum(s["seconds"] + s["eval_seconds"] for s in record["stages"] + prefs["stages"])
     assert record["minutes"] >= total / 60 - 0.01
+
+
+def test_seeded_commands_and_the_seeds_summary(tmp_path):
+    """``--seed`` reaches every stage's command; ``--collect`` sums up the runs' records:
+    per stage and task the values in order, their mean and sample sd, RL's gain over SFT
+    per run, and the preference stages' win rates where the records have them."""
+    pipeline = load_script()
+    commands = pipeline.stage_commands(tmp_path, "sort", small=False)
+    assert pipeline.seeded(commands, None) == commands
+    for (stage, argv), (same, seeded) in zip(commands, pipeline.seeded(commands, 3)):
+        assert same == stage and seeded == [*argv, "--seed", "3"]
+
+    def record(seed, sft, rl, win):
+        stages = [{"stage": s, "pass@1": {t: {"pass@1": v} for t, v in scores.items()}}
+                  for s, scores in (("sft", sft), ("rl", rl))]  # fmt: skip
+        prefs = {"sft_against_itself": {"win": {"win_rate": 0.5}},
+                 "stages": [{"stage": "rm"},
+                            {"stage": "dpo", "win": {"win_rate": win},
+                             "pass@1": {"chain1": {"pass@1": 0.25}}}]}  # fmt: skip
+        path = tmp_path / f"s{seed}.json"
+        path.write_text(json.dumps({"seed": seed, "small": False, "cpu": "x", "minutes": 1.0,
+                                    "stages": stages, "preferences": prefs}))  # fmt: skip
+        return path
+
+    paths = [record(1, {"sort": 0.5, "chain1": 0.2}, {"sort": 0.7, "chain1": 0.2}, 0.6),
+             record(2, {"sort": 0.6, "chain1": 0.4}, {"sort": 0.9, "chain1": 0.3}, 0.8)]  # fmt: skip
+    summary = pipeline.collect(paths)
+    assert [r["seed"] for r in summary["runs"]] == [1, 2]
+    sort = summary["pass@1"]["rl"]["sort"]
+    assert sort["values"] == [0.7, 0.9] and sort["mean"] == pytest.approx(0.8)
+    assert sort["sd"] == pytest.approx(0.2 / 2**0.5)  # sample sd of two: |a - b| / sqrt(2)
+    assert summary["rl_gain"]["sort"]["values"] == pytest.approx([0.2, 0.3])
+    assert summary["rl_gain"]["chain1"]["values"] == pytest.approx([0.0, -0.1])
+    assert summary["win_rate"]["dpo"]["mean"] == pytest.approx(0.7)
+    assert summary["win_rate"]["sft"]["sd"] == 0
+    assert summary["pass@1"]["dpo"]["chain1"]["values"] == [0.25, 0.25]

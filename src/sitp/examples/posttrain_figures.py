@@ -1,11 +1,13 @@
-"""The figures of chapter 8, drawn from ``posttrain-demo.json``.
+"""The figures of chapter 8, drawn from the records of the demo and the pipeline.
 
-``scripts/posttrain_demo.py --json`` writes that file: the demo's configuration, the
-CPU it ran on, each stage's held-out pass@1 with its Wilson 95 % interval, and the
-mean reward of every RL step.
+``scripts/posttrain_demo.py --seeds 0 1 2 3 4 --json`` writes the demo's: for each seed
+the configuration, the CPU it ran on, each stage's held-out pass@1, and the mean reward
+of every RL step.
 
-* ``posttrain-stages.png``: pass@1 after each stage (base, pretrain, SFT, RL), bars
-  with their intervals;
+* ``posttrain-stages.png``: pass@1 after each stage (base, pretrain, SFT, RL) of the
+  demo's seeds in ``posttrain-demo-seeds.json`` (``posttrain_demo.py --seeds``): each
+  seed a dot, the mean a bar with the seeds' standard deviation, and the Wilson 95 %
+  interval of the first seed's run, the one ``posttrain-demo.json`` holds;
 
 and from ``posttrain-pipeline.json`` (``scripts/posttrain_pipeline.py --json``, the four
 commands at the book's configuration):
@@ -30,12 +32,12 @@ from sitp.examples._plot import pyplot, save
 
 HERE = Path(__file__).resolve().parent
 ASSETS = HERE.parents[2] / "docs" / "assets" / "part3"
-DEMO_JSON = HERE / "posttrain-demo.json"
+DEMO_SEEDS_JSON = HERE / "posttrain-demo-seeds.json"
 PIPELINE_JSON = HERE / "posttrain-pipeline.json"
 
 
-def load(path: Path = DEMO_JSON) -> dict:
-    """The demo's record."""
+def load(path: Path = DEMO_SEEDS_JSON) -> dict:
+    """A record: the demo's seeds unless ``path`` names another."""
     return json.loads(Path(path).read_text())
 
 
@@ -48,23 +50,35 @@ def running_mean(values, window: int = 10) -> np.ndarray:
     return (c[i] - c[lo]) / (i - lo)
 
 
-def draw_stages(run: dict, path: Path) -> Path:
-    """pass@1 after each stage, with its Wilson 95 % interval."""
+def draw_stages(seeds: dict, path: Path) -> Path:
+    """pass@1 after each stage over the demo's seeds: a dot a seed, the mean as a bar with
+    ± one standard deviation, and the first seed's Wilson 95 % interval beside it."""
     plt = pyplot()
-    stages = run["stages"]
-    names = [s["stage"] for s in stages]
-    p = np.array([s["pass@1"] for s in stages])
-    lo = np.array([s["pass@1_ci"][0] for s in stages])
-    hi = np.array([s["pass@1_ci"][1] for s in stages])
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    ax.bar(names, p, color="C0", yerr=[p - lo, hi - p], capsize=6, ecolor="k")
-    for k, v in enumerate(p):
-        ax.text(k, hi[k] + 0.02, f"{v:.3f}", ha="center", va="bottom")
-    cfg = run["config"]
-    ax.set_ylim(0, 1.1)
+    runs = seeds["runs"]
+    names = [s["stage"] for s in runs[0]["stages"]]
+    p = np.array([[s["pass@1"] for s in run["stages"]] for run in runs])  # seeds x stages
+    mean, sd = p.mean(axis=0), p.std(axis=0, ddof=1)
+    first = runs[0]["stages"]
+    n = first[0]["n"]
+    lo, hi = (np.array([s["pass@1_ci"][j] for s in first]) for j in (0, 1))
+    fig, ax = plt.subplots(figsize=(5.8, 3.8))
+    x = np.arange(len(names))
+    ax.bar(x, mean, 0.6, color="C0", alpha=0.5, yerr=sd, capsize=6, ecolor="k",
+           label=f"mean of {len(runs)} seeds ± sd")  # fmt: skip
+    for k in range(len(runs)):
+        ax.plot(x + (k - (len(runs) - 1) / 2) * 0.08, p[k], "o", ms=4, color="C0",
+                label="each seed" if k == 0 else None)  # fmt: skip
+    ax.errorbar(x + 0.38, p[0], yerr=[p[0] - lo, hi - p[0]], fmt="s", ms=3, color="C3",
+                capsize=3, label=f"seed {runs[0]['config']['seed']}, Wilson 95 %")  # fmt: skip
+    for k, v in enumerate(mean):
+        ax.text(x[k], max(mean[k] + sd[k], hi[k]) + 0.03, f"{v:.3f}", ha="center", va="bottom")
+    cfg = runs[0]["config"]
+    ax.set_xticks(x, names)
+    ax.set_ylim(0, 1.15)
     ax.set_ylabel("held-out pass@1 (greedy)")
-    ax.set_title(f"{cfg['task']}: {stages[0]['n']} held-out problems, "
+    ax.set_title(f"{cfg['task']}: {n} held-out problems, "
                  f"{cfg['parameters']:,}-parameter GPT", fontsize=10)  # fmt: skip
+    ax.legend(loc="upper left", fontsize=8)
     return save(fig, path)
 
 
@@ -110,14 +124,14 @@ def draw_pipeline_reward(run: dict, path: Path) -> Path:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description="Draw chapter 8's figures from posttrain-demo.json.")
-    p.add_argument("--json", type=Path, default=DEMO_JSON)
+    p = argparse.ArgumentParser(description="Draw chapter 8's figures from the demo's and the pipeline's records.")
+    p.add_argument("--seeds-json", type=Path, default=DEMO_SEEDS_JSON)
     p.add_argument("--pipeline-json", type=Path, default=PIPELINE_JSON)
     p.add_argument("--out", type=Path, default=ASSETS)
     args = p.parse_args(argv)
-    run, pipeline = load(args.json), load(args.pipeline_json)
+    seeds, pipeline = load(args.seeds_json), load(args.pipeline_json)
     args.out.mkdir(parents=True, exist_ok=True)
-    for path in (draw_stages(run, args.out / "posttrain-stages.png"),
+    for path in (draw_stages(seeds, args.out / "posttrain-stages.png"),
                  draw_pipeline(pipeline, args.out / "posttrain-pipeline.png"),
                  draw_pipeline_reward(pipeline, args.out / "posttrain-pipeline-reward.png")):  # fmt: skip
         print(f"wrote {path}")
