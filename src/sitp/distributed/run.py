@@ -31,6 +31,7 @@ launcher's stdout and stderr) and names the rank from the pid each rank wrote at
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import shlex
@@ -63,6 +64,7 @@ def find_mpirun() -> str:
     return found
 
 
+@functools.cache
 def flavour(mpirun: str) -> str:
     """ "mpich" (Hydra) or "openmpi", from ``mpirun --version``."""
     try:
@@ -156,7 +158,13 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parse(sys.argv[1:] if argv is None else argv)
+    return launch(parse(sys.argv[1:] if argv is None else argv), sys.stdout, sys.stderr)
+
+
+def launch(a: argparse.Namespace, stdout, stderr) -> int:
+    """Run the job that the parsed options ``a`` describe; mpirun's output and the ranks'
+    failure reports go to the text streams ``stdout`` and ``stderr``. Returns the exit
+    status (``main``'s). ``sitp.distributed.spawn`` calls it in its own process."""
     mpirun = find_mpirun()
     cmd, env = command(a, mpirun, flavour(mpirun))
     with tempfile.TemporaryDirectory(prefix="sitp-run-") as failures:
@@ -175,13 +183,13 @@ def main(argv: list[str] | None = None) -> int:
         said: list[str] = []
         copiers = [
             threading.Thread(target=_copy, args=(stream, sink, said), daemon=True)
-            for stream, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))
+            for stream, sink in ((proc.stdout, stdout), (proc.stderr, stderr))
         ]
         for copier in copiers:
             copier.start()
         status = 130
         try:
-            status = _run(proc, a)
+            status = _run(proc, a, stderr)
             return status
         except KeyboardInterrupt:
             _kill(proc)
@@ -191,10 +199,10 @@ def main(argv: list[str] | None = None) -> int:
                 copier.join(timeout=5)
             reports = sorted(Path(failures).glob("rank*[0-9]"))
             for report in reports:
-                sys.stderr.write(report.read_text(encoding="utf-8"))
+                stderr.write(report.read_text(encoding="utf-8"))
             if status not in (0, 124, 130) and not reports:
-                sys.stderr.write(_signalled(said, Path(failures)))
-            sys.stderr.flush()
+                stderr.write(_signalled(said, Path(failures)))
+            stderr.flush()
 
 
 def _copy(stream, sink, said: list) -> None:
@@ -237,12 +245,12 @@ def _signalled(said: list[str], folder: Path) -> str:
     )
 
 
-def _run(proc: subprocess.Popen, a: argparse.Namespace) -> int:
+def _run(proc: subprocess.Popen, a: argparse.Namespace, stderr) -> int:
     try:
         status = proc.wait(a.timeout)
     except subprocess.TimeoutExpired:
         _kill(proc)
-        sys.stderr.write(
+        stderr.write(
             f"sitp.distributed.run: the job ran past --timeout {a.timeout:g} s; killed it\n"
         )
         return 124

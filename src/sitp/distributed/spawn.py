@@ -39,7 +39,7 @@ no meaning for an MPI job and are not taken.
 from __future__ import annotations
 
 import inspect
-import os
+import io
 import pickle
 import re
 import subprocess
@@ -219,11 +219,20 @@ def spawn(fn, args=(), nprocs: int = 1, timeout: float | None = None) -> list:
         except Exception as e:
             raise TypeError(f"spawn: the args do not pickle ({type(e).__name__}: {e})") from None
         (folder / "payload.pkl").write_bytes(blob)
-        cmd = [sys.executable, "-m", "sitp.distributed.run", "--nproc-per-node", str(nprocs)]
+        # the launcher of 7.1 (python -m sitp.distributed.run), run in this process; imported
+        # here, as `python -m` finds it unimported when the package is imported first
+        from sitp.distributed import run as launcher
+
+        argv = ["--nproc-per-node", str(nprocs)]
         if timeout is not None:
-            cmd += ["--timeout", f"{timeout:g}"]
-        cmd += ["-m", "sitp.distributed._spawn_rank", str(folder)]
-        done = subprocess.run(cmd, capture_output=True, text=True, cwd=os.getcwd())
+            argv += ["--timeout", f"{timeout:g}"]
+        argv += ["-m", "sitp.distributed._spawn_rank", str(folder)]
+        out, err = io.StringIO(), io.StringIO()
+        try:
+            status = launcher.launch(launcher.parse(argv), out, err)
+        except SystemExit as e:  # no mpirun, or one that does not run
+            raise ProcessExitedException(f"spawn: {e}", exit_code=1) from None
+        done = subprocess.CompletedProcess(argv, status, out.getvalue(), err.getvalue())
         sys.stdout.write(done.stdout)
         sys.stdout.flush()
         if done.returncode != 0:
