@@ -13,18 +13,19 @@
         ''')
         assert out.stdout.count("ok") == 2
 
-The code runs under ``python -m sitp.distributed.run`` (the launcher the reader uses),
-bounded twice: the launcher's ``--timeout`` kills the job, and if the launcher itself
-does not return, the harness kills its whole process group. Either way the test fails
-with everything the ranks printed, so nothing hangs and nothing is hidden.
+The code runs under the launcher the reader uses (``python -m sitp.distributed.run``,
+whose ``launch`` runs here in the test's process, which has imported sitp already, so no
+process is started for the launcher itself). Its ``--timeout`` kills the whole job, and
+the test fails with everything the ranks printed, so nothing hangs and nothing is
+hidden.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -106,30 +107,23 @@ def run_ranks(
     Returns:
         The CompletedProcess, with ``stdout`` and ``stderr`` as text.
     """
+    from sitp.distributed import run as launcher
+
     with tempfile.TemporaryDirectory() as tmp:
         script = ["-m", code_or_path] if module else [str(_script(code_or_path, Path(tmp)))]
-        cmd = [sys.executable, "-m", "sitp.distributed.run", "--nproc-per-node", str(nproc)]
-        cmd += ["--timeout", str(timeout), *launcher_args, *script, *map(str, args)]
-        full_env = {**os.environ, **(env or {})}
-        proc = subprocess.Popen(
-            cmd,
-            cwd=cwd or ROOT,
-            env=full_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
+        argv = ["--nproc-per-node", str(nproc), "--timeout", str(timeout), *map(str, launcher_args)]
+        argv += [*script, *map(str, args)]
+        # the launcher, run in this process (python -m sitp.distributed.run is what main()
+        # does with its own streams; test_cli_ddp.py runs that command as a reader types it)
+        out, err = io.StringIO(), io.StringIO()
         try:
-            out, err = proc.communicate(timeout=timeout + 30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
-            pytest.fail(
-                f"the launcher did not return within {timeout + 30:g} s; killed it\n"
-                f"--- stdout ---\n{out}\n--- stderr ---\n{err}"
+            status = launcher.launch(
+                launcher.parse(argv), out, err, {**os.environ, **(env or {})}, cwd or ROOT
             )
-    done = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+        except SystemExit as e:
+            status = 2 if e.code is None or isinstance(e.code, str) else e.code
+            err.write(f"{e.code}\n" if isinstance(e.code, str) else "")
+    done = subprocess.CompletedProcess(argv, status, out.getvalue(), err.getvalue())
     if check and done.returncode != 0:
         pytest.fail(f"{nproc} ranks exited with status {done.returncode}\n{output(done)}")
     return done

@@ -118,14 +118,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return a
 
 
-def command(a: argparse.Namespace, mpirun: str, kind: str) -> tuple[list[str], dict]:
-    """The mpirun command line and its environment."""
+def command(
+    a: argparse.Namespace, mpirun: str, kind: str, environ: dict | None = None
+) -> tuple[list[str], dict]:
+    """The mpirun command line and its environment (``environ``'s, by default this
+    process's, with torchrun's variables added)."""
     nodes = hosts(a.hostfile) if a.hostfile else ["127.0.0.1"]
     nnodes = a.nnodes if a.nnodes is not None else len(nodes)
     if nnodes < 1 or (a.hostfile is None and nnodes != 1):
         raise SystemExit("sitp.distributed.run: more than one node needs a --hostfile")
     total = a.nproc_per_node * nnodes
-    env = dict(os.environ)
+    env = dict(os.environ if environ is None else environ)
     env["MASTER_ADDR"] = a.master_addr or nodes[0]
     env["MASTER_PORT"] = str(a.master_port)
     cmd = [mpirun, "-n", str(total)]
@@ -161,12 +164,14 @@ def main(argv: list[str] | None = None) -> int:
     return launch(parse(sys.argv[1:] if argv is None else argv), sys.stdout, sys.stderr)
 
 
-def launch(a: argparse.Namespace, stdout, stderr) -> int:
-    """Run the job that the parsed options ``a`` describe; mpirun's output and the ranks'
-    failure reports go to the text streams ``stdout`` and ``stderr``. Returns the exit
-    status (``main``'s). ``sitp.distributed.spawn`` calls it in its own process."""
+def launch(a: argparse.Namespace, stdout, stderr, environ=None, cwd=None) -> int:
+    """Run the job that the parsed options ``a`` describe, in the environment ``environ``
+    (default: this process's) and the directory ``cwd`` (default: this process's);
+    mpirun's output and the ranks' failure reports go to the text streams ``stdout`` and
+    ``stderr``. Returns the exit status (``main``'s). ``sitp.distributed.spawn`` calls it
+    in its own process."""
     mpirun = find_mpirun()
-    cmd, env = command(a, mpirun, flavour(mpirun))
+    cmd, env = command(a, mpirun, flavour(mpirun), environ)
     with tempfile.TemporaryDirectory(prefix="sitp-run-") as failures:
         env["SITP_RUN_FAILURES"] = failures  # _bootstrap._fail leaves its report here
         # mpirun's own messages (MPICH's on stdout, Open MPI's on stderr) pass through
@@ -174,6 +179,7 @@ def launch(a: argparse.Namespace, stdout, stderr) -> int:
         proc = subprocess.Popen(
             cmd,
             env=env,
+            cwd=cwd,
             start_new_session=True,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
