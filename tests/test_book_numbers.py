@@ -1999,13 +1999,14 @@ FIGURES = QUOTES + [
     ),
     (
         "ch08/evaluation.md",
-        r"The SFT and RL intervals, (\d\.\d+)-(\d\.\d+) and (\d\.\d+)-(\d\.\d+), (?:do not )?overlap",
+        r"Seed 0's SFT and RL intervals, (\d\.\d+)-(\d\.\d+) and (\d\.\d+)-(\d\.\d+), (?:do not )?overlap",
         lambda: (*demo("sft", "pass@1_ci"), *demo("rl", "pass@1_ci")),
     ),
     (
         "ch08/evaluation.md",
-        r"held-out problems, seed (\d+), one run on an Intel Xeon",
-        lambda: ex("posttrain-demo.json")["config"]["seed"],
+        r"was run with (\w+) seeds on an Intel Xeon; the figure shows every seed, their mean and "
+        r"spread, and the Wilson intervals of one run, seed (\d+):",
+        lambda: (len(demo_seeds("sft")), ex("posttrain-demo.json")["config"]["seed"]),
     ),
     (
         "ch08/evaluation.md",
@@ -3418,7 +3419,7 @@ def demo_verdicts():
     sft, rl = demo("sft", "pass@1_ci"), demo("rl", "pass@1_ci")
     yield (
         "ch08/evaluation.md",
-        r"The SFT and RL intervals, [\d.]+-[\d.]+ and [\d.]+-[\d.]+, (do not overlap|overlap)",
+        r"Seed 0's SFT and RL intervals, [\d.]+-[\d.]+ and [\d.]+-[\d.]+, (do not overlap|overlap)",
         ("overlap" if rl[0] <= sft[1] else "do not overlap",),
     )
     yield (
