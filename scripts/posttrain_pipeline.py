@@ -22,6 +22,15 @@ SFT model against itself, other draws, as the check that the comparison is fair.
     python scripts/posttrain_pipeline.py --out runs/chat --json src/sitp/examples/posttrain-pipeline.json
     python scripts/posttrain_pipeline.py --out /tmp/p --small      # a one-minute look
 
+The spread over seeds: the same run with ``--seed S`` (passed to every stage's command;
+without it each verb keeps its own default, 42 for pre-training and 0 after), then the
+records summed up, each task's pass@1 after each stage with its mean and sd over the
+runs, RL's gain over SFT run by run, and the preference stages' win rates::
+
+    python scripts/posttrain_pipeline.py --out runs/chat-s1 --seed 1 --json runs/s1.json
+    python scripts/posttrain_pipeline.py --collect src/sitp/examples/posttrain-pipeline.json \
+        runs/s1.json runs/s2.json --json src/sitp/examples/posttrain-pipeline-seeds.json
+
 The figures vary with the machine's speed only in their timings; the rest is fixed by
 the seeds and by the version of sitp (a kernel whose result differs in its last bit
 moves every figure after it).
@@ -158,7 +167,8 @@ def run_stage(out: Path, stage: str, argv: list[str]) -> float:
 
 def collect(paths: list[Path]) -> dict:
     """The seeds' records summed up: each run's held-out pass@1 per stage and task, the
-    preference stages' win rates against SFT, and the mean and sample sd over runs."""
+    preference stages' win rates against SFT (with their intervals, and what the judge saw
+    in the sampled replies), and the mean and sample sd over runs."""
     runs = []
     for path in paths:
         rec = json.loads(Path(path).read_text())
@@ -168,10 +178,15 @@ def collect(paths: list[Path]) -> dict:
                           for s in rec["stages"]}}  # fmt: skip
         if "preferences" in rec:
             prefs_ = rec["preferences"]
-            run["win_rate"] = {"sft": prefs_["sft_against_itself"]["win"]["win_rate"]}
+            sft = prefs_["sft_against_itself"]
+            run["win_rate"] = {"sft": sft["win"]["win_rate"]}
+            run["win_ci"] = {"sft": sft["win"]["ci"]}
+            run["sampled"] = {"sft": sft["sampled"]}
             for s in prefs_["stages"]:
                 if "win" in s:
                     run["win_rate"][s["stage"]] = s["win"]["win_rate"]
+                    run["win_ci"][s["stage"]] = s["win"]["ci"]
+                    run["sampled"][s["stage"]] = s["sampled"]
                     run["pass@1"][s["stage"]] = {PREF_TASK: s["pass@1"][PREF_TASK]["pass@1"]}
         runs.append(run)
 

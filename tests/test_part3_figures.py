@@ -18,6 +18,11 @@ def test_posttrain_figures(tmp_path):
     pipeline = posttrain_figures.load(posttrain_figures.PIPELINE_JSON)
     assert [s["stage"] for s in pipeline["stages"]] == ["pretrain", "midtrain", "sft", "rl"]
     assert _png(posttrain_figures.draw_pipeline(pipeline, tmp_path / "pipeline.png"))
+    seeds = posttrain_figures.load(posttrain_figures.PIPELINE_SEEDS_JSON)
+    assert len(seeds["runs"]) >= 3 and seeds["runs"][0]["record"].endswith(
+        "posttrain-pipeline.json"
+    )
+    assert _png(posttrain_figures.draw_pipeline(pipeline, tmp_path / "seeds.png", seeds))
     assert _png(posttrain_figures.draw_pipeline_reward(pipeline, tmp_path / "pipe-reward.png"))
 
 

@@ -125,13 +125,16 @@ def test_seeded_commands_and_the_seeds_summary(tmp_path):
     for (stage, argv), (same, seeded) in zip(commands, pipeline.seeded(commands, 3)):
         assert same == stage and seeded == [*argv, "--seed", "3"]
 
+    seen = {"right": 0.1, "chars": 9.0}
+
     def record(seed, sft, rl, win):
         stages = [{"stage": s, "pass@1": {t: {"pass@1": v} for t, v in scores.items()}}
                   for s, scores in (("sft", sft), ("rl", rl))]  # fmt: skip
-        prefs = {"sft_against_itself": {"win": {"win_rate": 0.5}},
+        prefs = {"sft_against_itself": {"win": {"win_rate": 0.5, "ci": [0.4, 0.6]},
+                                        "sampled": seen},
                  "stages": [{"stage": "rm"},
-                            {"stage": "dpo", "win": {"win_rate": win},
-                             "pass@1": {"chain1": {"pass@1": 0.25}}}]}  # fmt: skip
+                            {"stage": "dpo", "win": {"win_rate": win, "ci": [win - 0.1, win + 0.1]},
+                             "sampled": seen, "pass@1": {"chain1": {"pass@1": 0.25}}}]}  # fmt: skip
         path = tmp_path / f"s{seed}.json"
         path.write_text(json.dumps({"seed": seed, "small": False, "cpu": "x", "minutes": 1.0,
                                     "stages": stages, "preferences": prefs}))  # fmt: skip
@@ -149,3 +152,5 @@ def test_seeded_commands_and_the_seeds_summary(tmp_path):
     assert summary["win_rate"]["dpo"]["mean"] == pytest.approx(0.7)
     assert summary["win_rate"]["sft"]["sd"] == 0
     assert summary["pass@1"]["dpo"]["chain1"]["values"] == [0.25, 0.25]
+    assert summary["runs"][1]["win_ci"]["dpo"] == pytest.approx([0.7, 0.9])
+    assert summary["runs"][0]["sampled"] == {"sft": seen, "dpo": seen}

@@ -12,7 +12,8 @@ of every RL step.
 and from ``posttrain-pipeline.json`` (``scripts/posttrain_pipeline.py --json``, the four
 commands at the book's configuration):
 
-* ``posttrain-pipeline.png``: every task's pass@1 after each stage, with intervals;
+* ``posttrain-pipeline.png``: every task's pass@1 after each stage, with intervals, and
+  each seed's of ``posttrain-pipeline-seeds.json`` (``posttrain_pipeline.py --collect``);
 * ``posttrain-pipeline-reward.png``: the mean reward of each step of its RL stage.
 
 Redraw from the repository root::
@@ -34,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 ASSETS = HERE.parents[2] / "docs" / "assets" / "part3"
 DEMO_SEEDS_JSON = HERE / "posttrain-demo-seeds.json"
 PIPELINE_JSON = HERE / "posttrain-pipeline.json"
+PIPELINE_SEEDS_JSON = HERE / "posttrain-pipeline-seeds.json"
 
 
 def load(path: Path = DEMO_SEEDS_JSON) -> dict:
@@ -82,9 +84,10 @@ def draw_stages(seeds: dict, path: Path) -> Path:
     return save(fig, path)
 
 
-def draw_pipeline(run: dict, path: Path) -> Path:
+def draw_pipeline(run: dict, path: Path, seeds: dict | None = None) -> Path:
     """Every task's held-out pass@1 after each stage of the pipeline: a group of bars a
-    task, a bar a stage, each with its Wilson 95 % interval."""
+    task, a bar a stage, each with its Wilson 95 % interval; with ``seeds`` (the
+    ``--collect`` record), each seed's pass@1 as a dot on its bar."""
     plt = pyplot()
     stages, tasks = run["stages"], run["tasks"]
     fig, ax = plt.subplots(figsize=(8, 3.8))
@@ -94,15 +97,22 @@ def draw_pipeline(run: dict, path: Path) -> Path:
         scores = [stage["pass@1"][t] for t in tasks]
         p = np.array([s["pass@1"] for s in scores])
         lo, hi = (np.array([s["ci"][j] for s in scores]) for j in (0, 1))
-        ax.bar(x + (k - (len(stages) - 1) / 2) * width, p, width, label=stage["stage"],
-               color=f"C{k}", yerr=[p - lo, hi - p], capsize=2, ecolor="k", lw=0)  # fmt: skip
+        at = x + (k - (len(stages) - 1) / 2) * width
+        ax.bar(at, p, width, label=stage["stage"], color=f"C{k}", yerr=[p - lo, hi - p],
+               capsize=2, ecolor="k", lw=0)  # fmt: skip
+        if seeds is not None:
+            label = f"each of {len(seeds['runs'])} runs" if k == 0 else None
+            for j, run_ in enumerate(seeds["runs"]):
+                ax.plot(at, [run_["pass@1"][stage["stage"]][t] for t in tasks], "o", ms=2.5,
+                        color="k", alpha=0.6, label=label if j == 0 else None)  # fmt: skip
     ax.set_xticks(x, tasks)
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(0, 1.2)
+    ax.set_yticks(np.linspace(0, 1, 6))
     ax.set_ylabel("held-out pass@1 (greedy)")
     n = stages[0]["pass@1"][tasks[0]]["n"]
     ax.set_title(f"after each stage, {n} held-out problems a task; the whole pipeline "
                  f"{run['minutes']:.0f} min", fontsize=10)  # fmt: skip
-    ax.legend(ncol=len(stages), fontsize=8, loc="upper right")
+    ax.legend(ncol=len(stages) + (seeds is not None), fontsize=8, loc="upper right")
     return save(fig, path)
 
 
@@ -124,15 +134,19 @@ def draw_pipeline_reward(run: dict, path: Path) -> Path:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description="Draw chapter 8's figures from the demo's and the pipeline's records.")
+    p = argparse.ArgumentParser(
+        description="Draw chapter 8's figures from the demo's and the pipeline's records."
+    )
     p.add_argument("--seeds-json", type=Path, default=DEMO_SEEDS_JSON)
     p.add_argument("--pipeline-json", type=Path, default=PIPELINE_JSON)
+    p.add_argument("--pipeline-seeds-json", type=Path, default=PIPELINE_SEEDS_JSON)
     p.add_argument("--out", type=Path, default=ASSETS)
     args = p.parse_args(argv)
     seeds, pipeline = load(args.seeds_json), load(args.pipeline_json)
+    pipeline_seeds = load(args.pipeline_seeds_json)
     args.out.mkdir(parents=True, exist_ok=True)
     for path in (draw_stages(seeds, args.out / "posttrain-stages.png"),
-                 draw_pipeline(pipeline, args.out / "posttrain-pipeline.png"),
+                 draw_pipeline(pipeline, args.out / "posttrain-pipeline.png", pipeline_seeds),
                  draw_pipeline_reward(pipeline, args.out / "posttrain-pipeline-reward.png")):  # fmt: skip
         print(f"wrote {path}")
 
