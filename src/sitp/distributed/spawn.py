@@ -219,9 +219,8 @@ def spawn(fn, args=(), nprocs: int = 1, timeout: float | None = None) -> list:
         except Exception as e:
             raise TypeError(f"spawn: the args do not pickle ({type(e).__name__}: {e})") from None
         (folder / "payload.pkl").write_bytes(blob)
-        # the launcher of 7.1 (python -m sitp.distributed.run), run in this process; imported
-        # here, as `python -m` finds it unimported when the package is imported first
-        from sitp.distributed import run as launcher
+        # the launcher of 7.1 (python -m sitp.distributed.run), run in this process
+        from sitp.distributed import run as launcher  # late: python -m must find it unimported
 
         argv = ["--nproc-per-node", str(nprocs)]
         if timeout is not None:
