@@ -161,15 +161,18 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return launch(parse(sys.argv[1:] if argv is None else argv), sys.stdout, sys.stderr)
+    try:
+        return launch(parse(sys.argv[1:] if argv is None else argv), sys.stdout, sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C: launch has ended the job
+        return 130
 
 
 def launch(a: argparse.Namespace, stdout, stderr, environ=None, cwd=None) -> int:
     """Run the job that the parsed options ``a`` describe, in the environment ``environ``
     (default: this process's) and the directory ``cwd`` (default: this process's);
     mpirun's output and the ranks' failure reports go to the text streams ``stdout`` and
-    ``stderr``. Returns the exit status (``main``'s). ``sitp.distributed.spawn`` calls it
-    in its own process."""
+    ``stderr``. Returns the exit status (``main``'s). A KeyboardInterrupt ends the job,
+    then goes on to the caller. ``sitp.distributed.spawn`` calls it in its own process."""
     mpirun = find_mpirun()
     cmd, env = command(a, mpirun, flavour(mpirun), environ)
     with tempfile.TemporaryDirectory(prefix="sitp-run-") as failures:
@@ -199,7 +202,7 @@ def launch(a: argparse.Namespace, stdout, stderr, environ=None, cwd=None) -> int
             return status
         except KeyboardInterrupt:
             _kill(proc)
-            return 130
+            raise
         finally:
             for copier in copiers:
                 copier.join(timeout=5)
