@@ -967,2204 +967,2179 @@ def sweep_seed_sds() -> tuple[float, float]:
     return min(sds), max(sds)
 
 
-FIGURES = (
-    QUOTES
-    + [
-        # 5.5: the sweep's grid and its losses, against scaling-sweep.json
-        (
-            "ch05/scaling.md",
-            r"the truth is (\d\.\d+)",
-            lambda: ex("scaling-sweep.json")["source"]["window_floor"],
+FIGURES = QUOTES + [
+    # 5.5: the sweep's grid and its losses, against scaling-sweep.json
+    (
+        "ch05/scaling.md",
+        r"the truth is (\d\.\d+)",
+        lambda: ex("scaling-sweep.json")["source"]["window_floor"],
+    ),
+    (
+        "ch05/scaling.md",
+        r"The largest run, ([\d,]+) parameters on (\d\.\d) million letters",
+        lambda: (
+            max(p["N"] for p in ex("scaling-sweep.json")["points"]),
+            max(sweep_budgets()) / 1e6,
         ),
-        (
-            "ch05/scaling.md",
-            r"The largest run, ([\d,]+) parameters on (\d\.\d) million letters",
-            lambda: (
-                max(p["N"] for p in ex("scaling-sweep.json")["points"]),
-                max(sweep_budgets()) / 1e6,
+    ),
+    (
+        "ch05/scaling.md",
+        r"The two smallest budgets leave every model between (\d\.\d+) and (\d\.\d+) nats",
+        lambda: sweep_range(sweep_budgets()[:2]),
+    ),
+    (
+        "ch05/scaling.md",
+        r"at the largest, the five sizes end between (\d\.\d+) and (\d\.\d+), (\d\.\d+)\s+to (\d\.\d+) above the floor",
+        lambda: (
+            *sweep_range(sweep_budgets()[-1:]),
+            sweep_range(sweep_budgets()[-1:])[0]
+            - ex("scaling-sweep.json")["source"]["window_floor"],
+            sweep_range(sweep_budgets()[-1:])[1]
+            - ex("scaling-sweep.json")["source"]["window_floor"],
+        ),
+    ),
+    (
+        "ch05/scaling.md",
+        r"The seeds' standard deviations run from (\d\.\d+) to (\d\.\d+) nats",
+        sweep_seed_sds,
+    ),
+    # Part III's overview, against the chapters and runs it summarises
+    (
+        "part3/index.md",
+        r"on a layer norm \((\w+) kernels and (\w+) times the bytes",
+        lambda: (
+            out(EAGER, r"^(\d+) ops, [\d.]+ MB moved"),
+            out(EAGER, r"([\d.]+) MB moved") / out(EAGER, r"alone are ([\d.]+) MB"),
+        ),
+    ),
+    (
+        "part3/index.md",
+        r"gains the least \((\d\.\d+) times, against (\d\.\d) to (\d\.\d) for the blocks, on one "
+        r"thread of an AMD EPYC\)",
+        lambda: (
+            compile_ratio("GPT train step"),
+            min(compile_ratio(b) for b in COMPILE_BLOCKS),
+            max(compile_ratio(b) for b in COMPILE_BLOCKS),
+        ),
+    ),
+    (
+        "part3/index.md",
+        r"a (\d)-layer GPT of ([\d,]+) parameters goes from pass@1 (\d) after pre-training to "
+        r"(\d\.\d+) ± (\d\.\d+) after SFT and (\d\.\d+) ± (\d\.\d+) after (\d+) steps of GRPO",
+        lambda: (
+            ex("posttrain-demo.json")["config"]["n_layer"],
+            ex("posttrain-demo.json")["config"]["parameters"],
+            max(r["chain1"]["stages"][0]["pass@1"] for r in ex("rl-runs.json")["runs"]),
+            *chain1_seeds(lambda r: r["chain1"]["stages"][1]["pass@1"]),
+            *chain1_seeds(lambda r: r["chain1"]["rl"]["grpo"]["pass@1"]),
+            ex("rl-runs.json")["config"]["rl_steps"],
+        ),
+    ),
+    ("part3/index.md", r"with (\w+) special tokens that frame", lambda: len(special_tokens())),
+    ("ch08/chat.md", r"framed by (\w+) special tokens:", lambda: len(special_tokens())),
+    (
+        "part3/index.md",
+        r"(\d) layers, (\d) heads, width (\d+), block (\d+), batch (\d+), ([\d,]+) iterations",
+        lambda: tuple(
+            anchor()["config"][k]
+            for k in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "iters")
+        ),
+    ),
+    (
+        "part3/index.md",
+        r"from (\d\.\d+) at step 0 to (\d\.\d+) at step ([\d,]+);",
+        lambda: (
+            anchor()["results"]["sitp"]["curve"][0][1],
+            anchor()["results"]["sitp"]["curve"][-1][1],
+            anchor()["results"]["sitp"]["curve"][-1][0],
+        ),
+    ),
+    (
+        "part3/index.md",
+        r"Then the two take turns, (\d+) steps of one and then (\d+) of the other",
+        lambda: (anchor()["config"]["round_steps"],) * 2,
+    ),
+    (
+        "part3/index.md",
+        r"sitp is the faster of the two: (\d\.\d+) times PyTorch's speed in the median of the "
+        r"(\d+) rounds, and faster in every round \((\d\.\d+) to (\d\.\d+)\)",
+        lambda: (
+            anchor()["speed_ratio"],
+            anchor()["rounds"],
+            anchor()["speed_ratio_range"][0] if anchor()["speed_ratio_range"][0] > 1 else math.nan,
+            anchor()["speed_ratio_range"][1],
+        ),
+    ),
+    # 5.1
+    (
+        "ch05/tokenizer.md",
+        r"tinyshakespeare's (\d\.\d) million bytes",
+        lambda: out(TOK, r"^([\d,]+) bytes, [\d,]+ chunks") / 1e6,
+    ),
+    (
+        "ch05/tokenizer.md",
+        r"from (\d\.\d) at 256 tokens to about (\d\.\d) at 4,352",
+        lambda: (
+            out(TOK, r"^vocab +256: .* ([\d.]+) bytes per token$"),
+            out(TOK, r"^vocab +4352: .* ([\d.]+) bytes per token$"),
+        ),
+    ),
+    (
+        "ch05/tokenizer.md",
+        r"The first 256 merges remove (\d+)% of the tokens; the last 1,024 take off (\d\.\d)%",
+        lambda: out(
+            TOK,
+            r"^the first 256 merges remove (\d+)% of the tokens, the last 1,024 "
+            r"([\d.]+)%$",
+        ),
+    ),
+    (
+        "ch05/tokenizer.md",
+        r"GPT-4's pattern gives (\d\.\d+) bytes per token at 1,280 tokens, GPT-2's (\d\.\d+): "
+        r"(\d+)% fewer",
+        lambda: (
+            out(TOK, r"^GPT-4: .* ([\d.]+) bytes per token$"),
+            out(TOK, r"^GPT-2: .* ([\d.]+) bytes per token$"),
+            100
+            * (
+                1
+                - out(TOK, r"^GPT-4: [\d,]+ chunks, ([\d,]+) tokens")
+                / out(TOK, r"^GPT-2: [\d,]+ chunks, ([\d,]+) tokens")
             ),
         ),
-        (
-            "ch05/scaling.md",
-            r"The two smallest budgets leave every model between (\d\.\d+) and (\d\.\d+) nats",
-            lambda: sweep_range(sweep_budgets()[:2]),
+    ),
+    (
+        "ch05/tokenizer.md",
+        r"without a letter or a digit fall from ([\d,]+) to ([\d,]+)",
+        lambda: out(TOK, r"^tokens on punctuation and space: GPT-2 ([\d,]+), GPT-4 ([\d,]+)$"),
+    ),
+    (
+        "ch05/tokenizer.md",
+        r"spends slightly more tokens \(([\d,]+) against ([\d,]+)\)",
+        lambda: out(TOK, r"^tokens on words: GPT-2 ([\d,]+), GPT-4 ([\d,]+)$")[::-1],
+    ),
+    (
+        "ch05/tokenizer.md",
+        r"All ([\d,]+) merges come back",
+        lambda: out(TOK, r"^(\d+) merges rec"),
+    ),
+    (
+        "ch05/tokenizer.md",
+        r"Of the ([\d,]+) merged tokens, ([\d,]+) can be split",
+        lambda: out(TOK, r"^([\d,]+) of ([\d,]+) merged tokens split")[::-1],
+    ),
+    (
+        "ch05/tokenizer.md",
+        r"are a quarter of a million chunks, but only some (\w+) thousand distinct ones",
+        lambda: out(TOK, r"^[\d,]+ bytes, [\d,]+ chunks, ([\d,]+) distinct$") / 1000,
+    ),
+    # 5.2
+    (
+        "ch05/tokens.md",
+        r"tinyshakespeare: ([\d,]+) bytes of plays",
+        lambda: out(TOKENS, r"^[\d,]+ characters, ([\d,]+) bytes"),
+    ),
+    (
+        "ch05/tokens.md",
+        r"tinyshakespeare is (\d) MiB of `uint16`",
+        lambda: 2 * out(TOKENS, r"^[\d,]+ characters, ([\d,]+) bytes") / 2**20,
+    ),
+    (
+        "ch05/tokens.md",
+        r"The training shards hold ([\d,]+) characters",
+        lambda: out(TOKENS, r"^train: \d+ shards, ([\d,]+) tokens$"),
+    ),
+    (
+        "ch05/tokens.md",
+        r"last shard holds the remaining ([\d,]+) characters",
+        lambda: out(TOKENS, r"^val: \d+ shards, ([\d,]+) tokens$"),
+    ),
+    ("ch05/tokens.md", r"The first uses the (\d+)\b", lambda: out(TOKENS, r'^(\d+) "')),
+    (
+        "ch05/tokens.md",
+        r"would score \$\\log_2 65 \\approx (\d\.\d+)\$ bits per byte",
+        lambda: out(TOKENS, r"^characters V = +65, .* uniform ([\d.]+),"),
+    ),
+    ("ch05/tokens.md", r"\$1\.4697/\\ln 2 \\approx (\d\.\d+)\$", lambda: 1.4697 / math.log(2)),
+    (
+        "ch05/tokens.md",
+        r"it spends probability on (\d+) byte values that never occur",
+        lambda: 256 - out(TOKENS, r"^characters V = +(\d+),"),
+    ),
+    (
+        "ch05/tokens.md",
+        r"a uniform choice of two characters costs (\d+\.\d+)",
+        lambda: 2 * out(TOKENS, r"^characters V = +65, .* uniform ([\d.]+),"),
+    ),
+    (
+        "ch05/tokens.md",
+        r"The ([\d,]+) training windows cover (\d\.\d) million characters of a text of (\d\.\d) "
+        r"million",
+        lambda: (
+            anchor()["config"]["iters"] * anchor()["config"]["batch_size"],
+            anchor()["config"]["iters"]
+            * anchor()["config"]["batch_size"]
+            * anchor()["config"]["block_size"]
+            / 1e6,
+            out(TOKENS, r"^[\d,]+ characters, ([\d,]+) bytes") / 1e6,
         ),
-        (
-            "ch05/scaling.md",
-            r"at the largest, the five sizes end between (\d\.\d+) and (\d\.\d+), (\d\.\d+)\s+to (\d\.\d+) above the floor",
-            lambda: (
-                *sweep_range(sweep_budgets()[-1:]),
-                sweep_range(sweep_budgets()[-1:])[0]
-                - ex("scaling-sweep.json")["source"]["window_floor"],
-                sweep_range(sweep_budgets()[-1:])[1]
-                - ex("scaling-sweep.json")["source"]["window_floor"],
+    ),
+    (
+        "ch05/tokens.md",
+        r"Per token, the pair model looks much worse: (\d\.\d) bits against (\d\.\d)\. Per byte "
+        r"it is better, (\d\.\d+) against (\d\.\d+)\.",
+        lambda: (
+            out(TOKENS, r"^PairTokenizer .* = ([\d.]+) bits/token"),
+            out(TOKENS, r"^CharTokenizer .* = ([\d.]+) bits/token"),
+            out(TOKENS, r"^PairTokenizer .* ([\d.]+) bits/byte$"),
+            out(TOKENS, r"^CharTokenizer .* ([\d.]+) bits/byte$"),
+        ),
+    ),
+    (
+        "ch05/tokens.md",
+        r"scores (\d) bits per byte on bytes and \$\\log_2 65 = (\d\.\d+)\$ on characters",
+        lambda: (
+            out(TOKENS, r"^bytes +V = +256, .* uniform ([\d.]+),"),
+            out(TOKENS, r"^characters V = +65, .* uniform ([\d.]+),"),
+        ),
+    ),
+    (
+        "ch05/tokens.md",
+        r"On BPE 512 it scores (\d\.\d+), and on BPE 1,024 (\d\.\d+), better than a unigram "
+        r"over characters \((\d\.\d+)\)",
+        lambda: (
+            out(TOKENS, r"^BPE 512 .* uniform ([\d.]+),"),
+            out(TOKENS, r"^BPE 1024 .* uniform ([\d.]+),"),
+            out(TOKENS, r"^characters .* unigram ([\d.]+) bits"),
+        ),
+    ),
+    (
+        "ch05/tokens.md",
+        r"The unigram gains in the same way \((\d\.\d+), (\d\.\d+), (\d\.\d+)\)",
+        lambda: tuple(
+            out(TOKENS, rf"^{n} .* unigram ([\d.]+) bits")
+            for n in ("characters", "BPE 512 ", "BPE 1024")
+        ),
+    ),
+    (
+        "ch05/tokens.md",
+        r"characters give the unigram the same (\d\.\d+)",
+        lambda: out(TOKENS, r"^bytes .* unigram ([\d.]+) bits"),
+    ),
+    (
+        "ch05/tokens.md",
+        r"so most positions have been trained on, some several times: (\d+)% of the validation",
+        lambda: out(TOKENS, r"split by window ([\d.]+)%"),
+    ),
+    (
+        "ch05/tokens.md",
+        r"split by position the share is (\d+)%",
+        lambda: out(TOKENS, r"split by position ([\d.]+)%"),
+    ),
+    (
+        "ch05/tokens.md",
+        r"For \$T = 64\$ that is (\d\.\d+) pages, and a batch of 12 reads about (\d+) KiB of the "
+        r"gigabyte, (\d\.\d+)%",
+        lambda: (
+            out(TOKENS, r"^T = +64: .* on ([\d.]+) pages"),
+            out(TOKENS, r"^T = +64: .* read (\d+) KiB$"),
+            100 * out(TOKENS, r"^T = +64: .* read (\d+) KiB$") / 2**20,
+        ),
+    ),
+    # 5.3: the ablation over seeds (its table is checked in figure_quotes, its verdicts in
+    # test_a_verdict_in_prose_matches_its_data) and the budget run
+    (
+        "ch05/modern-gpt.md",
+        r"--seeds (\d+) (\d+) (\d+) (\d+) (\d+) --threads (\d)",
+        lambda: (*ex(ABLATION)["args"]["seeds"], ex(ABLATION)["machine"]["threads"]),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"config`\), (\w+) thread, (\w+) seeds \((\d+), (\d+), (\d+), (\d+) and (\d+)\)",
+        lambda: (
+            ex(ABLATION)["machine"]["threads"],
+            len(ex(ABLATION)["args"]["seeds"]),
+            *ex(ABLATION)["args"]["seeds"],
+        ),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"The whole ablation ran once per seed, for (\w+) seeds,",
+        lambda: len(ex(ABLATION)["args"]["seeds"]),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"recorded before and after every run, was (\d\.\d) to (\d\.\d) on its (\w+) vCPUs",
+        lambda: (
+            min(ablation_loads()),
+            max(ablation_loads()),
+            ex(ABLATION)["machine"]["logical_cpus"],
+        ),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"The baseline's validation loss lies (\d\.\d+) apart between its best and its worst "
+        r"seed \(sd (\d\.\d+)\)",
+        lambda: (max(ablation("gpt2")) - min(ablation("gpt2")), seed_sd()),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"paired differences over the (\w+) seeds\.",
+        lambda: len(ex(ABLATION)["args"]["seeds"]),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"Muon takes the GPT-2 architecture from (\d\.\d+) to (\d\.\d+) in (\d+) steps \(a "
+        r"gain of (\d\.\d+) ± (\d\.\d+)\),",
+        lambda: (
+            statistics.mean(ablation("gpt2")),
+            statistics.mean(ablation("muon")),
+            ex(ABLATION)["args"]["steps"],
+            -mean_sd(ablation_gain("muon"))[0],
+            mean_sd(ablation_gain("muon"))[1],
+        ),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"Rotary embeddings give (\d\.\d+) ± (\d\.\d+):",
+        lambda: gain_sd("rope"),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"QK-norm is \w+ \((\d\.\d+) ± (\d\.\d+)\)",
+        lambda: gain_sd("qk-norm"),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"ReLU² gains (\d\.\d+) ± (\d\.\d+), \w+ the spread, and the untied head (\d\.\d+) ± "
+        r"(\d\.\d+), \w+ the spread",
+        lambda: (*gain_sd("relu2"), *gain_sd("untied")),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"soft-capping each move the loss by (\d\.\d+) or less",
+        lambda: max(
+            abs(mean_sd(ablation_gain(o))[0])
+            for o in ("rmsnorm", "rmsnorm, no gain", "no bias", "softcap 15")
+        ),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"All options together reach (\d\.\d+), (\d\.\d+) ± (\d\.\d+) (?:below|above) Muon alone",
+        lambda: (
+            statistics.mean(ablation("all")),
+            abs(mean_sd(all_less_muon())[0]),
+            mean_sd(all_less_muon())[1],
+        ),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"gain of (\d\.\d+) (?:falls short of|exceeds) the sum of Muon's and rotary's single "
+        r"gains \((\d\.\d+) and (\d\.\d+)\) by (\d\.\d+) ± (\d\.\d+),",
+        lambda: (
+            gain_sd("all")[0],
+            gain_sd("muon")[0],
+            gain_sd("rope")[0],
+            abs(mean_sd(all_less_sum())[0]),
+            mean_sd(all_less_sum())[1],
+        ),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"on the same ([\d,]+) held-out bytes",
+        lambda: ex("bpb-budget.json")["val_bytes"],
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"token of BPE 512 covers (\d\.\d+) bytes of the training text and one of BPE 1,024 "
+        r"covers (\d\.\d+)\.",
+        lambda: (bpb(2)["bytes_per_token"], bpb(3)["bytes_per_token"]),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"a BPE model would read (\d+) to (\d+) bytes",
+        lambda: tuple(round(64 * bpb(i)["bytes_per_token"], -1) for i in (2, 3)),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"blocks of 64 characters, (\d+) tokens of BPE 512 and (\d+) of BPE 1,024",
+        lambda: (bpb(2)["block_size"], bpb(3)["block_size"]),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"at load averages of (\d\.\d) to (\d\.\d) \(other programs were running\), with (\d+) s",
+        lambda: (
+            min(budget_loads()),
+            max(budget_loads()),
+            ex("bpb-budget.json")["config"]["budget"],
+        ),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"A modern step costs about (\w+) a GPT-2 step on one thread \(([\d,]+) steps in the "
+        r"budget against ([\d,]+):",
+        lambda: (bpb(0)["steps"] / bpb(1)["steps"], bpb(1)["steps"], bpb(0)["steps"]),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"still ends (\d\.\d+) bits per byte lower, (\d\.\d+) against (\d\.\d+)\.",
+        lambda: (bpb(0)["val_bpb"] - bpb(1)["val_bpb"], bpb(1)["val_bpb"], bpb(0)["val_bpb"]),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"BPE 512 takes another (\d\.\d+) off, to (\d\.\d+)\.",
+        lambda: (bpb(1)["val_bpb"] - bpb(2)["val_bpb"], bpb(2)["val_bpb"]),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"it takes ([\d,]+) steps and reads ([\d,]+) bytes of text a second against the "
+        r"character model's ([\d,]+),",
+        lambda: (bpb(2)["steps"], bpb(2)["bytes_per_s"], bpb(1)["bytes_per_s"]),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"\(([\d,]+) steps, ([\d,]+) bytes a second\) and ends at (\d\.\d+),",
+        lambda: (bpb(3)["steps"], bpb(3)["bytes_per_s"], bpb(3)["val_bpb"]),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"baseline lies (\d\.\d+) nats per character apart over its (\w+) seeds, (\d\.\d+) bits "
+        r"per byte, and the gap of the modern options \((\d\.\d+)\)",
+        lambda: (
+            seed_spread(),
+            len(ex(ABLATION)["args"]["seeds"]),
+            seed_spread() / math.log(2),
+            bpb(0)["val_bpb"] - bpb(1)["val_bpb"],
+        ),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"between BPE 512 and 1,024 \((\d\.\d+)\) is",
+        lambda: bpb(3)["val_bpb"] - bpb(2)["val_bpb"],
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"In the table, `[^`]+` moves the loss by\s+([+−-]\d\.\d+), within the spread",
+        lambda: mean_sd(ablation_gain(exercise_option()))[0],
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"baseline's sd over the seeds above is about (\d\.\d+), and \$n\$ independent seeds "
+        r"per option give a standard error of the mean difference of about "
+        r"\$(\d\.\d+)\\sqrt\{2/n\}\$, (\d\.\d+) for (\w+) seeds",
+        lambda: (
+            seed_sd(),
+            seed_sd(),
+            seed_sd() * math.sqrt(2 / len(ex(ABLATION)["args"]["seeds"])),
+            len(ex(ABLATION)["args"]["seeds"]),
+        ),
+    ),
+    (
+        "ch05/modern-gpt.md",
+        r"its sd over the (\w+) seeds is (\d\.\d+), so the standard error of the mean "
+        r"difference is \$(\d\.\d+)/\\sqrt\{n\}\$, and a mean gap of (\d\.\d+) lies two standard "
+        r"errors from zero once \$n\$ reaches \$[^$]*\$, about (\d+) seeds here",
+        lambda: (
+            len(ex(ABLATION)["args"]["seeds"]),
+            mean_sd(ablation_gain(exercise_option()))[1],
+            mean_sd(ablation_gain(exercise_option()))[1],
+            abs(mean_sd(ablation_gain(exercise_option()))[0]),
+            math.ceil(
+                (
+                    2
+                    * mean_sd(ablation_gain(exercise_option()))[1]
+                    / abs(mean_sd(ablation_gain(exercise_option()))[0])
+                )
+                ** 2
             ),
         ),
-        (
-            "ch05/scaling.md",
-            r"The seeds' standard deviations run from (\d\.\d+) to (\d\.\d+) nats",
-            sweep_seed_sds,
+    ),
+    # 5.4: the decode step's arithmetic, against its fence and 2.3's roofline table
+    (
+        "ch05/inference.md",
+        r"its (\d) MiB\s+of weights stream from the caches .* and its (\d) million\s+operations",
+        lambda: (
+            out("ch05/inference", r"^[\d,]+ matrix weights \(([\d.]+) MiB\)"),
+            out("ch05/inference", r"MiB\), ([\d.]+) MFLOP per token$"),
         ),
-        # Part III's overview, against the chapters and runs it summarises
-        (
-            "part3/index.md",
-            r"on a layer norm \((\w+) kernels and (\w+) times the bytes",
-            lambda: (
-                out(EAGER, r"^(\d+) ops, [\d.]+ MB moved"),
-                out(EAGER, r"([\d.]+) MB moved") / out(EAGER, r"alone are ([\d.]+) MB"),
+    ),
+    (
+        "ch05/inference.md",
+        r"ridge point near (\d+) operations per byte on one core \((\d+\.\d) GFLOP/s over "
+        r"(\d+\.\d) GB/s\)",
+        lambda: (
+            roofline_peak(1) / roofline("DRAM", 1),
+            roofline_peak(1),
+            roofline("DRAM", 1),
+        ),
+    ),
+    # 5.4: grouped-query attention and speculative decoding, trained briefly
+    (
+        "ch05/inference.md",
+        r"Fewer key/value heads cost (\d\.\d+) \(grouped\) and (\d\.\d+) \(multi-query\)",
+        lambda: tuple(kv_val(g) - kv_val(4) for g in (2, 1)),
+    ),
+    (
+        "ch05/inference.md",
+        r"They have (\d+)% and (\d+)% fewer parameters",
+        lambda: tuple(100 * (1 - kv_gqa(g)["params"] / kv_gqa(4)["params"]) for g in (2, 1)),
+    ),
+    (
+        "ch05/inference.md",
+        r"At temperature 1 the model kept (\d+)% of the draft's proposals",
+        lambda: 100 * statistics.mean(v for r in kv_spec_rows(1.0) for v in r["kept_share"]),
+    ),
+    (
+        "ch05/inference.md",
+        r"came (\d\.\d) to (\d\.\d) times as fast",
+        lambda: (
+            min(statistics.mean(r["speedup"]) for r in kv_spec_rows(None)),
+            max(statistics.mean(r["speedup"]) for r in kv_spec_rows(None)),
+        ),
+    ),
+    (
+        "ch05/inference.md",
+        r"learns its (\d+) merges from the ([\d,]+) bytes and encodes the corpus at (\d\.\d+) "
+        r"bytes per token",
+        lambda: (
+            512 - 256,
+            out(TOKENS, r"^[\d,]+ characters, ([\d,]+) bytes"),
+            out(TOK, r"^vocab +512: .* ([\d.]+) bytes per token$"),
+        ),
+    ),
+    (
+        "ch05/inference.md",
+        r"ends at (\d\.\d+) nats per character on the whole validation split after ([\d,]+) "
+        r"steps, which on this ASCII text is \$(\d\.\d+) / \\ln 2 = (\d\.\d+)\$",
+        lambda: (
+            anchor()["results"]["sitp"]["val"],
+            anchor()["config"]["iters"],
+            anchor()["results"]["sitp"]["val"],
+            anchor()["results"]["sitp"]["val"] / math.log(2),
+        ),
+    ),
+    (
+        "ch05/inference.md",
+        r"where 64 of these tokens cover about (\d+)\.",
+        lambda: (
+            64
+            * out(TOKENS, r"^[\d,]+ characters, ([\d,]+) bytes")
+            / out(TOK, r"^vocab +512: +([\d,]+) tokens")
+        ),
+    ),
+    (
+        "ch05/inference.md",
+        r"(\d+) MiB per sequence",
+        lambda: out("ch05/inference", r"^(\d+) MiB"),
+    ),
+    (
+        "ch05/inference.md",
+        r"The training command above builds a GPT of ([\d,]+) parameters",
+        lambda: gpt_parameters(
+            vocab_size=int(re.search(r"--vocab-size (\d+)", page("ch05/inference.md")).group(1)),
+            **dict(re.findall(r"--set (\w+)=(\w+)", train_command("ch05/inference.md"))),
+        ),
+    ),
+    # 6.1 to 6.4
+    (
+        "ch06/eager.md",
+        r"(\w+) kernels for one layer norm, and (\d\.\d) MB moved where (\d\.\d) MB would do",
+        lambda: out(
+            EAGER,
+            r"^(\d+) ops, ([\d.]+) MB moved; the inputs and the output alone are "
+            r"([\d.]+) MB$",
+        ),
+    ),
+    (
+        "ch06/eager.md",
+        r"one thread \((\d+\.\d) GB/s from DRAM, (\d+\.\d) GB/s from the L2",
+        lambda: (roofline("DRAM", 1), roofline("L2", 1)),
+    ),
+    (
+        "ch06/eager.md",
+        r"(\w+) pointwise ops follow the product, each reading one or two 1 MB arrays and "
+        r"writing a third: about (\d+) MB\. One kernel reads `h` and `b` once and writes its "
+        r"result once, about (\d+) MB, some (\w+) times less",
+        lambda: (
+            out(EAGER, r"^(\d+) ops; after the product") - 1,
+            *out(EAGER, r"after the product ([\d.]+) MB, one kernel ([\d.]+) MB \((\d+)x"),
+        ),
+    ),
+    (
+        "ch06/passes.md",
+        r"The layer norm of 6\.1 became (\w+) kernels",
+        lambda: out(EAGER, r"^signature 1: compiled, 12 ops -> \d+ steps \((\d+) generated"),
+    ),
+    (
+        "ch06/passes.md",
+        r"Two layer norms make (\w+) kernels",
+        lambda: out("ch06/passes", r"^two_blocks: \d+ ops -> (\d+) kernels;"),
+    ),
+    (
+        "ch06/passes.md",
+        r"Three blocks make\s+(\w+) kernels",
+        lambda: out("ch06/passes", r"^three_blocks: \d+ ops -> (\d+) kernels;"),
+    ),
+    (
+        "ch06/codegen.md",
+        r"several times faster, about (\w+) in the run shown",
+        lambda: (
+            out("ch06/codegen", r"^serial, Python's error model +([\d.]+) ms")
+            / out("ch06/codegen", r"^serial, numpy's error model +([\d.]+) ms")
+        ),
+    ),
+    (
+        "ch06/compiled.md",
+        r"GELU falls from about (\d+) to (\d), layer norm from (\d\.\d) to (\d\.\d), softmax "
+        r"from (\d\.\d) to (\d\.\d)\.",
+        lambda: tuple(
+            v
+            for b in ("gelu\\(xW\\+b\\)", "layernorm\\(x\\+r\\)", "attention softmax")
+            for v in out(COMPILED, rf"^{b} +\d+ -> .*\) +([\d.]+) -> +([\d.]+) ")
+        ),
+    ),
+    (
+        "ch06/compiled.md",
+        r"Compiled sitp is (\d\.\d) times faster than eager sitp on GELU\(x W \+ b\) \((\d\.\d) "
+        r"to (\d+\.\d) over the rounds\): the (\w+) pointwise ops become one kernel, and the bytes "
+        r"moved fall by (\w+) times, (\d+\.\d) MB to (\d\.\d) MB",
+        lambda: (
+            compile_ratio("gelu(xW+b)"),
+            compile_ratio("gelu(xW+b)", stat="min"),
+            compile_ratio("gelu(xW+b)", stat="max"),
+            out(COMPILED, r"^gelu\(xW\+b\) +(\d+) ->") - 1,
+            gelu_bytes()[0] / gelu_bytes()[1],
+            *gelu_bytes(),
+        ),
+    ),
+    (
+        "ch06/compiled.md",
+        r"Layer norm gains (\d\.\d) times \((\d\.\d) to (\d\.\d)\) and the softmax chain (\d\.\d) "
+        r"times \((\d\.\d) to (\d\.\d)\): (\w+) ops become (\w+) kernels, and (\w+) become (\w+) "
+        r"kernels and a `fill`",
+        lambda: (
+            *(
+                compile_ratio(b, stat=s)
+                for b in ("layernorm(x+r)", "attention softmax")
+                for s in ("median", "min", "max")
             ),
+            *out(COMPILED, r"^layernorm\(x\+r\) +(\d+) -> +\d+ \( *(\d+)\)"),
+            *out(COMPILED, r"^attention softmax +(\d+) -> +\d+ \( *(\d+)\)"),
         ),
-        (
-            "part3/index.md",
-            r"gains the least \((\d\.\d+) times, against (\d\.\d) to (\d\.\d) for the blocks, on one "
-            r"thread of an AMD EPYC\)",
-            lambda: (
-                compile_ratio("GPT train step"),
-                min(compile_ratio(b) for b in COMPILE_BLOCKS),
-                max(compile_ratio(b) for b in COMPILE_BLOCKS),
+    ),
+    (
+        "ch06/compiled.md",
+        r"its rounds are the shortest \((\d+) calls of about (\d\.\d+) ms\), and other programs "
+        r"took (\d+)% of the CPUs while they ran",
+        lambda: (
+            compile_run()["reps"],
+            compile_ms("layernorm(x+r)", "compiled"),
+            100 * compile_run()["harness"]["load"]["layernorm(x+r)"]["other_share"],
+        ),
+    ),
+    (
+        "ch06/compiled.md",
+        r"faster than eager sitp, by about (\d\.\d) times on layer norm, (\d\.\d) on GELU and "
+        r"(\d\.\d) on softmax",
+        lambda: tuple(
+            compile_ms(b, "eager") / compile_ms(b, "torch")
+            for b in ("layernorm(x+r)", "gelu(xW+b)", "attention softmax")
+        ),
+    ),
+    (
+        "ch06/compiled.md",
+        r"pays Python's dispatch, some (\d+) microseconds in 6\.1's run",
+        lambda: out(EAGER, r"(\d+) us per op"),
+    ),
+    (
+        "ch06/compiled.md",
+        r"its time is (\d\.\d+) of torch eager's on GELU, (\d\.\d+) on layer norm and (\d\.\d+) on "
+        r"softmax\. No round\s+reaches 1; the widest range is layer norm's \((\d\.\d+) to "
+        r"(\d\.\d+)\)",
+        lambda: (
+            *(
+                below_one(compile_ratio(b, "compiled/torch", "max"))
+                and compile_ratio(b, "compiled/torch")
+                for b in ("gelu(xW+b)", "layernorm(x+r)", "attention softmax")
             ),
+            compile_ratio("layernorm(x+r)", "compiled/torch", "min"),
+            compile_ratio("layernorm(x+r)", "compiled/torch", "max"),
         ),
-        (
-            "part3/index.md",
-            r"a (\d)-layer GPT of ([\d,]+) parameters goes from pass@1 (\d) after pre-training to "
-            r"(\d\.\d+) ± (\d\.\d+) after SFT and (\d\.\d+) ± (\d\.\d+) after (\d+) steps of GRPO",
-            lambda: (
-                ex("posttrain-demo.json")["config"]["n_layer"],
-                ex("posttrain-demo.json")["config"]["parameters"],
-                max(r["chain1"]["stages"][0]["pass@1"] for r in ex("rl-runs.json")["runs"]),
-                *chain1_seeds(lambda r: r["chain1"]["stages"][1]["pass@1"]),
-                *chain1_seeds(lambda r: r["chain1"]["rl"]["grpo"]["pass@1"]),
-                ex("rl-runs.json")["config"]["rl_steps"],
+    ),
+    (
+        "ch06/compiled.md",
+        r"which takes (\d\.\d+) times inductor's time in the median \((\d\.\d+) against (\d\.\d+) "
+        r"ms\), though not in every round \((\d\.\d+) to (\d\.\d+)\)",
+        lambda: (
+            below_one(compile_ratio("layernorm(x+r)", "compiled/inductor")),
+            compile_ms("layernorm(x+r)", "compiled"),
+            compile_ms("layernorm(x+r)", "inductor"),
+            compile_ratio("layernorm(x+r)", "compiled/inductor", "min"),
+            # "not in every round": the slowest round's ratio is above 1
+            compile_ratio("layernorm(x+r)", "compiled/inductor", "max")
+            if compile_ratio("layernorm(x+r)", "compiled/inductor", "max") > 1
+            else math.nan,
+        ),
+    ),
+    (
+        "ch06/compiled.md",
+        r"compiled sitp is the faster in every round \((\d\.\d+) to (\d\.\d+) of inductor's "
+        r"time\), and on GELU it takes (\d\.\d+) of inductor's time",
+        lambda: (
+            compile_ratio("attention softmax", "compiled/inductor", "min"),
+            below_one(compile_ratio("attention softmax", "compiled/inductor", "max")),
+            compile_ratio("gelu(xW+b)", "compiled/inductor"),
+        ),
+    ),
+    (
+        "ch06/compiled.md",
+        r"torch eager (\d\.\d+) to (\d\.\d+) ms, torch\.compile (\d\.\d+) to (\d\.\d+) ms",
+        lambda: (
+            *compile_range("gelu(xW+b)", "torch"),
+            *compile_range("gelu(xW+b)", "inductor"),
+        ),
+    ),
+    (
+        "ch06/compiled.md",
+        r"compiled sitp takes (\d\.\d+) of torch eager's time \((\d\.\d+) to (\d\.\d+)\) and "
+        r"(\d\.\d+) of torch\.compile's \((\d\.\d+) to (\d\.\d+)\), and even eager sitp's step, "
+        r"at (\d+\.\d) ms, is faster than PyTorch's (\d+\.\d) ms on one thread of the AMD EPYC; "
+        r"torch\.compile's step, (\d+\.\d) ms, gains little",
+        lambda: (
+            *(
+                compile_ratio("GPT train step", k, s)
+                for k in ("compiled/torch", "compiled/inductor")
+                for s in ("median", "min", "max")
             ),
-        ),
-        ("part3/index.md", r"with (\w+) special tokens that frame", lambda: len(special_tokens())),
-        ("ch08/chat.md", r"framed by (\w+) special tokens:", lambda: len(special_tokens())),
-        (
-            "part3/index.md",
-            r"(\d) layers, (\d) heads, width (\d+), block (\d+), batch (\d+), ([\d,]+) iterations",
-            lambda: tuple(
-                anchor()["config"][k]
-                for k in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "iters")
-            ),
-        ),
-        (
-            "part3/index.md",
-            r"from (\d\.\d+) at step 0 to (\d\.\d+) at step ([\d,]+);",
-            lambda: (
-                anchor()["results"]["sitp"]["curve"][0][1],
-                anchor()["results"]["sitp"]["curve"][-1][1],
-                anchor()["results"]["sitp"]["curve"][-1][0],
-            ),
-        ),
-        (
-            "part3/index.md",
-            r"Then the two take turns, (\d+) steps of one and then (\d+) of the other",
-            lambda: (anchor()["config"]["round_steps"],) * 2,
-        ),
-        (
-            "part3/index.md",
-            r"sitp is the faster of the two: (\d\.\d+) times PyTorch's speed in the median of the "
-            r"(\d+) rounds, and faster in every round \((\d\.\d+) to (\d\.\d+)\)",
-            lambda: (
-                anchor()["speed_ratio"],
-                anchor()["rounds"],
-                anchor()["speed_ratio_range"][0]
-                if anchor()["speed_ratio_range"][0] > 1
-                else math.nan,
-                anchor()["speed_ratio_range"][1],
-            ),
-        ),
-        # 5.1
-        (
-            "ch05/tokenizer.md",
-            r"tinyshakespeare's (\d\.\d) million bytes",
-            lambda: out(TOK, r"^([\d,]+) bytes, [\d,]+ chunks") / 1e6,
-        ),
-        (
-            "ch05/tokenizer.md",
-            r"from (\d\.\d) at 256 tokens to about (\d\.\d) at 4,352",
-            lambda: (
-                out(TOK, r"^vocab +256: .* ([\d.]+) bytes per token$"),
-                out(TOK, r"^vocab +4352: .* ([\d.]+) bytes per token$"),
-            ),
-        ),
-        (
-            "ch05/tokenizer.md",
-            r"The first 256 merges remove (\d+)% of the tokens; the last 1,024 take off (\d\.\d)%",
-            lambda: out(
-                TOK,
-                r"^the first 256 merges remove (\d+)% of the tokens, the last 1,024 "
-                r"([\d.]+)%$",
-            ),
-        ),
-        (
-            "ch05/tokenizer.md",
-            r"GPT-4's pattern gives (\d\.\d+) bytes per token at 1,280 tokens, GPT-2's (\d\.\d+): "
-            r"(\d+)% fewer",
-            lambda: (
-                out(TOK, r"^GPT-4: .* ([\d.]+) bytes per token$"),
-                out(TOK, r"^GPT-2: .* ([\d.]+) bytes per token$"),
-                100
-                * (
-                    1
-                    - out(TOK, r"^GPT-4: [\d,]+ chunks, ([\d,]+) tokens")
-                    / out(TOK, r"^GPT-2: [\d,]+ chunks, ([\d,]+) tokens")
-                ),
-            ),
-        ),
-        (
-            "ch05/tokenizer.md",
-            r"without a letter or a digit fall from ([\d,]+) to ([\d,]+)",
-            lambda: out(TOK, r"^tokens on punctuation and space: GPT-2 ([\d,]+), GPT-4 ([\d,]+)$"),
-        ),
-        (
-            "ch05/tokenizer.md",
-            r"spends slightly more tokens \(([\d,]+) against ([\d,]+)\)",
-            lambda: out(TOK, r"^tokens on words: GPT-2 ([\d,]+), GPT-4 ([\d,]+)$")[::-1],
-        ),
-        (
-            "ch05/tokenizer.md",
-            r"All ([\d,]+) merges come back",
-            lambda: out(TOK, r"^(\d+) merges rec"),
-        ),
-        (
-            "ch05/tokenizer.md",
-            r"Of the ([\d,]+) merged tokens, ([\d,]+) can be split",
-            lambda: out(TOK, r"^([\d,]+) of ([\d,]+) merged tokens split")[::-1],
-        ),
-        (
-            "ch05/tokenizer.md",
-            r"are a quarter of a million chunks, but only some (\w+) thousand distinct ones",
-            lambda: out(TOK, r"^[\d,]+ bytes, [\d,]+ chunks, ([\d,]+) distinct$") / 1000,
-        ),
-        # 5.2
-        (
-            "ch05/tokens.md",
-            r"tinyshakespeare: ([\d,]+) bytes of plays",
-            lambda: out(TOKENS, r"^[\d,]+ characters, ([\d,]+) bytes"),
-        ),
-        (
-            "ch05/tokens.md",
-            r"tinyshakespeare is (\d) MiB of `uint16`",
-            lambda: 2 * out(TOKENS, r"^[\d,]+ characters, ([\d,]+) bytes") / 2**20,
-        ),
-        (
-            "ch05/tokens.md",
-            r"The training shards hold ([\d,]+) characters",
-            lambda: out(TOKENS, r"^train: \d+ shards, ([\d,]+) tokens$"),
-        ),
-        (
-            "ch05/tokens.md",
-            r"last shard holds the remaining ([\d,]+) characters",
-            lambda: out(TOKENS, r"^val: \d+ shards, ([\d,]+) tokens$"),
-        ),
-        ("ch05/tokens.md", r"The first uses the (\d+)\b", lambda: out(TOKENS, r'^(\d+) "')),
-        (
-            "ch05/tokens.md",
-            r"would score \$\\log_2 65 \\approx (\d\.\d+)\$ bits per byte",
-            lambda: out(TOKENS, r"^characters V = +65, .* uniform ([\d.]+),"),
-        ),
-        ("ch05/tokens.md", r"\$1\.4697/\\ln 2 \\approx (\d\.\d+)\$", lambda: 1.4697 / math.log(2)),
-        (
-            "ch05/tokens.md",
-            r"it spends probability on (\d+) byte values that never occur",
-            lambda: 256 - out(TOKENS, r"^characters V = +(\d+),"),
-        ),
-        (
-            "ch05/tokens.md",
-            r"a uniform choice of two characters costs (\d+\.\d+)",
-            lambda: 2 * out(TOKENS, r"^characters V = +65, .* uniform ([\d.]+),"),
-        ),
-        (
-            "ch05/tokens.md",
-            r"The ([\d,]+) training windows cover (\d\.\d) million characters of a text of (\d\.\d) "
-            r"million",
-            lambda: (
-                anchor()["config"]["iters"] * anchor()["config"]["batch_size"],
-                anchor()["config"]["iters"]
-                * anchor()["config"]["batch_size"]
-                * anchor()["config"]["block_size"]
-                / 1e6,
-                out(TOKENS, r"^[\d,]+ characters, ([\d,]+) bytes") / 1e6,
-            ),
-        ),
-        (
-            "ch05/tokens.md",
-            r"Per token, the pair model looks much worse: (\d\.\d) bits against (\d\.\d)\. Per byte "
-            r"it is better, (\d\.\d+) against (\d\.\d+)\.",
-            lambda: (
-                out(TOKENS, r"^PairTokenizer .* = ([\d.]+) bits/token"),
-                out(TOKENS, r"^CharTokenizer .* = ([\d.]+) bits/token"),
-                out(TOKENS, r"^PairTokenizer .* ([\d.]+) bits/byte$"),
-                out(TOKENS, r"^CharTokenizer .* ([\d.]+) bits/byte$"),
-            ),
-        ),
-        (
-            "ch05/tokens.md",
-            r"scores (\d) bits per byte on bytes and \$\\log_2 65 = (\d\.\d+)\$ on characters",
-            lambda: (
-                out(TOKENS, r"^bytes +V = +256, .* uniform ([\d.]+),"),
-                out(TOKENS, r"^characters V = +65, .* uniform ([\d.]+),"),
-            ),
-        ),
-        (
-            "ch05/tokens.md",
-            r"On BPE 512 it scores (\d\.\d+), and on BPE 1,024 (\d\.\d+), better than a unigram "
-            r"over characters \((\d\.\d+)\)",
-            lambda: (
-                out(TOKENS, r"^BPE 512 .* uniform ([\d.]+),"),
-                out(TOKENS, r"^BPE 1024 .* uniform ([\d.]+),"),
-                out(TOKENS, r"^characters .* unigram ([\d.]+) bits"),
-            ),
-        ),
-        (
-            "ch05/tokens.md",
-            r"The unigram gains in the same way \((\d\.\d+), (\d\.\d+), (\d\.\d+)\)",
-            lambda: tuple(
-                out(TOKENS, rf"^{n} .* unigram ([\d.]+) bits")
-                for n in ("characters", "BPE 512 ", "BPE 1024")
-            ),
-        ),
-        (
-            "ch05/tokens.md",
-            r"characters give the unigram the same (\d\.\d+)",
-            lambda: out(TOKENS, r"^bytes .* unigram ([\d.]+) bits"),
-        ),
-        (
-            "ch05/tokens.md",
-            r"so most positions have been trained on, some several times: (\d+)% of the validation",
-            lambda: out(TOKENS, r"split by window ([\d.]+)%"),
-        ),
-        (
-            "ch05/tokens.md",
-            r"split by position the share is (\d+)%",
-            lambda: out(TOKENS, r"split by position ([\d.]+)%"),
-        ),
-        (
-            "ch05/tokens.md",
-            r"For \$T = 64\$ that is (\d\.\d+) pages, and a batch of 12 reads about (\d+) KiB of the "
-            r"gigabyte, (\d\.\d+)%",
-            lambda: (
-                out(TOKENS, r"^T = +64: .* on ([\d.]+) pages"),
-                out(TOKENS, r"^T = +64: .* read (\d+) KiB$"),
-                100 * out(TOKENS, r"^T = +64: .* read (\d+) KiB$") / 2**20,
-            ),
-        ),
-        # 5.3: the ablation over seeds (its table is checked in figure_quotes, its verdicts in
-        # test_a_verdict_in_prose_matches_its_data) and the budget run
-        (
-            "ch05/modern-gpt.md",
-            r"--seeds (\d+) (\d+) (\d+) (\d+) (\d+) --threads (\d)",
-            lambda: (*ex(ABLATION)["args"]["seeds"], ex(ABLATION)["machine"]["threads"]),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"config`\), (\w+) thread, (\w+) seeds \((\d+), (\d+), (\d+), (\d+) and (\d+)\)",
-            lambda: (
-                ex(ABLATION)["machine"]["threads"],
-                len(ex(ABLATION)["args"]["seeds"]),
-                *ex(ABLATION)["args"]["seeds"],
-            ),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"The whole ablation ran once per seed, for (\w+) seeds,",
-            lambda: len(ex(ABLATION)["args"]["seeds"]),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"recorded before and after every run, was (\d\.\d) to (\d\.\d) on its (\w+) vCPUs",
-            lambda: (
-                min(ablation_loads()),
-                max(ablation_loads()),
-                ex(ABLATION)["machine"]["logical_cpus"],
-            ),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"The baseline's validation loss lies (\d\.\d+) apart between its best and its worst "
-            r"seed \(sd (\d\.\d+)\)",
-            lambda: (max(ablation("gpt2")) - min(ablation("gpt2")), seed_sd()),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"paired differences over the (\w+) seeds\.",
-            lambda: len(ex(ABLATION)["args"]["seeds"]),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"Muon takes the GPT-2 architecture from (\d\.\d+) to (\d\.\d+) in (\d+) steps \(a "
-            r"gain of (\d\.\d+) ± (\d\.\d+)\),",
-            lambda: (
-                statistics.mean(ablation("gpt2")),
-                statistics.mean(ablation("muon")),
-                ex(ABLATION)["args"]["steps"],
-                -mean_sd(ablation_gain("muon"))[0],
-                mean_sd(ablation_gain("muon"))[1],
-            ),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"Rotary embeddings give (\d\.\d+) ± (\d\.\d+):",
-            lambda: gain_sd("rope"),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"QK-norm is \w+ \((\d\.\d+) ± (\d\.\d+)\)",
-            lambda: gain_sd("qk-norm"),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"ReLU² gains (\d\.\d+) ± (\d\.\d+), \w+ the spread, and the untied head (\d\.\d+) ± "
-            r"(\d\.\d+), \w+ the spread",
-            lambda: (*gain_sd("relu2"), *gain_sd("untied")),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"soft-capping each move the loss by (\d\.\d+) or less",
-            lambda: max(
-                abs(mean_sd(ablation_gain(o))[0])
-                for o in ("rmsnorm", "rmsnorm, no gain", "no bias", "softcap 15")
-            ),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"All options together reach (\d\.\d+), (\d\.\d+) ± (\d\.\d+) (?:below|above) Muon alone",
-            lambda: (
-                statistics.mean(ablation("all")),
-                abs(mean_sd(all_less_muon())[0]),
-                mean_sd(all_less_muon())[1],
-            ),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"gain of (\d\.\d+) (?:falls short of|exceeds) the sum of Muon's and rotary's single "
-            r"gains \((\d\.\d+) and (\d\.\d+)\) by (\d\.\d+) ± (\d\.\d+),",
-            lambda: (
-                gain_sd("all")[0],
-                gain_sd("muon")[0],
-                gain_sd("rope")[0],
-                abs(mean_sd(all_less_sum())[0]),
-                mean_sd(all_less_sum())[1],
-            ),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"on the same ([\d,]+) held-out bytes",
-            lambda: ex("bpb-budget.json")["val_bytes"],
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"token of BPE 512 covers (\d\.\d+) bytes of the training text and one of BPE 1,024 "
-            r"covers (\d\.\d+)\.",
-            lambda: (bpb(2)["bytes_per_token"], bpb(3)["bytes_per_token"]),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"a BPE model would read (\d+) to (\d+) bytes",
-            lambda: tuple(round(64 * bpb(i)["bytes_per_token"], -1) for i in (2, 3)),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"blocks of 64 characters, (\d+) tokens of BPE 512 and (\d+) of BPE 1,024",
-            lambda: (bpb(2)["block_size"], bpb(3)["block_size"]),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"at load averages of (\d\.\d) to (\d\.\d) \(other programs were running\), with (\d+) s",
-            lambda: (
-                min(budget_loads()),
-                max(budget_loads()),
-                ex("bpb-budget.json")["config"]["budget"],
-            ),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"A modern step costs about (\w+) a GPT-2 step on one thread \(([\d,]+) steps in the "
-            r"budget against ([\d,]+):",
-            lambda: (bpb(0)["steps"] / bpb(1)["steps"], bpb(1)["steps"], bpb(0)["steps"]),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"still ends (\d\.\d+) bits per byte lower, (\d\.\d+) against (\d\.\d+)\.",
-            lambda: (bpb(0)["val_bpb"] - bpb(1)["val_bpb"], bpb(1)["val_bpb"], bpb(0)["val_bpb"]),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"BPE 512 takes another (\d\.\d+) off, to (\d\.\d+)\.",
-            lambda: (bpb(1)["val_bpb"] - bpb(2)["val_bpb"], bpb(2)["val_bpb"]),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"it takes ([\d,]+) steps and reads ([\d,]+) bytes of text a second against the "
-            r"character model's ([\d,]+),",
-            lambda: (bpb(2)["steps"], bpb(2)["bytes_per_s"], bpb(1)["bytes_per_s"]),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"\(([\d,]+) steps, ([\d,]+) bytes a second\) and ends at (\d\.\d+),",
-            lambda: (bpb(3)["steps"], bpb(3)["bytes_per_s"], bpb(3)["val_bpb"]),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"baseline lies (\d\.\d+) nats per character apart over its (\w+) seeds, (\d\.\d+) bits "
-            r"per byte, and the gap of the modern options \((\d\.\d+)\)",
-            lambda: (
-                seed_spread(),
-                len(ex(ABLATION)["args"]["seeds"]),
-                seed_spread() / math.log(2),
-                bpb(0)["val_bpb"] - bpb(1)["val_bpb"],
-            ),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"between BPE 512 and 1,024 \((\d\.\d+)\) is",
-            lambda: bpb(3)["val_bpb"] - bpb(2)["val_bpb"],
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"In the table, `[^`]+` moves the loss by\s+([+−-]\d\.\d+), within the spread",
-            lambda: mean_sd(ablation_gain(exercise_option()))[0],
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"baseline's sd over the seeds above is about (\d\.\d+), and \$n\$ independent seeds "
-            r"per option give a standard error of the mean difference of about "
-            r"\$(\d\.\d+)\\sqrt\{2/n\}\$, (\d\.\d+) for (\w+) seeds",
-            lambda: (
-                seed_sd(),
-                seed_sd(),
-                seed_sd() * math.sqrt(2 / len(ex(ABLATION)["args"]["seeds"])),
-                len(ex(ABLATION)["args"]["seeds"]),
-            ),
-        ),
-        (
-            "ch05/modern-gpt.md",
-            r"its sd over the (\w+) seeds is (\d\.\d+), so the standard error of the mean "
-            r"difference is \$(\d\.\d+)/\\sqrt\{n\}\$, and a mean gap of (\d\.\d+) lies two standard "
-            r"errors from zero once \$n\$ reaches \$[^$]*\$, about (\d+) seeds here",
-            lambda: (
-                len(ex(ABLATION)["args"]["seeds"]),
-                mean_sd(ablation_gain(exercise_option()))[1],
-                mean_sd(ablation_gain(exercise_option()))[1],
-                abs(mean_sd(ablation_gain(exercise_option()))[0]),
-                math.ceil(
-                    (
-                        2
-                        * mean_sd(ablation_gain(exercise_option()))[1]
-                        / abs(mean_sd(ablation_gain(exercise_option()))[0])
-                    )
-                    ** 2
-                ),
-            ),
-        ),
-        # 5.4: the decode step's arithmetic, against its fence and 2.3's roofline table
-        (
-            "ch05/inference.md",
-            r"its (\d) MiB\s+of weights stream from the caches .* and its (\d) million\s+operations",
-            lambda: (
-                out("ch05/inference", r"^[\d,]+ matrix weights \(([\d.]+) MiB\)"),
-                out("ch05/inference", r"MiB\), ([\d.]+) MFLOP per token$"),
-            ),
-        ),
-        (
-            "ch05/inference.md",
-            r"ridge point near (\d+) operations per byte on one core \((\d+\.\d) GFLOP/s over "
-            r"(\d+\.\d) GB/s\)",
-            lambda: (
-                roofline_peak(1) / roofline("DRAM", 1),
-                roofline_peak(1),
-                roofline("DRAM", 1),
-            ),
-        ),
-        # 5.4: grouped-query attention and speculative decoding, trained briefly
-        (
-            "ch05/inference.md",
-            r"Fewer key/value heads cost (\d\.\d+) \(grouped\) and (\d\.\d+) \(multi-query\)",
-            lambda: tuple(kv_val(g) - kv_val(4) for g in (2, 1)),
-        ),
-        (
-            "ch05/inference.md",
-            r"They have (\d+)% and (\d+)% fewer parameters",
-            lambda: tuple(100 * (1 - kv_gqa(g)["params"] / kv_gqa(4)["params"]) for g in (2, 1)),
-        ),
-        (
-            "ch05/inference.md",
-            r"At temperature 1 the model kept (\d+)% of the draft's proposals",
-            lambda: 100 * statistics.mean(v for r in kv_spec_rows(1.0) for v in r["kept_share"]),
-        ),
-        (
-            "ch05/inference.md",
-            r"came (\d\.\d) to (\d\.\d) times as fast",
-            lambda: (
-                min(statistics.mean(r["speedup"]) for r in kv_spec_rows(None)),
-                max(statistics.mean(r["speedup"]) for r in kv_spec_rows(None)),
-            ),
-        ),
-        (
-            "ch05/inference.md",
-            r"learns its (\d+) merges from the ([\d,]+) bytes and encodes the corpus at (\d\.\d+) "
-            r"bytes per token",
-            lambda: (
-                512 - 256,
-                out(TOKENS, r"^[\d,]+ characters, ([\d,]+) bytes"),
-                out(TOK, r"^vocab +512: .* ([\d.]+) bytes per token$"),
-            ),
-        ),
-        (
-            "ch05/inference.md",
-            r"ends at (\d\.\d+) nats per character on the whole validation split after ([\d,]+) "
-            r"steps, which on this ASCII text is \$(\d\.\d+) / \\ln 2 = (\d\.\d+)\$",
-            lambda: (
-                anchor()["results"]["sitp"]["val"],
-                anchor()["config"]["iters"],
-                anchor()["results"]["sitp"]["val"],
-                anchor()["results"]["sitp"]["val"] / math.log(2),
-            ),
-        ),
-        (
-            "ch05/inference.md",
-            r"where 64 of these tokens cover about (\d+)\.",
-            lambda: (
-                64
-                * out(TOKENS, r"^[\d,]+ characters, ([\d,]+) bytes")
-                / out(TOK, r"^vocab +512: +([\d,]+) tokens")
-            ),
-        ),
-        (
-            "ch05/inference.md",
-            r"(\d+) MiB per sequence",
-            lambda: out("ch05/inference", r"^(\d+) MiB"),
-        ),
-        (
-            "ch05/inference.md",
-            r"The training command above builds a GPT of ([\d,]+) parameters",
-            lambda: gpt_parameters(
-                vocab_size=int(
-                    re.search(r"--vocab-size (\d+)", page("ch05/inference.md")).group(1)
-                ),
-                **dict(re.findall(r"--set (\w+)=(\w+)", train_command("ch05/inference.md"))),
-            ),
-        ),
-        # 6.1 to 6.4
-        (
-            "ch06/eager.md",
-            r"(\w+) kernels for one layer norm, and (\d\.\d) MB moved where (\d\.\d) MB would do",
-            lambda: out(
-                EAGER,
-                r"^(\d+) ops, ([\d.]+) MB moved; the inputs and the output alone are "
-                r"([\d.]+) MB$",
-            ),
-        ),
-        (
-            "ch06/eager.md",
-            r"one thread \((\d+\.\d) GB/s from DRAM, (\d+\.\d) GB/s from the L2",
-            lambda: (roofline("DRAM", 1), roofline("L2", 1)),
-        ),
-        (
-            "ch06/eager.md",
-            r"(\w+) pointwise ops follow the product, each reading one or two 1 MB arrays and "
-            r"writing a third: about (\d+) MB\. One kernel reads `h` and `b` once and writes its "
-            r"result once, about (\d+) MB, some (\w+) times less",
-            lambda: (
-                out(EAGER, r"^(\d+) ops; after the product") - 1,
-                *out(EAGER, r"after the product ([\d.]+) MB, one kernel ([\d.]+) MB \((\d+)x"),
-            ),
-        ),
-        (
-            "ch06/passes.md",
-            r"The layer norm of 6\.1 became (\w+) kernels",
-            lambda: out(EAGER, r"^signature 1: compiled, 12 ops -> \d+ steps \((\d+) generated"),
-        ),
-        (
-            "ch06/passes.md",
-            r"Two layer norms make (\w+) kernels",
-            lambda: out("ch06/passes", r"^two_blocks: \d+ ops -> (\d+) kernels;"),
-        ),
-        (
-            "ch06/passes.md",
-            r"Three blocks make\s+(\w+) kernels",
-            lambda: out("ch06/passes", r"^three_blocks: \d+ ops -> (\d+) kernels;"),
-        ),
-        (
-            "ch06/codegen.md",
-            r"several times faster, about (\w+) in the run shown",
-            lambda: (
-                out("ch06/codegen", r"^serial, Python's error model +([\d.]+) ms")
-                / out("ch06/codegen", r"^serial, numpy's error model +([\d.]+) ms")
-            ),
-        ),
-        (
-            "ch06/compiled.md",
-            r"GELU falls from about (\d+) to (\d), layer norm from (\d\.\d) to (\d\.\d), softmax "
-            r"from (\d\.\d) to (\d\.\d)\.",
-            lambda: tuple(
-                v
-                for b in ("gelu\\(xW\\+b\\)", "layernorm\\(x\\+r\\)", "attention softmax")
-                for v in out(COMPILED, rf"^{b} +\d+ -> .*\) +([\d.]+) -> +([\d.]+) ")
-            ),
-        ),
-        (
-            "ch06/compiled.md",
-            r"Compiled sitp is (\d\.\d) times faster than eager sitp on GELU\(x W \+ b\) \((\d\.\d) "
-            r"to (\d+\.\d) over the rounds\): the (\w+) pointwise ops become one kernel, and the bytes "
-            r"moved fall by (\w+) times, (\d+\.\d) MB to (\d\.\d) MB",
-            lambda: (
-                compile_ratio("gelu(xW+b)"),
-                compile_ratio("gelu(xW+b)", stat="min"),
-                compile_ratio("gelu(xW+b)", stat="max"),
-                out(COMPILED, r"^gelu\(xW\+b\) +(\d+) ->") - 1,
-                gelu_bytes()[0] / gelu_bytes()[1],
-                *gelu_bytes(),
-            ),
-        ),
-        (
-            "ch06/compiled.md",
-            r"Layer norm gains (\d\.\d) times \((\d\.\d) to (\d\.\d)\) and the softmax chain (\d\.\d) "
-            r"times \((\d\.\d) to (\d\.\d)\): (\w+) ops become (\w+) kernels, and (\w+) become (\w+) "
-            r"kernels and a `fill`",
-            lambda: (
-                *(
-                    compile_ratio(b, stat=s)
-                    for b in ("layernorm(x+r)", "attention softmax")
-                    for s in ("median", "min", "max")
-                ),
-                *out(COMPILED, r"^layernorm\(x\+r\) +(\d+) -> +\d+ \( *(\d+)\)"),
-                *out(COMPILED, r"^attention softmax +(\d+) -> +\d+ \( *(\d+)\)"),
-            ),
-        ),
-        (
-            "ch06/compiled.md",
-            r"its rounds are the shortest \((\d+) calls of about (\d\.\d+) ms\), and other programs "
-            r"took (\d+)% of the CPUs while they ran",
-            lambda: (
-                compile_run()["reps"],
-                compile_ms("layernorm(x+r)", "compiled"),
-                100 * compile_run()["harness"]["load"]["layernorm(x+r)"]["other_share"],
-            ),
-        ),
-        (
-            "ch06/compiled.md",
-            r"faster than eager sitp, by about (\d\.\d) times on layer norm, (\d\.\d) on GELU and "
-            r"(\d\.\d) on softmax",
-            lambda: tuple(
-                compile_ms(b, "eager") / compile_ms(b, "torch")
-                for b in ("layernorm(x+r)", "gelu(xW+b)", "attention softmax")
-            ),
-        ),
-        (
-            "ch06/compiled.md",
-            r"pays Python's dispatch, some (\d+) microseconds in 6\.1's run",
-            lambda: out(EAGER, r"(\d+) us per op"),
-        ),
-        (
-            "ch06/compiled.md",
-            r"its time is (\d\.\d+) of torch eager's on GELU, (\d\.\d+) on layer norm and (\d\.\d+) on "
-            r"softmax\. No round\s+reaches 1; the widest range is layer norm's \((\d\.\d+) to "
-            r"(\d\.\d+)\)",
-            lambda: (
-                *(
-                    below_one(compile_ratio(b, "compiled/torch", "max"))
-                    and compile_ratio(b, "compiled/torch")
-                    for b in ("gelu(xW+b)", "layernorm(x+r)", "attention softmax")
-                ),
-                compile_ratio("layernorm(x+r)", "compiled/torch", "min"),
-                compile_ratio("layernorm(x+r)", "compiled/torch", "max"),
-            ),
-        ),
-        (
-            "ch06/compiled.md",
-            r"which takes (\d\.\d+) times inductor's time in the median \((\d\.\d+) against (\d\.\d+) "
-            r"ms\), though not in every round \((\d\.\d+) to (\d\.\d+)\)",
-            lambda: (
-                below_one(compile_ratio("layernorm(x+r)", "compiled/inductor")),
-                compile_ms("layernorm(x+r)", "compiled"),
-                compile_ms("layernorm(x+r)", "inductor"),
-                compile_ratio("layernorm(x+r)", "compiled/inductor", "min"),
-                # "not in every round": the slowest round's ratio is above 1
-                compile_ratio("layernorm(x+r)", "compiled/inductor", "max")
-                if compile_ratio("layernorm(x+r)", "compiled/inductor", "max") > 1
-                else math.nan,
-            ),
-        ),
-        (
-            "ch06/compiled.md",
-            r"compiled sitp is the faster in every round \((\d\.\d+) to (\d\.\d+) of inductor's "
-            r"time\), and on GELU it takes (\d\.\d+) of inductor's time",
-            lambda: (
-                compile_ratio("attention softmax", "compiled/inductor", "min"),
-                below_one(compile_ratio("attention softmax", "compiled/inductor", "max")),
-                compile_ratio("gelu(xW+b)", "compiled/inductor"),
-            ),
-        ),
-        (
-            "ch06/compiled.md",
-            r"torch eager (\d\.\d+) to (\d\.\d+) ms, torch\.compile (\d\.\d+) to (\d\.\d+) ms",
-            lambda: (
-                *compile_range("gelu(xW+b)", "torch"),
-                *compile_range("gelu(xW+b)", "inductor"),
-            ),
-        ),
-        (
-            "ch06/compiled.md",
-            r"compiled sitp takes (\d\.\d+) of torch eager's time \((\d\.\d+) to (\d\.\d+)\) and "
-            r"(\d\.\d+) of torch\.compile's \((\d\.\d+) to (\d\.\d+)\), and even eager sitp's step, "
-            r"at (\d+\.\d) ms, is faster than PyTorch's (\d+\.\d) ms on one thread of the AMD EPYC; "
-            r"torch\.compile's step, (\d+\.\d) ms, gains little",
-            lambda: (
-                *(
-                    compile_ratio("GPT train step", k, s)
-                    for k in ("compiled/torch", "compiled/inductor")
-                    for s in ("median", "min", "max")
-                ),
-                compile_ms("GPT train step", "eager"),
-                compile_ms("GPT train step", "torch")
-                if compile_ms("GPT train step", "eager") < compile_ms("GPT train step", "torch")
-                else math.nan,
-                compile_ms("GPT train step", "inductor"),
-            ),
-        ),
-        (
-            "ch06/compiled.md",
-            r"sitp's compile costs (\d\.\d) to (\d\.\d) s a block",
-            lambda: (min(compile_seconds()), max(compile_seconds())),
-        ),
-        (
-            "ch06/compiled.md",
-            r"its column \((\d\.\d) to (\d\.\d) s a block, (\d+\.\d) s for the GPT step\)",
-            lambda: (
-                min(compile_run()["rows"][b]["inductor_compile_s"] for b in COMPILE_BLOCKS),
-                max(compile_run()["rows"][b]["inductor_compile_s"] for b in COMPILE_BLOCKS),
-                compile_run()["rows"]["GPT train step"]["inductor_compile_s"],
-            ),
-        ),
-        (
-            "ch06/compiled.md",
-            r"gains the least of the four rows: (\d\.\d+) times \((\d\.\d+) to (\d\.\d+) over the "
-            r"rounds\), where the blocks gained (\d\.\d) to (\d\.\d)\.",
-            lambda: (
-                compile_ratio("GPT train step"),
-                compile_ratio("GPT train step", stat="min"),
-                compile_ratio("GPT train step", stat="max"),
-                min(compile_ratio(b) for b in COMPILE_BLOCKS),
-                max(compile_ratio(b) for b in COMPILE_BLOCKS),
-            ),
-        ),
-        (
-            "ch06/compiled.md",
-            r"already runs at (\d\.\d+) to (\d\.\d+) of numpy's speed",
-            lambda: (min(scoreboard_ratios()), max(scoreboard_ratios())),
-        ),
-        (
-            "ch06/compiled.md",
-            r"the compiled anchor step takes (\d+\.\d) ms against eager's (\d+\.\d) ms, (\d\.\d+) "
-            r"times faster \((\d\.\d+) to (\d\.\d+) over the rounds\)",
-            lambda: (
-                train_ms("gpt", "compiled"),
-                train_ms("gpt", "eager"),
-                *(train_ratio("gpt", "eager/compiled", s) for s in ("median", "min", "max")),
-            ),
-        ),
-        (
-            "ch06/compiled.md",
-            r"PyTorch's time: (\d\.\d+) of torch eager's \((\d\.\d+) to (\d\.\d+)\) and (\d\.\d+) "
-            r"of torch\.compile's \((\d\.\d+) to (\d\.\d+)\)",
-            lambda: tuple(
-                train_ratio("gpt", k, s)
-                for k in ("compiled/torch", "compiled/torch.compile")
+            compile_ms("GPT train step", "eager"),
+            compile_ms("GPT train step", "torch")
+            if compile_ms("GPT train step", "eager") < compile_ms("GPT train step", "torch")
+            else math.nan,
+            compile_ms("GPT train step", "inductor"),
+        ),
+    ),
+    (
+        "ch06/compiled.md",
+        r"sitp's compile costs (\d\.\d) to (\d\.\d) s a block",
+        lambda: (min(compile_seconds()), max(compile_seconds())),
+    ),
+    (
+        "ch06/compiled.md",
+        r"its column \((\d\.\d) to (\d\.\d) s a block, (\d+\.\d) s for the GPT step\)",
+        lambda: (
+            min(compile_run()["rows"][b]["inductor_compile_s"] for b in COMPILE_BLOCKS),
+            max(compile_run()["rows"][b]["inductor_compile_s"] for b in COMPILE_BLOCKS),
+            compile_run()["rows"]["GPT train step"]["inductor_compile_s"],
+        ),
+    ),
+    (
+        "ch06/compiled.md",
+        r"gains the least of the four rows: (\d\.\d+) times \((\d\.\d+) to (\d\.\d+) over the "
+        r"rounds\), where the blocks gained (\d\.\d) to (\d\.\d)\.",
+        lambda: (
+            compile_ratio("GPT train step"),
+            compile_ratio("GPT train step", stat="min"),
+            compile_ratio("GPT train step", stat="max"),
+            min(compile_ratio(b) for b in COMPILE_BLOCKS),
+            max(compile_ratio(b) for b in COMPILE_BLOCKS),
+        ),
+    ),
+    (
+        "ch06/compiled.md",
+        r"already runs at (\d\.\d+) to (\d\.\d+) of numpy's speed",
+        lambda: (min(scoreboard_ratios()), max(scoreboard_ratios())),
+    ),
+    (
+        "ch06/compiled.md",
+        r"the compiled anchor step takes (\d+\.\d) ms against eager's (\d+\.\d) ms, (\d\.\d+) "
+        r"times faster \((\d\.\d+) to (\d\.\d+) over the rounds\)",
+        lambda: (
+            train_ms("gpt", "compiled"),
+            train_ms("gpt", "eager"),
+            *(train_ratio("gpt", "eager/compiled", s) for s in ("median", "min", "max")),
+        ),
+    ),
+    (
+        "ch06/compiled.md",
+        r"PyTorch's time: (\d\.\d+) of torch eager's \((\d\.\d+) to (\d\.\d+)\) and (\d\.\d+) "
+        r"of torch\.compile's \((\d\.\d+) to (\d\.\d+)\)",
+        lambda: tuple(
+            train_ratio("gpt", k, s)
+            for k in ("compiled/torch", "compiled/torch.compile")
+            for s in ("median", "min", "max")
+        ),
+    ),
+    (
+        "ch06/compiled.md",
+        r"Other programs took (\d+)% of the machine's CPUs while it ran",
+        lambda: 100 * train_run("gpt")["load"]["other_share"],
+    ),
+    (
+        "ch06/compiled.md",
+        r"the RNN's step gains (\d\.\d+) times \((\d\.\d+) to (\d\.\d+)\) and the CNN's "
+        r"(\d\.\d+) \((\d\.\d+) to (\d\.\d+)\)",
+        lambda: tuple(
+            train_ratio(m, "eager/compiled", s)
+            for m in ("rnn", "wavenet")
+            for s in ("median", "min", "max")
+        ),
+    ),
+    (
+        "ch06/compiled.md",
+        r"\((\d+) of each in the step's graph\)",
+        lambda: train_report("rnn")["epilogues"] / 2,
+    ),
+    (
+        "ch06/compiled.md",
+        r"which fuse \((\d+) ops become (\d+) steps\)",
+        lambda: (train_report("wavenet")["ops_before"], train_report("wavenet")["steps_after"]),
+    ),
+    (
+        "ch06/compiled.md",
+        r"The GRU gains (\d\.\d+) \((\d\.\d+) to (\d\.\d+)\)",
+        lambda: tuple(train_ratio("gru", "eager/compiled", s) for s in ("median", "min", "max")),
+    ),
+    ("ch06/compiled.md", r"measured in 2\.3 \((\d+\.\d) GB/s\)", lambda: roofline("DRAM", 1)),
+    (
+        "ch06/compiled.md",
+        r"L2's bandwidth \((\d+\.\d) GB/s on 2\.3's machine\)",
+        lambda: roofline("L2", 1),
+    ),
+    # 7.1 to 7.4
+    (
+        "ch07/collectives.md",
+        r"the target for large messages is a ratio of at least (\d\.\d)",
+        lambda: (
+            0.9
+            if min(
+                float(x)
+                for line in re.findall(
+                    r"messages of 16 MB and more: mpi4py time / sitp time (.*)$",
+                    printed("ch07/collectives"),
+                    re.MULTILINE,
+                )
+                for x in line.split(", ")
+            )
+            >= 0.9
+            else math.nan
+        ),
+    ),
+    (
+        "ch07/collectives.md",
+        r"the one line through all sizes is off by (\d+) % \(sitp\) to (\d+) % \(mpi4py\) at "
+        r"16 KB, where the times rise steeply, and by (\d+) % at 64 MB",
+        lambda: (
+            -collectives_fit_error("sitp", 16 * 2**10),
+            -collectives_fit_error("raw", 16 * 2**10),
+            # one figure for both: it must hold for each
+            max(-collectives_fit_error(who, 64 * 2**20) for who in ("raw", "sitp"))
+            if len({round(collectives_fit_error(w, 64 * 2**20)) for w in ("raw", "sitp")}) == 1
+            else math.nan,
+        ),
+    ),
+    (
+        "ch07/collectives.md",
+        r"its medians agree with this page's within (\d+) % up to 1 MB but differ by (\d+) % to "
+        r"(\d+) % from 4 MB up",
+        lambda: (
+            max(rerun_changes(lambda m: m <= 2**20)),
+            min(rerun_changes(lambda m: m >= 4 * 2**20)),
+            max(rerun_changes(lambda m: m >= 4 * 2**20)),
+        ),
+    ),
+    (
+        "ch07/collectives.md",
+        r"rank 1's values (\w+) times rank 0's",
+        lambda: (
+            out("ch07/collectives", r"^rank 1:\n +x = \[([\d.]+),")
+            / out("ch07/collectives", r"^rank 0:\n +x = \[([\d.]+),")
+        ),
+    ),
+    (
+        "ch07/collectives.md",
+        r"leaves rank 0 with the first half of the sum, (\d+) and (\d+), and rank 1 with the "
+        r"second, (\d+) and (\d+);",
+        lambda: out(
+            "ch07/collectives",
+            r"reduce_scatter +\[([\d.]+), ([\d.]+)\]\n(?:.*\n)*?"
+            r" +reduce_scatter +\[([\d.]+), ([\d.]+)\]",
+        ),
+    ),
+    (
+        "ch07/ddp.md",
+        r"they end close together: both near (\d\.\d) times one thread, (\d\.\d+) \((\d\.\d+) to "
+        r"(\d\.\d+) over the rounds\) for the two threads and (\d\.\d+) \((\d\.\d+) to (\d\.\d+)\) "
+        r"for the two ranks",
+        lambda: (
+            sum(ddp_speedups()) / 2,
+            *(
+                ex("ddp-bench.json")["results"][i]["speedup"][s]
+                for i in (1, 2)
                 for s in ("median", "min", "max")
             ),
         ),
-        (
-            "ch06/compiled.md",
-            r"Other programs took (\d+)% of the machine's CPUs while it ran",
-            lambda: 100 * train_run("gpt")["load"]["other_share"],
-        ),
-        (
-            "ch06/compiled.md",
-            r"the RNN's step gains (\d\.\d+) times \((\d\.\d+) to (\d\.\d+)\) and the CNN's "
-            r"(\d\.\d+) \((\d\.\d+) to (\d\.\d+)\)",
-            lambda: tuple(
-                train_ratio(m, "eager/compiled", s)
-                for m in ("rnn", "wavenet")
-                for s in ("median", "min", "max")
-            ),
-        ),
-        (
-            "ch06/compiled.md",
-            r"\((\d+) of each in the step's graph\)",
-            lambda: train_report("rnn")["epilogues"] / 2,
-        ),
-        (
-            "ch06/compiled.md",
-            r"which fuse \((\d+) ops become (\d+) steps\)",
-            lambda: (train_report("wavenet")["ops_before"], train_report("wavenet")["steps_after"]),
-        ),
-        (
-            "ch06/compiled.md",
-            r"The GRU gains (\d\.\d+) \((\d\.\d+) to (\d\.\d+)\)",
-            lambda: tuple(
-                train_ratio("gru", "eager/compiled", s) for s in ("median", "min", "max")
-            ),
-        ),
-        ("ch06/compiled.md", r"measured in 2\.3 \((\d+\.\d) GB/s\)", lambda: roofline("DRAM", 1)),
-        (
-            "ch06/compiled.md",
-            r"L2's bandwidth \((\d+\.\d) GB/s on 2\.3's machine\)",
-            lambda: roofline("L2", 1),
-        ),
-        # 7.1 to 7.4
-        (
-            "ch07/collectives.md",
-            r"the target for large messages is a ratio of at least (\d\.\d)",
-            lambda: (
-                0.9
-                if min(
-                    float(x)
-                    for line in re.findall(
-                        r"messages of 16 MB and more: mpi4py time / sitp time (.*)$",
-                        printed("ch07/collectives"),
-                        re.MULTILINE,
-                    )
-                    for x in line.split(", ")
+    ),
+    (
+        "ch07/ddp.md",
+        r"The process of two threads is the faster in each of the (\w+) rounds",
+        lambda: (
+            ex("ddp-bench.json")["rounds"]
+            if all(
+                a > b
+                for a, b in zip(
+                    *(ex("ddp-bench.json")["results"][i]["speedup"]["rounds"] for i in (1, 2))
                 )
-                >= 0.9
-                else math.nan
-            ),
+            )
+            else math.nan
         ),
-        (
-            "ch07/collectives.md",
-            r"the one line through all sizes is off by (\d+) % \(sitp\) to (\d+) % \(mpi4py\) at "
-            r"16 KB, where the times rise steeply, and by (\d+) % at 64 MB",
-            lambda: (
-                -collectives_fit_error("sitp", 16 * 2**10),
-                -collectives_fit_error("raw", 16 * 2**10),
-                # one figure for both: it must hold for each
-                max(-collectives_fit_error(who, 64 * 2**20) for who in ("raw", "sitp"))
-                if len({round(collectives_fit_error(w, 64 * 2**20)) for w in ("raw", "sitp")}) == 1
-                else math.nan,
-            ),
+    ),
+    (
+        "ch07/ddp.md",
+        r"the CPU time they use per step says so: (\d\.\d+) s against (\d\.\d+) s",
+        lambda: tuple(ex("ddp-bench.json")["results"][i]["cpu_seconds_per_step"] for i in (2, 1)),
+    ),
+    (
+        "ch07/ddp.md",
+        r"every step adds an all-reduce of (\d\.\d) MB of gradients",
+        lambda: 4 * ex("ddp-bench.json")["config"]["params"] / 1e6,
+    ),
+    (
+        "ch07/ddp.md",
+        r"\((\d+\.\d) against (\d+\.\d) ms a step in the table above, at twice the batch\)",
+        lambda: tuple(r["median_step_ms"] for r in ex("ddp-bench.json")["results"][:2]),
+    ),
+    (
+        "ch07/ddp.md",
+        r"The model is small, (\d) MB of gradients",
+        lambda: out("ch07/ddp", r"N = ([\d.]+) MB of float32 gradients"),
+    ),
+    (
+        "ch07/ddp.md",
+        r"is what finally stops the speedup near (\d+) ranks",
+        lambda: ddp_best_ranks("100 Gb/s"),
+    ),
+    (
+        "ch07/zero.md",
+        r"whatever \$p\$ is: about (\d) billion parameters in 80 GiB",
+        lambda: out("ch07/zero", r"^8 ranks: ZeRO-0 ([\d.]+)B"),
+    ),
+    (
+        "ch07/zero.md",
+        r"\(([\d,]+) elements\) against ([\d,]+) in all",
+        lambda: out("ch07/zero", r"^([\d,]+) parameters; the largest tensor has ([\d,]+)$")[::-1],
+    ),
+    # 8.1 to 8.4
+    (
+        "ch08/chat.md",
+        r"\(the longest hand-written conversation is (\d+)\)",
+        longest_identity_conversation,
+    ),
+    (
+        "ch08/chat.md",
+        r"tinyshakespeare's (\d+) characters have no digits but (\d)",
+        lambda: (
+            out(TOKENS, r'^(\d+) "'),
+            float("".join(c for c in out_text(TOKENS, r'^\d+ "(.*)"$') if c.isdigit())),
         ),
-        (
-            "ch07/collectives.md",
-            r"its medians agree with this page's within (\d+) % up to 1 MB but differ by (\d+) % to "
-            r"(\d+) % from 4 MB up",
-            lambda: (
-                max(rerun_changes(lambda m: m <= 2**20)),
-                min(rerun_changes(lambda m: m >= 4 * 2**20)),
-                max(rerun_changes(lambda m: m >= 4 * 2**20)),
-            ),
+    ),
+    (
+        "ch08/chat.md",
+        r"options, (\w+) layers of width (\d+), a block of (\d+) tokens",
+        lambda: tuple(float(pretrain_defaults()[k]) for k in ("n_layer", "n_embd", "block_size")),
+    ),
+    (
+        "ch08/sft.md",
+        r"on the (\d+) train problems of `addition1`",
+        lambda: out("ch08/sft", r"^(\d+) train and \d+ held-out problems"),
+    ),
+    (
+        "ch08/sft.md",
+        r"Only the last (\w+) positions \(predicting \"5\" and `<\|assistant_end\|>`\) receive "
+        r"gradient; the (\w+) before them",
+        lambda: (
+            len(out_text("ch08/sft", r"^targets \[(.*)\]$").split(", "))
+            - out_text("ch08/sft", r"^targets \[(.*)\]$").count("-1"),
+            out_text("ch08/sft", r"^targets \[(.*)\]$").count("-1"),
         ),
-        (
-            "ch07/collectives.md",
-            r"rank 1's values (\w+) times rank 0's",
-            lambda: (
-                out("ch07/collectives", r"^rank 1:\n +x = \[([\d.]+),")
-                / out("ch07/collectives", r"^rank 0:\n +x = \[([\d.]+),")
-            ),
-        ),
-        (
-            "ch07/collectives.md",
-            r"leaves rank 0 with the first half of the sum, (\d+) and (\d+), and rank 1 with the "
-            r"second, (\d+) and (\d+);",
-            lambda: out(
-                "ch07/collectives",
-                r"reduce_scatter +\[([\d.]+), ([\d.]+)\]\n(?:.*\n)*?"
-                r" +reduce_scatter +\[([\d.]+), ([\d.]+)\]",
-            ),
-        ),
-        (
-            "ch07/ddp.md",
-            r"they end close together: both near (\d\.\d) times one thread, (\d\.\d+) \((\d\.\d+) to "
-            r"(\d\.\d+) over the rounds\) for the two threads and (\d\.\d+) \((\d\.\d+) to (\d\.\d+)\) "
-            r"for the two ranks",
-            lambda: (
-                sum(ddp_speedups()) / 2,
-                *(
-                    ex("ddp-bench.json")["results"][i]["speedup"][s]
-                    for i in (1, 2)
-                    for s in ("median", "min", "max")
-                ),
-            ),
-        ),
-        (
-            "ch07/ddp.md",
-            r"The process of two threads is the faster in each of the (\w+) rounds",
-            lambda: (
-                ex("ddp-bench.json")["rounds"]
-                if all(
-                    a > b
-                    for a, b in zip(
-                        *(ex("ddp-bench.json")["results"][i]["speedup"]["rounds"] for i in (1, 2))
-                    )
-                )
-                else math.nan
-            ),
-        ),
-        (
-            "ch07/ddp.md",
-            r"the CPU time they use per step says so: (\d\.\d+) s against (\d\.\d+) s",
-            lambda: tuple(
-                ex("ddp-bench.json")["results"][i]["cpu_seconds_per_step"] for i in (2, 1)
-            ),
-        ),
-        (
-            "ch07/ddp.md",
-            r"every step adds an all-reduce of (\d\.\d) MB of gradients",
-            lambda: 4 * ex("ddp-bench.json")["config"]["params"] / 1e6,
-        ),
-        (
-            "ch07/ddp.md",
-            r"\((\d+\.\d) against (\d+\.\d) ms a step in the table above, at twice the batch\)",
-            lambda: tuple(r["median_step_ms"] for r in ex("ddp-bench.json")["results"][:2]),
-        ),
-        (
-            "ch07/ddp.md",
-            r"The model is small, (\d) MB of gradients",
-            lambda: out("ch07/ddp", r"N = ([\d.]+) MB of float32 gradients"),
-        ),
-        (
-            "ch07/ddp.md",
-            r"is what finally stops the speedup near (\d+) ranks",
-            lambda: ddp_best_ranks("100 Gb/s"),
-        ),
-        (
-            "ch07/zero.md",
-            r"whatever \$p\$ is: about (\d) billion parameters in 80 GiB",
-            lambda: out("ch07/zero", r"^8 ranks: ZeRO-0 ([\d.]+)B"),
-        ),
-        (
-            "ch07/zero.md",
-            r"\(([\d,]+) elements\) against ([\d,]+) in all",
-            lambda: out("ch07/zero", r"^([\d,]+) parameters; the largest tensor has ([\d,]+)$")[
-                ::-1
+    ),
+    (
+        "ch08/sft.md",
+        r"leaves pass@1 at (\w+) in every one of the (\w+) seeds",
+        lambda: (max(demo_seeds("pretrain")), len(demo_seeds("pretrain"))),
+    ),
+    (
+        "ch08/sft.md",
+        r"the sums, (\d\.\d+) ± (\d\.\d+) of the held-out problems now come out right \(mean ± sd "
+        r"over the (\w+) seeds; from (\d\.\d+) with seed (\d+) to (\d\.\d+) with seed (\d+)\)",
+        lambda: (
+            *mean_sd(demo_seeds("sft")),
+            len(demo_seeds("sft")),
+            min(demo_seeds("sft")),
+            ex("posttrain-demo-seeds.json")["seeds"][
+                demo_seeds("sft").index(min(demo_seeds("sft")))
+            ],
+            max(demo_seeds("sft")),
+            ex("posttrain-demo-seeds.json")["seeds"][
+                demo_seeds("sft").index(max(demo_seeds("sft")))
             ],
         ),
-        # 8.1 to 8.4
-        (
-            "ch08/chat.md",
-            r"\(the longest hand-written conversation is (\d+)\)",
-            longest_identity_conversation,
+    ),
+    (
+        "ch08/sft.md",
+        r"The seeds spread (\d\.\d+) apart, [a-z ]+ one run's 95 % Wilson interval \(±(\d\.\d+) on "
+        r"average\): the interval measures the sample of (\d+) problems, not where another seed's "
+        r"(\d+) steps of fine-tuning land",
+        lambda: (
+            max(demo_seeds("sft")) - min(demo_seeds("sft")),
+            demo_half_width("sft"),
+            ex("posttrain-demo-seeds.json")["runs"][0]["stages"][2]["n"],
+            ex("posttrain-demo-seeds.json")["runs"][0]["config"]["sft_steps"],
         ),
-        (
-            "ch08/chat.md",
-            r"tinyshakespeare's (\d+) characters have no digits but (\d)",
-            lambda: (
-                out(TOKENS, r'^(\d+) "'),
-                float("".join(c for c in out_text(TOKENS, r'^\d+ "(.*)"$') if c.isdigit())),
-            ),
+    ),
+    (
+        "ch08/sft.md",
+        r"python scripts/posttrain_demo.py --seeds (\d+) (\d+) (\d+) (\d+) (\d+)\s+--json "
+        r"src/sitp/examples/posttrain-demo-seeds.json",
+        lambda: tuple(ex("posttrain-demo-seeds.json")["seeds"]),
+    ),
+    (
+        "ch08/rl.md",
+        r"in every one of (\d+) seeded runs",
+        lambda: out("ch08/rl", r"^rewards \[0\. 1\.\], baseline none .* of (\d+) runs"),
+    ),
+    (
+        "ch08/rl.md",
+        r"Both estimates are centred on the exact gradient (\d\.\d+)\.",
+        lambda: out("ch08/rl", r"^no baseline : .*\(exact \+([\d.]+)\)"),
+    ),
+    (
+        "ch08/rl.md",
+        r"The one right reply of eight gets \$\+(\d\.\d+)\$[\s\S]*? The one wrong reply among eight "
+        r"right ones gets \$-(\d\.\d+)\$",
+        lambda: (
+            out("ch08/rl", r"^\[1, 0, 0, 0, 0, 0, 0, 0\] +-> \+([\d.]+)"),
+            out("ch08/rl", r"^\[1, 1, 1, 1, 1, 1, 1, 0\] +-> .* -([\d.]+)$"),
         ),
-        (
-            "ch08/chat.md",
-            r"options, (\w+) layers of width (\d+), a block of (\d+) tokens",
-            lambda: tuple(
-                float(pretrain_defaults()[k]) for k in ("n_layer", "n_embd", "block_size")
-            ),
+    ),
+    (
+        "ch08/rl.md",
+        r"its own SFT model, by (\d\.\d+) to (\d\.\d+), more than the half-width",
+        lambda: (min(chain1_gains()), max(chain1_gains())),
+    ),
+    (
+        "ch08/rl.md",
+        r"so its pass@\$k\$ is the base rate (\d\.\d+) at every",
+        lambda: ex("rl-count.json")["runs"][0]["count"]["stages"][1]["pass@1"],
+    ),
+    (
+        "ch08/preferences.md",
+        r"The SFT model against itself lands at (\d\.\d+),\s+(\d\.\d+) and (\d\.\d+)",
+        lambda: tuple(
+            r["policies"]["sft"]["win"]["win_rate"] for r in ex("preferences.json")["runs"]
         ),
-        (
-            "ch08/sft.md",
-            r"on the (\d+) train problems of `addition1`",
-            lambda: out("ch08/sft", r"^(\d+) train and \d+ held-out problems"),
-        ),
-        (
-            "ch08/sft.md",
-            r"Only the last (\w+) positions \(predicting \"5\" and `<\|assistant_end\|>`\) receive "
-            r"gradient; the (\w+) before them",
-            lambda: (
-                len(out_text("ch08/sft", r"^targets \[(.*)\]$").split(", "))
-                - out_text("ch08/sft", r"^targets \[(.*)\]$").count("-1"),
-                out_text("ch08/sft", r"^targets \[(.*)\]$").count("-1"),
-            ),
-        ),
-        (
-            "ch08/sft.md",
-            r"leaves pass@1 at (\w+) in every one of the (\w+) seeds",
-            lambda: (max(demo_seeds("pretrain")), len(demo_seeds("pretrain"))),
-        ),
-        (
-            "ch08/sft.md",
-            r"the sums, (\d\.\d+) ± (\d\.\d+) of the held-out problems now come out right \(mean ± sd "
-            r"over the (\w+) seeds; from (\d\.\d+) with seed (\d+) to (\d\.\d+) with seed (\d+)\)",
-            lambda: (
-                *mean_sd(demo_seeds("sft")),
-                len(demo_seeds("sft")),
-                min(demo_seeds("sft")),
-                ex("posttrain-demo-seeds.json")["seeds"][
-                    demo_seeds("sft").index(min(demo_seeds("sft")))
-                ],
-                max(demo_seeds("sft")),
-                ex("posttrain-demo-seeds.json")["seeds"][
-                    demo_seeds("sft").index(max(demo_seeds("sft")))
-                ],
-            ),
-        ),
-        (
-            "ch08/sft.md",
-            r"The seeds spread (\d\.\d+) apart, [a-z ]+ one run's 95 % Wilson interval \(±(\d\.\d+) on "
-            r"average\): the interval measures the sample of (\d+) problems, not where another seed's "
-            r"(\d+) steps of fine-tuning land",
-            lambda: (
-                max(demo_seeds("sft")) - min(demo_seeds("sft")),
-                demo_half_width("sft"),
-                ex("posttrain-demo-seeds.json")["runs"][0]["stages"][2]["n"],
-                ex("posttrain-demo-seeds.json")["runs"][0]["config"]["sft_steps"],
-            ),
-        ),
-        (
-            "ch08/sft.md",
-            r"python scripts/posttrain_demo.py --seeds (\d+) (\d+) (\d+) (\d+) (\d+)\s+--json "
-            r"src/sitp/examples/posttrain-demo-seeds.json",
-            lambda: tuple(ex("posttrain-demo-seeds.json")["seeds"]),
-        ),
-        (
-            "ch08/rl.md",
-            r"in every one of (\d+) seeded runs",
-            lambda: out("ch08/rl", r"^rewards \[0\. 1\.\], baseline none .* of (\d+) runs"),
-        ),
-        (
-            "ch08/rl.md",
-            r"Both estimates are centred on the exact gradient (\d\.\d+)\.",
-            lambda: out("ch08/rl", r"^no baseline : .*\(exact \+([\d.]+)\)"),
-        ),
-        (
-            "ch08/rl.md",
-            r"The one right reply of eight gets \$\+(\d\.\d+)\$[\s\S]*? The one wrong reply among eight "
-            r"right ones gets \$-(\d\.\d+)\$",
-            lambda: (
-                out("ch08/rl", r"^\[1, 0, 0, 0, 0, 0, 0, 0\] +-> \+([\d.]+)"),
-                out("ch08/rl", r"^\[1, 1, 1, 1, 1, 1, 1, 0\] +-> .* -([\d.]+)$"),
-            ),
-        ),
-        (
-            "ch08/rl.md",
-            r"its own SFT model, by (\d\.\d+) to (\d\.\d+), more than the half-width",
-            lambda: (min(chain1_gains()), max(chain1_gains())),
-        ),
-        (
-            "ch08/rl.md",
-            r"so its pass@\$k\$ is the base rate (\d\.\d+) at every",
-            lambda: ex("rl-count.json")["runs"][0]["count"]["stages"][1]["pass@1"],
-        ),
-        (
-            "ch08/preferences.md",
-            r"The SFT model against itself lands at (\d\.\d+),\s+(\d\.\d+) and (\d\.\d+)",
-            lambda: tuple(
-                r["policies"]["sft"]["win"]["win_rate"] for r in ex("preferences.json")["runs"]
-            ),
-        ),
-        (
-            "ch08/preferences.md",
-            r"the win rates average (\d\.\d+) for DPO and (\d\.\d+) and (\d\.\d+) for the",
-            lambda: tuple(
-                statistics.mean(
-                    r["policies"][name]["greedy_win"]["win_rate"]
-                    for r in ex("preferences.json")["runs"]
-                )
-                for name in ("dpo", "rl-kl0.05", "rl-kl0")
-            ),
-        ),
-        ("ch08/rl.md", r"chain1's longest reply, (\d+) tokens", longest_chain1_reply),
-        (
-            "ch08/evaluation.md",
-            r"the plug-in is already low by (\d\.\d+) to (\d\.\d+)",
-            lambda: (min(passk_gaps()), max(passk_gaps())),
-        ),
-        ("ch08/evaluation.md", r"a pass@1 of (\d\.\d+) on them", lambda: demo("sft")),
-        (
-            "ch08/evaluation.md",
-            r"could still be up to about (\d+) %",
-            lambda: 100 * out("ch08/evaluation", r"^ +0/95: .* Wilson \[0\.000, ([\d.]+)\]$"),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"\((\d)-layer GPT of ([\d,]+) parameters on `chain1`, (\d+) held-out problems",
-            lambda: (
-                ex("posttrain-demo.json")["config"]["n_layer"],
-                ex("posttrain-demo.json")["config"]["parameters"],
-                demo("sft", "n"),
-            ),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"after (\d+) steps of pre-training on the task's plain text, after (\d+) steps of SFT, "
-            r"after (\d+) steps of RL",
-            lambda: tuple(
-                ex("posttrain-demo.json")["config"][f"{s}_steps"] for s in ("pretrain", "sft", "rl")
-            ),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"Seed 0's SFT and RL intervals, (\d\.\d+)-(\d\.\d+) and (\d\.\d+)-(\d\.\d+), (?:do not )?overlap",
-            lambda: (*demo("sft", "pass@1_ci"), *demo("rl", "pass@1_ci")),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"was run with (\w+) seeds on an Intel Xeon; the figure shows every seed, their mean and "
-            r"spread, and the Wilson intervals of one run, seed (\d+):",
-            lambda: (len(demo_seeds("sft")), ex("posttrain-demo.json")["config"]["seed"]),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"Over 8\.2's (\w+) seeds \(`posttrain-demo-seeds.json`\), SFT reaches (\d\.\d+) ± "
-            r"(\d\.\d+) \(mean ± sd\) and RL (\d\.\d+) ± (\d\.\d+); RL's gain on its own seed's SFT "
-            r"model is (-?\d\.\d+) ± (\d\.\d+), from (-?\d\.\d+) to (-?\d\.\d+)",
-            lambda: (
-                len(demo_seeds("sft")),
-                *mean_sd(demo_seeds("sft")),
-                *mean_sd(demo_seeds("rl")),
-                *mean_sd(demo_rl_gains()),
-                min(demo_rl_gains()),
-                max(demo_rl_gains()),
-            ),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"--task count --seeds (\d+) (\d+) (\d+) (\d+) (\d+) --json "
-            r"src/sitp/examples/posttrain-demo-count-seeds.json",
-            lambda: tuple(ex(COUNT_SEEDS)["seeds"]),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"the listing policy scores (\d\.\d+)",
-            lambda: out("ch08/evaluation", r"^'0 1 2 3 4 5' +[\d.]+ +([\d.]+)$"),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"In every one of the (\w+) seeds, fine-tuning reaches (\d\.\d+) by answering \"1\" to "
-            r"everything, and (\d+) steps of RL leave it there: in most groups all eight samples "
-            r"get the same reward \((\d\.\d) to (\d\.\d) of the (\d) groups a step",
-            lambda: (
-                len(demo_seeds("sft", COUNT_SEEDS)),
-                # one figure for every seed, SFT and RL alike: nan where they differ
-                demo_seeds("sft", COUNT_SEEDS)[0]
-                if len(set(demo_seeds("sft", COUNT_SEEDS) + demo_seeds("rl", COUNT_SEEDS))) == 1
-                else math.nan,
-                ex(COUNT_SEEDS)["runs"][0]["config"]["rl_steps"],
-                min(count_all_equal_groups()),
-                max(count_all_equal_groups()),
-                ex(COUNT_SEEDS)["runs"][0]["config"]["rl_prompts_per_step"],
-            ),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"the most common answer, here (\d\.\d+)\)",
-            lambda: out("ch08/evaluation", r"^pass@1 of always answering '1': ([\d.]+)$"),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"\((\d+) a task; `chain1`'s whole split of (\d+)\)",
-            lambda: (
-                ex("posttrain-pipeline.json")["heldout"],
-                next(s for s in ex("posttrain-pipeline.json")["stages"])["pass@1"]["chain1"]["n"],
-            ),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"Pre-training is ([\d,]+) steps of (\d+) windows of (\d+) bytes of tinyshakespeare, on "
-            r"a GPT of (\d) layers, width (\d+) and 5\.3's modern options \(([\d,]+) parameters, "
-            r"with the byte tokenizer's (\d+) tokens\)",
-            lambda: (
-                float(
-                    re.search(
-                        r"--steps (\d+)", ex("posttrain-pipeline.json")["stages"][0]["command"]
-                    )[1]
-                ),
-                *(
-                    float(pretrain_defaults()[k])
-                    for k in ("batch_size", "block_size", "n_layer", "n_embd")
-                ),
-                gpt_parameters(vocab_size=256, **pretrain_defaults()),
-                256,
-            ),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"\(`chain1` has (\d+)\)",
-            lambda: 10**3 - demo("sft", "n"),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"the others between 0 and (\d\.\d+); after SFT reverse (\d\.\d+), sort (\d\.\d+), "
-            r"chain1 (\d\.\d+); after RL reverse (\d\.\d+) and sort (\d\.\d+),",
-            lambda: (
-                max(
-                    pipeline("midtrain", t)
-                    for t in ex("posttrain-pipeline.json")["tasks"]
-                    if t != "count"
-                ),
-                pipeline("sft", "reverse"),
-                pipeline("sft", "sort"),
-                pipeline("sft", "chain1"),
-                pipeline("rl", "reverse"),
-                pipeline("rl", "sort"),
-            ),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"Counting jumps\s+straight to the base rate of \"always 1\" \((\d\.\d+), where always "
-            r"answering 1 scores (\d\.\d+):",
-            lambda: (
-                pipeline("midtrain", "count"),
-                out("ch08/evaluation", r"^pass@1 of always answering '1': ([\d.]+)$"),
-            ),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"RL\*\* improves reversing \((\d\.\d+) to (\d\.\d+)\) and sorting \((\d\.\d+) to "
-            r"(\d\.\d+)\)",
-            lambda: (
-                pipeline("sft", "reverse"),
-                pipeline("rl", "reverse"),
-                pipeline("sft", "sort"),
-                pipeline("rl", "sort"),
-            ),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"the problems RL gained outnumber those it lost (\d+) to (\d+) and (\d+) to (\d+)\. On "
-            r"`chain1`, RL solved (\d+) problems that SFT did not and lost (\d+) others",
-            lambda: tuple(
-                v
-                for t in ("reverse", "sort", "chain1")
-                for v in out(
-                    "ch08/evaluation", rf"^{t} +solved by RL only +(\d+), by SFT only +(\d+),"
-                )
-            ),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"The whole pipeline took (\d+\.\d) minutes on the two cores of the AMD EPYC named in "
-            r"the\s+table, evaluations and the preference stages included: pre-training (\d\.\d), "
-            r"mid-training\s+(\d\.\d), fine-tuning (\d\.\d), RL (\d\.\d), the reward model "
-            r"(\d\.\d), RL against it (\d\.\d) and DPO (\d\.\d)\.",
-            lambda: (
-                ex("posttrain-pipeline.json")["minutes"],
-                *(s["seconds"] / 60 for s in ex("posttrain-pipeline.json")["stages"]),
-                *(
-                    s["seconds"] / 60
-                    for s in ex("posttrain-pipeline.json")["preferences"]["stages"]
-                ),
-            ),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"The SFT model against itself\s+lands at (\d\.\d+), as a fair comparison should; RL "
-            r"against the reward model wins (\d\.\d+) of\s+its comparisons and DPO (\d\.\d+), both "
-            r"intervals above 0\.5, and both by being short \((\d+)\s+and (\d+) characters against "
-            r"the SFT model's (\d+)\) while their share of right answers falls\s+from (\d\.\d+) "
-            r"to (\d\.\d+) and (\d\.\d+)\.",
-            lambda: pipeline_preferences(),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"SFT\s+reverses (\d\.\d+) and (\d\.\d+) of the problems in two runs and (\d\.\d+) in the "
-            r"third; sorting\s+after SFT lands between (\d\.\d+) and (\d\.\d+)\.",
-            lambda: (
-                *pipeline_seeds("pass@1", "sft", "reverse")["values"],  # in the runs' order
-                min(pipeline_seeds("pass@1", "sft", "sort")["values"]),
-                max(pipeline_seeds("pass@1", "sft", "sort")["values"]),
-            ),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"between \+(\d\.\d+) and\s+\+(\d\.\d+) in every run, (\d\.\d+) ± (\d\.\d+), where the "
-            r"levels it starts from differ by a third\.\s+On sorting RL gains in every run too, but "
-            r"by anything from (\d\.\d+) to (\d\.\d+) \((\d\.\d+) ±\s+(\d\.\d+)\): a gain in sign, "
-            r"not in size\. On `chain1` it is (-?\d\.\d+) ± (\d\.\d+), no gain",
-            lambda: seeds_gains(),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"RL against\s+the reward model wins (\d\.\d+) ± (\d\.\d+) of its comparisons and DPO "
-            r"(\d\.\d+) ± (\d\.\d+), while\s+the SFT model against itself, the check, lands at "
-            r"(\d\.\d+) ± (\d\.\d+); both policies solve\s+between 0 and (\d\.\d+) of `chain1`'s "
-            r"problems, where the SFT model solves between (\d\.\d+)\s+and (\d\.\d+)\. In the "
-            r"second and third runs RL against the reward model went furthest: its\s+sampled "
-            r"replies average about (\d+) characters\.",
-            lambda: seeds_preferences(),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"±0\.02 at \$p = 0\.5\$ needs about ([\d,]+) problems",
-            lambda: out("ch08/evaluation", r"^about ([\d,]+) problems"),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"of which the hash puts (\d+) in the held-out split",
-            lambda: out("ch08/evaluation", r"chain1 has (\d+) held-out problems$"),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"or the whole split when it is smaller \((\d+) for `chain1`\)",
-            lambda: demo("sft", "n"),
-        ),
-        # chapter 3's overview, against the recorded runs
-        (
-            "ch03/index.md",
-            r"\| MLP, context 3 \| (\d\.\d+) / (\d\.\d+) \(([\d,]+) steps\)",
-            lambda: recorded_run("cnn-runs.json", "mlp"),
-        ),
-        (
-            "ch03/index.md",
-            r"val (\d\.\d+) with warmup \+ cosine \(([\d,]+) steps\)",
-            lambda: (
-                ex("mlp-optimizers.json")["runs"]["AdamW, lr 0.01, warmup 100 + cosine"][
-                    "val_loss"
-                ][-1],
-                ex("mlp-optimizers.json")["config"]["steps"],
-            ),
-        ),
-        (
-            "ch03/index.md",
-            r"\| WaveNet-style CNN \| (\d\.\d+) / (\d\.\d+) \(([\d,]+) steps\)",
-            lambda: recorded_run("cnn-runs.json", "wavenet"),
-        ),
-        (
-            "ch03/index.md",
-            r"\| GPT, 4 layers, 4 heads, width 64 \| (\d\.\d+) ± (\d\.\d+) / (\d\.\d+) ± (\d\.\d+) "
-            r"\(([\d,]+) steps, mean ± sd over (\d) seeds,",
-            lambda: (
-                *census_spread("val"),
-                *census_spread("test"),
-                census_gpt()["train_config"]["steps"],
-                len(census_seeds()["runs"]),
-            ),
-        ),
-        # chapter 1, against its fences' recorded output
-        (
-            "ch01/index.md",
-            r"`a\.` \(a name ending in \*a\*\) ([\d,]+) times",
-            lambda: float(re.search(r"\[\('a\.', (\d+)\)", page("ch01/index.md"))[1]),
-        ),
-        (
-            "ch01/index.md",
-            r"has an NLL of \*\*(\d\.\d+)\*\* nats \(perplexity (\d+\.\d+)\), measured on the "
-            r"([\d,]+) bigrams of all ([\d,]+) names",
-            lambda: (
-                *out(CH1, r"^NLL ([\d.]+) nats, perplexity ([\d.]+)$"),
-                sum(census_split()) + census_letters(),
-                sum(census_split()),
-            ),
-        ),
-        (
-            "ch01/index.md",
-            r"^\| smoothing \$\\alpha\$ \| train NLL \(([\d,]+) names\) \| val NLL \((\d+) names\) \|$",
-            lambda: census_split()[:2],
-        ),
-        (
-            "ch01/index.md",
-            r"^\| 0 \| (\d\.\d+) \| ∞ \|$",
-            lambda: out(CH1, r"^alpha +0\.0: train ([\d.]+) +val inf$"),
-        ),
-        *(
-            (
-                "ch01/index.md",
-                rf"^\| {a} \| (\d\.\d+) \| (\d\.\d+) \|$",
-                lambda a=a: out(CH1, rf"^alpha +{float(a)}: train ([\d.]+) +val ([\d.]+)$"),
+    ),
+    (
+        "ch08/preferences.md",
+        r"the win rates average (\d\.\d+) for DPO and (\d\.\d+) and (\d\.\d+) for the",
+        lambda: tuple(
+            statistics.mean(
+                r["policies"][name]["greedy_win"]["win_rate"]
+                for r in ex("preferences.json")["runs"]
             )
-            for a in ("0.1", "1", "10")
+            for name in ("dpo", "rl-kl0.05", "rl-kl0")
         ),
+    ),
+    ("ch08/rl.md", r"chain1's longest reply, (\d+) tokens", longest_chain1_reply),
+    (
+        "ch08/evaluation.md",
+        r"the plug-in is already low by (\d\.\d+) to (\d\.\d+)",
+        lambda: (min(passk_gaps()), max(passk_gaps())),
+    ),
+    ("ch08/evaluation.md", r"a pass@1 of (\d\.\d+) on them", lambda: demo("sft")),
+    (
+        "ch08/evaluation.md",
+        r"could still be up to about (\d+) %",
+        lambda: 100 * out("ch08/evaluation", r"^ +0/95: .* Wilson \[0\.000, ([\d.]+)\]$"),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"\((\d)-layer GPT of ([\d,]+) parameters on `chain1`, (\d+) held-out problems",
+        lambda: (
+            ex("posttrain-demo.json")["config"]["n_layer"],
+            ex("posttrain-demo.json")["config"]["parameters"],
+            demo("sft", "n"),
+        ),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"after (\d+) steps of pre-training on the task's plain text, after (\d+) steps of SFT, "
+        r"after (\d+) steps of RL",
+        lambda: tuple(
+            ex("posttrain-demo.json")["config"][f"{s}_steps"] for s in ("pretrain", "sft", "rl")
+        ),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"Seed 0's SFT and RL intervals, (\d\.\d+)-(\d\.\d+) and (\d\.\d+)-(\d\.\d+), (?:do not )?overlap",
+        lambda: (*demo("sft", "pass@1_ci"), *demo("rl", "pass@1_ci")),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"was run with (\w+) seeds on an Intel Xeon; the figure shows every seed, their mean and "
+        r"spread, and the Wilson intervals of one run, seed (\d+):",
+        lambda: (len(demo_seeds("sft")), ex("posttrain-demo.json")["config"]["seed"]),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"Over 8\.2's (\w+) seeds \(`posttrain-demo-seeds.json`\), SFT reaches (\d\.\d+) ± "
+        r"(\d\.\d+) \(mean ± sd\) and RL (\d\.\d+) ± (\d\.\d+); RL's gain on its own seed's SFT "
+        r"model is (-?\d\.\d+) ± (\d\.\d+), from (-?\d\.\d+) to (-?\d\.\d+)",
+        lambda: (
+            len(demo_seeds("sft")),
+            *mean_sd(demo_seeds("sft")),
+            *mean_sd(demo_seeds("rl")),
+            *mean_sd(demo_rl_gains()),
+            min(demo_rl_gains()),
+            max(demo_rl_gains()),
+        ),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"--task count --seeds (\d+) (\d+) (\d+) (\d+) (\d+) --json "
+        r"src/sitp/examples/posttrain-demo-count-seeds.json",
+        lambda: tuple(ex(COUNT_SEEDS)["seeds"]),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"the listing policy scores (\d\.\d+)",
+        lambda: out("ch08/evaluation", r"^'0 1 2 3 4 5' +[\d.]+ +([\d.]+)$"),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"In every one of the (\w+) seeds, fine-tuning reaches (\d\.\d+) by answering \"1\" to "
+        r"everything, and (\d+) steps of RL leave it there: in most groups all eight samples "
+        r"get the same reward \((\d\.\d) to (\d\.\d) of the (\d) groups a step",
+        lambda: (
+            len(demo_seeds("sft", COUNT_SEEDS)),
+            # one figure for every seed, SFT and RL alike: nan where they differ
+            demo_seeds("sft", COUNT_SEEDS)[0]
+            if len(set(demo_seeds("sft", COUNT_SEEDS) + demo_seeds("rl", COUNT_SEEDS))) == 1
+            else math.nan,
+            ex(COUNT_SEEDS)["runs"][0]["config"]["rl_steps"],
+            min(count_all_equal_groups()),
+            max(count_all_equal_groups()),
+            ex(COUNT_SEEDS)["runs"][0]["config"]["rl_prompts_per_step"],
+        ),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"the most common answer, here (\d\.\d+)\)",
+        lambda: out("ch08/evaluation", r"^pass@1 of always answering '1': ([\d.]+)$"),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"\((\d+) a task; `chain1`'s whole split of (\d+)\)",
+        lambda: (
+            ex("posttrain-pipeline.json")["heldout"],
+            next(s for s in ex("posttrain-pipeline.json")["stages"])["pass@1"]["chain1"]["n"],
+        ),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"Pre-training is ([\d,]+) steps of (\d+) windows of (\d+) bytes of tinyshakespeare, on "
+        r"a GPT of (\d) layers, width (\d+) and 5\.3's modern options \(([\d,]+) parameters, "
+        r"with the byte tokenizer's (\d+) tokens\)",
+        lambda: (
+            float(
+                re.search(r"--steps (\d+)", ex("posttrain-pipeline.json")["stages"][0]["command"])[
+                    1
+                ]
+            ),
+            *(
+                float(pretrain_defaults()[k])
+                for k in ("batch_size", "block_size", "n_layer", "n_embd")
+            ),
+            gpt_parameters(vocab_size=256, **pretrain_defaults()),
+            256,
+        ),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"\(`chain1` has (\d+)\)",
+        lambda: 10**3 - demo("sft", "n"),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"the others between 0 and (\d\.\d+); after SFT reverse (\d\.\d+), sort (\d\.\d+), "
+        r"chain1 (\d\.\d+); after RL reverse (\d\.\d+) and sort (\d\.\d+),",
+        lambda: (
+            max(
+                pipeline("midtrain", t)
+                for t in ex("posttrain-pipeline.json")["tasks"]
+                if t != "count"
+            ),
+            pipeline("sft", "reverse"),
+            pipeline("sft", "sort"),
+            pipeline("sft", "chain1"),
+            pipeline("rl", "reverse"),
+            pipeline("rl", "sort"),
+        ),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"Counting jumps\s+straight to the base rate of \"always 1\" \((\d\.\d+), where always "
+        r"answering 1 scores (\d\.\d+):",
+        lambda: (
+            pipeline("midtrain", "count"),
+            out("ch08/evaluation", r"^pass@1 of always answering '1': ([\d.]+)$"),
+        ),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"RL\*\* improves reversing \((\d\.\d+) to (\d\.\d+)\) and sorting \((\d\.\d+) to "
+        r"(\d\.\d+)\)",
+        lambda: (
+            pipeline("sft", "reverse"),
+            pipeline("rl", "reverse"),
+            pipeline("sft", "sort"),
+            pipeline("rl", "sort"),
+        ),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"the problems RL gained outnumber those it lost (\d+) to (\d+) and (\d+) to (\d+)\. On "
+        r"`chain1`, RL solved (\d+) problems that SFT did not and lost (\d+) others",
+        lambda: tuple(
+            v
+            for t in ("reverse", "sort", "chain1")
+            for v in out("ch08/evaluation", rf"^{t} +solved by RL only +(\d+), by SFT only +(\d+),")
+        ),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"The whole pipeline took (\d+\.\d) minutes on the two cores of the AMD EPYC named in "
+        r"the\s+table, evaluations and the preference stages included: pre-training (\d\.\d), "
+        r"mid-training\s+(\d\.\d), fine-tuning (\d\.\d), RL (\d\.\d), the reward model "
+        r"(\d\.\d), RL against it (\d\.\d) and DPO (\d\.\d)\.",
+        lambda: (
+            ex("posttrain-pipeline.json")["minutes"],
+            *(s["seconds"] / 60 for s in ex("posttrain-pipeline.json")["stages"]),
+            *(s["seconds"] / 60 for s in ex("posttrain-pipeline.json")["preferences"]["stages"]),
+        ),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"The SFT model against itself\s+lands at (\d\.\d+), as a fair comparison should; RL "
+        r"against the reward model wins (\d\.\d+) of\s+its comparisons and DPO (\d\.\d+), both "
+        r"intervals above 0\.5, and both by being short \((\d+)\s+and (\d+) characters against "
+        r"the SFT model's (\d+)\) while their share of right answers falls\s+from (\d\.\d+) "
+        r"to (\d\.\d+) and (\d\.\d+)\.",
+        lambda: pipeline_preferences(),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"SFT\s+reverses (\d\.\d+) and (\d\.\d+) of the problems in two runs and (\d\.\d+) in the "
+        r"third; sorting\s+after SFT lands between (\d\.\d+) and (\d\.\d+)\.",
+        lambda: (
+            *pipeline_seeds("pass@1", "sft", "reverse")["values"],
+            min(pipeline_seeds("pass@1", "sft", "sort")["values"]),
+            max(pipeline_seeds("pass@1", "sft", "sort")["values"]),
+        ),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"between \+(\d\.\d+) and\s+\+(\d\.\d+) in every run, (\d\.\d+) ± (\d\.\d+), where the "
+        r"levels it starts from differ by a third\.\s+On sorting RL gains in every run too, but "
+        r"by anything from (\d\.\d+) to (\d\.\d+) \((\d\.\d+) ±\s+(\d\.\d+)\): a gain in sign, "
+        r"not in size\. On `chain1` it is (-?\d\.\d+) ± (\d\.\d+), no gain",
+        lambda: seeds_gains(),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"RL against\s+the reward model wins (\d\.\d+) ± (\d\.\d+) of its comparisons and DPO "
+        r"(\d\.\d+) ± (\d\.\d+), while\s+the SFT model against itself, the check, lands at "
+        r"(\d\.\d+) ± (\d\.\d+); both policies solve\s+between 0 and (\d\.\d+) of `chain1`'s "
+        r"problems, where the SFT model solves between (\d\.\d+)\s+and (\d\.\d+)\. In the "
+        r"second and third runs RL against the reward model went furthest: its\s+sampled "
+        r"replies average about (\d+) characters\.",
+        lambda: seeds_preferences(),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"±0\.02 at \$p = 0\.5\$ needs about ([\d,]+) problems",
+        lambda: out("ch08/evaluation", r"^about ([\d,]+) problems"),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"of which the hash puts (\d+) in the held-out split",
+        lambda: out("ch08/evaluation", r"chain1 has (\d+) held-out problems$"),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"or the whole split when it is smaller \((\d+) for `chain1`\)",
+        lambda: demo("sft", "n"),
+    ),
+    # chapter 3's overview, against the recorded runs
+    (
+        "ch03/index.md",
+        r"\| MLP, context 3 \| (\d\.\d+) / (\d\.\d+) \(([\d,]+) steps\)",
+        lambda: recorded_run("cnn-runs.json", "mlp"),
+    ),
+    (
+        "ch03/index.md",
+        r"val (\d\.\d+) with warmup \+ cosine \(([\d,]+) steps\)",
+        lambda: (
+            ex("mlp-optimizers.json")["runs"]["AdamW, lr 0.01, warmup 100 + cosine"]["val_loss"][
+                -1
+            ],
+            ex("mlp-optimizers.json")["config"]["steps"],
+        ),
+    ),
+    (
+        "ch03/index.md",
+        r"\| WaveNet-style CNN \| (\d\.\d+) / (\d\.\d+) \(([\d,]+) steps\)",
+        lambda: recorded_run("cnn-runs.json", "wavenet"),
+    ),
+    (
+        "ch03/index.md",
+        r"\| GPT, 4 layers, 4 heads, width 64 \| (\d\.\d+) ± (\d\.\d+) / (\d\.\d+) ± (\d\.\d+) "
+        r"\(([\d,]+) steps, mean ± sd over (\d) seeds,",
+        lambda: (
+            *census_spread("val"),
+            *census_spread("test"),
+            census_gpt()["train_config"]["steps"],
+            len(census_seeds()["runs"]),
+        ),
+    ),
+    # chapter 1, against its fences' recorded output
+    (
+        "ch01/index.md",
+        r"`a\.` \(a name ending in \*a\*\) ([\d,]+) times",
+        lambda: float(re.search(r"\[\('a\.', (\d+)\)", page("ch01/index.md"))[1]),
+    ),
+    (
+        "ch01/index.md",
+        r"has an NLL of \*\*(\d\.\d+)\*\* nats \(perplexity (\d+\.\d+)\), measured on the "
+        r"([\d,]+) bigrams of all ([\d,]+) names",
+        lambda: (
+            *out(CH1, r"^NLL ([\d.]+) nats, perplexity ([\d.]+)$"),
+            sum(census_split()) + census_letters(),
+            sum(census_split()),
+        ),
+    ),
+    (
+        "ch01/index.md",
+        r"^\| smoothing \$\\alpha\$ \| train NLL \(([\d,]+) names\) \| val NLL \((\d+) names\) \|$",
+        lambda: census_split()[:2],
+    ),
+    (
+        "ch01/index.md",
+        r"^\| 0 \| (\d\.\d+) \| ∞ \|$",
+        lambda: out(CH1, r"^alpha +0\.0: train ([\d.]+) +val inf$"),
+    ),
+    *(
         (
             "ch01/index.md",
-            r"has an entropy of (\d\.\d+) nats at \$T = 1\$ \(perplexity (\d+)\); at \$T = 0\.25\$ it "
-            r"drops to (\d\.\d+), at \$T = 4\$ it rises to (\d\.\d+)",
-            lambda: (entropy_at(1.0), math.exp(entropy_at(1.0)), entropy_at(0.25), entropy_at(4.0)),
-        ),
-        *(
-            (
-                "ch01/index.md",
-                rf"^\| {t} \| (\d+)% \| (\d+\.\d) \|$",
-                lambda t=t: out(CH1, rf"^T={t}: (\d+)% real names, mean length ([\d.]+)$"),
-            )
-            for t in ("0.5", "1.0", "2.0")
-        ),
+            rf"^\| {a} \| (\d\.\d+) \| (\d\.\d+) \|$",
+            lambda a=a: out(CH1, rf"^alpha +{float(a)}: train ([\d.]+) +val ([\d.]+)$"),
+        )
+        for a in ("0.1", "1", "10")
+    ),
+    (
+        "ch01/index.md",
+        r"has an entropy of (\d\.\d+) nats at \$T = 1\$ \(perplexity (\d+)\); at \$T = 0\.25\$ it "
+        r"drops to (\d\.\d+), at \$T = 4\$ it rises to (\d\.\d+)",
+        lambda: (entropy_at(1.0), math.exp(entropy_at(1.0)), entropy_at(0.25), entropy_at(4.0)),
+    ),
+    *(
         (
             "ch01/index.md",
-            r"The mean length at \$T = 1\$, (\d\.\d) letters, matches the corpus's own average "
-            r"\(([\d,]+) names, ([\d,]+) letters\)",
-            lambda: (
-                out(CH1, r"^T=1\.0: .* mean length ([\d.]+)$"),
-                sum(census_split()),
-                census_letters(),
-            ),
+            rf"^\| {t} \| (\d+)% \| (\d+\.\d) \|$",
+            lambda t=t: out(CH1, rf"^T={t}: (\d+)% real names, mean length ([\d.]+)$"),
+        )
+        for t in ("0.5", "1.0", "2.0")
+    ),
+    (
+        "ch01/index.md",
+        r"The mean length at \$T = 1\$, (\d\.\d) letters, matches the corpus's own average "
+        r"\(([\d,]+) names, ([\d,]+) letters\)",
+        lambda: (
+            out(CH1, r"^T=1\.0: .* mean length ([\d.]+)$"),
+            sum(census_split()),
+            census_letters(),
         ),
-        (
-            "ch01/index.md",
-            r"the classifier labels (\d+)% of the points correctly \(loss (\d\.\d+)\)",
-            lambda: out(CH1, r"^loss ([\d.]+), accuracy (\d+)%$")[::-1],
+    ),
+    (
+        "ch01/index.md",
+        r"the classifier labels (\d+)% of the points correctly \(loss (\d\.\d+)\)",
+        lambda: out(CH1, r"^loss ([\d.]+), accuracy (\d+)%$")[::-1],
+    ),
+    (
+        "ch01/index.md",
+        r"After 500 steps the network's NLL is (\d\.\d+): it has passed the add-one counting "
+        r"model \((\d\.\d+)\)",
+        lambda: (out(CH1, r"^after 500 steps: ([\d.]+)$"), out(CH1, r"^NLL ([\d.]+) nats")),
+    ),
+    (
+        "ch01/index.md",
+        r"than the bigram's (\d\.\d+)\?",
+        lambda: out(CH1, r"^NLL ([\d.]+) nats"),
+    ),
+    (
+        "ch01/index.md",
+        r"The training NLL rises, from (\d\.\d+) to (\d\.\d+) after 300 steps",
+        lambda: out(CH1, r"^NLL without decay ([\d.]+), with decay ([\d.]+)$"),
+    ),
+    ("ch01/index.md", r"\\ell = \\log 27 \\approx (\d\.\d+)\$", lambda: math.log(27)),
+    # 3.1 and 3.3: the runs of the command line, from their records
+    (
+        "ch03/ffn.md",
+        r"After ([\d,]+) steps \((\d+) seconds on the 2-core machine, under a load that was not "
+        r"recorded\) the MLP reaches a loss of \*\*(\d\.\d+)\*\* on the training split and "
+        r"\*\*(\d\.\d+)\*\* on the validation split\.",
+        lambda: (
+            *ex("ffn-loss.json")["eval"][-1][:1],
+            ex("ffn-loss.json")["seconds"],
+            *ex("ffn-loss.json")["eval"][-1][1:],
         ),
-        (
-            "ch01/index.md",
-            r"After 500 steps the network's NLL is (\d\.\d+): it has passed the add-one counting "
-            r"model \((\d\.\d+)\)",
-            lambda: (out(CH1, r"^after 500 steps: ([\d.]+)$"), out(CH1, r"^NLL ([\d.]+) nats")),
+    ),
+    (
+        "ch03/ffn.md",
+        r"Chapter 1's bigram scored (\d\.\d+) on the same validation names: two more characters "
+        r"of context are worth (\d\.\d+) nats per character",
+        lambda: (bigram_val(), bigram_val() - ex("ffn-loss.json")["eval"][-1][2]),
+    ),
+    (
+        "ch03/ffn.md",
+        r"The gap between the two curves grows from (\d\.\d+) at step 1,000 to (\d\.\d+) at "
+        r"the end",
+        lambda: tuple(
+            e[2] - e[1] for e in (ex("ffn-loss.json")["eval"][1], ex("ffn-loss.json")["eval"][-1])
         ),
-        (
-            "ch01/index.md",
-            r"than the bigram's (\d\.\d+)\?",
-            lambda: out(CH1, r"^NLL ([\d.]+) nats"),
+    ),
+    (
+        "ch03/ffn.md",
+        r"It ends at validation (\d\.\d+) and test (\d\.\d+), (\d\.\d+) above the SGD run's",
+        lambda: (
+            cnn("mlp")["final"]["val"],
+            cnn("mlp")["final"]["test"],
+            cnn("mlp")["final"]["val"] - ex("ffn-loss.json")["eval"][-1][2],
         ),
-        (
-            "ch01/index.md",
-            r"The training NLL rises, from (\d\.\d+) to (\d\.\d+) after 300 steps",
-            lambda: out(CH1, r"^NLL without decay ([\d.]+), with decay ([\d.]+)$"),
+    ),
+    (
+        "ch03/ffn.md",
+        r"\| MLP, SGD, ([\d,]+) steps \(figure above\) \| census \| (\d\.\d+) \| (\d\.\d+) \|",
+        lambda: tuple(ex("ffn-loss.json")["eval"][-1]),
+    ),
+    (
+        "ch03/ffn.md",
+        r"\| MLP, `sitp train`, AdamW, ([\d,]+) steps \| census \| (\d\.\d+) \| (\d\.\d+) \|",
+        lambda: cnn_row("mlp")[1:4],
+    ),
+    (
+        "ch03/ffn.md",
+        r"\| bigram, add-0\.1 counts \(chapter 1\) \| census, 4,130 / 516 names \| (\d\.\d+) \| "
+        r"(\d\.\d+) \|",
+        lambda: out("ch01/index", r"^alpha +0\.1: train ([\d.]+) +val ([\d.]+)$"),
+    ),
+    (
+        "ch03/cnn.md",
+        r"\| MLP, context 3 \(section 3\.1\) \| ([\d,]+) \| ([\d,]+) \| (\d\.\d+) \| "
+        r"(\d\.\d+) \| (\d\.\d+) \|",
+        lambda: cnn_row("mlp"),
+    ),
+    (
+        "ch03/cnn.md",
+        r"\| WaveNet, context 8 \| ([\d,]+) \| ([\d,]+) \| (\d\.\d+) \| (\d\.\d+) \| "
+        r"(\d\.\d+) \|",
+        lambda: cnn_row("wavenet"),
+    ),
+    (
+        "ch03/cnn.md",
+        r"In ([\d,]+) steps, (\d+)% of the MLP's, the WaveNet passes it by (\d\.\d+) nats on "
+        r"the validation split and (\d\.\d+) on the test split",
+        lambda: (
+            cnn_row("wavenet")[1],
+            100 * cnn_row("wavenet")[1] / cnn_row("mlp")[1],
+            cnn_row("mlp")[3] - cnn_row("wavenet")[3],
+            cnn_row("mlp")[4] - cnn_row("wavenet")[4],
         ),
-        ("ch01/index.md", r"\\ell = \\log 27 \\approx (\d\.\d+)\$", lambda: math.log(27)),
-        # 3.1 and 3.3: the runs of the command line, from their records
-        (
-            "ch03/ffn.md",
-            r"After ([\d,]+) steps \((\d+) seconds on the 2-core machine, under a load that was not "
-            r"recorded\) the MLP reaches a loss of \*\*(\d\.\d+)\*\* on the training split and "
-            r"\*\*(\d\.\d+)\*\* on the validation split\.",
-            lambda: (
-                *ex("ffn-loss.json")["eval"][-1][:1],
-                ex("ffn-loss.json")["seconds"],
-                *ex("ffn-loss.json")["eval"][-1][1:],
-            ),
+    ),
+    (
+        "ch03/cnn.md",
+        r"Its gap between train and validation, (\d\.\d+), is larger than the MLP's "
+        r"(\d\.\d+): with (\w+) times the parameters",
+        lambda: (
+            cnn_row("wavenet")[3] - cnn_row("wavenet")[2],
+            cnn_row("mlp")[3] - cnn_row("mlp")[2],
+            cnn_row("wavenet")[0] / cnn_row("mlp")[0],
         ),
-        (
-            "ch03/ffn.md",
-            r"Chapter 1's bigram scored (\d\.\d+) on the same validation names: two more characters "
-            r"of context are worth (\d\.\d+) nats per character",
-            lambda: (bigram_val(), bigram_val() - ex("ffn-loss.json")["eval"][-1][2]),
+    ),
+    (
+        "numbers.md",
+        r"\| MLP, context 3, SGD, ([\d,]+) steps \| census \| (\d\.\d+) \| (\d\.\d+) \|",
+        lambda: tuple(ex("ffn-loss.json")["eval"][-1]),
+    ),
+    (
+        "numbers.md",
+        r"\| MLP, context 3, `sitp train` \(AdamW, ([\d,]+) steps\) \| census \| (\d\.\d+) \| "
+        r"(\d\.\d+) \| (\d\.\d+) \|",
+        lambda: cnn_row("mlp")[1:],
+    ),
+    (
+        "numbers.md",
+        r"\| WaveNet, context 8, ([\d,]+) params, `sitp train` \(AdamW, ([\d,]+) steps\) \| "
+        r"census \| (\d\.\d+) \| (\d\.\d+) \| (\d\.\d+) \|",
+        lambda: cnn_row("wavenet"),
+    ),
+    (
+        "numbers.md",
+        r"\| bigram, add-0\.1 counts \| census \| (\d\.\d+) \| (\d\.\d+) \|",
+        lambda: out("ch01/index", r"^alpha +0\.1: train ([\d.]+) +val ([\d.]+)$"),
+    ),
+    (
+        "numbers.md",
+        r"the MLP has embedding 10 and 200 hidden units \(([\d,]+) parameters\)",
+        lambda: cnn_row("mlp")[0],
+    ),
+    (
+        "numbers.md",
+        r"The MLP of 3\.1 for ([\d,]+) steps of (\d+) examples",
+        lambda: (
+            ex("mlp-optimizers.json")["config"]["steps"],
+            ex("mlp-optimizers.json")["config"]["batch"],
         ),
-        (
-            "ch03/ffn.md",
-            r"The gap between the two curves grows from (\d\.\d+) at step 1,000 to (\d\.\d+) at "
-            r"the end",
-            lambda: tuple(
-                e[2] - e[1]
-                for e in (ex("ffn-loss.json")["eval"][1], ex("ffn-loss.json")["eval"][-1])
-            ),
-        ),
-        (
-            "ch03/ffn.md",
-            r"It ends at validation (\d\.\d+) and test (\d\.\d+), (\d\.\d+) above the SGD run's",
-            lambda: (
-                cnn("mlp")["final"]["val"],
-                cnn("mlp")["final"]["test"],
-                cnn("mlp")["final"]["val"] - ex("ffn-loss.json")["eval"][-1][2],
-            ),
-        ),
-        (
-            "ch03/ffn.md",
-            r"\| MLP, SGD, ([\d,]+) steps \(figure above\) \| census \| (\d\.\d+) \| (\d\.\d+) \|",
-            lambda: tuple(ex("ffn-loss.json")["eval"][-1]),
-        ),
-        (
-            "ch03/ffn.md",
-            r"\| MLP, `sitp train`, AdamW, ([\d,]+) steps \| census \| (\d\.\d+) \| (\d\.\d+) \|",
-            lambda: cnn_row("mlp")[1:4],
-        ),
-        (
-            "ch03/ffn.md",
-            r"\| bigram, add-0\.1 counts \(chapter 1\) \| census, 4,130 / 516 names \| (\d\.\d+) \| "
-            r"(\d\.\d+) \|",
-            lambda: out("ch01/index", r"^alpha +0\.1: train ([\d.]+) +val ([\d.]+)$"),
-        ),
-        (
-            "ch03/cnn.md",
-            r"\| MLP, context 3 \(section 3\.1\) \| ([\d,]+) \| ([\d,]+) \| (\d\.\d+) \| "
-            r"(\d\.\d+) \| (\d\.\d+) \|",
-            lambda: cnn_row("mlp"),
-        ),
-        (
-            "ch03/cnn.md",
-            r"\| WaveNet, context 8 \| ([\d,]+) \| ([\d,]+) \| (\d\.\d+) \| (\d\.\d+) \| "
-            r"(\d\.\d+) \|",
-            lambda: cnn_row("wavenet"),
-        ),
-        (
-            "ch03/cnn.md",
-            r"In ([\d,]+) steps, (\d+)% of the MLP's, the WaveNet passes it by (\d\.\d+) nats on "
-            r"the validation split and (\d\.\d+) on the test split",
-            lambda: (
-                cnn_row("wavenet")[1],
-                100 * cnn_row("wavenet")[1] / cnn_row("mlp")[1],
-                cnn_row("mlp")[3] - cnn_row("wavenet")[3],
-                cnn_row("mlp")[4] - cnn_row("wavenet")[4],
-            ),
-        ),
-        (
-            "ch03/cnn.md",
-            r"Its gap between train and validation, (\d\.\d+), is larger than the MLP's "
-            r"(\d\.\d+): with (\w+) times the parameters",
-            lambda: (
-                cnn_row("wavenet")[3] - cnn_row("wavenet")[2],
-                cnn_row("mlp")[3] - cnn_row("mlp")[2],
-                cnn_row("wavenet")[0] / cnn_row("mlp")[0],
-            ),
-        ),
-        (
-            "numbers.md",
-            r"\| MLP, context 3, SGD, ([\d,]+) steps \| census \| (\d\.\d+) \| (\d\.\d+) \|",
-            lambda: tuple(ex("ffn-loss.json")["eval"][-1]),
-        ),
-        (
-            "numbers.md",
-            r"\| MLP, context 3, `sitp train` \(AdamW, ([\d,]+) steps\) \| census \| (\d\.\d+) \| "
-            r"(\d\.\d+) \| (\d\.\d+) \|",
-            lambda: cnn_row("mlp")[1:],
-        ),
-        (
-            "numbers.md",
-            r"\| WaveNet, context 8, ([\d,]+) params, `sitp train` \(AdamW, ([\d,]+) steps\) \| "
-            r"census \| (\d\.\d+) \| (\d\.\d+) \| (\d\.\d+) \|",
-            lambda: cnn_row("wavenet"),
-        ),
-        (
-            "numbers.md",
-            r"\| bigram, add-0\.1 counts \| census \| (\d\.\d+) \| (\d\.\d+) \|",
-            lambda: out("ch01/index", r"^alpha +0\.1: train ([\d.]+) +val ([\d.]+)$"),
-        ),
-        (
-            "numbers.md",
-            r"the MLP has embedding 10 and 200 hidden units \(([\d,]+) parameters\)",
-            lambda: cnn_row("mlp")[0],
-        ),
-        (
-            "numbers.md",
-            r"The MLP of 3\.1 for ([\d,]+) steps of (\d+) examples",
-            lambda: (
-                ex("mlp-optimizers.json")["config"]["steps"],
-                ex("mlp-optimizers.json")["config"]["batch"],
-            ),
-        ),
-        *(
-            (
-                "numbers.md",
-                rf"{label}, sitp ([\d.]+) and\s+PyTorch\s+([\d.]+) \((?:sitp/PyTorch )?(\d\.\d+), "
-                r"rounds (\d\.\d+)–(\d\.\d+)\)",
-                lambda t=t: (
-                    ex(f"compare-torch-{t}t.json")["throughput"]["sitp"],
-                    ex(f"compare-torch-{t}t.json")["throughput"]["torch"],
-                    ex(f"compare-torch-{t}t.json")["throughput"]["ratio"],
-                    min(ex(f"compare-torch-{t}t.json")["throughput"]["ratios"]),
-                    max(ex(f"compare-torch-{t}t.json")["throughput"]["ratios"]),
-                ),
-            )
-            for t, label in ((1, "one thread"), (2, "two threads"))
-        ),
+    ),
+    *(
         (
             "numbers.md",
-            r"SGD, SGD with momentum and AdamW end within (\d\.\d+) of each other",
-            lambda: max(constant_rates()) - min(constant_rates()),
-        ),
-        # 3.4 and 3.5: the ladder on makemore's names, and 3.5's census run
-        *(
-            (
-                "ch03/rnn.md",
-                rf"^\| {lit(label)} \| ([\d,]+) \| (\d) \| (\d\.\d+) ± (\d\.\d+) \| (\d\.\d+) ± "
-                r"(\d\.\d+) \| (\d\.\d+) ± (\d\.\d+) \|$",
-                lambda key=key: ladder_row(key)[:2] + ladder_row(key)[3:],
-            )
-            for label, key in [
-                ("bigram, neural (chapter 1)", "bigram"),
-                ("MLP, context 3 (section 3.1)", "mlp"),
-                ("RNN (tanh), emb 64, state 64", "rnn"),
-                ("GRU, emb 64, state 64", "gru"),
-            ]
-        ),
+            rf"{label}, sitp ([\d.]+) and\s+PyTorch\s+([\d.]+) \((?:sitp/PyTorch )?(\d\.\d+), "
+            r"rounds (\d\.\d+)–(\d\.\d+)\)",
+            lambda t=t: (
+                ex(f"compare-torch-{t}t.json")["throughput"]["sitp"],
+                ex(f"compare-torch-{t}t.json")["throughput"]["torch"],
+                ex(f"compare-torch-{t}t.json")["throughput"]["ratio"],
+                min(ex(f"compare-torch-{t}t.json")["throughput"]["ratios"]),
+                max(ex(f"compare-torch-{t}t.json")["throughput"]["ratios"]),
+            ),
+        )
+        for t, label in ((1, "one thread"), (2, "two threads"))
+    ),
+    (
+        "numbers.md",
+        r"SGD, SGD with momentum and AdamW end within (\d\.\d+) of each other",
+        lambda: max(constant_rates()) - min(constant_rates()),
+    ),
+    # 3.4 and 3.5: the ladder on makemore's names, and 3.5's census run
+    *(
         (
             "ch03/rnn.md",
-            r"The GRU's mean ends (\d\.\d+) nats lower than the RNN's on validation and (\d\.\d+) on "
-            r"test, (\d+) and (\d+) times the larger standard deviation, and every GRU run ends below "
-            r"every RNN run",
-            lambda: (
-                ladder_spread("rnn", "val")[0] - ladder_spread("gru", "val")[0],
-                ladder_spread("rnn", "test")[0] - ladder_spread("gru", "test")[0],
-                ladder_apart("rnn", "gru", "val"),
-                ladder_apart("rnn", "gru", "test"),
-            ),
+            rf"^\| {lit(label)} \| ([\d,]+) \| (\d) \| (\d\.\d+) ± (\d\.\d+) \| (\d\.\d+) ± "
+            r"(\d\.\d+) \| (\d\.\d+) ± (\d\.\d+) \|$",
+            lambda key=key: ladder_row(key)[:2] + ladder_row(key)[3:],
+        )
+        for label, key in [
+            ("bigram, neural (chapter 1)", "bigram"),
+            ("MLP, context 3 (section 3.1)", "mlp"),
+            ("RNN (tanh), emb 64, state 64", "rnn"),
+            ("GRU, emb 64, state 64", "gru"),
+        ]
+    ),
+    (
+        "ch03/rnn.md",
+        r"The GRU's mean ends (\d\.\d+) nats lower than the RNN's on validation and (\d\.\d+) on "
+        r"test, (\d+) and (\d+) times the larger standard deviation, and every GRU run ends below "
+        r"every RNN run",
+        lambda: (
+            ladder_spread("rnn", "val")[0] - ladder_spread("gru", "val")[0],
+            ladder_spread("rnn", "test")[0] - ladder_spread("gru", "test")[0],
+            ladder_apart("rnn", "gru", "val"),
+            ladder_apart("rnn", "gru", "test"),
         ),
+    ),
+    (
+        "ch03/rnn.md",
+        r"With (\d\.\d) times the parameters, the GRU's gap between training and validation is "
+        r"(\d\.\d) times the RNN's \((\d\.\d+) against (\d\.\d+), means\)",
+        lambda: (
+            ladder("gru")[0] / ladder("rnn")[0],
+            ladder_train_val_gap("gru") / ladder_train_val_gap("rnn"),
+            ladder_train_val_gap("gru"),
+            ladder_train_val_gap("rnn"),
+        ),
+    ),
+    (
+        "ch03/rnn.md",
+        r"the ladder's GRU run of seed 42 ended at (\d\.\d+)",
+        lambda: seed_run("gru", 42)["val"],
+    ),
+    (
+        "ch03/rnn.md",
+        r"The table's runs are the ladder's: seeds 42, 1, 2, 3 and 4 \(42, 1 and 2 for the GRU\)",
+        lambda: (
+            ()
+            if ex("ladder-names-seeds.json")["runs"]["rnn"]["seeds"] == [42, 1, 2, 3, 4]
+            and ex("ladder-names-seeds.json")["runs"]["gru"]["seeds"] == [42, 1, 2]
+            else (math.nan,)
+        ),
+    ),
+    *(
         (
-            "ch03/rnn.md",
-            r"With (\d\.\d) times the parameters, the GRU's gap between training and validation is "
-            r"(\d\.\d) times the RNN's \((\d\.\d+) against (\d\.\d+), means\)",
-            lambda: (
-                ladder("gru")[0] / ladder("rnn")[0],
-                ladder_train_val_gap("gru") / ladder_train_val_gap("rnn"),
-                ladder_train_val_gap("gru"),
-                ladder_train_val_gap("rnn"),
-            ),
+            "ch03/gpt.md",
+            rf"^\| {lit(label)} \| ([\d,]+) \| (\d) \| (\d+\.\d) s \| (\d\.\d+) ± (\d\.\d+) \| "
+            r"\**(\d\.\d+) ± (\d\.\d+)\** \| \**(\d\.\d+) ± (\d\.\d+)\** \|",
+            lambda key=key: ladder_row(key),
+        )
+        for label, key in [
+            ("bigram, neural (chapter 1)", "bigram"),
+            ("MLP, context 3, emb 10, hidden 200 (3.1)", "mlp"),
+            ("WaveNet, emb 24, hidden 128 (3.3)", "wavenet"),
+            ("RNN, emb 64, state 64 (3.4)", "rnn"),
+            ("GRU, emb 64, state 64 (3.4)", "gru"),
+            ("GPT, 4 layers, 4 heads, width 64", "gpt"),
+        ]
+    ),
+    (
+        "ch03/gpt.md",
+        r"^\| bigram, counted \(\+1 smoothing\) \| 729 \| \| \| \| (\d\.\d+) \| (\d\.\d+) \| 2\.454 "
+        r"\(all words; ours: (\d\.\d+)\) \|",
+        lambda: tuple(
+            ex("ladder-names.json")["count_bigram"][k] for k in ("val", "test", "all_words")
         ),
+    ),
+    *(
         (
-            "ch03/rnn.md",
-            r"the ladder's GRU run of seed 42 ended at (\d\.\d+)",
-            lambda: seed_run("gru", 42)["val"],
+            "ch03/gpt.md",
+            rf"^\| {lit(label)} \| (\d) \| (\d\.\d+) ± (\d\.\d+) \| (\d\.\d+) ± (\d\.\d+) \| "
+            r"(\d\.\d+) ± (\d\.\d+) \| (\d\.\d+) ± (\d\.\d+) \|$",
+            lambda key=key: long_row(key),
+        )
+        for label, key in [
+            ("GRU", "gru"),
+            ("GPT", "gpt"),
+            ("GPT, weight decay 0.1", "gpt-wd"),
+            ("GPT, dropout 0.1", "gpt-dropout"),
+            ("GPT, dropout 0.1, 40,000 steps", "gpt-dropout-40k"),
+        ]
+    ),
+    (
+        "ch03/gpt.md",
+        r"its mean validation loss is (\d\.\d+) nats below the GRU's and its mean test loss "
+        r"(\d\.\d+) below, and each of its three runs ends below each of the GRU's three\. "
+        r"Against the spread the lead is small: (\d\.\d) times the larger standard deviation on "
+        r"validation \(the GRU's, (\d\.\d+), most of it seed 42's (\d\.\d+)\) and (\d\.\d) "
+        r"times on test",
+        lambda: (
+            long_spread("gru", "val")[0] - long_spread("gpt", "val")[0],
+            long_spread("gru", "test")[0] - long_spread("gpt", "test")[0],
+            long_apart("gru", "gpt"),
+            long_spread("gru", "val")[1],
+            long_val("gru"),
+            long_apart("gru", "gpt", "test"),
         ),
-        (
-            "ch03/rnn.md",
-            r"The table's runs are the ladder's: seeds 42, 1, 2, 3 and 4 \(42, 1 and 2 for the GRU\)",
-            lambda: (
-                ()
-                if ex("ladder-names-seeds.json")["runs"]["rnn"]["seeds"] == [42, 1, 2, 3, 4]
-                and ex("ladder-names-seeds.json")["runs"]["gru"]["seeds"] == [42, 1, 2]
-                else (math.nan,)
+    ),
+    (
+        "ch03/gpt.md",
+        r"over its last 2,000 steps its three runs moved by (\d\.\d+) nats or less; it has "
+        r"[\d,]+ parameters and fits the training names no better than (\d\.\d+) \(mean\)\. "
+        r"The GPT's training loss goes to (\d\.\d+)\.",
+        lambda: (
+            max(abs(m) for m in long_last_moves("gru")),
+            long_spread("gru", "train")[0],
+            long_spread("gpt", "train")[0],
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"lowest validation loss at step ([\d,]+), ([\d,]+) or ([\d,]+) \((\d\.\d+) ± (\d\.\d+)\) and "
+        r"rises after it while the training loss keeps falling: at the end the gap is (\d\.\d+) "
+        r"nats, (\w+) times the gap at step 5,000",
+        lambda: (
+            *(
+                sorted(set(long_best_steps("gpt")))
+                if len(set(long_best_steps("gpt"))) == 3
+                else (math.nan,) * 3
             ),
+            *long_spread("gpt", "best_val"),
+            long_spread("gpt", "val")[0] - long_spread("gpt", "train")[0],
+            (long_spread("gpt", "val")[0] - long_spread("gpt", "train")[0])
+            / ladder_train_val_gap("gpt"),
         ),
-        *(
-            (
-                "ch03/gpt.md",
-                rf"^\| {lit(label)} \| ([\d,]+) \| (\d) \| (\d+\.\d) s \| (\d\.\d+) ± (\d\.\d+) \| "
-                r"\**(\d\.\d+) ± (\d\.\d+)\** \| \**(\d\.\d+) ± (\d\.\d+)\** \|",
-                lambda key=key: ladder_row(key),
+    ),
+    (
+        "ch03/gpt.md",
+        r"holds the validation loss down to (\d\.\d+) ± (\d\.\d+) at the end \((\w+) runs\), "
+        r"(\d\.\d+) below the GPT's mean and every run below all three of the GPT's, with the "
+        r"training loss where it was \((\d\.\d+) ± (\d\.\d+)\)",
+        lambda: (
+            *long_spread("gpt-wd", "val"),
+            len(long_runs("gpt-wd")),
+            long_gain("gpt", "gpt-wd"),
+            *long_spread("gpt-wd", "train"),
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"training names \((\d\.\d+) ± (\d\.\d+) at 20,000 steps instead of (\d\.\d+)\) and "
+        r"brings validation to (\d\.\d+) ± (\d\.\d+) and test to (\d\.\d+) ± (\d\.\d+): "
+        r"(\d\.\d+) nats below the GRU's mean on validation and (\d\.\d+) below the GPT's, (\d+) "
+        r"and (\d+) times the larger standard deviation",
+        lambda: (
+            *long_spread("gpt-dropout", "train"),
+            long_spread("gpt", "train")[0],
+            *long_spread("gpt-dropout", "val"),
+            *long_spread("gpt-dropout", "test"),
+            long_spread("gru", "val")[0] - long_spread("gpt-dropout", "val")[0],
+            long_spread("gpt", "val")[0] - long_spread("gpt-dropout", "val")[0],
+            long_apart("gru", "gpt-dropout"),
+            long_apart("gpt", "gpt-dropout"),
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"the GPT reaches validation (\d\.\d+) ± (\d\.\d+) and test (\d\.\d+) ± (\d\.\d+), every "
+        r"run below all three runs at 20,000 steps: (\d\.\d+) nats below the GRU's mean test loss "
+        r"at 20,000 steps",
+        lambda: (
+            *long_spread("gpt-dropout-40k", "val"),
+            *long_spread("gpt-dropout-40k", "test"),
+            long_spread("gru", "test")[0] - long_spread("gpt-dropout-40k", "test")[0]
+            if not math.isnan(long_apart("gpt-dropout", "gpt-dropout-40k"))
+            else math.nan,
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"over the last 8,000 steps its validation loss fell by (\d\.\d+) to (\d\.\d+) in each run",
+        lambda: (
+            min(r["eval"][-3][2] - r["eval"][-1][2] for r in long_runs("gpt-dropout-40k")),
+            max(r["eval"][-3][2] - r["eval"][-1][2] for r in long_runs("gpt-dropout-40k")),
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"none of its runs gained more than (\d\.\d+)\.",
+        lambda: max(long_last_moves("gru")),
+    ),
+    (
+        "ch03/gpt.md",
+        r"best losses: test (\d\.\d+) ± (\d\.\d+) at 20,000 steps \(three runs\) and (\d\.\d+) ± "
+        r"(\d\.\d+) at 40,000 \(three\)",
+        lambda: (*long_spread("gpt-dropout", "test"), *long_spread("gpt-dropout-40k", "test")),
+    ),
+    (
+        "ch03/gpt.md",
+        r"GPT's gap between training and validation is (\d\.\d+) nats",
+        lambda: ladder_train_val_gap("gpt"),
+    ),
+    (
+        "ch03/gpt.md",
+        r"run with (\w+) seeds, 42, 1, 2, 3 and 4 \(a run takes under (\w+) minutes",
+        lambda: (
+            len(census_seeds()["seeds"])
+            if census_seeds()["seeds"] == [42, 1, 2, 3, 4]
+            else math.nan,
+            math.ceil(max(r["wall_s"] for r in census_seeds()["runs"]) / 60),
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"Every seed has its lowest validation loss at step ([\d,]+) \((\d\.\d+) ± (\d\.\d+), mean "
+        r"± sample standard deviation over the (\w+)\) and rises after it; the runs end at train "
+        r"(\d\.\d+) ± (\d\.\d+), validation (\d\.\d+) ± (\d\.\d+) and test (\d\.\d+) ± "
+        r"(\d\.\d+): a gap of (\d\.\d+) nats between training and validation after ([\d,]+) "
+        r"steps, at least (\d\.\d+) in every run, where the 5,000 steps on `names.txt` leave "
+        r"(\d\.\d+) \(mean over three seeds\)\.",
+        lambda: (
+            census_best_step(),
+            *census_spread("best_val"),
+            len(census_seeds()["runs"]),
+            *census_spread("train"),
+            *census_spread("val"),
+            *census_spread("test"),
+            census_spread("val")[0] - census_spread("train")[0],
+            census_gpt()["train_config"]["steps"],
+            math.floor(
+                100 * min(r["final"]["val"] - r["final"]["train"] for r in census_seeds()["runs"])
             )
-            for label, key in [
-                ("bigram, neural (chapter 1)", "bigram"),
-                ("MLP, context 3, emb 10, hidden 200 (3.1)", "mlp"),
-                ("WaveNet, emb 24, hidden 128 (3.3)", "wavenet"),
-                ("RNN, emb 64, state 64 (3.4)", "rnn"),
-                ("GRU, emb 64, state 64 (3.4)", "gru"),
-                ("GPT, 4 layers, 4 heads, width 64", "gpt"),
-            ]
+            / 100,
+            ladder_train_val_gap("gpt"),
         ),
-        (
-            "ch03/gpt.md",
-            r"^\| bigram, counted \(\+1 smoothing\) \| 729 \| \| \| \| (\d\.\d+) \| (\d\.\d+) \| 2\.454 "
-            r"\(all words; ours: (\d\.\d+)\) \|",
-            lambda: tuple(
-                ex("ladder-names.json")["count_bigram"][k] for k in ("val", "test", "all_words")
+    ),
+    # 3.1 to 3.3: the MLP, the optimizers and the WaveNet over seeds
+    (
+        "ch03/cnn.md",
+        r"on the 2-core Intel Xeon of section 3\.5 \(one thread, one run at a time, (\d+) to (\d+) "
+        r"seconds a run\)",
+        lambda: (
+            min(
+                r["wall_s"]
+                for m in ("mlp", "wavenet")
+                for r in ex("cnn-runs-seeds.json")["runs"][m]["runs"]
+            ),
+            max(
+                r["wall_s"]
+                for m in ("mlp", "wavenet")
+                for r in ex("cnn-runs-seeds.json")["runs"][m]["runs"]
             ),
         ),
-        *(
-            (
-                "ch03/gpt.md",
-                rf"^\| {lit(label)} \| (\d) \| (\d\.\d+) ± (\d\.\d+) \| (\d\.\d+) ± (\d\.\d+) \| "
-                r"(\d\.\d+) ± (\d\.\d+) \| (\d\.\d+) ± (\d\.\d+) \|$",
-                lambda key=key: long_row(key),
+    ),
+    (
+        "ch03/cnn.md",
+        r"Over the (\w+) seeds the WaveNet ends at validation (\d\.\d+) ± (\d\.\d+) and test "
+        r"(\d\.\d+) ± (\d\.\d+) \(mean ± sample standard deviation\), the MLP at (\d\.\d+) ± "
+        r"(\d\.\d+) and (\d\.\d+) ± (\d\.\d+): the WaveNet's lead is (\d\.\d+) nats on "
+        r"validation and (\d\.\d+) on test, (\d\.\d) and (\d\.\d) times the larger standard "
+        r"deviation, and every WaveNet run ends below every MLP run on both splits\.",
+        lambda: (
+            len(ex("cnn-runs-seeds.json")["runs"]["wavenet"]["seeds"]),
+            *cnn_seeds("wavenet", "val"),
+            *cnn_seeds("wavenet", "test"),
+            *cnn_seeds("mlp", "val"),
+            *cnn_seeds("mlp", "test"),
+            cnn_lead("val")[0],
+            cnn_lead("test")[0],
+            cnn_lead("val")[1],
+            cnn_lead("test")[1],
+        ),
+    ),
+    (
+        "ch03/cnn.md",
+        r"The gaps between train and validation, means over the seeds, are (\d\.\d+) for the "
+        r"WaveNet and (\d\.\d+) for the MLP",
+        lambda: tuple(
+            cnn_seeds(m, "val")[0] - cnn_seeds(m, "train")[0] for m in ("wavenet", "mlp")
+        ),
+    ),
+    (
+        "ch03/optimization.md",
+        r"on the 2-core Intel Xeon of section 3\.5, where a run takes (\w+) to (\w+) seconds",
+        lambda: (
+            min(t for r in optimizer_seeds().values() for t in r["seconds"]),
+            max(t for r in optimizer_seeds().values() for t in r["seconds"]),
+        ),
+    ),
+    (
+        "ch03/optimization.md",
+        r"Over the (\w+) seeds the three constant rates end at (\d\.\d+) ± (\d\.\d+) \(SGD\), "
+        r"(\d\.\d+) ± (\d\.\d+) \(momentum\) and (\d\.\d+) ± (\d\.\d+) \(AdamW\): their means "
+        r"lie within (\d\.\d+) of each other, less than the smallest of the three standard "
+        r"deviations",
+        lambda: (
+            len(ex("mlp-optimizers-seeds.json")["seeds"]),
+            *(x for r in constant_seeds().values() for x in (r["mean"], r["sd"])),
+            max(r["mean"] for r in constant_seeds().values())
+            - min(r["mean"] for r in constant_seeds().values())
+            if max(r["mean"] for r in constant_seeds().values())
+            - min(r["mean"] for r in constant_seeds().values())
+            < min(r["sd"] for r in constant_seeds().values())
+            else math.nan,
+        ),
+    ),
+    (
+        "ch03/optimization.md",
+        r"\(momentum in (\w+) seeds of (\w+)\)\. That is a tie, and seed 0's \"within 0\.02\" is one "
+        r"draw of it: in seed (\d) the three end (\d\.\d+) apart",
+        lambda: (
+            sum(
+                min(constant_seeds(), key=lambda n: constant_seeds()[n]["val"][i]).startswith(
+                    "SGD + momentum"
+                )
+                for i in range(len(seed_spreads()))
+            ),
+            len(seed_spreads()),
+            ex("mlp-optimizers-seeds.json")["seeds"][
+                max(range(len(seed_spreads())), key=seed_spreads().__getitem__)
+            ],
+            max(seed_spreads()),
+        ),
+    ),
+    (
+        "ch03/optimization.md",
+        r"The schedule is not a tie: (\d\.\d+) ± (\d\.\d+), (\d\.\d+) below the best constant-rate "
+        r"mean, (\d\.\d) times the largest standard deviation, and every one of its (\w+) runs "
+        r"ends below every constant-rate run",
+        lambda: (
+            (sched := optimizer_seeds()["AdamW, lr 0.01, warmup 100 + cosine"])["mean"],
+            sched["sd"],
+            min(r["mean"] for r in constant_seeds().values()) - sched["mean"],
+            (min(r["mean"] for r in constant_seeds().values()) - sched["mean"])
+            / max(r["sd"] for r in optimizer_seeds().values()),
+            len(sched["val"])
+            if max(sched["val"]) < min(v for r in constant_seeds().values() for v in r["val"])
+            else math.nan,
+        ),
+    ),
+    (
+        "numbers.md",
+        r"the three constant rates' means lie within (\d\.\d+) of each other, less than the spread "
+        r"between seeds, and the schedule ends at (\d\.\d+) ± (\d\.\d+), below every "
+        r"constant-rate run",
+        lambda: (
+            max(r["mean"] for r in constant_seeds().values())
+            - min(r["mean"] for r in constant_seeds().values()),
+            optimizer_seeds()["AdamW, lr 0.01, warmup 100 + cosine"]["mean"],
+            optimizer_seeds()["AdamW, lr 0.01, warmup 100 + cosine"]["sd"],
+        ),
+    ),
+    (
+        "ch03/ffn.md",
+        r"Over (\w+) seeds each the SGD run ends at validation (\d\.\d+) ± (\d\.\d+) and the AdamW "
+        r"run at (\d\.\d+) ± (\d\.\d+) \(mean ± sample standard deviation\): SGD's mean is "
+        r"(\d\.\d+) lower, (\d\.\d) times the larger standard deviation, and the two ranges overlap",
+        lambda: (
+            len(ex("ffn-loss-seeds.json")["runs"]),
+            ex("ffn-loss-seeds.json")["summary"]["val"]["mean"],
+            ex("ffn-loss-seeds.json")["summary"]["val"]["sd"],
+            *cnn_seeds("mlp", "val"),
+            cnn_seeds("mlp", "val")[0] - ex("ffn-loss-seeds.json")["summary"]["val"]["mean"],
+            (cnn_seeds("mlp", "val")[0] - ex("ffn-loss-seeds.json")["summary"]["val"]["mean"])
+            / max(cnn_seeds("mlp", "val")[1], ex("ffn-loss-seeds.json")["summary"]["val"]["sd"]),
+        ),
+    ),
+    # 3.5: the attention maps and the MLP probe of the ladder's seed-42 GPT
+    (
+        "ch03/gpt.md",
+        r"puts its largest weight on the previous character at every position of the name, "
+        r"and (\d\.\d+) of its weight on average",
+        lambda: max(max(row) for row in heads("previous")),
+    ),
+    (
+        "ch03/gpt.md",
+        r"One, layer 3 head 3, almost never reads it \((\d\.\d+)\)",
+        lambda: (
+            heads("first")[3][3]
+            if heads("first")[3][3] == min(sum(heads("first"), []))
+            else math.nan
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"for seed 2 it is layer (\d) head (\d) \((\d\.\d+)\); for seed 1 layer (\d) head (\d) "
+        r"\((\d\.\d+)\), with layer 0 head (\d) close behind \((\d\.\d+)\)\. That some head of "
+        r"layer 0 does it, above 0\.5, holds in all (\w+) models",
+        lambda: (
+            *(attention_model(2)["top_previous"][k] for k in ("layer", "head", "weight")),
+            *(attention_model(1)["top_previous"][k] for k in ("layer", "head", "weight")),
+            max(range(4), key=attention_model(1)["heads"]["previous"][0].__getitem__),
+            max(attention_model(1)["heads"]["previous"][0]),
+            len(ex("gpt-attention.json")["seeds"]["models"])
+            if all(
+                max(m["heads"]["previous"][0]) > 0.5
+                for m in ex("gpt-attention.json")["seeds"]["models"]
             )
-            for label, key in [
-                ("GRU", "gru"),
-                ("GPT", "gpt"),
-                ("GPT, weight decay 0.1", "gpt-wd"),
-                ("GPT, dropout 0.1", "gpt-dropout"),
-                ("GPT, dropout 0.1, 40,000 steps", "gpt-dropout-40k"),
-            ]
+            else math.nan,
         ),
-        (
-            "ch03/gpt.md",
-            r"its mean validation loss is (\d\.\d+) nats below the GRU's and its mean test loss "
-            r"(\d\.\d+) below, and each of its three runs ends below each of the GRU's three\. "
-            r"Against the spread the lead is small: (\d\.\d) times the larger standard deviation on "
-            r"validation \(the GRU's, (\d\.\d+), most of it seed 42's (\d\.\d+)\) and (\d\.\d) "
-            r"times on test",
-            lambda: (
-                long_spread("gru", "val")[0] - long_spread("gpt", "val")[0],
-                long_spread("gru", "test")[0] - long_spread("gpt", "test")[0],
-                long_apart("gru", "gpt"),
-                long_spread("gru", "val")[1],
-                long_val("gru"),
-                long_apart("gru", "gpt", "test"),
-            ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"in the other two the least weight any head puts there is (\d\.\d+) and (\d\.\d+)\.",
+        lambda: tuple(
+            min(min(row) for row in attention_model(seed)["heads"]["first"]) for seed in (1, 2)
         ),
-        (
-            "ch03/gpt.md",
-            r"over its last 2,000 steps its three runs moved by (\d\.\d+) nats or less; it has "
-            r"[\d,]+ parameters and fits the training names no better than (\d\.\d+) \(mean\)\. "
-            r"The GPT's training loss goes to (\d\.\d+)\.",
-            lambda: (
-                max(abs(m) for m in long_last_moves("gru")),
-                long_spread("gru", "train")[0],
-                long_spread("gpt", "train")[0],
-            ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"In block 0 of the ladder's GPT the memory reading holds for (\d+)% of the cells, (\w+) the "
+        r"shuffle's (\d+)%",
+        lambda: (
+            100 * ffn_layer(0)["agreement"],
+            ffn_layer(0)["agreement"] / ffn_layer(0)["shuffled"],
+            100 * ffn_layer(0)["shuffled"],
         ),
-        (
-            "ch03/gpt.md",
-            r"lowest validation loss at step ([\d,]+), ([\d,]+) or ([\d,]+) \((\d\.\d+) ± (\d\.\d+)\) and "
-            r"rises after it while the training loss keeps falling: at the end the gap is (\d\.\d+) "
-            r"nats, (\w+) times the gap at step 5,000",
-            lambda: (
-                *(
-                    sorted(set(long_best_steps("gpt")))
-                    if len(set(long_best_steps("gpt"))) == 3
-                    else (math.nan,) * 3
-                ),
-                *long_spread("gpt", "best_val"),
-                long_spread("gpt", "val")[0] - long_spread("gpt", "train")[0],
-                (long_spread("gpt", "val")[0] - long_spread("gpt", "train")[0])
-                / ladder_train_val_gap("gpt"),
-            ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"(\d+)% against (\d+)% in block 1, (\d+)% against (\d+)% in block 2, and (\d+)% against "
+        r"(\d+)% in block 3, where (\w+) the shuffle is (\d+) cells of (\d+) against (\d+),",
+        lambda: (
+            *(100 * ffn_layer(i)[k] for i in (1, 2, 3) for k in ("agreement", "shuffled")),
+            ffn_layer(3)["agreement"] / ffn_layer(3)["shuffled"],
+            ffn_layer(3)["agreement"] * ex("gpt-ffn-memory.json")["cells_per_layer"],
+            ex("gpt-ffn-memory.json")["cells_per_layer"],
+            ffn_layer(3)["shuffled"] * ex("gpt-ffn-memory.json")["cells_per_layer"],
         ),
-        (
-            "ch03/gpt.md",
-            r"holds the validation loss down to (\d\.\d+) ± (\d\.\d+) at the end \((\w+) runs\), "
-            r"(\d\.\d+) below the GPT's mean and every run below all three of the GPT's, with the "
-            r"training loss where it was \((\d\.\d+) ± (\d\.\d+)\)",
-            lambda: (
-                *long_spread("gpt-wd", "val"),
-                len(long_runs("gpt-wd")),
-                long_gain("gpt", "gpt-wd"),
-                *long_spread("gpt-wd", "train"),
-            ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"0\.(\d\d) in block 0 against 0\.(\d\d) for shuffled values, and 0\.(\d\d) to 0\.(\d\d) in "
+        r"blocks 1 to 3 against 0\.(\d\d) to 0\.(\d\d)\]",
+        lambda: (
+            100 * ffn_seeds(0)["agreement"]["mean"],
+            100 * ffn_seeds(0)["shuffled"]["mean"],
+            100 * min(ffn_seeds(i)["agreement"]["mean"] for i in (1, 2, 3)),
+            100 * max(ffn_seeds(i)["agreement"]["mean"] for i in (1, 2, 3)),
+            100 * min(ffn_seeds(i)["shuffled"]["mean"] for i in (1, 2, 3)),
+            100 * max(ffn_seeds(i)["shuffled"]["mean"] for i in (1, 2, 3)),
         ),
-        (
-            "ch03/gpt.md",
-            r"training names \((\d\.\d+) ± (\d\.\d+) at 20,000 steps instead of (\d\.\d+)\) and "
-            r"brings validation to (\d\.\d+) ± (\d\.\d+) and test to (\d\.\d+) ± (\d\.\d+): "
-            r"(\d\.\d+) nats below the GRU's mean on validation and (\d\.\d+) below the GPT's, (\d+) "
-            r"and (\d+) times the larger standard deviation",
-            lambda: (
-                *long_spread("gpt-dropout", "train"),
-                long_spread("gpt", "train")[0],
-                *long_spread("gpt-dropout", "val"),
-                *long_spread("gpt-dropout", "test"),
-                long_spread("gru", "val")[0] - long_spread("gpt-dropout", "val")[0],
-                long_spread("gpt", "val")[0] - long_spread("gpt-dropout", "val")[0],
-                long_apart("gru", "gpt-dropout"),
-                long_apart("gpt", "gpt-dropout"),
-            ),
-        ),
-        (
-            "ch03/gpt.md",
-            r"the GPT reaches validation (\d\.\d+) ± (\d\.\d+) and test (\d\.\d+) ± (\d\.\d+), every "
-            r"run below all three runs at 20,000 steps: (\d\.\d+) nats below the GRU's mean test loss "
-            r"at 20,000 steps",
-            lambda: (
-                *long_spread("gpt-dropout-40k", "val"),
-                *long_spread("gpt-dropout-40k", "test"),
-                long_spread("gru", "test")[0] - long_spread("gpt-dropout-40k", "test")[0]
-                if not math.isnan(long_apart("gpt-dropout", "gpt-dropout-40k"))
-                else math.nan,
-            ),
-        ),
-        (
-            "ch03/gpt.md",
-            r"over the last 8,000 steps its validation loss fell by (\d\.\d+) to (\d\.\d+) in each run",
-            lambda: (
-                min(r["eval"][-3][2] - r["eval"][-1][2] for r in long_runs("gpt-dropout-40k")),
-                max(r["eval"][-3][2] - r["eval"][-1][2] for r in long_runs("gpt-dropout-40k")),
-            ),
-        ),
-        (
-            "ch03/gpt.md",
-            r"none of its runs gained more than (\d\.\d+)\.",
-            lambda: max(long_last_moves("gru")),
-        ),
-        (
-            "ch03/gpt.md",
-            r"best losses: test (\d\.\d+) ± (\d\.\d+) at 20,000 steps \(three runs\) and (\d\.\d+) ± "
-            r"(\d\.\d+) at 40,000 \(three\)",
-            lambda: (*long_spread("gpt-dropout", "test"), *long_spread("gpt-dropout-40k", "test")),
-        ),
-        (
-            "ch03/gpt.md",
-            r"GPT's gap between training and validation is (\d\.\d+) nats",
-            lambda: ladder_train_val_gap("gpt"),
-        ),
-        (
-            "ch03/gpt.md",
-            r"run with (\w+) seeds, 42, 1, 2, 3 and 4 \(a run takes under (\w+) minutes",
-            lambda: (
-                len(census_seeds()["seeds"])
-                if census_seeds()["seeds"] == [42, 1, 2, 3, 4]
-                else math.nan,
-                math.ceil(max(r["wall_s"] for r in census_seeds()["runs"]) / 60),
-            ),
-        ),
-        (
-            "ch03/gpt.md",
-            r"Every seed has its lowest validation loss at step ([\d,]+) \((\d\.\d+) ± (\d\.\d+), mean "
-            r"± sample standard deviation over the (\w+)\) and rises after it; the runs end at train "
-            r"(\d\.\d+) ± (\d\.\d+), validation (\d\.\d+) ± (\d\.\d+) and test (\d\.\d+) ± "
-            r"(\d\.\d+): a gap of (\d\.\d+) nats between training and validation after ([\d,]+) "
-            r"steps, at least (\d\.\d+) in every run, where the 5,000 steps on `names.txt` leave "
-            r"(\d\.\d+) \(mean over three seeds\)\.",
-            lambda: (
-                census_best_step(),
-                *census_spread("best_val"),
-                len(census_seeds()["runs"]),
-                *census_spread("train"),
-                *census_spread("val"),
-                *census_spread("test"),
-                census_spread("val")[0] - census_spread("train")[0],
-                census_gpt()["train_config"]["steps"],
-                math.floor(
-                    100
-                    * min(r["final"]["val"] - r["final"]["train"] for r in census_seeds()["runs"])
-                )
-                / 100,
-                ladder_train_val_gap("gpt"),
-            ),
-        ),
-        # 3.1 to 3.3: the MLP, the optimizers and the WaveNet over seeds
-        (
-            "ch03/cnn.md",
-            r"on the 2-core Intel Xeon of section 3\.5 \(one thread, one run at a time, (\d+) to (\d+) "
-            r"seconds a run\)",
-            lambda: (
-                min(
-                    r["wall_s"]
-                    for m in ("mlp", "wavenet")
-                    for r in ex("cnn-runs-seeds.json")["runs"][m]["runs"]
-                ),
-                max(
-                    r["wall_s"]
-                    for m in ("mlp", "wavenet")
-                    for r in ex("cnn-runs-seeds.json")["runs"][m]["runs"]
-                ),
-            ),
-        ),
-        (
-            "ch03/cnn.md",
-            r"Over the (\w+) seeds the WaveNet ends at validation (\d\.\d+) ± (\d\.\d+) and test "
-            r"(\d\.\d+) ± (\d\.\d+) \(mean ± sample standard deviation\), the MLP at (\d\.\d+) ± "
-            r"(\d\.\d+) and (\d\.\d+) ± (\d\.\d+): the WaveNet's lead is (\d\.\d+) nats on "
-            r"validation and (\d\.\d+) on test, (\d\.\d) and (\d\.\d) times the larger standard "
-            r"deviation, and every WaveNet run ends below every MLP run on both splits\.",
-            lambda: (
-                len(ex("cnn-runs-seeds.json")["runs"]["wavenet"]["seeds"]),
-                *cnn_seeds("wavenet", "val"),
-                *cnn_seeds("wavenet", "test"),
-                *cnn_seeds("mlp", "val"),
-                *cnn_seeds("mlp", "test"),
-                cnn_lead("val")[0],
-                cnn_lead("test")[0],
-                cnn_lead("val")[1],
-                cnn_lead("test")[1],
-            ),
-        ),
-        (
-            "ch03/cnn.md",
-            r"The gaps between train and validation, means over the seeds, are (\d\.\d+) for the "
-            r"WaveNet and (\d\.\d+) for the MLP",
-            lambda: tuple(
-                cnn_seeds(m, "val")[0] - cnn_seeds(m, "train")[0] for m in ("wavenet", "mlp")
-            ),
-        ),
-        (
-            "ch03/optimization.md",
-            r"on the 2-core Intel Xeon of section 3\.5, where a run takes (\w+) to (\w+) seconds",
-            lambda: (
-                min(t for r in optimizer_seeds().values() for t in r["seconds"]),
-                max(t for r in optimizer_seeds().values() for t in r["seconds"]),
-            ),
-        ),
-        (
-            "ch03/optimization.md",
-            r"Over the (\w+) seeds the three constant rates end at (\d\.\d+) ± (\d\.\d+) \(SGD\), "
-            r"(\d\.\d+) ± (\d\.\d+) \(momentum\) and (\d\.\d+) ± (\d\.\d+) \(AdamW\): their means "
-            r"lie within (\d\.\d+) of each other, less than the smallest of the three standard "
-            r"deviations",
-            lambda: (
-                len(ex("mlp-optimizers-seeds.json")["seeds"]),
-                *(x for r in constant_seeds().values() for x in (r["mean"], r["sd"])),
-                max(r["mean"] for r in constant_seeds().values())
-                - min(r["mean"] for r in constant_seeds().values())
-                if max(r["mean"] for r in constant_seeds().values())
-                - min(r["mean"] for r in constant_seeds().values())
-                < min(r["sd"] for r in constant_seeds().values())
-                else math.nan,
-            ),
-        ),
-        (
-            "ch03/optimization.md",
-            r"\(momentum in (\w+) seeds of (\w+)\)\. That is a tie, and seed 0's \"within 0\.02\" is one "
-            r"draw of it: in seed (\d) the three end (\d\.\d+) apart",
-            lambda: (
-                sum(
-                    min(constant_seeds(), key=lambda n: constant_seeds()[n]["val"][i]).startswith(
-                        "SGD + momentum"
-                    )
-                    for i in range(len(seed_spreads()))
-                ),
-                len(seed_spreads()),
-                ex("mlp-optimizers-seeds.json")["seeds"][
-                    max(range(len(seed_spreads())), key=seed_spreads().__getitem__)
-                ],
-                max(seed_spreads()),
-            ),
-        ),
-        (
-            "ch03/optimization.md",
-            r"The schedule is not a tie: (\d\.\d+) ± (\d\.\d+), (\d\.\d+) below the best constant-rate "
-            r"mean, (\d\.\d) times the largest standard deviation, and every one of its (\w+) runs "
-            r"ends below every constant-rate run",
-            lambda: (
-                (sched := optimizer_seeds()["AdamW, lr 0.01, warmup 100 + cosine"])["mean"],
-                sched["sd"],
-                min(r["mean"] for r in constant_seeds().values()) - sched["mean"],
-                (min(r["mean"] for r in constant_seeds().values()) - sched["mean"])
-                / max(r["sd"] for r in optimizer_seeds().values()),
-                len(sched["val"])
-                if max(sched["val"]) < min(v for r in constant_seeds().values() for v in r["val"])
-                else math.nan,
-            ),
-        ),
-        (
-            "numbers.md",
-            r"the three constant rates' means lie within (\d\.\d+) of each other, less than the spread "
-            r"between seeds, and the schedule ends at (\d\.\d+) ± (\d\.\d+), below every "
-            r"constant-rate run",
-            lambda: (
-                max(r["mean"] for r in constant_seeds().values())
-                - min(r["mean"] for r in constant_seeds().values()),
-                optimizer_seeds()["AdamW, lr 0.01, warmup 100 + cosine"]["mean"],
-                optimizer_seeds()["AdamW, lr 0.01, warmup 100 + cosine"]["sd"],
-            ),
-        ),
-        (
-            "ch03/ffn.md",
-            r"Over (\w+) seeds each the SGD run ends at validation (\d\.\d+) ± (\d\.\d+) and the AdamW "
-            r"run at (\d\.\d+) ± (\d\.\d+) \(mean ± sample standard deviation\): SGD's mean is "
-            r"(\d\.\d+) lower, (\d\.\d) times the larger standard deviation, and the two ranges overlap",
-            lambda: (
-                len(ex("ffn-loss-seeds.json")["runs"]),
-                ex("ffn-loss-seeds.json")["summary"]["val"]["mean"],
-                ex("ffn-loss-seeds.json")["summary"]["val"]["sd"],
-                *cnn_seeds("mlp", "val"),
-                cnn_seeds("mlp", "val")[0] - ex("ffn-loss-seeds.json")["summary"]["val"]["mean"],
-                (cnn_seeds("mlp", "val")[0] - ex("ffn-loss-seeds.json")["summary"]["val"]["mean"])
-                / max(
-                    cnn_seeds("mlp", "val")[1], ex("ffn-loss-seeds.json")["summary"]["val"]["sd"]
-                ),
-            ),
-        ),
-        # 3.5: the attention maps and the MLP probe of the ladder's seed-42 GPT
-        (
-            "ch03/gpt.md",
-            r"puts its largest weight on the previous character at every position of the name, "
-            r"and (\d\.\d+) of its weight on average",
-            lambda: max(max(row) for row in heads("previous")),
-        ),
-        (
-            "ch03/gpt.md",
-            r"One, layer 3 head 3, almost never reads it \((\d\.\d+)\)",
-            lambda: (
-                heads("first")[3][3]
-                if heads("first")[3][3] == min(sum(heads("first"), []))
-                else math.nan
-            ),
-        ),
-        (
-            "ch03/gpt.md",
-            r"for seed 2 it is layer (\d) head (\d) \((\d\.\d+)\); for seed 1 layer (\d) head (\d) "
-            r"\((\d\.\d+)\), with layer 0 head (\d) close behind \((\d\.\d+)\)\. That some head of "
-            r"layer 0 does it, above 0\.5, holds in all (\w+) models",
-            lambda: (
-                *(attention_model(2)["top_previous"][k] for k in ("layer", "head", "weight")),
-                *(attention_model(1)["top_previous"][k] for k in ("layer", "head", "weight")),
-                max(range(4), key=attention_model(1)["heads"]["previous"][0].__getitem__),
-                max(attention_model(1)["heads"]["previous"][0]),
-                len(ex("gpt-attention.json")["seeds"]["models"])
-                if all(
-                    max(m["heads"]["previous"][0]) > 0.5
-                    for m in ex("gpt-attention.json")["seeds"]["models"]
-                )
-                else math.nan,
-            ),
-        ),
-        (
-            "ch03/gpt.md",
-            r"in the other two the least weight any head puts there is (\d\.\d+) and (\d\.\d+)\.",
-            lambda: tuple(
-                min(min(row) for row in attention_model(seed)["heads"]["first"]) for seed in (1, 2)
-            ),
-        ),
-        (
-            "ch03/gpt.md",
-            r"In block 0 of the ladder's GPT the memory reading holds for (\d+)% of the cells, (\w+) the "
-            r"shuffle's (\d+)%",
-            lambda: (
-                100 * ffn_layer(0)["agreement"],
-                ffn_layer(0)["agreement"] / ffn_layer(0)["shuffled"],
-                100 * ffn_layer(0)["shuffled"],
-            ),
-        ),
-        (
-            "ch03/gpt.md",
-            r"(\d+)% against (\d+)% in block 1, (\d+)% against (\d+)% in block 2, and (\d+)% against "
-            r"(\d+)% in block 3, where (\w+) the shuffle is (\d+) cells of (\d+) against (\d+),",
-            lambda: (
-                *(100 * ffn_layer(i)[k] for i in (1, 2, 3) for k in ("agreement", "shuffled")),
-                ffn_layer(3)["agreement"] / ffn_layer(3)["shuffled"],
-                ffn_layer(3)["agreement"] * ex("gpt-ffn-memory.json")["cells_per_layer"],
-                ex("gpt-ffn-memory.json")["cells_per_layer"],
-                ffn_layer(3)["shuffled"] * ex("gpt-ffn-memory.json")["cells_per_layer"],
-            ),
-        ),
-        (
-            "ch03/gpt.md",
-            r"0\.(\d\d) in block 0 against 0\.(\d\d) for shuffled values, and 0\.(\d\d) to 0\.(\d\d) in "
-            r"blocks 1 to 3 against 0\.(\d\d) to 0\.(\d\d)\]",
-            lambda: (
+    ),
+    (
+        "ch03/gpt.md",
+        r"Block 0's reading holds in all (\w+): (\d+)% ± (\d+)% of the cells against (\d+)% ± (\d+)% "
+        r"for the shuffle \(mean ± sample standard deviation over the three\), and every model's "
+        r"own share is above every model's shuffle\. In blocks 1 to 3 it does not: their own "
+        r"shares range from (\d+)% to (\d+)% and their shuffles from (\d+)% to (\d+)%, and block 3's "
+        r"factor of two is seed 42's alone \(seed 1: (\d\.\d)% against (\d\.\d)%\)",
+        lambda: (
+            (
+                len(ex("gpt-ffn-memory.json")["seeds"]["models"]),
                 100 * ffn_seeds(0)["agreement"]["mean"],
+                100 * ffn_seeds(0)["agreement"]["sd"],
                 100 * ffn_seeds(0)["shuffled"]["mean"],
-                100 * min(ffn_seeds(i)["agreement"]["mean"] for i in (1, 2, 3)),
-                100 * max(ffn_seeds(i)["agreement"]["mean"] for i in (1, 2, 3)),
-                100 * min(ffn_seeds(i)["shuffled"]["mean"] for i in (1, 2, 3)),
-                100 * max(ffn_seeds(i)["shuffled"]["mean"] for i in (1, 2, 3)),
-            ),
-        ),
-        (
-            "ch03/gpt.md",
-            r"Block 0's reading holds in all (\w+): (\d+)% ± (\d+)% of the cells against (\d+)% ± (\d+)% "
-            r"for the shuffle \(mean ± sample standard deviation over the three\), and every model's "
-            r"own share is above every model's shuffle\. In blocks 1 to 3 it does not: their own "
-            r"shares range from (\d+)% to (\d+)% and their shuffles from (\d+)% to (\d+)%, and block 3's "
-            r"factor of two is seed 42's alone \(seed 1: (\d\.\d)% against (\d\.\d)%\)",
-            lambda: (
-                (
-                    len(ex("gpt-ffn-memory.json")["seeds"]["models"]),
-                    100 * ffn_seeds(0)["agreement"]["mean"],
-                    100 * ffn_seeds(0)["agreement"]["sd"],
-                    100 * ffn_seeds(0)["shuffled"]["mean"],
-                    100 * ffn_seeds(0)["shuffled"]["sd"],
-                    100 * min(ffn_seeds(i)["agreement"]["min"] for i in (1, 2, 3)),
-                    100 * max(ffn_seeds(i)["agreement"]["max"] for i in (1, 2, 3)),
-                    100 * min(ffn_seeds(i)["shuffled"]["min"] for i in (1, 2, 3)),
-                    100 * max(ffn_seeds(i)["shuffled"]["max"] for i in (1, 2, 3)),
-                    *(100 * ffn_model(1)["layers"][3][k] for k in ("agreement", "shuffled")),
-                )
-                if ffn_seeds(0)["agreement"]["min"] > ffn_seeds(0)["shuffled"]["max"]
-                and ffn_model(1)["layers"][3]["agreement"]
-                < 2 * ffn_model(1)["layers"][3]["shuffled"]
-                else (math.nan,) * 11
-            ),
-        ),
-        (
-            "ch03/gpt.md",
-            r"their triggers were followed by `g` (\w+) times of (\w+)\.",
-            lambda: next(
-                (c["next"][0][1], sum(k for _, k in c["next"]))
-                for c in ex("gpt-ffn-memory.json")["cells"]
-                if c["layer"] == 3 and c["unit"] == 30 and c["next"][0][0] == "g"
-            ),
-        ),
-        (
-            "ch03/index.md",
-            r"RNN (\d\.\d+) ± (\d\.\d+) / (\d\.\d+) ± (\d\.\d+) \((\d) seeds\); GRU (\d\.\d+) ± "
-            r"(\d\.\d+) / (\d\.\d+) ± (\d\.\d+) \((\d) seeds\) \|",
-            lambda: tuple(
-                x
-                for key in ("rnn", "gru")
-                for x in (
-                    *ladder_spread(key, "val"),
-                    *ladder_spread(key, "test"),
-                    len(ex("ladder-names-seeds.json")["runs"][key]["seeds"]),
-                )
-            ),
-        ),
-        *(
-            (
-                "numbers.md",
-                rf"^\| {lit(label)}, emb 64, state 64, ([\d,]+) steps, (\d) seeds \| makemore "
-                r"`names\.txt` \| (\d\.\d+) ± (\d\.\d+) \| (\d\.\d+) ± (\d\.\d+) \| (\d\.\d+) ± "
-                r"(\d\.\d+) \|",
-                lambda key=key: (
-                    ex("ladder-names.json")["runs"][key]["train_config"]["steps"],
-                    *ladder_row(key)[1:2],
-                    *ladder_row(key)[3:],
-                ),
+                100 * ffn_seeds(0)["shuffled"]["sd"],
+                100 * min(ffn_seeds(i)["agreement"]["min"] for i in (1, 2, 3)),
+                100 * max(ffn_seeds(i)["agreement"]["max"] for i in (1, 2, 3)),
+                100 * min(ffn_seeds(i)["shuffled"]["min"] for i in (1, 2, 3)),
+                100 * max(ffn_seeds(i)["shuffled"]["max"] for i in (1, 2, 3)),
+                *(100 * ffn_model(1)["layers"][3][k] for k in ("agreement", "shuffled")),
             )
-            for label, key in [("RNN (tanh)", "rnn"), ("GRU", "gru")]
+            if ffn_seeds(0)["agreement"]["min"] > ffn_seeds(0)["shuffled"]["max"]
+            and ffn_model(1)["layers"][3]["agreement"] < 2 * ffn_model(1)["layers"][3]["shuffled"]
+            else (math.nan,) * 11
         ),
-        (
-            "projects.md",
-            r"At 0\.5 to 1\.0 the gap is (\d+\.\d) to (\d+\.\d) points, (\d\.\d) to (\d\.\d) times its "
-            r"sampling standard error \(the error of a difference of two shares of ([\d,]+) draws, "
-            r"about (\d) points\); at 1\.2 to 2\.0 it is (\d\.\d) to (\d\.\d) points, (\d\.\d) to "
-            r"(\d\.\d) standard errors",
-            lambda: (
-                (
-                    min(g for g, _, _ in innovation_gaps()[:3]),
-                    max(g for g, _, _ in innovation_gaps()[:3]),
-                    min(k for _, k, _ in innovation_gaps()[:3]),
-                    max(k for _, k, _ in innovation_gaps()[:3]),
-                    ex("names-innovation-gpt.json")["num"],
-                    statistics.fmean(se for _, _, se in innovation_gaps()[:3]),
-                    min(g for g, _, _ in innovation_gaps()[3:]),
-                    max(g for g, _, _ in innovation_gaps()[3:]),
-                    min(k for _, k, _ in innovation_gaps()[3:]),
-                    max(k for _, k, _ in innovation_gaps()[3:]),
-                )
-                if [r["temperature"] for r in ex("names-innovation-gpt.json")["rows"]]
-                == [0.5, 0.8, 1.0, 1.2, 1.5, 2.0]
-                and all(g > 0 for g, _, _ in innovation_gaps())
-                else (math.nan,) * 10
-            ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"their triggers were followed by `g` (\w+) times of (\w+)\.",
+        lambda: next(
+            (c["next"][0][1], sum(k for _, k in c["next"]))
+            for c in ex("gpt-ffn-memory.json")["cells"]
+            if c["layer"] == 3 and c["unit"] == 30 and c["next"][0][0] == "g"
         ),
-        # the projects page: the draws of the names-innovation files
-        (
-            "projects.md",
-            r"for a GRU of section 3\.4 trained for ([\d,]+) steps and for a GPT of section 3\.5's "
-            r"size trained for ([\d,]+) steps",
-            lambda: tuple(ex(f"names-innovation-{m}.json")["step"] for m in ("gru", "gpt")),
+    ),
+    (
+        "ch03/index.md",
+        r"RNN (\d\.\d+) ± (\d\.\d+) / (\d\.\d+) ± (\d\.\d+) \((\d) seeds\); GRU (\d\.\d+) ± "
+        r"(\d\.\d+) / (\d\.\d+) ± (\d\.\d+) \((\d) seeds\) \|",
+        lambda: tuple(
+            x
+            for key in ("rnn", "gru")
+            for x in (
+                *ladder_spread(key, "val"),
+                *ladder_spread(key, "test"),
+                len(ex("ladder-names-seeds.json")["runs"][key]["seeds"]),
+            )
         ),
-        (
-            "projects.md",
-            r"With ([\d,]+) draws per temperature \(`--seed (\d+)`\)",
-            lambda: tuple(ex("names-innovation-gpt.json")[k] for k in ("num", "seed")),
-        ),
-        (
-            "projects.md",
-            r"at 0\.5 the GPT's ([\d,]+) names contain only (\d+) distinct ones",
-            lambda: (
-                ex("names-innovation-gpt.json")["num"],
-                ex("names-innovation-gpt.json")["num"]
-                * ex("names-innovation-gpt.json")["rows"][0]["distinct"],
-            ),
-        ),
-        (
-            "projects.md",
-            r"highest at the coldest setting, around (\d+)%",
-            lambda: (
-                100
-                * max(
-                    r["new_but_real"]
-                    for m in ("gru", "gpt")
-                    for r in ex(f"names-innovation-{m}.json")["rows"]
-                )
-            ),
-        ),
-        (
-            "projects.md",
-            r"With `seed=0` the same network stops at a loss of (\d\.\d+)",
-            lambda: out("projects", r"^\[([\d.]+), [\d.]+, [\d.]+\]$"),
-        ),
-        (
-            "ch08/evaluation.md",
-            r"A model of ([\d,]+) parameters trained on one task",
-            lambda: ex("posttrain-demo.json")["config"]["parameters"],
-        ),
-        (
-            "ch08/evaluation.md",
-            r"The demo's SFT pass@1 is (\d\.\d+) on (\d+) problems",
-            lambda: (demo("sft"), demo("sft", "n")),
-        ),
-        # the census names: the split every chapter-3 run uses
+    ),
+    *(
         (
             "numbers.md",
-            r"\(([\d,]+) names; ([\d,]+) train, (\d+) validation\)",
-            lambda: (sum(census_split()), *census_split()[:2]),
+            rf"^\| {lit(label)}, emb 64, state 64, ([\d,]+) steps, (\d) seeds \| makemore "
+            r"`names\.txt` \| (\d\.\d+) ± (\d\.\d+) \| (\d\.\d+) ± (\d\.\d+) \| (\d\.\d+) ± "
+            r"(\d\.\d+) \|",
+            lambda key=key: (
+                ex("ladder-names.json")["runs"][key]["train_config"]["steps"],
+                *ladder_row(key)[1:2],
+                *ladder_row(key)[3:],
+            ),
+        )
+        for label, key in [("RNN (tanh)", "rnn"), ("GRU", "gru")]
+    ),
+    (
+        "projects.md",
+        r"At 0\.5 to 1\.0 the gap is (\d+\.\d) to (\d+\.\d) points, (\d\.\d) to (\d\.\d) times its "
+        r"sampling standard error \(the error of a difference of two shares of ([\d,]+) draws, "
+        r"about (\d) points\); at 1\.2 to 2\.0 it is (\d\.\d) to (\d\.\d) points, (\d\.\d) to "
+        r"(\d\.\d) standard errors",
+        lambda: (
+            (
+                min(g for g, _, _ in innovation_gaps()[:3]),
+                max(g for g, _, _ in innovation_gaps()[:3]),
+                min(k for _, k, _ in innovation_gaps()[:3]),
+                max(k for _, k, _ in innovation_gaps()[:3]),
+                ex("names-innovation-gpt.json")["num"],
+                statistics.fmean(se for _, _, se in innovation_gaps()[:3]),
+                min(g for g, _, _ in innovation_gaps()[3:]),
+                max(g for g, _, _ in innovation_gaps()[3:]),
+                min(k for _, k, _ in innovation_gaps()[3:]),
+                max(k for _, k, _ in innovation_gaps()[3:]),
+            )
+            if [r["temperature"] for r in ex("names-innovation-gpt.json")["rows"]]
+            == [0.5, 0.8, 1.0, 1.2, 1.5, 2.0]
+            and all(g > 0 for g, _, _ in innovation_gaps())
+            else (math.nan,) * 10
         ),
-        ("ch03/index.md", r"on the ([\d,]+) US-census first names", lambda: sum(census_split())),
-        (
-            "ch03/ffn.md",
-            r"([\d,]+) parameters fitted to ([\d,]+) examples start to memorise",
-            lambda: (cnn("mlp")["num_params"], out("ch03/ffn", r"^\d+ \((\d+), 3\)")),
+    ),
+    # the projects page: the draws of the names-innovation files
+    (
+        "projects.md",
+        r"for a GRU of section 3\.4 trained for ([\d,]+) steps and for a GPT of section 3\.5's "
+        r"size trained for ([\d,]+) steps",
+        lambda: tuple(ex(f"names-innovation-{m}.json")["step"] for m in ("gru", "gpt")),
+    ),
+    (
+        "projects.md",
+        r"With ([\d,]+) draws per temperature \(`--seed (\d+)`\)",
+        lambda: tuple(ex("names-innovation-gpt.json")[k] for k in ("num", "seed")),
+    ),
+    (
+        "projects.md",
+        r"at 0\.5 the GPT's ([\d,]+) names contain only (\d+) distinct ones",
+        lambda: (
+            ex("names-innovation-gpt.json")["num"],
+            ex("names-innovation-gpt.json")["num"]
+            * ex("names-innovation-gpt.json")["rows"][0]["distinct"],
         ),
-        (
-            "projects.md",
-            r"held-out list of ([\d,]+) names",
-            lambda: sum(census_split()[1:]),
+    ),
+    (
+        "projects.md",
+        r"highest at the coldest setting, around (\d+)%",
+        lambda: (
+            100
+            * max(
+                r["new_but_real"]
+                for m in ("gru", "gpt")
+                for r in ex(f"names-innovation-{m}.json")["rows"]
+            )
         ),
-        # 4.2's eager costs: the per-op overhead of both machines, the large ops' shapes
-        (
-            "ch04/primitives.md",
-            r"rows that record a graph stay between (\d\.\d) and (\d\.\d) times PyTorch's",
-            lambda: grad_overhead_range(),
-        ),
-        (
-            "ch04/primitives.md",
-            r"its activations are \(16, 32, 256\), ([\d,]+)\s+entries",
-            lambda: ex("elementwise-intel.json")["ns_per_entry"]["tanh"]["entries"],
-        ),
-        # the home page and the numbers page
-        ("index.md", r"\\log 27 \\approx (\d\.\d+)", lambda: math.log(27)),
-        ("numbers.md", r"\$\\log 27 \\approx (\d\.\d+)\$", lambda: math.log(27)),
-    ]
-)
+    ),
+    (
+        "projects.md",
+        r"With `seed=0` the same network stops at a loss of (\d\.\d+)",
+        lambda: out("projects", r"^\[([\d.]+), [\d.]+, [\d.]+\]$"),
+    ),
+    (
+        "ch08/evaluation.md",
+        r"A model of ([\d,]+) parameters trained on one task",
+        lambda: ex("posttrain-demo.json")["config"]["parameters"],
+    ),
+    (
+        "ch08/evaluation.md",
+        r"The demo's SFT pass@1 is (\d\.\d+) on (\d+) problems",
+        lambda: (demo("sft"), demo("sft", "n")),
+    ),
+    # the census names: the split every chapter-3 run uses
+    (
+        "numbers.md",
+        r"\(([\d,]+) names; ([\d,]+) train, (\d+) validation\)",
+        lambda: (sum(census_split()), *census_split()[:2]),
+    ),
+    ("ch03/index.md", r"on the ([\d,]+) US-census first names", lambda: sum(census_split())),
+    (
+        "ch03/ffn.md",
+        r"([\d,]+) parameters fitted to ([\d,]+) examples start to memorise",
+        lambda: (cnn("mlp")["num_params"], out("ch03/ffn", r"^\d+ \((\d+), 3\)")),
+    ),
+    (
+        "projects.md",
+        r"held-out list of ([\d,]+) names",
+        lambda: sum(census_split()[1:]),
+    ),
+    # 4.2's eager costs: the per-op overhead of both machines, the large ops' shapes
+    (
+        "ch04/primitives.md",
+        r"rows that record a graph stay between (\d\.\d) and (\d\.\d) times PyTorch's",
+        lambda: grad_overhead_range(),
+    ),
+    (
+        "ch04/primitives.md",
+        r"its activations are \(16, 32, 256\), ([\d,]+)\s+entries",
+        lambda: ex("elementwise-intel.json")["ns_per_entry"]["tanh"]["entries"],
+    ),
+    # the home page and the numbers page
+    ("index.md", r"\\log 27 \\approx (\d\.\d+)", lambda: math.log(27)),
+    ("numbers.md", r"\$\\log 27 \\approx (\d\.\d+)\$", lambda: math.log(27)),
+]
 
 
 def collectives_fit_error(who: str, size: int) -> float:
