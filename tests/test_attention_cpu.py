@@ -348,3 +348,43 @@ def test_random_shapes(L, S, D, Dv, batch, kind, dt, seed):
     elif kind == "float":
         mask = r.standard_normal((1,) * len(batch) + (L, S))
     compare(q, k, v, mask, dt=dt, is_causal=kind == "causal")
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("layout", ["dense", "cache", "heads_last", "transposed"])
+@pytest.mark.parametrize("mask", [None, "bool", "float"])
+def test_one_query_row_reads_k_and_v_in_place_with_the_copied_paths_bits(dt, layout, mask):
+    """A decode step (one or two query rows) reads K and V where they are when their rows
+    are contiguous (a cache's window included) instead of copying them into scratch; every
+    query row is computed alone, so each row of a call with more rows (the copied path)
+    must give the same bits. Transposed K and V (rows not contiguous) take the copied path."""
+    r = rng(5)
+    B, H, S, D, Lmax = 2, 3, 37, 24, 5
+    q = sitp.tensor(r.standard_normal((B, H, Lmax, D)).astype(dt))
+    if layout == "dense":
+        k, v = (sitp.tensor(r.standard_normal((B, H, S, D)).astype(dt)) for _ in range(2))
+    elif layout == "cache":  # the first S slots of a longer buffer, as the KV cache keeps them
+        k, v = (sitp.tensor(r.standard_normal((B, H, S + 9, D)).astype(dt))[:, :, :S] for _ in "kv")
+    elif layout == "heads_last":  # (B, S, H, D) seen as (B, H, S, D): rows H * D apart
+        k, v = (
+            sitp.tensor(r.standard_normal((B, S, H, D)).astype(dt)).transpose(1, 2) for _ in "kv"
+        )
+    else:  # (B, H, D, S) seen as (B, H, S, D): a column of each row is contiguous
+        k, v = (sitp.tensor(r.standard_normal((B, H, D, S)).astype(dt)).mT for _ in "kv")
+    m = None
+    if mask == "bool":
+        m = sitp.tensor(r.random((B, 1, Lmax, S)) > 0.3)
+    elif mask == "float":
+        m = sitp.tensor(r.standard_normal((1, H, Lmax, S)).astype(dt))
+    with sitp.no_grad():
+        many = F.scaled_dot_product_attention(q, k, v, attn_mask=m).numpy()
+        for i in range(Lmax - 1):
+            for n in (1, 2):
+                mi = None if m is None else m[:, :, i : i + n]
+                few = F.scaled_dot_product_attention(q[:, :, i : i + n], k, v, attn_mask=mi)
+                assert few.numpy().tobytes() == many[:, :, i : i + n].tobytes(), (i, n)
+    want = TF.scaled_dot_product_attention(
+        *(torch.tensor(t.numpy()) for t in (q, k, v)),
+        attn_mask=None if m is None else torch.tensor(m.numpy()),
+    )
+    np.testing.assert_allclose(many, want.numpy(), **TOL[dt])

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from sitp.kernels.cpu import blas
-from sitp.kernels.cpu.blas.small import KD, gemm_direct_parallel, gemm_small_set
+from sitp.kernels.cpu.blas.small import KD, SHORT_MR, gemm_direct_parallel, gemm_small_set
 
 # (M, K, N): not multiples of any tile; one-element; one tile exactly; K = 0
 SHAPES = [
@@ -276,7 +276,7 @@ def test_gemm_small_set_edges_and_layouts(dtype, layout):
     neither, on one thread and on two."""
     rng = np.random.default_rng(9)
     nr = _NR * 4 // np.dtype(dtype).itemsize
-    Ms = (1, _MR - 1, _MR, _MR + 1, 3 * _MR + 5)
+    Ms = (1, SHORT_MR - 1, SHORT_MR, SHORT_MR + 1, 7, 8, 9, _MR - 1, _MR, _MR + 1, 3 * _MR + 5)
     Ns = (1, nr // 2 - 1, nr // 2, nr // 2 + 1, nr - 1, nr, nr + 1, 2 * nr + nr // 2 + 3)
     Ks = (37, 2 * KD + 7) if layout == "cols" else (37,)
     for M, N, K in itertools.product(Ms, Ns, Ks):
@@ -301,12 +301,13 @@ def test_gemm_small_set_edges_and_layouts(dtype, layout):
 
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_few_rows_times_a_transposed_weight_give_the_tiles_bits(dtype):
-    """x @ W.T for fewer rows than a tile (one token through a Linear) reads W's rows in
-    place (small._gemv_cols) instead of copying all of W for the tiles: each entry is the
-    same sum, from the bias or 0 in the order of K with the same contraction, so the
+    """x @ W.T for fewer rows than the shortest tile (one token through a Linear) reads W's
+    rows in place (small._gemv_cols) instead of copying all of W for the tiles: each entry
+    is the same sum, from the bias or 0 in the order of K with the same contraction, so the
     bits are those of the tiles run on a copy of W.T with contiguous rows."""
     rng = np.random.default_rng(11)
-    for M, K, N in itertools.product((1, 2, _MR - 1), (1, 17, 131), (2, 7, 8, 9, 17, 65)):
+    Ms = (1, 2, SHORT_MR - 1, SHORT_MR, _MR - 1)
+    for M, K, N in itertools.product(Ms, (1, 17, 131), (2, 7, 8, 9, 17, 65)):
         for a_cols in (False, True):
             A = rand((K, M), dtype, rng).T if a_cols else rand((M, K), dtype, rng)
             W, bias = rand((N, K), dtype, rng), rand((N,), dtype, rng)
@@ -318,3 +319,26 @@ def test_few_rows_times_a_transposed_weight_give_the_tiles_bits(dtype):
                 np.testing.assert_allclose(
                     got, A @ W.T + (bias if has_bias else 0), **tol(dtype, K)
                 )
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("a_cols", [False, True])
+@pytest.mark.parametrize("b_cols", [False, True])
+def test_short_tiles_give_the_full_tiles_bits(dtype, a_cols, b_cols):
+    """Fewer rows than a tile (SHORT_MR to MR - 1: a decode step's batch) run in tiles of 8
+    or 4 rows; each entry is the same sum in the same order whatever the tile's height, so
+    its bits are those of the same rows computed among MR or more (full tiles). (Not for
+    a transposed A with K over KD: full tiles then sum K in slabs, short ones do not.)"""
+    rng = np.random.default_rng(13)
+    Ks = (1, 17, KD - 3) if a_cols else (1, 17, KD + 3, 2 * KD + 9)
+    for M, K, N in itertools.product(range(SHORT_MR, _MR), Ks, (_NR // 2, _NR + 3, 65)):
+        big = rand((_MR + M, K), dtype, rng)
+        if a_cols:
+            big = np.ascontiguousarray(big.T).T
+        W, bias = rand((N, K), dtype, rng), rand((N,), dtype, rng)
+        B = W.T if b_cols else np.ascontiguousarray(W.T)
+        for has_bias in (False, True):
+            few, many = np.full((M, N), np.nan, dtype), np.full((_MR + M, N), np.nan, dtype)
+            gemm_small_set(big[:M], B, few, bias, has_bias)
+            gemm_small_set(big, B, many, bias, has_bias)
+            assert few.tobytes() == many[:M].tobytes(), f"{M}x{K}x{N} {has_bias=}"

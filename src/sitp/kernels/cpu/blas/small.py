@@ -28,6 +28,19 @@ _tile_full_cols = make_tile_fma(SMALL_MR, 2, a_unit="i")  # A's columns contiguo
 _tile_half_cols = make_tile_fma(SMALL_MR, 1, a_unit="i")
 _row_full = make_tile_fma(1, 2)  # one row at a time, for the rows left over
 _row_half = make_tile_fma(1, 1)
+# Shorter tiles for products of fewer rows than SMALL_MR but at least SHORT_MR (a
+# decode step's batch of 8 sequences; SMALL_MR is 14 on AVX-512, 6 on AVX2): one
+# 8- or 4-row tile reads each row of B once for all of them, where tiles of one row
+# read it once a row, and a one-row tile's two accumulators wait on each other's FMAs.
+SHORT_MR = 4
+_short8_full_rows = make_tile_fma(8, 2, a_unit="p")
+_short8_half_rows = make_tile_fma(8, 1, a_unit="p")
+_short8_full_cols = make_tile_fma(8, 2, a_unit="i")
+_short8_half_cols = make_tile_fma(8, 1, a_unit="i")
+_short4_full_rows = make_tile_fma(4, 2, a_unit="p")
+_short4_half_rows = make_tile_fma(4, 1, a_unit="p")
+_short4_full_cols = make_tile_fma(4, 2, a_unit="i")
+_short4_half_cols = make_tile_fma(4, 1, a_unit="i")
 
 
 @njit(cache=True)
@@ -42,6 +55,33 @@ def _tile(full, A, a_off, a_si, a_sp, B, b_off, b_sp, K, C, c_off, ldc, mode, bi
         _tile_half_rows(A, a_off, a_si, 1, B, b_off, b_sp, K, C, c_off, ldc, mode, bias, bias_off)
     else:
         _tile_half_cols(A, a_off, 1, a_sp, B, b_off, b_sp, K, C, c_off, ldc, mode, bias, bias_off)
+
+
+@njit(cache=True)
+def _tile_mr(
+    mr, full, A, a_off, a_si, a_sp, B, b_off, b_sp, K, C, c_off, ldc, mode, bias, bias_off
+):
+    """_tile for a tile of ``mr`` rows: SMALL_MR, or the shorter 8 and 4 (SHORT_MR)."""
+    args = (B, b_off, b_sp, K, C, c_off, ldc, mode, bias, bias_off)
+    if mr == SMALL_MR:
+        _tile(full, A, a_off, a_si, a_sp, *args)
+    elif mr == 8:
+        if full and a_sp == 1:
+            _short8_full_rows(A, a_off, a_si, 1, *args)
+        elif full:
+            _short8_full_cols(A, a_off, 1, a_sp, *args)
+        elif a_sp == 1:
+            _short8_half_rows(A, a_off, a_si, 1, *args)
+        else:
+            _short8_half_cols(A, a_off, 1, a_sp, *args)
+    elif full and a_sp == 1:
+        _short4_full_rows(A, a_off, a_si, 1, *args)
+    elif full:
+        _short4_full_cols(A, a_off, 1, a_sp, *args)
+    elif a_sp == 1:
+        _short4_half_rows(A, a_off, a_si, 1, *args)
+    else:
+        _short4_half_cols(A, a_off, 1, a_sp, *args)
 
 
 # --8<-- [start:gemm_small]
@@ -83,13 +123,14 @@ def gemm_small_set(A, B, C, bias, has_bias):
         return
     M, N = C.shape
     a_si, a_sp = A.strides[0] // A.itemsize, A.strides[1] // A.itemsize
-    if M < SMALL_MR and N > 1 and B.strides[0] == B.itemsize and B.strides[1] != B.itemsize:
-        _gemv_cols(A, B, C, mode, bias)  # a few rows times a layer's W.T
+    if M < SHORT_MR and N > 1 and B.strides[0] == B.itemsize and B.strides[1] != B.itemsize:
+        _gemv_cols(A, B, C, mode, bias)  # a row or few times a layer's W.T
         return
-    if M < SMALL_MR or N < tile_nr(A.dtype) // 2 or (a_sp != 1 and a_si != 1):
+    if M < SHORT_MR or N < tile_nr(A.dtype) // 2 or (a_sp != 1 and a_si != 1):
         _gemm_small(A, B, C, mode, bias)
     else:
-        _gemm_set(A, B, C, mode, bias)
+        mr = SMALL_MR if M >= SMALL_MR else 8 if M >= 8 else SHORT_MR
+        _gemm_set(A, B, C, mode, bias, mr)
 
 
 @njit(cache=True, fastmath=FASTMATH)
@@ -142,14 +183,15 @@ def _gemv_cols(A, B, C, mode, bias):
 
 
 @njit(cache=True)
-def _gemm_set(A, B, C, mode, bias):
-    """C = A @ B (mode 1) or A @ B + bias (mode 2), all in full register tiles.
+def _gemm_set(A, B, C, mode, bias, mr):
+    """C = A @ B (mode 1) or A @ B + bias (mode 2), all in full register tiles of ``mr``
+    rows (SMALL_MR, or 8 or 4 for a C of fewer rows: :func:`_tile_mr`).
 
     A tile that stores (rather than adds) may overlap one already written: it
     writes the same values again, every entry being the same sum in the same order.
     So the last SMALL_MR rows and the last NR (or NR/2) columns of C are one more
     tile each, placed flush with C's edge, instead of rows one at a time and an
-    ikj strip. For a C at least SMALL_MR x NR/2, with contiguous rows, and an A
+    ikj strip. For a C at least mr x NR/2, with contiguous rows, and an A
     whose rows or columns are contiguous (gemm_small_set sends the rest to
     :func:`_gemm_small`).
 
@@ -166,15 +208,18 @@ def _gemm_set(A, B, C, mode, bias):
     j_tiles, full = _column_tiles(N, NR)
     if N == 1 or B.strides[1] == B.itemsize:  # B's rows contiguous: read in place
         b_sp = B.strides[0] // B.itemsize
-        if a_si == 1 and a_sp != 1 and K > KD:  # A transposed, and long: slabs of K
+        # A transposed, and long: slabs of K (the full tiles only)
+        if a_si == 1 and a_sp != 1 and K > KD and mr == SMALL_MR:
             _gemm_set_slabs(A, a_sp, B, b_sp, C, ldc, mode, bias, j_tiles, full)
             return
-        for i in range(0, M, SMALL_MR):
-            i0 = min(i, M - SMALL_MR)  # the last block of rows ends at C's edge
+        for i in range(0, M, mr):
+            i0 = min(i, M - mr)  # the last block of rows ends at C's edge
             a0, c0 = i0 * a_si, i0 * ldc
             for t in range(j_tiles.size):
                 j0 = j_tiles[t]
-                _tile(full[t], A, a0, a_si, a_sp, B, j0, b_sp, K, C, c0 + j0, ldc, mode, bias, j0)
+                _tile_mr(
+                    mr, full[t], A, a0, a_si, a_sp, B, j0, b_sp, K, C, c0 + j0, ldc, mode, bias, j0
+                )
         return
     Bs = np.ascontiguousarray(B.T) if B.strides[0] != B.itemsize else B.T  # rows: B's columns
     Bp = np.empty((j_tiles.size * K, NR), A.dtype)  # strip t: rows t * K .. (t + 1) * K
@@ -184,13 +229,13 @@ def _gemm_set(A, B, C, mode, bias):
             dst = Bp[t * K + p]
             for jj in range(w):
                 dst[jj] = Bs[j0 + jj, p]
-    for i in range(0, M, SMALL_MR):
-        i0 = min(i, M - SMALL_MR)
+    for i in range(0, M, mr):
+        i0 = min(i, M - mr)
         a0, c0 = i0 * a_si, i0 * ldc
         for t in range(j_tiles.size):
             j0 = j_tiles[t]
             b0 = t * K * NR
-            _tile(full[t], A, a0, a_si, a_sp, Bp, b0, NR, K, C, c0 + j0, ldc, mode, bias, j0)
+            _tile_mr(mr, full[t], A, a0, a_si, a_sp, Bp, b0, NR, K, C, c0 + j0, ldc, mode, bias, j0)
 
 
 # Depth of the slabs of K that _gemm_set_slabs cuts a long product with a transposed A

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads, njit, prange
 
-from sitp.kernels.cpu.blas.small import gemm_small
+from sitp.kernels.cpu.blas.small import _gemv_cols, gemm_small
 from sitp.kernels.cpu.vecmath import exp_f32
 from sitp.strides import numel
 
@@ -217,6 +217,22 @@ def _has_nan(row, n):
     return False
 
 
+# Calls with at most this many query rows (a decode step's one) read K and V where they
+# are when their rows are contiguous, instead of copying K^T and V into scratch first:
+# the copy of K^T is a pass with a stride per entry, which pays for itself only when
+# several query rows use it.
+_DIRECT_ROWS = 2
+
+
+@njit(cache=True, inline="always")
+def _rows_in_place(x, start, row, col, n, d):
+    """The (n, d) operand at ``start`` as a 2-D view of the flat storage ``x`` when its
+    rows are contiguous (``col`` 1, rows ``row`` >= d apart), else an empty (0, 0) view."""
+    if col == 1 and row >= d and n > 0 and start + n * row <= x.size:
+        return x[start : start + n * row].reshape((n, row))[:, :d]
+    return x[:0].reshape((0, 1))[:, :0]
+
+
 # Query rows per block. One (_BR, S) block of scores (and, in the backward, of
 # dP) lives in scratch at a time: attention's memory stays O(L) per head
 # (the logsumexps) plus O(_BR S) per thread.
@@ -264,19 +280,30 @@ def attention_forward_kernel(
     ob = np.empty((_BR, Dv), dt)
     mb = np.empty(_BR)  # the block's row maxima, and the shifts of its exps
     shift = np.empty(_BR)
+    no_bias = np.empty(0, dt)
     for b in range(b_lo, b_hi):
         _batch_positions(b, bshape, st, off, pos)
-        _load(k, pos[1], st[1, nb], st[1, nb + 1], S, D, kT, True)
-        _load(v, pos[2], st[2, nb], st[2, nb + 1], S, Dv, vm, False)
+        # a decode step: K and V read in place, each score a row of K times the query
+        # (_gemv_cols: eight keys side by side, each summed as the tiles sum it)
+        kd = _rows_in_place(k, pos[1], st[1, nb], st[1, nb + 1], S, D)
+        vd = _rows_in_place(v, pos[2], st[2, nb], st[2, nb + 1], S, Dv)
+        direct = L <= _DIRECT_ROWS and kd.shape[0] == S and vd.shape[0] == S and D > 0
+        if not direct:
+            _load(k, pos[1], st[1, nb], st[1, nb + 1], S, D, kT, True)
+            _load(v, pos[2], st[2, nb], st[2, nb + 1], S, Dv, vm, False)
         for i0 in range(0, L, _BR):
             nr = min(_BR, L - i0)
             hp = min(i0 + nr, S) if causal else S
             sb = _tile(sbuf, nr, hp)
-            sb[:] = 0.0
             ob[:nr] = 0.0
             for r in range(nr):
                 _read(qb[r], q, pos[0] + (i0 + r) * st[0, nb], st[0, nb + 1], D, scale)
-            gemm_small(qb[:nr], kT[:, :hp], sb)  # 1. scores
+            if direct:  # 1. scores
+                for r in range(nr):
+                    _gemv_cols(qb[r : r + 1], kd[:hp].T, sb[r : r + 1], 1, no_bias)
+            else:
+                sb[:] = 0.0
+                gemm_small(qb[:nr], kT[:, :hp], sb)
             for r in range(nr):  # 2. masked softmax: mask by rows,
                 i = i0 + r
                 hi = min(i + 1, S) if causal else S
@@ -302,7 +329,7 @@ def attention_forward_kernel(
                     row[j] *= inv
                 lse[b * L + i] = mb[r]
                 lse[NL + b * L + i] = inv
-            gemm_small(sb, vm[:hp], ob[:nr])  # 3. O = P V
+            gemm_small(sb, vd[:hp] if direct else vm[:hp], ob[:nr])  # 3. O = P V
             for r in range(nr):
                 _write(out, pos[4] + (i0 + r) * st[4, nb], st[4, nb + 1], ob[r], Dv, 1, False)
 
