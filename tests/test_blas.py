@@ -276,7 +276,7 @@ def test_gemm_small_set_edges_and_layouts(dtype, layout):
     neither, on one thread and on two."""
     rng = np.random.default_rng(9)
     nr = _NR * 4 // np.dtype(dtype).itemsize
-    Ms = (1, SHORT_MR - 1, SHORT_MR, SHORT_MR + 1, 7, 8, 9, _MR - 1, _MR, _MR + 1, 3 * _MR + 5)
+    Ms = (1, SHORT_MR - 1, SHORT_MR, SHORT_MR + 1, _MR - 1, _MR, _MR + 1, 3 * _MR + 5)
     Ns = (1, nr // 2 - 1, nr // 2, nr // 2 + 1, nr - 1, nr, nr + 1, 2 * nr + nr // 2 + 3)
     Ks = (37, 2 * KD + 7) if layout == "cols" else (37,)
     for M, N, K in itertools.product(Ms, Ns, Ks):
@@ -325,8 +325,8 @@ def test_few_rows_times_a_transposed_weight_give_the_tiles_bits(dtype):
 @pytest.mark.parametrize("a_cols", [False, True])
 @pytest.mark.parametrize("b_cols", [False, True])
 def test_short_tiles_give_the_full_tiles_bits(dtype, a_cols, b_cols):
-    """Fewer rows than a tile (SHORT_MR to MR - 1: a decode step's batch) run in tiles of 8
-    or 4 rows; each entry is the same sum in the same order whatever the tile's height, so
+    """Fewer rows than a tile (SHORT_MR to MR - 1: a decode step's batch) run in tiles of
+    SHORT_MR rows; each entry is the same sum in the same order whatever the tile's height, so
     its bits are those of the same rows computed among MR or more (full tiles). (Not for
     a transposed A with K over KD: full tiles then sum K in slabs, short ones do not.)"""
     rng = np.random.default_rng(13)

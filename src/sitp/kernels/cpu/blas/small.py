@@ -28,19 +28,16 @@ _tile_full_cols = make_tile_fma(SMALL_MR, 2, a_unit="i")  # A's columns contiguo
 _tile_half_cols = make_tile_fma(SMALL_MR, 1, a_unit="i")
 _row_full = make_tile_fma(1, 2)  # one row at a time, for the rows left over
 _row_half = make_tile_fma(1, 1)
-# Shorter tiles for products of fewer rows than SMALL_MR but at least SHORT_MR (a
-# decode step's batch of 8 sequences; SMALL_MR is 14 on AVX-512, 6 on AVX2): one
-# 8- or 4-row tile reads each row of B once for all of them, where tiles of one row
-# read it once a row, and a one-row tile's two accumulators wait on each other's FMAs.
-SHORT_MR = 4
-_short8_full_rows = make_tile_fma(8, 2, a_unit="p")
-_short8_half_rows = make_tile_fma(8, 1, a_unit="p")
-_short8_full_cols = make_tile_fma(8, 2, a_unit="i")
-_short8_half_cols = make_tile_fma(8, 1, a_unit="i")
-_short4_full_rows = make_tile_fma(4, 2, a_unit="p")
-_short4_half_rows = make_tile_fma(4, 1, a_unit="p")
-_short4_full_cols = make_tile_fma(4, 2, a_unit="i")
-_short4_half_cols = make_tile_fma(4, 1, a_unit="i")
+# Shorter tiles, of SHORT_MR rows, for products of SHORT_MR to SMALL_MR - 1 rows (a
+# decode step's batch of 8 sequences, when SMALL_MR is AVX-512's 14; 4 on AVX2, whose
+# SMALL_MR is 6): one such tile reads each row of B once for all its rows, where tiles
+# of one row read it once a row, and a one-row tile's two accumulators wait on each
+# other's FMAs.
+SHORT_MR = 8 if SMALL_MR > 8 else 4
+_short_full_rows = make_tile_fma(SHORT_MR, 2, a_unit="p")
+_short_half_rows = make_tile_fma(SHORT_MR, 1, a_unit="p")
+_short_full_cols = make_tile_fma(SHORT_MR, 2, a_unit="i")
+_short_half_cols = make_tile_fma(SHORT_MR, 1, a_unit="i")
 
 
 @njit(cache=True)
@@ -61,27 +58,19 @@ def _tile(full, A, a_off, a_si, a_sp, B, b_off, b_sp, K, C, c_off, ldc, mode, bi
 def _tile_mr(
     mr, full, A, a_off, a_si, a_sp, B, b_off, b_sp, K, C, c_off, ldc, mode, bias, bias_off
 ):
-    """_tile for a tile of ``mr`` rows: SMALL_MR, or the shorter 8 and 4 (SHORT_MR)."""
+    """_tile for a tile of ``mr`` rows: SMALL_MR, or SHORT_MR (the short tiles)."""
     args = (B, b_off, b_sp, K, C, c_off, ldc, mode, bias, bias_off)
     if mr == SMALL_MR:
         _tile(full, A, a_off, a_si, a_sp, *args)
-    elif mr == 8:
-        if full and a_sp == 1:
-            _short8_full_rows(A, a_off, a_si, 1, *args)
-        elif full:
-            _short8_full_cols(A, a_off, 1, a_sp, *args)
-        elif a_sp == 1:
-            _short8_half_rows(A, a_off, a_si, 1, *args)
+    elif a_sp == 1:  # A's rows contiguous
+        if full:
+            _short_full_rows(A, a_off, a_si, 1, *args)
         else:
-            _short8_half_cols(A, a_off, 1, a_sp, *args)
-    elif full and a_sp == 1:
-        _short4_full_rows(A, a_off, a_si, 1, *args)
-    elif full:
-        _short4_full_cols(A, a_off, 1, a_sp, *args)
-    elif a_sp == 1:
-        _short4_half_rows(A, a_off, a_si, 1, *args)
+            _short_half_rows(A, a_off, a_si, 1, *args)
+    elif full:  # A's columns contiguous
+        _short_full_cols(A, a_off, 1, a_sp, *args)
     else:
-        _short4_half_cols(A, a_off, 1, a_sp, *args)
+        _short_half_cols(A, a_off, 1, a_sp, *args)
 
 
 # --8<-- [start:gemm_small]
@@ -129,7 +118,7 @@ def gemm_small_set(A, B, C, bias, has_bias):
     if M < SHORT_MR or N < tile_nr(A.dtype) // 2 or (a_sp != 1 and a_si != 1):
         _gemm_small(A, B, C, mode, bias)
     else:
-        mr = SMALL_MR if M >= SMALL_MR else 8 if M >= 8 else SHORT_MR
+        mr = SMALL_MR if M >= SMALL_MR else SHORT_MR
         _gemm_set(A, B, C, mode, bias, mr)
 
 
@@ -185,7 +174,7 @@ def _gemv_cols(A, B, C, mode, bias):
 @njit(cache=True)
 def _gemm_set(A, B, C, mode, bias, mr):
     """C = A @ B (mode 1) or A @ B + bias (mode 2), all in full register tiles of ``mr``
-    rows (SMALL_MR, or 8 or 4 for a C of fewer rows: :func:`_tile_mr`).
+    rows (SMALL_MR, or SHORT_MR for a C of fewer rows: :func:`_tile_mr`).
 
     A tile that stores (rather than adds) may overlap one already written: it
     writes the same values again, every entry being the same sum in the same order.
