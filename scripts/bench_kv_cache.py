@@ -167,6 +167,20 @@ def ratio(res, where, pair) -> str:
     return f"{r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f})"
 
 
+def one_thread_roofs() -> dict:
+    """The roofs of ``python -m sitp.bench roofline`` on one thread: the micro-kernel's
+    peak in GFLOP/s, the triad's bandwidth in GB/s from DRAM and from L2 (best of seven)."""
+    from sitp.bench import threads  # late: the workers import this file without sitp
+    from sitp.bench.roofline import measure_bandwidth, measure_peak
+
+    with threads(1):
+        return {
+            "peak_1": measure_peak(1),
+            "dram_1": measure_bandwidth(1, 1 << 24, 2),  # 3 x 64 MiB: far beyond L3
+            "l2_1": measure_bandwidth(1, 8192, 4000),  # 3 x 32 KiB
+        }
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--contexts", type=int, nargs="+", default=[16, 32, 64, 128, 255])
@@ -190,6 +204,12 @@ def main(argv=None) -> None:
     )
     p.add_argument("--json", help="also write every figure, with the harness's record, here")
     p.add_argument("--smoke", action="store_true", help="contexts 8 and 16, short runs (the tests)")
+    p.add_argument(
+        "--roofs",
+        action="store_true",
+        help="also measure this machine's one-thread roofs (python -m sitp.bench roofline's "
+        "peak and triad), for 5.4's roofline of the decode step",
+    )
     args = p.parse_args(argv)
     args.new_tokens = 240
     if args.smoke:
@@ -198,6 +218,8 @@ def main(argv=None) -> None:
     from sitp.bench import ab, cpu_model  # late: the workers import this file without sitp
 
     res = measure(args)
+    if args.roofs:
+        res["roofs"] = one_thread_roofs()
     h = res["harness"]
     sitp_v, torch_v = h["versions"]["sitp"].get("sitp"), h["versions"]["torch"].get("torch")
     print(f"CPU: {cpu_model()} ({os.cpu_count()} cores), {args.threads} thread(s), {args.clock} "
@@ -245,6 +267,10 @@ def main(argv=None) -> None:
         print(f"| {name} | {res[name]['batch']['cached']:.0f} |")
     print(f"sitp/torch speed, batch {b['batch']}: {ratio(res, 'batch', 'torch batch/sitp batch')}")
     print(ab.load_line({**h, "load": h["batch"]["load"]}))
+    if args.roofs:
+        r = res["roofs"]
+        print(f"\nroofs, one thread: peak {r['peak_1']:.1f} GFLOP/s, triad {r['dram_1']:.1f} GB/s "
+              f"from DRAM and {r['l2_1']:.1f} GB/s from L2")  # fmt: skip
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"config": CONFIG, "args": vars(args), **res}, f, indent=1)

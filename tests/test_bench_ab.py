@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from sitp.bench import ab
+from sitp.examples import inference_figures
 
 WORKLOADS = textwrap.dedent(
     """
@@ -270,8 +271,18 @@ def test_compare_shakespeare_smoke(tmp_path):
 @pytest.mark.slow  # a script's run at its smallest: 10-20 s
 def test_bench_kv_cache_smoke(tmp_path):
     out = tmp_path / "kv.json"
-    proc, _ = run_script("bench_kv_cache.py", "--smoke", "--json", str(out))
+    proc, _ = run_script("bench_kv_cache.py", "--smoke", "--roofs", "--json", str(out))
     res = json.loads(out.read_text())
+    assert set(res["roofs"]) == {"peak_1", "dram_1", "l2_1"} and min(res["roofs"].values()) > 0
+    assert "roofs, one thread: peak" in proc.stdout
+    points = inference_figures.decode_points(res)  # 5.4's roofline reads this record
+    assert [(p["library"], p["batch"], p["context"]) for p in points] == [
+        ("sitp", 1, 16),
+        ("torch", 1, 16),
+        ("sitp", 2, 16),
+        ("torch", 2, 16),
+    ]
+    assert points[2]["intensity"] > points[0]["intensity"] > 0  # a batch shares the weights
     for lib in ("sitp", "torch"):
         for L in ("8", "16"):
             row = res[lib]["steps"][L]

@@ -3,7 +3,7 @@ sitp.examples.<module>` does for the book), into a temporary folder."""
 
 import json
 
-from sitp.examples import compile_figures, distributed_figures, posttrain_figures
+from sitp.examples import compile_figures, distributed_figures, inference_figures, posttrain_figures
 
 
 def _png(path):
@@ -37,3 +37,17 @@ def test_distributed_figures(tmp_path):
 def test_compile_figures(tmp_path):
     bench = json.loads(compile_figures.BENCH_JSON.read_text())
     assert _png(compile_figures.draw_bytes(bench, tmp_path / "bytes.png"))
+
+
+def test_inference_figures(tmp_path):
+    """5.4's roofline: the decode steps of kv-cache.json under its roofs, at the intensity
+    that per_token gives (half an operation per byte at batch 1, for this model)."""
+    bench = json.loads(inference_figures.BENCH_JSON.read_text())
+    points = inference_figures.decode_points(bench)
+    assert {(p["library"], p["batch"]) for p in points} == {
+        (lib, b) for lib in ("sitp", "torch") for b in (1, bench["args"]["batch"])
+    }
+    assert abs(points[0]["intensity"] - 0.5) < 0.01
+    for p in points:  # below the memory roof: the record's point of the page
+        assert 0 < p["gflops"] < bench["roofs"]["dram_1"] * p["intensity"]
+    assert _png(inference_figures.draw_roofline(bench, tmp_path / "roofline.png"))
