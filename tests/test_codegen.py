@@ -44,9 +44,11 @@ pytestmark = pytest.mark.skipif(
 # "+cx16" is a no-op delta: a non-empty feature string makes LLVM start from the
 # named CPU's own features instead of the host's. One target per vector width: an AVX2
 # CPU, an AVX-512 one and the SSE2 baseline. Compiling the training step's kernels
-# takes about 13 s a target, so it runs for the AVX2 and the AVX-512 CPU (Intel's
-# Skylake-AVX512, which prefers 256-bit loops: its assertion, vectors of 256 bits or
-# more, holds for AMD's 512-bit loops too); the GEMM kernels (2 s) for all three. More
+# for a target is the suite's largest cost on a fresh cache (each probe with them took
+# 1 to 2.5 minutes on the 2-vCPU machines; its report is kept afterwards, keyed on the
+# sources), so it runs for the AVX2 and the AVX-512 CPU only (Intel's Skylake-AVX512,
+# which prefers 256-bit loops: its assertion, vectors of 256 bits or more, holds for
+# AMD's 512-bit loops too); the GEMM kernels for all three. More
 # CPUs of a width would compile the same register tiles again (the tile is a function
 # of the width alone, sitp.kernels.cpu.blas.packed), so Zen 4 and this host without
 # AVX-512 are not probed: the host's own AVX2 code runs the numeric tests below.
