@@ -170,15 +170,9 @@ def ratio(res, where, pair) -> str:
 def one_thread_roofs() -> dict:
     """The roofs of ``python -m sitp.bench roofline`` on one thread: the micro-kernel's
     peak in GFLOP/s, the triad's bandwidth in GB/s from DRAM and from L2 (best of seven)."""
-    from sitp.bench import threads  # late: the workers import this file without sitp
-    from sitp.bench.roofline import measure_bandwidth, measure_peak
+    from sitp.bench.roofline import measure_roofs  # late: the workers import this file
 
-    with threads(1):
-        return {
-            "peak_1": measure_peak(1),
-            "dram_1": measure_bandwidth(1, 1 << 24, 2),  # 3 x 64 MiB: far beyond L3
-            "l2_1": measure_bandwidth(1, 8192, 4000),  # 3 x 32 KiB
-        }
+    return measure_roofs(1)
 
 
 def main(argv=None) -> None:

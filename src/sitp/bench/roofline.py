@@ -113,18 +113,33 @@ def intensity_gemm(n):
     return 2.0 * n**3 / (4.0 * 4 * n * n)
 
 
+def measure_roofs(n_threads, max_wait=None) -> dict:
+    """The three roofs on ``n_threads``: ``peak_<t>`` (GFLOP/s), ``dram_<t>`` and ``l2_<t>``
+    (GB/s), ``t`` the threads there are. With ``max_wait`` (seconds), each measurement
+    first waits for the machine to be idle (:func:`sitp.bench.wait_for_idle`)."""
+
+    def idle():
+        if max_wait is not None:
+            wait_for_idle(max_wait)
+
+    roofs = {}
+    with threads(n_threads) as t:
+        if max_wait is not None:
+            pause()
+        idle()
+        roofs[f"peak_{t}"] = measure_peak(t)
+        idle()
+        roofs[f"dram_{t}"] = measure_bandwidth(t, 1 << 24, 2)  # 3 x 64 MiB: far beyond L3
+        idle()
+        roofs[f"l2_{t}"] = measure_bandwidth(t, 8192 * t, 4000)  # 3 x 32 KiB per thread
+    return roofs
+
+
 def main(args):
     bench.CLOCK = args.clock
     roofs = {}
     for t in (1, 2):
-        with threads(t) as t_:
-            pause()
-            wait_for_idle(args.max_wait)
-            roofs[f"peak_{t_}"] = measure_peak(t_)
-            wait_for_idle(args.max_wait)
-            roofs[f"dram_{t_}"] = measure_bandwidth(t_, 1 << 24, 2)  # 3 x 64 MiB: far beyond L3
-            wait_for_idle(args.max_wait)
-            roofs[f"l2_{t_}"] = measure_bandwidth(t_, 8192 * t_, 4000)  # 3 x 32 KiB per thread
+        roofs.update(measure_roofs(t, args.max_wait))
     print(f"Machine: {machine_info()}, {args.clock} clock\n")
     print("| ceiling | 1 thread | 2 threads |\n|---|---|---|")
     print(
