@@ -231,6 +231,30 @@ def test_bench_compile_smoke(tmp_path):
 
 
 @pytest.mark.slow  # a script's run at its smallest: 10-20 s
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="times one thread against two")
+def test_thread_profile_smoke(tmp_path):
+    out = tmp_path / "threads.json"
+    proc, _ = run_script("thread_profile.py", "--smoke", "--json", str(out))
+    run = json.loads(out.read_text())
+    parts = run["parts"]
+    # the step's parts: its fused layers, the backend's calls, AdamW, and the Python
+    for name in (
+        "Linear.forward",
+        "Linear.backward",
+        "LayerNorm.backward",
+        "Python around the calls",
+    ):
+        assert parts[name]["ms_1t"] > 0 and parts[name]["ms_2t"] > 0, name
+    assert any(k.startswith("AdamW") for k in parts)
+    kernels = sum(p["ms_1t"] for k, p in parts.items() if k != "Python around the calls")
+    # the parts add up to the step (medians of parts need not add up exactly)
+    assert kernels < run["step_ms"]["1t"] * 1.05
+    assert run["speedup"]["min"] <= run["speedup"]["median"] <= run["speedup"]["max"]
+    assert run["amdahl_bound"] > 1 and run["machine"]["cores"] == sorted(run["machine"]["cores"])
+    assert "Amdahl" in proc.stdout and "the step" in proc.stdout
+
+
+@pytest.mark.slow  # a script's run at its smallest: 10-20 s
 def test_compare_torch_smoke(tmp_path):
     out = tmp_path / "torch.json"
     argv = ["--smoke", "--models", "bigram", "--steps", "3", "--bench-steps", "2"]

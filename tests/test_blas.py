@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 
 from sitp.kernels.cpu import blas
-from sitp.kernels.cpu.blas.small import KD, SHORT_MR, gemm_direct_parallel, gemm_small_set
+from sitp.kernels.cpu.blas.small import (
+    KD,
+    SHORT_MR,
+    gemm_direct_parallel,
+    gemm_small_set,
+    gemm_split_k,
+)
 
 # (M, K, N): not multiples of any tile; one-element; one tile exactly; K = 0
 SHAPES = [
@@ -297,6 +303,30 @@ def test_gemm_small_set_edges_and_layouts(dtype, layout):
             C = np.full((M, N), np.nan, dtype)
             gemm_direct_parallel(A, B, C, bias, has_bias, 2)
             np.testing.assert_allclose(C, want, **tol(dtype, K), err_msg=f"{M}x{K}x{N}, 2 threads")
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_split_k_weight_gradient(dtype):
+    """A weight's gradient dY^T X with K split among threads (gemm_split_k): each band's
+    partial product and their sum match numpy, for bands of odd lengths, Ms and Ns that
+    are not multiples of the tiles, and K shorter than a slab of KD rows in a band; the
+    sum is taken in the order of the bands, so a second call gives the same bits. The
+    bands are the kernel's logic, not the pool's: prange runs them on one thread here
+    (the test workers' numba has one), in the same order as on several."""
+    rng = np.random.default_rng(12)
+    for M, K, N in [(29, 517, 37), (64, 1024, 256), (7, 131, 65), (15, 2 * KD + 9, 16)]:
+        A = rand((K, M), dtype, rng).T  # dY^T: read in place, as Linear.backward does
+        B = rand((K, N), dtype, rng)
+        want = A.astype(np.float64) @ B.astype(np.float64)
+        # the classic bound of a sum of K products: K eps times the sum of their sizes
+        bound = K * np.finfo(dtype).eps * (np.abs(A).astype(np.float64) @ np.abs(B))
+        for bands in (2, 3):
+            C = np.full((M, N), np.nan, dtype)
+            gemm_split_k(A, B, C, bands)
+            assert np.all(np.abs(C - want) <= bound), f"{M}x{K}x{N} in {bands} bands"
+            again = np.full((M, N), np.nan, dtype)
+            gemm_split_k(A, B, again, bands)
+            np.testing.assert_array_equal(again, C)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

@@ -50,9 +50,11 @@ from sitp.kernels.cpu.blas.small import (
     DIRECT_MAX_B_BYTES,
     DIRECT_MAX_N,
     KD,
+    SPLIT_K_MIN_MNK,
     gemm_direct_parallel,
     gemm_small,
     gemm_small_set,
+    gemm_split_k,
 )
 
 __all__ = [
@@ -77,6 +79,7 @@ __all__ = [
 ]
 
 DTYPES = (np.float32, np.float64, np.int64)
+PARALLEL_MIN_MNK = 1 << 22
 
 
 def _check(a, b, ndim, name):
@@ -119,8 +122,11 @@ def matmul(a, b, bias=None):
     thread: they take microseconds, about what it costs to wake a thread pool);
     thin products, whose B is narrow and fits in L2 (a layer's weight) or, with A
     transposed, whose slab of KD rows of B does (a weight's gradient), the same
-    unpacked tiles on all threads (``gemm_direct_parallel``); the rest the packed
-    micro-kernel on all threads. Transposed operands are
+    unpacked tiles on all threads (``gemm_direct_parallel``); a weight's gradient
+    whose K (the batch's rows) is long next to M and N, on several threads, the same
+    tiles on bands of K, one partial product per thread, then their sum
+    (``gemm_split_k``: its round-off depends on the thread count, as torch's does); the
+    rest the packed micro-kernel on all threads. Transposed operands are
     read in place (see :func:`sitp.kernels.cpu.blas.packed.stored`).
     """
     a, b = _check(a, b, 2, "matmul")
@@ -143,6 +149,19 @@ def matmul(a, b, bias=None):
             mnk < SMALL_MNK or (N <= DIRECT_MAX_N and b_rows * N * b.itemsize <= DIRECT_MAX_B_BYTES)
         )
     )
+    threads = numba.get_num_threads()
+    if (  # a weight's gradient on several threads: K, the batch's rows, split among them
+        slabs
+        and threads > 1
+        and bias is None
+        and a.dtype != np.int64
+        and N > 1
+        and mnk >= SPLIT_K_MIN_MNK
+        and K >= 4 * max(M, N, 16 * threads)
+    ):
+        c = np.empty((M, N), dtype=a.dtype)
+        gemm_split_k(a, b, c, threads)
+        return c
     if unpacked:
         # the unpacked kernels read A through its strides and rows of B as vectors
         # (a transposed B, a layer's W.T, a strip of columns at a time). They write
@@ -152,10 +171,10 @@ def matmul(a, b, bias=None):
         c = np.empty((M, N), dtype=a.dtype)
         has_bias = bias is not None
         bias = np.ascontiguousarray(bias) if has_bias else c[0, :0]
-        if mnk < SMALL_MNK or numba.get_num_threads() == 1:
+        if mnk < PARALLEL_MIN_MNK or threads == 1:
             gemm_small_set(a, b, c, bias, has_bias)
         else:  # a thin product: B small, A tall; threads over A's rows
-            gemm_direct_parallel(a, b, c, bias, has_bias, numba.get_num_threads())
+            gemm_direct_parallel(a, b, c, bias, has_bias, threads)
         return c
     if bias is None:
         c = np.zeros((M, N), dtype=a.dtype)

@@ -408,3 +408,37 @@ def gemm_direct_parallel(A, B, C, bias, has_bias, n_threads):
 
 
 # --8<-- [end:gemm_direct_parallel]
+
+
+# A weight's gradient dY^T X is a product with a long K (the batch's rows, 1024 in the
+# GPT of 3.5) and a small C (the weight's entries): split into bands of C, each thread
+# would read all of the K rows of the operand it does not split. Split along K instead,
+# each thread reads its own band of rows of both operands once, into a partial C of its
+# own; the partials are then added in the order of the bands, so that the result is the
+# same for every run on the same number of threads (on one thread there is one band).
+SPLIT_K_MIN_MNK = 1 << 22  # below this, waking the other threads costs more than it saves
+
+
+# --8<-- [start:gemm_split_k]
+@any_layout
+@njit(cache=True, parallel=True, fastmath=FASTMATH)
+def gemm_split_k(A, B, C, n_threads):
+    """C = A @ B for a C not yet written, K split into ``n_threads`` bands of rows: one
+    partial product per thread (gemm_small_set on its band), then their sum."""
+    M, N = C.shape
+    K = A.shape[1]
+    parts = np.empty((n_threads, M, N), C.dtype)
+    no_bias = C[0, :0]
+    for t in prange(n_threads):
+        k0 = t * K // n_threads
+        k1 = (t + 1) * K // n_threads
+        gemm_small_set(A[:, k0:k1], B[k0:k1], parts[t], no_bias, False)
+    for i in prange(M):
+        for j in range(N):
+            s = parts[0, i, j]
+            for t in range(1, n_threads):
+                s += parts[t, i, j]
+            C[i, j] = s
+
+
+# --8<-- [end:gemm_split_k]
