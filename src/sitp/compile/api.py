@@ -32,6 +32,7 @@ from sitp.autograd import engine
 from sitp.autograd.function import Function
 from sitp.autograd.grad_mode import is_grad_enabled
 from sitp.compile import capture, passes
+from sitp.compile import remat as remat_mod
 from sitp.compile.graph import Graph, Ref, contiguous
 from sitp.nn.modules.module import Module
 
@@ -77,7 +78,11 @@ class CompiledFunction:
         name=None,
         recompile_limit=None,
         rerun_trace=None,
+        remat=None,
     ):
+        if remat not in remat_mod.MODES:
+            raise ValueError(f"sitp.compile: remat {remat!r} is not one of {remat_mod.MODES}")
+        self.remat = remat
         self._module = fn if isinstance(fn, Module) else None
         self._fn = fn
         self.fuse, self.debug_dir, self.explain = fuse, debug_dir, explain
@@ -212,7 +217,7 @@ class CompiledFunction:
             if t.grad is not None:
                 g.grads[-1 - k] = tracer.ref(t.grad)
         program, report = passes.compile_graph(
-            g, fuse=self.fuse, debug_dir=self.debug_dir, only=self.passes_on
+            g, fuse=self.fuse, debug_dir=self.debug_dir, only=self.passes_on, remat=self.remat
         )
         for v in tracer.by_storage.values():
             v.trace = None  # the trace's buffers are not needed any more
@@ -249,6 +254,11 @@ class CompiledFunction:
         if tracer.breaks:
             self._add(Entry(key, breaks=tracer.breaks))
             return result
+        if k < len(g.nodes) and self.fuse and self.remat is not None:
+            g.backward_at = g.nodes[k].id
+            rep_r = remat_mod.rematerialise(g, self.remat)  # clones go after the k-th node
+        else:
+            rep_r = {}
         gf, gb = Graph(), Graph()
         gf.inputs = [v for v in g.inputs if v.index < n_in]
         gb.inputs = list(g.inputs)
@@ -274,6 +284,8 @@ class CompiledFunction:
         aot = Joint(fwd, bwd, saved, diff, [t.requires_grad for t in ts], types)
         report = {k_: rep_f.get(k_, 0) + rep_b.get(k_, 0) for k_ in rep_f}
         report["saved"] = len(saved)
+        report.update(rep_r)
+        report["held_bytes"] = remat_mod.kept_bytes(gf.nodes, saved)
         self._add(Entry(key, program=aot, report=report))
         return result
 
@@ -454,6 +466,7 @@ def compile(  # noqa: A001
     debug_dir=None,
     explain: bool = False,
     rerun_trace=None,
+    remat=None,
 ):
     """Compile ``model`` (a function or an ``nn.Module``): the result is called as it is.
 
@@ -470,7 +483,10 @@ def compile(  # noqa: A001
     ``explain`` prints, at each compile, what was compiled and where the graph broke;
     ``rerun_trace=True`` makes the tracing call return the compiled program's results
     too (it undoes the trace's in-place writes and runs the program; see the module):
-    the default for an ``nn.Module``, not for a function.
+    the default for an ``nn.Module``, not for a function. ``remat`` chooses what a
+    training step's forward keeps for its backward (:mod:`sitp.compile.remat`): None
+    (the fusion pass's own choice), "save" (everything the backward reads) or "mincut"
+    (a minimum cut of the bytes kept, the rest recomputed in the backward).
     """
     backend = "inductor" if backend is None else backend
     if backend not in BACKENDS:
@@ -508,6 +524,7 @@ def compile(  # noqa: A001
         name=name,
         recompile_limit=recompile_limit,
         rerun_trace=rerun_trace,
+        remat=remat,
     )
     if model is None:  # used as @sitp.compile(...)
         return lambda f: f if disable else CompiledFunction(_callable(f), **settings)

@@ -436,6 +436,18 @@ def _traced_into(op, dst, b):
     _cpu.assign(dst, _cpu.binary(op, dst, b))
 
 
+def _engine_walk(tracer: Tracer, real):
+    """The autograd engine's walk, noting where the backward starts (``backward_at``: the
+    id of the first node it traces) for the save-or-recompute pass (``remat.py``)."""
+
+    def walk(*args, **kwargs):
+        if tracer.graph.backward_at is None:
+            tracer.graph.backward_at = tracer.graph._next + 1
+        return real(*args, **kwargs)
+
+    return walk
+
+
 @contextlib.contextmanager
 def tracing(tracer: Tracer):
     """Record the backend calls made in the block into ``tracer`` (not re-entrant)."""
@@ -465,6 +477,9 @@ def tracing(tracer: Tracer):
     real = _engine._accumulate
     saved.append((_engine, "_accumulate", real))
     setattr(_engine, "_accumulate", _accumulator(real))
+    real = _engine._walk
+    saved.append((_engine, "_walk", real))
+    setattr(_engine, "_walk", _engine_walk(tracer, real))
     for name in ("item", "_np", "numpy"):
         real = getattr(Tensor, name)
         saved.append((Tensor, name, real))

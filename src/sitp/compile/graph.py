@@ -251,6 +251,8 @@ class Graph:
         self.output = None  # the return value's structure, with Refs for tensors
         self.grads: dict[int, Ref] = {}
         self.extra_live: set = set()  # ids of Values another graph reads (saved for backward)
+        self.backward_at = None  # id of the first node the autograd engine traced, if any
+        self.stored: set = set()  # ids of Values fusion must store (remat.py's choice)
         self._next = 0
 
     def new_id(self) -> int:

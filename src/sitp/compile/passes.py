@@ -29,6 +29,7 @@ import numba
 import numpy as np
 
 from sitp.compile import codegen, lower, rules
+from sitp.compile import remat as remat_mod
 from sitp.compile.graph import ArrRef, CtxArg, Graph, HostIndex, Node, Ref
 from sitp.compile.runtime import Program, step_of
 
@@ -284,7 +285,7 @@ def _fusable(n: Node) -> bool:
 
 def fuse(g: Graph) -> list:
     """Replace fusable chains by generated kernels; returns the kernels."""
-    live = g.live_values()
+    live = g.live_values() | g.stored  # stored: what remat.py keeps for the backward
     written = _written(g)
     users = g.users()
     fusable = {n.id for n in g.nodes if _fusable(n)}
@@ -542,8 +543,9 @@ def kernel_step(node: Node, fn, plan, serial=None):
 PASSES = ("fold", "cse", "dce", "lower", "fuse", "plan")
 
 
-def compile_graph(g: Graph, fuse=True, debug_dir=None, only=None):
-    """Run the passes on ``g``; returns (Program, report of counts and bytes)."""
+def compile_graph(g: Graph, fuse=True, debug_dir=None, only=None, remat=None):
+    """Run the passes on ``g``; returns (Program, report of counts and bytes). ``remat``:
+    what a training step's forward keeps for its backward (``remat.MODES``)."""
     on = set(PASSES if only is None else only)
     if not fuse:
         on -= {"lower", "fuse", "plan"}
@@ -555,6 +557,7 @@ def compile_graph(g: Graph, fuse=True, debug_dir=None, only=None):
     report["dead"] = eliminate_dead(g) if "dce" in on else 0
     if "dce" in on and forward_copies(g):
         report["dead"] += eliminate_dead(g)
+    report.update(remat_mod.rematerialise(g, remat) if fuse else {})
     report["decomposed"] = rules.decompose(g) if "lower" in on else 0
     report["lowered"] = lower.lower_graph(g) if "lower" in on else 0
     kernels = fuse_graph(g) if "fuse" in on else []
@@ -578,6 +581,7 @@ def compile_graph(g: Graph, fuse=True, debug_dir=None, only=None):
             steps.append(step_of(n))
     prog = Program(g, steps, n_slots=len(plan["slots"]))
     report["steps_after"] = len(steps)
+    report["held_bytes"] = remat_mod.held_bytes(g)
     if debug_dir:
         _write(debug_dir, "graph_compiled.txt", g.tabular())
         for k in kernels:
