@@ -1,0 +1,166 @@
+"""Save or recompute (``sitp.compile(..., remat=...)``): the bytes a compiled training
+step holds from its forward into its backward, its memory peak, and its time.
+
+Usage::
+
+    python scripts/bench_remat.py [--threads 1] [--rounds 5] [--calls 10]
+        [--models gpt,wavenet] [--cpu-time] [--json PATH] [--smoke]
+
+One call is one step of :class:`sitp.train.trainer.Trainer` with ``--compile`` (as
+``scripts/bench_train_compile.py``: the GPT anchor, nanoGPT's CPU recipe of 4 layers,
+4 heads, width 128, block 64, batch 12; the WaveNet-style CNN of chapter 3.3 on names
+at batch 32), its :func:`~sitp.train.trainer.grad_step` compiled three ways:
+
+* ``fusion``: ``remat=None``, the fusion pass's own choice (the default);
+* ``save``: every value the backward reads is kept from the forward;
+* ``mincut``: the minimum cut of :mod:`sitp.compile.remat` chooses what is kept,
+  the rest is recomputed in the backward.
+
+Per arm the record holds the compiled graph's report (``held_bytes``: bytes made in the
+forward that the backward reads, a fused layer's Context counted as the buffers it
+keeps; ``kept``/``recomputed``: the pass's counts; ``bytes_after``: the planned slots),
+the peak of the bytes numpy allocated during one run of the compiled program and during
+one whole step (``tracemalloc``, after the warm-up), and the step's time: the arms take
+turns in one worker, ``--rounds`` rounds of ``--calls`` steps, through sitp.bench.ab.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+ANCHOR = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "dropout": 0.0}
+BATCH = {"gpt": 12, "wavenet": 32}
+SMOKE = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "dropout": 0.0}
+MODES = {"fusion": None, "save": "save", "mincut": "mincut"}
+# the model compiled (torch.compile(model)): a forward program and a backward program that
+# runs later (sitp.compile's Joint), where the forward saves what the backward reads
+SPLIT = {"split-save": None, "split-mincut": "mincut"}
+
+
+def workload(model: str, mode: str, smoke: bool = False):
+    """One compiled Trainer step of ``model``, its grad_step compiled with ``remat=mode``."""
+    import functools  # late: only the worker builds a run
+    import tempfile
+    import tracemalloc
+
+    import sitp
+    from sitp.train.trainer import TrainConfig, Trainer, grad_step
+
+    out = tempfile.mkdtemp(prefix="bench-remat-")
+    batch = 4 if smoke else BATCH[model]
+    common = dict(steps=10**6, batch_size=batch, compile=mode in MODES, seed=0)
+    if model == "gpt":
+        cfg = TrainConfig(model="gpt", data="shakespeare", tokenizer="char", **common)
+        trainer = Trainer(cfg, out, SMOKE if smoke else ANCHOR)
+    else:
+        trainer = Trainer(TrainConfig(model=model, data="offline", **common), out, {})
+    if mode in MODES:
+        trainer.compiled = cf = sitp.compile(
+            functools.partial(grad_step, trainer.model),
+            name="train step",
+            rerun_trace=True,
+            remat=MODES[mode],
+        )
+    else:
+        trainer.model = cf = sitp.compile(trainer.model, remat=SPLIT[mode])
+    sitp.manual_seed(0)
+    peaks = {}
+    run = cf._run
+
+    def traced_run(program, ts):  # the peak of one run of the compiled program
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        out = run(program, ts)
+        peaks["program"] = tracemalloc.get_traced_memory()[1] - base
+        return out
+
+    def call():
+        return trainer.train_step()
+
+    def info():
+        cf._run = traced_run
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        trainer.train_step()
+        peaks["step"] = tracemalloc.get_traced_memory()[1] - base
+        tracemalloc.stop()
+        del cf._run
+        e = cf.entries
+        keys = ("held_bytes", "kept", "recomputed", "kept_bytes", "kernels", "bytes_after")
+        return {
+            "batch": batch,
+            "compiled": all(x.program is not None for x in e) and len(e) == 1,
+            "report": {k: e[0].report.get(k) for k in keys} if e else {},
+            "peak_program_bytes": peaks.get("program"),
+            "peak_step_bytes": peaks.get("step"),
+        }
+
+    call.info = info
+    return call
+
+
+def measure(args, threads: int) -> dict:
+    from sitp.bench import ab  # late: the workers import this file
+
+    here = f"{os.path.abspath(__file__)}:workload"
+    out = {}
+    with ab.workers(["sitp"], threads=threads) as w:
+        for model in args.models:
+            arms = {
+                mode: ab.Arm(w["sitp"], here, dict(model=model, mode=mode, smoke=args.smoke),
+                             warmup=3)
+                for mode in list(MODES) + list(SPLIT)
+            }  # fmt: skip
+            ratios = [("save", "mincut"), ("fusion", "mincut"), ("split-save", "split-mincut")]
+            res = ab.compare(
+                arms, rounds=args.rounds, calls=args.calls, ratios=ratios, clock=args.clock
+            )
+            print(f"{model}, {threads} thread(s):\n{ab.table(res)}\n", flush=True)
+            for mode in arms:
+                print(f"  {mode}: {res['arms'][mode].get('info')}", flush=True)
+            out[model] = res
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", default="1", help="thread counts, comma-separated (1)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--calls", type=int, default=10, help="steps per arm in each round (10)")
+    ap.add_argument("--models", default="gpt,wavenet")
+    ap.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time each call by its worker's CPU seconds, not the wall clock (on a machine "
+        "other jobs share)",
+    )
+    ap.add_argument("--json", metavar="PATH", help="write the results here (atomically)")
+    ap.add_argument("--smoke", action="store_true", help="tiny models: seconds, for the tests")
+    args = ap.parse_args(argv)
+    args.models = args.models.split(",")
+    args.clock = "cpu" if args.cpu_time else "wall"
+    for m in args.models:
+        if m not in BATCH:
+            ap.error(f"--models: no model {m!r}; choose among {', '.join(BATCH)}")
+    record = {
+        "what": "one Trainer.train_step with --compile, its grad_step compiled with "
+        "remat=None (fusion), 'save' and 'mincut'",
+        "anchor": {**ANCHOR, "batch_size": BATCH["gpt"], "vocab_size": 65},
+        "batch": BATCH,
+        "smoke": args.smoke,
+        "clock": args.clock,
+        "runs": {},
+    }
+    for t in (int(v) for v in args.threads.split(",")):
+        record["runs"][str(t)] = measure(args, t)
+    if args.json:
+        from sitp.serialization import write_atomically
+
+        write_atomically(args.json, (json.dumps(record, indent=1) + "\n").encode())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
