@@ -2,7 +2,10 @@
 
 A :class:`Kernel` computes one buffer: a pointwise expression over its index space (the
 root's shape), or a reduction of such an expression over some dims (the reduction is the
-epilogue of the chain: ``sum(exp(x - m), -1)`` is one loop nest). The leaves are the
+epilogue of the chain: ``sum(exp(x - m), -1)`` is one loop nest), or several pointwise
+expressions over one index space, each stored at its own view of the kernel's buffers (a
+``pack`` node of ``rules.py``: the GRU's three gate gradients, side by side in the rows
+of one gradient, as one loop nest that computes the gates once). The leaves are the
 buffers the group reads, each through its view's strides and offset, written into the
 source as constants; a broadcast operand simply drops the dims it is broadcast along.
 
@@ -49,7 +52,7 @@ _DIRECT_UNARY = {
     "cos": "math.cos({x})",
     "abs": "abs({x})",
 }
-_VEC32 = {"exp": "exp_f32({x})", "tanh": "tanh_f32({x})"}
+_VEC32 = {"exp": "exp_f32({x})", "tanh": "tanh_f32({x})", "sigmoid": "sigmoid_f32({x})"}
 # GELU and its derivative (the decomposition of the GELU layer, rules.py): the fused
 # layer's own element functions, so that the generated loop computes eager's values
 _GELU = ("gelu", "gelu_tanh", "gelu_grad", "gelu_tanh_grad")
@@ -73,7 +76,7 @@ _HEADER = [
     "",
     "from sitp.kernels.cpu.kernels import binary, compare, unary",
     "from sitp.kernels.cpu.vecmath import exp_f32",
-    "from sitp.compile.scalars import tanh_f32",
+    "from sitp.compile.scalars import sigmoid_f32, tanh_f32",
 ]
 _GELU_IMPORT = "from sitp.kernels.cpu.fused.gelu import {names}"
 
@@ -117,6 +120,8 @@ class Kernel:
         self.source = None
 
     def outs(self) -> list:
+        if self.root.fn == "pack":  # its buffers, each written at the views its layout names
+            return list(self.root.outputs)
         return [self.out] + [n.outputs[0] for n in self.extra]
 
     def summary(self) -> str:
@@ -295,8 +300,8 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
     em = _Emitter(kernel)
     em.target = target
     root = kernel.root
-    out_dt = _NP[root.result.dtype.name]
     if root.fn == "reduce":
+        out_dt = _NP[root.result.dtype.name]
         op, x, dims, init = _reduce_parts(root)
         space = x.shape
         kept = [d for d in range(len(space)) if d not in dims]
@@ -320,6 +325,23 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
             store = f"out[{_pos(kept_idx, kept_shape)}] = {ev}"
         outer, inner = kept, [d for d in dims]
         n_outer = int(np.prod([space[d] for d in kept])) if kept else 1
+    elif root.fn == "pack":  # parts of one index space, each stored at its own view
+        if target != "cpu":
+            raise NotImplementedError("a pack kernel is generated for the CPU only")
+        space = tuple(root.args[1].shape)
+        idx = tuple(f"i{d}" for d in range(len(space)))
+        stores = []
+        for (o, offset, strides), part in zip(root.args[0], root.args[1:]):
+            v = em.ref(part, idx)
+            terms = [str(offset)] if offset else []
+            terms += [i if st == 1 else f"{i} * {st}" for i, st, n in zip(idx, strides, space)
+                      if n != 1]  # fmt: skip
+            stores.append(f"{'out' if o == 0 else f'out{o}'}[{' + '.join(terms) or '0'}] = {v}")
+        body = em.lines
+        store = "\n".join(stores)
+        outer, inner, init = list(range(len(space))), [], None
+        epi = []
+        n_outer = int(np.prod(space)) if space else 1
     else:
         space = root.result.shape
         idx = tuple(f"i{d}" for d in range(len(space)))
@@ -329,7 +351,8 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
         outer, inner, init = list(range(len(space))), [], None
         epi = []
         n_outer = int(np.prod(space)) if space else 1
-    outs = ", ".join(["out"] + [f"out{j + 1}" for j in range(len(kernel.extra))])
+    n_out = len(root.outputs) if root.fn == "pack" else 1 + len(kernel.extra)
+    outs = ", ".join(["out"] + [f"out{j}" for j in range(1, n_out)])
     params = ", ".join(em.params.values())
     params = f"{params}, {outs}" if params else outs
     total = int(np.prod(space)) if space else 1
@@ -368,8 +391,7 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
         loops += _indent([_combine(op, v)], depth)
         loops += _indent(epi + [store], d0)
     else:
-        loops += _indent(body, depth)
-        loops.append("    " * depth + store)
+        loops += _indent(body + [store], depth)
     lines += loops
     if par:  # the same loops without the thread pool, for a call on one thread
         lines += [
@@ -518,6 +540,11 @@ def _cuda_source(kernel, space, outer, inner, init, body, store, v, params, root
         "@cuda.jit(device=True)",
         "def tanh_f32(x):",
         "    return math.tanh(x)",
+        "",
+        "",
+        "@cuda.jit(device=True)",
+        "def sigmoid_f32(x):",
+        "    return 1.0 / (1.0 + math.exp(-x))",
         "",
         "",
         "@cuda.jit",

@@ -270,6 +270,10 @@ def forward_copies(g: Graph) -> int:
 
 
 def _fusable(n: Node) -> bool:
+    if n.fn == "pack":  # rules.py's stores of parts at views of its buffers: a kernel's root
+        return not n.writes and all(
+            isinstance(r, Ref) and r.dtype.name in _KERNEL_DTYPES for r in n.refs()
+        )
     if n.writes or len(n.outputs) != 1 or not isinstance(n.result, Ref):
         return False
     if n.result.dtype.name not in _KERNEL_DTYPES:
@@ -412,7 +416,7 @@ def _choose_stored(g, fusable, virtual, users, members_of) -> None:
             continue
         c = sum(1 for ids in computes.values() if n.id in ids)
         readers = users.get(v.id, [])
-        broadcast = any(u.id in fusable and int(np.prod(u.result.shape)) > v.size for u in readers)
+        broadcast = any(u.id in fusable and _space_size(u) > v.size for u in readers)
         chain = members_of(n, virtual)
         costly = n.op in COSTLY or any(m.id in pending for m in chain)
         if costly and (c > 1 or broadcast):
@@ -434,6 +438,11 @@ def _choose_stored(g, fusable, virtual, users, members_of) -> None:
                 store(n)
 
 
+def _space_size(n: Node) -> int:
+    """Entries of a fusable node's index space (a pack's: one part's)."""
+    return int(np.prod(n.args[1].shape if n.fn == "pack" else n.result.shape))
+
+
 def _merge_epilogues(nodes, kernels, keep) -> list:
     """A reduction whose result only one pointwise kernel reads, over the reduced shape
     (the ``/ n`` of a mean), applies that kernel's ops before its store: one kernel."""
@@ -453,7 +462,7 @@ def _merge_epilogues(nodes, kernels, keep) -> list:
             continue
         pn = users[0]
         p = pn.kernel
-        if p.root.fn == "reduce" or p.extra or p.out.size != r.size or pn.id in drop:
+        if p.root.fn in ("reduce", "pack") or p.extra or p.out.size != r.size or pn.id in drop:
             continue
         x, dims = k.root.args[1], tuple(k.root.args[2])
         kept = [n for d, n in enumerate(x.shape) if d not in dims and n != 1]

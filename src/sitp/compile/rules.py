@@ -8,7 +8,11 @@ every model rather than for one:
   ``unary("gelu", x)`` and ``GELU.backward(g)`` becomes ``g * unary("gelu_grad", x)``,
   reading the forward's ``x`` instead of its Context (as PyTorch's decompositions
   and AOTAutograd's joint graph do). The pointwise nodes then fuse with their
-  neighbours like any others.
+  neighbours like any others. ``GRUGates.forward(gi, gh, h)`` becomes the cell's
+  dozen ops on column slices of gi and gh (one generated kernel), and
+  ``GRUGates.backward(g)`` recomputes r, z and n from gi, gh and h and ends in one
+  ``pack`` node: the three gates' gradients stored side by side in the rows of
+  d(gi) and of d(gh), and dh, by one loop nest (``codegen.generate``).
 * **GEMM epilogues** (:func:`gemm_epilogues`): a matrix product whose result a generated
   pointwise kernel reads, over the same rows, runs that kernel's loop body on each block
   of rows right after the block's register tiles are stored, while it is in L1
@@ -47,14 +51,19 @@ def _pointwise(g: Graph, fn: str, args: tuple, value: Value, shape, dtype, cls) 
 
 
 def decompose(g: Graph) -> int:
-    """Replace ``GELU.forward``/``GELU.backward`` nodes by pointwise primitives; returns
-    how many nodes were replaced. A backward is decomposed when its Context's producer
-    (in this graph or, for a split backward graph, the forward graph's) is a
-    ``GELU.forward`` whose input it can read; a forward when nothing but decomposed
-    backwards reads its Context."""
+    """Replace ``GELU.forward``/``GELU.backward`` and ``GRUGates.forward``/``.backward``
+    nodes by pointwise primitives; returns how many nodes were replaced. A backward is
+    decomposed when its Context's producer (in this graph or, for a split backward
+    graph, the forward graph's) is the layer's forward, whose inputs it can read; a
+    forward when nothing but decomposed backwards reads its Context."""
     live = g.live_values()
+    written = {old.id for n in g.nodes for old, _ in n.writes}
     out, count = [], 0
     for n in g.nodes:
+        if n.fn == "GRUGates.backward" and (new := _gru_backward(g, n, written)):
+            out += new
+            count += 1
+            continue
         if n.fn == "GELU.backward" and len(n.args) == 2 and not n.kwargs:
             cv, gy = n.args
             fwd = cv.value.producer if isinstance(cv, CtxArg) else None
@@ -87,12 +96,16 @@ def decompose(g: Graph) -> int:
     users = g.users()
     out = []
     for n in g.nodes:
+        ctx_v = n.outputs[0] if n.outputs else None
+        readers = [u for u in users.get(ctx_v.id, []) if u is not n] if ctx_v else [None]
+        free = ctx_v is not None and ctx_v.id not in live and not readers
+        if n.fn == "GRUGates.forward" and free and (new := _gru_forward(g, n)):
+            out += new
+            count += 1
+            continue
         if n.fn == "GELU.forward" and len(n.args) == 3 and not n.kwargs:
             cv, x, approximate = n.args
             op = _gelu_op(approximate)
-            ctx_v = n.outputs[0] if n.outputs else None
-            readers = [u for u in users.get(ctx_v.id, []) if u is not n] if ctx_v else [None]
-            free = ctx_v is not None and ctx_v.id not in live and not readers
             res = n.result
             if (
                 op is not None
@@ -113,6 +126,156 @@ def decompose(g: Graph) -> int:
     return count
 
 
+class _Ops:
+    """Appends pointwise nodes over one index space ``shape``, of the dtype and tensor
+    class of Ref ``like``, each writing a new Value; returns their results as Refs."""
+
+    def __init__(self, g: Graph, like: Ref, shape, where):
+        self.g, self.like, self.shape, self.where = g, like, tuple(shape), where
+        self.size, self.np_dtype = int(np.prod(self.shape)), like.value.np_dtype
+        self.nodes = []
+        one = Value(g.new_id(), 1, self.np_dtype, "literal", array=np.ones(1, self.np_dtype))
+        g.consts.append(one)
+        self.one = Ref(one, (), (), 0, like.dtype, like.cls)  # the 1 of 1 - z
+
+    def __call__(self, fn, *args) -> Ref:
+        v = Value(self.g.new_id(), self.size, self.np_dtype, "node")
+        n = _pointwise(self.g, fn, args, v, self.shape, self.like.dtype, self.like.cls)
+        n.where = self.where
+        self.nodes.append(n)
+        return n.result
+
+
+def _gru_inputs(n: Node, written):
+    """(gi, gh, h, H) of a ``GRUGates.forward`` node the rules can decompose, or None:
+    Refs of one float dtype, gi and gh of shape (..., 3H) for h of (..., H), none of
+    them written in place (the backward reads them again)."""
+    if len(n.args) != 4 or n.kwargs or not isinstance(n.args[0], CtxArg):
+        return None
+    gi, gh, h = n.args[1:]
+    if not all(isinstance(r, Ref) for r in (gi, gh, h)) or not h.shape:
+        return None
+    H = h.shape[-1]
+    if H == 0 or h.dtype.name not in _FLOATS or not (gi.dtype is gh.dtype is h.dtype):
+        return None
+    if tuple(gi.shape) != tuple(gh.shape) or tuple(gi.shape) != tuple(h.shape[:-1]) + (3 * H,):
+        return None
+    if any(r.value.id in written for r in (gi, gh, h)):
+        return None
+    return gi, gh, h, H
+
+
+def _gate(r: Ref, j: int, H: int) -> Ref:
+    """Columns j H .. (j + 1) H of a (..., 3H) view: gate j (r, z, n) of gi or gh."""
+    shape = tuple(r.shape[:-1]) + (H,)
+    return Ref(r.value, shape, r.strides, r.offset + j * H * r.strides[-1], r.dtype, r.cls)
+
+
+def _gru_gates(ops: _Ops, gi: Ref, gh: Ref, H: int):
+    """r, z, n and h_n of the cell, as ``sitp.kernels.cpu.fused.gru`` computes them."""
+    add, sig = (lambda a, b: ops("binary", "add", a, b)), (lambda a: ops("unary", "sigmoid", a))
+    r = sig(add(_gate(gi, 0, H), _gate(gh, 0, H)))
+    z = sig(add(_gate(gi, 1, H), _gate(gh, 1, H)))
+    h_n = _gate(gh, 2, H)
+    n = ops("unary", "tanh", add(_gate(gi, 2, H), ops("binary", "mul", r, h_n)))
+    return r, z, n, h_n
+
+
+def _gru_forward(g: Graph, n: Node):
+    """``GRUGates.forward``'s primitives, h' = (1 - z) n + z h, or None."""
+    parts = _gru_inputs(n, set())
+    res = n.result
+    if parts is None or not isinstance(res, Ref) or not res.contiguous_whole():
+        return None
+    gi, gh, h, H = parts
+    if len(n.outputs) != 2 or tuple(res.shape) != tuple(h.shape) or res.dtype is not h.dtype:
+        return None
+    ops = _Ops(g, h, h.shape, n.where)
+    r, z, nn, _ = _gru_gates(ops, gi, gh, H)
+    keep = ops("binary", "mul", ops("binary", "sub", ops.one, z), nn)
+    new = ops("binary", "mul", z, h)
+    last = _pointwise(g, "binary", ("add", keep, new), res.value, tuple(res.shape), h.dtype,
+                      res.cls)  # fmt: skip
+    last.where = n.where
+    return ops.nodes + [last]
+
+
+def _gru_backward(g: Graph, n: Node, written):
+    """``GRUGates.backward``'s primitives, ending in one ``pack`` node, or None.
+
+    For upstream gradient g: dh = g z, da_n = g (1 - z)(1 - n^2), da_z = g (h - n) z (1 - z),
+    da_r = da_n h_n r (1 - r); d(gi) = (da_r, da_z, da_n), d(gh) = (da_r, da_z, da_n r),
+    the three side by side in each row. The pack stores each part at its view of the
+    gradient it belongs to; a gradient the backward does not return (None) has none.
+    """
+    if len(n.args) != 2 or n.kwargs or not isinstance(n.args[0], CtxArg) or n.writes:
+        return None
+    cv, gy = n.args
+    fwd = cv.value.producer
+    res = n.result
+    if fwd is None or fwd.fn != "GRUGates.forward" or not isinstance(gy, Ref):
+        return None
+    parts = _gru_inputs(fwd, written)
+    if parts is None or not isinstance(res, tuple) or len(res) != 3:
+        return None
+    gi, gh, h, H = parts
+    if gy.dtype is not h.dtype or tuple(gy.shape) != tuple(h.shape):
+        return None
+    for d, shape in zip(res, (tuple(gi.shape), tuple(gi.shape), tuple(h.shape))):
+        if d is not None and not (
+            isinstance(d, Ref)
+            and d.contiguous_whole()
+            and tuple(d.shape) == shape
+            and d.value.size == int(np.prod(shape))
+            and d.dtype is h.dtype
+            and d.value.producer is n
+        ):
+            return None
+    outs = [r for r in res if r is not None]
+    if not outs or [r.value for r in outs] != list(n.outputs):
+        return None
+    ops = _Ops(g, h, h.shape, n.where)
+    r, z, nn, h_n = _gru_gates(ops, gi, gh, H)
+    mul, sub = (lambda a, b: ops("binary", "mul", a, b)), (lambda a, b: ops("binary", "sub", a, b))
+    one_z = sub(ops.one, z)
+    dh = mul(gy, z)
+    da_n = mul(mul(gy, one_z), sub(ops.one, mul(nn, nn)))
+    da_z = mul(mul(mul(gy, sub(h, nn)), z), one_z)
+    da_r = mul(mul(mul(da_n, h_n), r), sub(ops.one, r))
+    columns = ((da_r, da_z, da_n), (da_r, da_z, mul(da_n, r)), (dh,))  # d(gi), d(gh), dh
+    layout, stored = [], []
+    for o, ref in enumerate(outs):
+        k = res.index(ref)
+        for j, part in enumerate(columns[k]):  # gate j at columns j H .. (j + 1) H
+            layout.append((o, j * H, contiguous(ref.shape)))
+            stored.append(part)
+    pack = Node(g.new_id(), "pack", (tuple(layout),) + tuple(stored), {})
+    pack.outputs, pack.result, pack.where = list(n.outputs), res, n.where
+    for v in pack.outputs:
+        v.producer = pack
+    pack.lowered = _pack_step  # run as it is only without the fusion pass
+    return ops.nodes + [pack]
+
+
+def _pack_step(node: Node):
+    """A ``pack`` node as numpy copies, for a graph compiled without the fusion pass."""
+    layout, parts = node.args[0], node.args[1:]
+    outs = [(v.id, v.size, v.np_dtype) for v in node.outputs]
+
+    def view(a, r, offset, strides):
+        st = tuple(a.itemsize * s for s in strides)
+        return np.lib.stride_tricks.as_strided(a[offset:], r.shape, st)
+
+    def step(env):
+        bufs = [np.empty(size, dt) for _, size, dt in outs]
+        for (o, offset, strides), r in zip(layout, parts):
+            view(bufs[o], r, offset, strides)[...] = view(env[r.value.id], r, r.offset, r.strides)
+        for (vid, _, _), buf in zip(outs, bufs):
+            env[vid] = buf
+
+    return step
+
+
 # ------------------------------------------------------------------ GEMM epilogues
 def _epilogue_kernel(users, value, rows, cols, only: bool):
     """A generated pointwise kernel node that reads ``value`` whole over an index space of
@@ -125,7 +288,7 @@ def _epilogue_kernel(users, value, rows, cols, only: bool):
         k = kn.kernel
         if kn.fn != "kernel" or kn.lowered is not None or k is None:
             continue
-        if k.root.fn == "reduce" or k.extra or k.epilogue is not None:
+        if k.root.fn in ("reduce", "pack") or k.extra or k.epilogue is not None:
             continue
         space = tuple(k.root.result.shape)
         if not space or space[-1] != cols or int(np.prod(space)) != rows * cols:
