@@ -312,6 +312,91 @@ def test_inputs_are_recorded_as_edges_that_keep_their_place():
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6)
 
 
+def _record_of(y):
+    """What an op recorded: the Node's function, its inputs (a leaf itself, else the edge's
+    node and output number), what its Context holds, and the output's own fields."""
+    node, ctx = y.grad_fn, y.grad_fn.ctx
+
+    def ref(t):
+        return None if t is None else (t if t.grad_fn is None else (t.grad_fn, t._output_nr))
+
+    fields = {k: getattr(ctx, k) for k in ("op", "p0", "p1") if hasattr(ctx, k)}
+    return (
+        node.fn,
+        node.n_outputs,
+        [ref(t) for t in node.inputs if t is not None],
+        ctx.needs_input_grad[: 2 if node.fn is D.Binary else 1],
+        ctx._versions,
+        {k: str(v) for k, v in fields.items()},
+        (y.requires_grad, y._output_nr, node.name()),
+    )
+
+
+@pytest.mark.parametrize("case", ["a", "b", "both", "nonleaf", "unary"])
+def test_recorded_shortcut_makes_what_apply_makes(case):
+    """Binary.recorded and Unary.recorded (the elementwise methods' shortcut when they
+    record) make the Node, Context and output that Function.apply makes: the same
+    inputs, saved tensors, version checks (None where the gradient does not read a
+    saved tensor), the same values and the same gradients."""
+    import math
+
+    g = sitp.Generator().manual_seed(8)
+    a = sitp.randn(3, 4, generator=g).requires_grad_(case in ("a", "both", "unary"))
+    b = sitp.randn(4, generator=g).requires_grad_(case in ("b", "both"))
+    if case == "nonleaf":
+        a = sitp.randn(3, 4, generator=g).requires_grad_() * 2.0
+    made = {}
+    for how in ("apply", "recorded"):
+        if case == "unary":
+            y = getattr(D.Unary, how)(a, "tanh", math.nan, math.nan)
+        else:
+            y = getattr(D.Binary, how)(a, b, "mul")
+        made[how] = y
+    rec = {how: _record_of(y) for how, y in made.items()}
+    fn, n_out, inputs, needs, versions, fields, out = rec["apply"]
+    fn2, n_out2, inputs2, needs2, versions2, fields2, out2 = rec["recorded"]
+    assert (fn, n_out, needs, versions, fields, out) == (
+        fn2,
+        n_out2,
+        needs2,
+        versions2,
+        fields2,
+        out2,
+    )
+    assert len(inputs) == len(inputs2) and all(
+        x is y or (isinstance(x, tuple) and x[0] is y[0] and x[1] == y[1])
+        for x, y in zip(inputs, inputs2)
+    )
+    for how in ("apply", "recorded"):  # the saved inputs are the operands themselves
+        saved = made[how].grad_fn.ctx.saved_tensors
+        assert saved[0] is a and (case == "unary" or saved[1] is b)
+    np.testing.assert_array_equal(made["apply"].detach().numpy(), made["recorded"].detach().numpy())
+    grads = []
+    for y in made.values():
+        leaves = [t for t in (a, b) if t.requires_grad and t.grad_fn is None]
+        leaves = leaves or [a]  # the non-leaf case: through a's own graph
+        grads.append([x.numpy() for x in sitp.autograd.grad(y.sum(), leaves, retain_graph=True)])
+    for x, y in zip(*grads):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_recorded_shortcut_refuses_a_saved_tensor_written_since():
+    """The version check works through the shortcut: writing to an operand whose value
+    the gradient reads raises as torch does; writing to one it does not read does not."""
+    x = sitp.randn(3).requires_grad_()
+    h = x * 1.0
+    y = h * h  # reads both operands
+    h.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    x2 = sitp.randn(3).requires_grad_()
+    h2 = x2 * 1.0
+    z = h2 + 2.0  # add reads neither operand
+    h2.add_(1.0)
+    z.sum().backward()
+    np.testing.assert_array_equal(x2.grad.numpy(), np.ones(3, np.float32))
+
+
 def test_needs_input_grad_of_plain_arguments():
     seen = {}
 

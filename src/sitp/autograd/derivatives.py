@@ -17,7 +17,7 @@ import math
 
 from sitp import cuda
 from sitp._tensor import creation, dispatch
-from sitp.autograd.function import Function
+from sitp.autograd.function import Context, Function, Node, _Edge
 from sitp.strides import contiguous_strides, numel
 
 
@@ -118,6 +118,8 @@ UNARY_READS = {
 }
 _UNREAD = {"x": (1,), "y": (0,), "": (0, 1), "xy": ()}
 _UNARY_UNREAD = {op: _UNREAD[r] for op, r in UNARY_READS.items()}  # op -> positions of (x, y)
+# op -> whether its gradient reads (x, y): their versions are checked
+_UNARY_KEEP = {op: (0 not in u, 1 not in u) for op, u in _UNARY_UNREAD.items()}
 
 
 def _pow_grad(x, g, p):
@@ -160,8 +162,35 @@ class Unary(Function):
         x, y = ctx.saved_tensors
         return UNARY_GRAD[ctx.op](x, y, g, ctx.p0, ctx.p1)
 
+    # --8<-- [end:unary_function]
 
-# --8<-- [end:unary_function]
+    @classmethod
+    def recorded(cls, x, op, p0=math.nan, p1=math.nan):
+        """``apply`` for a caller that has checked that grad mode is on and ``x`` requires
+        grad (``Tensor.tanh`` and the other elementwise methods): the same forward, Context
+        and Node, without the steps of the generic ``apply`` that this case does not need
+        (the forward calls the backend only, which records nothing, so grad mode stays on)."""
+        y = dispatch.of(x).unary(op, x, p0, p1)
+        ctx = _UnaryContext()
+        ctx.needs_input_grad = _UNARY_NEEDS
+        ctx.op, ctx.p0, ctx.p1 = op, p0, p1
+        ctx.saved_tensors = (x, y)
+        keep_x, keep_y = _UNARY_KEEP.get(op, (True, True))
+        ctx._versions = [x._vc[0] if keep_x else None, 0 if keep_y else None]
+        node = Node(cls, ctx, (x if x.grad_fn is None else _Edge((x.grad_fn, x._output_nr)),))
+        if y.dtype.is_floating_point:
+            y.requires_grad = True
+            y.grad_fn = node
+        return y
+
+
+class _UnaryContext(Context):
+    """Unary's Context, its fields in slots (no per-op dict)."""
+
+    __slots__ = ("op", "p0", "p1", "saved_tensors", "_versions")
+
+
+_UNARY_NEEDS = (True, False, False, False)
 
 
 # --8<-- [start:binary_table]
@@ -210,6 +239,7 @@ def _binary_unread(op, na, nb):
 
 
 _BINARY_UNREAD = {}  # (op, a needs grad, b needs grad) -> _binary_unread's answer
+_BINARY_KEEP = {}  # the same key -> whether each of (a, b, y) is read: its version checked
 
 
 def _safe_log(a):
@@ -254,6 +284,47 @@ class Binary(Function):
         ga, gb = BINARY_GRAD[ctx.op](a, b, y, g)
         na, nb = ctx.needs_input_grad[:2]
         return (unbroadcast(ga, a.shape) if na else None, unbroadcast(gb, b.shape) if nb else None)
+
+    @classmethod
+    def recorded(cls, a, b, op):
+        """``apply`` for ``Tensor._binary``'s call: two tensors, grad mode on, one of them
+        requiring grad. The same forward, Context and Node as ``apply`` makes, without its
+        generic steps (see :meth:`Unary.recorded`)."""
+        y = dispatch.of(a, b).binary(op, a, b)
+        na, nb = a.requires_grad, b.requires_grad
+        ctx = _BinaryContext()
+        ctx.needs_input_grad = (na, nb, False)
+        ctx.op = op
+        ctx.saved_tensors = (a, b, y)
+        key = (op, na, nb)
+        keep = _BINARY_KEEP.get(key)
+        if keep is None:
+            unread = _binary_unread(*key)
+            keep = _BINARY_KEEP[key] = tuple(i not in unread for i in range(3))
+        ctx._versions = [
+            a._vc[0] if keep[0] else None,
+            b._vc[0] if keep[1] else None,
+            0 if keep[2] else None,
+        ]
+        node = Node(
+            cls,
+            ctx,
+            (
+                (a if a.grad_fn is None else _Edge((a.grad_fn, a._output_nr))) if na else None,
+                (b if b.grad_fn is None else _Edge((b.grad_fn, b._output_nr))) if nb else None,
+                None,
+            ),
+        )
+        if y.dtype.is_floating_point:
+            y.requires_grad = True
+            y.grad_fn = node
+        return y
+
+
+class _BinaryContext(Context):
+    """Binary's Context, its fields in slots (no per-op dict)."""
+
+    __slots__ = ("op", "saved_tensors", "_versions")
 
 
 class Where(Function):

@@ -71,7 +71,7 @@ class TensorMath:
         if reverse:
             a, b = b, a
         if (a.requires_grad or b.requires_grad) and is_grad_enabled():
-            return ops.Binary.apply(a, b, op)
+            return ops.Binary.recorded(a, b, op)  # Binary.apply, for this checked case
         return dispatch.of(a, b).binary(op, a, b)  # nothing to record: Binary.forward's value
 
     def __add__(self, other):
@@ -610,7 +610,7 @@ def _unary_op(x, op, p0=math.nan, p1=math.nan):
     """``Unary.apply(x, op, p0, p1)``; without a graph to record, the backend's op itself
     (the same value: Unary.forward's, without the Context it would fill for nothing)."""
     if x.requires_grad and is_grad_enabled():
-        return ops.Unary.apply(x, op, p0, p1)
+        return ops.Unary.recorded(x, op, p0, p1)  # Unary.apply, for this checked case
     return dispatch.of(x).unary(op, x, p0, p1)
 
 
