@@ -355,21 +355,27 @@ def compile_range(block: str, key: str) -> tuple[float, float]:
     return tuple(compile_run()["rows"][block]["range_ms"][key])
 
 
-def train_run(model: str, threads: str = "1") -> dict:
-    """6.4's training steps (compile-train.json): the harness's result for ``model``."""
-    return ex("compile-train.json")["runs"][threads][model]
+TRAIN_INTEL = "compile-train-intel.json"  # 6.4's second record (the Xeon, the GRU's rule)
 
 
-def train_ms(model: str, arm: str, threads: str = "1") -> float:
-    return 1e3 * train_run(model, threads)["arms"][arm]["median"]
+def train_run(model: str, threads: str = "1", record: str = "compile-train.json") -> dict:
+    """6.4's training steps (compile-train.json, or ``record``): the harness's result for
+    ``model``."""
+    return ex(record)["runs"][threads][model]
 
 
-def train_ratio(model: str, key: str, stat: str = "median", threads: str = "1") -> float:
-    return train_run(model, threads)["ratios"][key][stat]
+def train_ms(model: str, arm: str, threads: str = "1", record: str = "compile-train.json"):
+    return 1e3 * train_run(model, threads, record)["arms"][arm]["median"]
 
 
-def train_report(model: str) -> dict:
-    return train_run(model)["arms"]["compiled"]["info"]["report"]
+def train_ratio(
+    model: str, key: str, stat: str = "median", threads: str = "1", record="compile-train.json"
+) -> float:
+    return train_run(model, threads, record)["ratios"][key][stat]
+
+
+def train_report(model: str, record: str = "compile-train.json") -> dict:
+    return train_run(model, record=record)["arms"]["compiled"]["info"]["report"]
 
 
 def below_one(value: float) -> float:
@@ -1796,8 +1802,49 @@ FIGURES = QUOTES + [
     ),
     (
         "ch06/compiled.md",
-        r"The GRU gains (\d\.\d+) \((\d\.\d+) to (\d\.\d+)\)",
+        r"whose step there gains (\d\.\d+) \((\d\.\d+) to (\d\.\d+)\)",
         lambda: tuple(train_ratio("gru", "eager/compiled", s) for s in ("median", "min", "max")),
+    ),
+    (
+        "ch06/compiled.md",
+        r"\((\d+) layer nodes decomposed, (\d+) GEMM epilogues in the step's graph against the "
+        r"EPYC record's (\d+)\)",
+        lambda: (
+            train_report("gru", TRAIN_INTEL)["decomposed"],
+            train_report("gru", TRAIN_INTEL)["epilogues"],
+            train_report("gru")["epilogues"],
+        ),
+    ),
+    (
+        "ch06/compiled.md",
+        r"other programs took (\d+)% of its CPUs during the GRU's rounds",
+        lambda: 100 * train_run("gru", record=TRAIN_INTEL)["load"]["other_share"],
+    ),
+    (
+        "ch06/compiled.md",
+        r"the GRU's step takes (\d\.\d) ms against eager's (\d\.\d) ms, (\d\.\d+) times faster "
+        r"\((\d\.\d+) to (\d\.\d+) over the rounds\); the RNN's gains (\d\.\d+) \((\d\.\d+) to "
+        r"(\d\.\d+)\) and the CNN's (\d\.\d+) \((\d\.\d+) to (\d\.\d+)\)\. The anchor gains "
+        r"(\d\.\d+) \((\d\.\d+) to (\d\.\d+)\)",
+        lambda: (
+            train_ms("gru", "compiled", record=TRAIN_INTEL),
+            train_ms("gru", "eager", record=TRAIN_INTEL),
+            *(
+                train_ratio(m, "eager/compiled", s, record=TRAIN_INTEL)
+                for m in ("gru", "rnn", "wavenet", "gpt")
+                for s in ("median", "min", "max")
+            ),
+        ),
+    ),
+    (
+        "ch06/compiled.md",
+        r"the compiled step takes (\d\.\d+) of torch eager's time \((\d\.\d+) to (\d\.\d+)\) and "
+        r"(\d\.\d+) of torch\.compile's \((\d\.\d+) to (\d\.\d+)\)",
+        lambda: tuple(
+            train_ratio("gpt", k, s, record=TRAIN_INTEL)
+            for k in ("compiled/torch", "compiled/torch.compile")
+            for s in ("median", "min", "max")
+        ),
     ),
     ("ch06/compiled.md", r"measured in 2\.3 \((\d+\.\d) GB/s\)", lambda: roofline("DRAM", 1)),
     (
