@@ -11,7 +11,8 @@ One call is one step of :class:`sitp.train.trainer.Trainer` with ``--compile`` (
 4 heads, width 128, block 64, batch 12; the WaveNet-style CNN of chapter 3.3 on names
 at batch 32), its :func:`~sitp.train.trainer.grad_step` compiled three ways:
 
-* ``fusion``: ``remat=None``, the fusion pass's own choice (the default);
+* ``fusion``: ``remat=None``, the fusion pass's own choice (what "auto", the default,
+  is for a step);
 * ``save``: every value the backward reads is kept from the forward;
 * ``mincut``: the minimum cut of :mod:`sitp.compile.remat` chooses what is kept,
   the rest is recomputed in the backward.
@@ -36,17 +37,18 @@ SMOKE = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "dropout": 0
 MODES = {"fusion": None, "save": "save", "mincut": "mincut"}
 # the model compiled (torch.compile(model)): a forward program and a backward program that
 # runs later (sitp.compile's Joint), where the forward saves what the backward reads
-SPLIT = {"split-save": None, "split-mincut": "mincut"}
+# ("auto" is "mincut" there)
+SPLIT = {"split-save": "save", "split-mincut": "mincut"}
 
 
 def workload(model: str, mode: str, smoke: bool = False):
     """One compiled Trainer step of ``model``, its grad_step compiled with ``remat=mode``."""
     import functools  # late: only the worker builds a run
-    import tempfile
-    import tracemalloc
+    import tempfile  # late: as above
+    import tracemalloc  # late: as above
 
-    import sitp
-    from sitp.train.trainer import TrainConfig, Trainer, grad_step
+    import sitp  # late: the worker's library
+    from sitp.train.trainer import TrainConfig, Trainer, grad_step  # late: as above
 
     out = tempfile.mkdtemp(prefix="bench-remat-")
     batch = 4 if smoke else BATCH[model]

@@ -78,7 +78,7 @@ class CompiledFunction:
         name=None,
         recompile_limit=None,
         rerun_trace=None,
-        remat=None,
+        remat="auto",
     ):
         if remat not in remat_mod.MODES:
             raise ValueError(f"sitp.compile: remat {remat!r} is not one of {remat_mod.MODES}")
@@ -217,7 +217,11 @@ class CompiledFunction:
             if t.grad is not None:
                 g.grads[-1 - k] = tracer.ref(t.grad)
         program, report = passes.compile_graph(
-            g, fuse=self.fuse, debug_dir=self.debug_dir, only=self.passes_on, remat=self.remat
+            g,
+            fuse=self.fuse,
+            debug_dir=self.debug_dir,
+            only=self.passes_on,
+            remat=None if self.remat == "auto" else self.remat,
         )
         for v in tracer.by_storage.values():
             v.trace = None  # the trace's buffers are not needed any more
@@ -254,9 +258,10 @@ class CompiledFunction:
         if tracer.breaks:
             self._add(Entry(key, breaks=tracer.breaks))
             return result
-        if k < len(g.nodes) and self.fuse and self.remat is not None:
+        remat = "mincut" if self.remat == "auto" else self.remat
+        if k < len(g.nodes) and self.fuse and remat is not None:
             g.backward_at = g.nodes[k].id
-            rep_r = remat_mod.rematerialise(g, self.remat)  # clones go after the k-th node
+            rep_r = remat_mod.rematerialise(g, remat)  # clones go after the k-th node
         else:
             rep_r = {}
         gf, gb = Graph(), Graph()
@@ -466,7 +471,7 @@ def compile(  # noqa: A001
     debug_dir=None,
     explain: bool = False,
     rerun_trace=None,
-    remat=None,
+    remat="auto",
 ):
     """Compile ``model`` (a function or an ``nn.Module``): the result is called as it is.
 
@@ -485,8 +490,10 @@ def compile(  # noqa: A001
     too (it undoes the trace's in-place writes and runs the program; see the module):
     the default for an ``nn.Module``, not for a function. ``remat`` chooses what a
     training step's forward keeps for its backward (:mod:`sitp.compile.remat`): None
-    (the fusion pass's own choice), "save" (everything the backward reads) or "mincut"
-    (a minimum cut of the bytes kept, the rest recomputed in the backward).
+    (the fusion pass's own choice), "save" (everything the backward reads), "mincut"
+    (a minimum cut of the bytes kept, the rest recomputed in the backward), or "auto"
+    (the default: "mincut" for a forward whose backward runs later, None for a
+    function that runs both).
     """
     backend = "inductor" if backend is None else backend
     if backend not in BACKENDS:

@@ -34,8 +34,12 @@ from sitp.compile.graph import ArrRef, CtxArg, Graph, HostIndex, Node, Ref, Valu
 
 #: ``remat=`` settings: None leaves the fusion pass's own choice (it recomputes a
 #: pointwise value that only fused kernels read, by its cost model), "save" keeps every
-#: value the backward reads, "mincut" keeps the minimum cut's.
-MODES = (None, "save", "mincut")
+#: value the backward reads, "mincut" keeps the minimum cut's. "auto" (the default) is
+#: "mincut" where the backward is a program of its own (a compiled module's forward and
+#: backward, split) and None where forward and backward are one graph (a training step):
+#: in one graph fusion already recomputes what the cut would, in fewer kernels, and
+#: across the split only the cut can (``scripts/bench_remat.py`` measures both).
+MODES = ("auto", None, "save", "mincut")
 _DTYPES = frozenset({"float32", "float64", "int64", "bool"})
 
 
