@@ -149,19 +149,19 @@ def matmul(a, b, bias=None):
             mnk < SMALL_MNK or (N <= DIRECT_MAX_N and b_rows * N * b.itemsize <= DIRECT_MAX_B_BYTES)
         )
     )
-    threads = numba.get_num_threads()
     if (  # a weight's gradient on several threads: K, the batch's rows, split among them
         slabs
-        and threads > 1
+        and mnk >= SPLIT_K_MIN_MNK
         and bias is None
         and a.dtype != np.int64
         and N > 1
-        and mnk >= SPLIT_K_MIN_MNK
-        and K >= 4 * max(M, N, 16 * threads)
+        and K >= 4 * max(M, N)
     ):
-        c = np.empty((M, N), dtype=a.dtype)
-        gemm_split_k(a, b, c, threads)
-        return c
+        threads = numba.get_num_threads()  # (a call of about a microsecond: asked late)
+        if threads > 1 and K >= 64 * threads:
+            c = np.empty((M, N), dtype=a.dtype)
+            gemm_split_k(a, b, c, threads)
+            return c
     if unpacked:
         # the unpacked kernels read A through its strides and rows of B as vectors
         # (a transposed B, a layer's W.T, a strip of columns at a time). They write
@@ -171,10 +171,10 @@ def matmul(a, b, bias=None):
         c = np.empty((M, N), dtype=a.dtype)
         has_bias = bias is not None
         bias = np.ascontiguousarray(bias) if has_bias else c[0, :0]
-        if mnk < PARALLEL_MIN_MNK or threads == 1:
+        if mnk < PARALLEL_MIN_MNK or numba.get_num_threads() == 1:
             gemm_small_set(a, b, c, bias, has_bias)
         else:  # a thin product: B small, A tall; threads over A's rows
-            gemm_direct_parallel(a, b, c, bias, has_bias, threads)
+            gemm_direct_parallel(a, b, c, bias, has_bias, numba.get_num_threads())
         return c
     if bias is None:
         c = np.zeros((M, N), dtype=a.dtype)
