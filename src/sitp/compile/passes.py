@@ -6,6 +6,8 @@
    buffers become one;
 3. :func:`eliminate_dead`: a call none of whose results reaches an output (a returned
    tensor, a ``.grad``, an input written in place) is dropped;
+   then, for a training step's graph, ``remat.py`` chooses (``remat=``) which values its
+   forward keeps for its backward and which the backward recomputes (a minimum cut);
 4. :func:`fuse`: chains of pointwise calls (``unary``, ``binary``, ``compare``, ``where``,
    ``copy``), and a reduction fed by such a chain, become one generated kernel each; a
    pointwise result that only fused kernels read is recomputed by each of them instead
