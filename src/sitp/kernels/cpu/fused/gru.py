@@ -24,34 +24,36 @@ import math
 
 from numba import njit
 
+from sitp.kernels.cpu.fused.gelu import _is_float32
+from sitp.kernels.cpu.fused.lstm import _sigmoid, _sigmoid_f32, _tanh_f32
+from sitp.kernels.cpu.vecmath import FASTMATH
+
 
 # --8<-- [start:gru_gates_kernel]
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
 def gru_gates_kernel(gi, gh, h, H, out, r, z, n, hn):
     """h' = GRU(gi, gh, h) for rows of ``H`` hidden units; gi, gh are rows of 3H.
 
-    Saves r, z, n and h_n (the hidden part of the candidate) for the backward.
-    The sigmoid is written so that exp never overflows.
+    Saves r, z, n and h_n (the hidden part of the candidate) for the backward. In
+    float32 the sigmoids and the tanh are the LSTM's vectorisable ones (``exp_f32``);
+    float64 uses the C library's, with a sigmoid whose exp never overflows. Three
+    loops, each touching few arrays, so that LLVM can vectorise them (as the LSTM's).
     """
+    f32 = _is_float32(gi)
     for b in range(h.size // H):
-        for j in range(H):
-            g3, k = b * 3 * H, b * H + j
+        g3, k0 = b * 3 * H, b * H
+        for j in range(H):  # the reset and update gates
             a_r = gi[g3 + j] + gh[g3 + j]
             a_z = gi[g3 + H + j] + gh[g3 + H + j]
-            if a_r >= 0:
-                rr = 1.0 / (1.0 + math.exp(-a_r))
-            else:
-                e = math.exp(a_r)
-                rr = e / (1.0 + e)
-            if a_z >= 0:
-                zz = 1.0 / (1.0 + math.exp(-a_z))
-            else:
-                e = math.exp(a_z)
-                zz = e / (1.0 + e)
+            r[k0 + j] = _sigmoid_f32(a_r) if f32 else _sigmoid(a_r)
+            z[k0 + j] = _sigmoid_f32(a_z) if f32 else _sigmoid(a_z)
+        for j in range(H):  # the candidate
             h_n = gh[g3 + 2 * H + j]
-            nn_ = math.tanh(gi[g3 + 2 * H + j] + rr * h_n)
-            r[k], z[k], n[k], hn[k] = rr, zz, nn_, h_n
-            out[k] = (1.0 - zz) * nn_ + zz * h[k]
+            a_n = gi[g3 + 2 * H + j] + r[k0 + j] * h_n
+            n[k0 + j] = _tanh_f32(a_n) if f32 else math.tanh(a_n)
+            hn[k0 + j] = h_n
+        for k in range(k0, k0 + H):  # the new state
+            out[k] = (1.0 - z[k]) * n[k] + z[k] * h[k]
 
 
 @njit(cache=True, error_model="numpy")
