@@ -207,6 +207,45 @@ QUOTES = [
         r"Each rung but the last is below the one before it by more than (\w+) times the larger",
         lambda: ladder_rungs_apart(),
     ),
+    (
+        "ch03/gpt.md",
+        r"would leave the step at (\d\.\d\d) \(Amdahl's law",
+        lambda: ex("thread-profile-intel.json")["amdahl_bound"],
+    ),
+    (
+        "ch03/gpt.md",
+        r"The other fused layers' calls\s+gain between (\d\.\d\d) and (\d\.\d\d), not 2",
+        lambda: (
+            min(g for k, g in thread_gains(fused=True).items() if k != "LayerNorm.backward"),
+            max(thread_gains(fused=True).values()),
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"layer norm's backward is slower on two threads \((\d\.\d\d)\), and the\s+optimizer's "
+        r"kernels and the copies of `assign` gain (\d\.\d\d)\.",
+        lambda: (
+            thread_gains()["LayerNorm.backward"],
+            # one figure for both: they must round alike
+            thread_gains()["AdamW (adam_update)"]
+            if round(thread_gains()["AdamW (adam_update)"], 2) == round(thread_gains()["assign"], 2)
+            else math.nan,
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"The linear layers' backward\s+gets its (\d\.\d\d) from splitting",
+        lambda: thread_gains()["Linear.backward"],
+    ),
+    (
+        "ch04/primitives.md",
+        r"there `a \+ b` that records takes (\d\.\d\d) µs against PyTorch's (\d\.\d\d), "
+        r"(\d\.\d\d)\s+times",
+        lambda: tuple(
+            ex("op-overhead-intel.json")["us_per_call"]["add+grad"][k]["median"]
+            for k in ("sitp", "torch", "sitp/torch")
+        ),
+    ),
     ("projects.md", r"innovation rate is already (\d+)% at", innovation_at_half),
 ]
 
@@ -280,6 +319,17 @@ def grad_overhead_range() -> tuple[float, float]:
         if op.endswith("+grad")
     ]
     return min(ratios), max(ratios)
+
+
+def thread_gains(fused=False) -> dict:
+    """scripts/thread_profile.py's record: each part's one-thread time over its two-thread
+    time (with ``fused``, the fused layers' calls of 0.3 ms a step or more)."""
+    parts = ex("thread-profile-intel.json")["parts"]
+    return {
+        k: p["ms_1t"] / p["ms_2t"]
+        for k, p in parts.items()
+        if not fused or (k.endswith((".forward", ".backward")) and p["ms_1t"] >= 0.3)
+    }
 
 
 def ex(name: str):
