@@ -27,8 +27,6 @@ turns in one worker, ``--rounds`` rounds of ``--calls`` steps, through sitp.benc
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 
 ANCHOR = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "dropout": 0.0}
@@ -127,41 +125,14 @@ def measure(args, threads: int) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", default="1", help="thread counts, comma-separated (1)")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--calls", type=int, default=10, help="steps per arm in each round (10)")
-    ap.add_argument("--models", default="gpt,wavenet")
-    ap.add_argument(
-        "--cpu-time",
-        action="store_true",
-        help="time each call by its worker's CPU seconds, not the wall clock (on a machine "
-        "other jobs share)",
-    )
-    ap.add_argument("--json", metavar="PATH", help="write the results here (atomically)")
-    ap.add_argument("--smoke", action="store_true", help="tiny models: seconds, for the tests")
-    args = ap.parse_args(argv)
-    args.models = args.models.split(",")
-    args.clock = "cpu" if args.cpu_time else "wall"
-    for m in args.models:
-        if m not in BATCH:
-            ap.error(f"--models: no model {m!r}; choose among {', '.join(BATCH)}")
-    record = {
-        "what": "one Trainer.train_step with --compile, its grad_step compiled with "
-        "remat=None (fusion), 'save' and 'mincut'",
-        "anchor": {**ANCHOR, "batch_size": BATCH["gpt"], "vocab_size": 65},
-        "batch": BATCH,
-        "smoke": args.smoke,
-        "clock": args.clock,
-        "runs": {},
-    }
-    for t in (int(v) for v in args.threads.split(",")):
-        record["runs"][str(t)] = measure(args, t)
-    if args.json:
-        from sitp.serialization import write_atomically
+    import bench_train_compile as btc  # late: beside this script, which the parent runs
 
-        write_atomically(args.json, (json.dumps(record, indent=1) + "\n").encode())
-    return 0
+    ap = btc.parser(__doc__.splitlines()[0], "1", "gpt,wavenet")
+    what = (
+        "one Trainer.train_step with --compile, its grad_step compiled with "
+        "remat=None (fusion), 'save' and 'mincut'"
+    )
+    return btc.run(ap, argv, what, BATCH, ANCHOR, measure)
 
 
 if __name__ == "__main__":

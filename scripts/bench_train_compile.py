@@ -143,14 +143,15 @@ def measure(args, threads: int) -> dict:
     return out
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", default="1,2", help="thread counts, comma-separated (1,2)")
+def parser(description: str, threads: str, models: str) -> argparse.ArgumentParser:
+    """The options of the training-step benchmarks (this script and bench_remat.py)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument(
+        "--threads", default=threads, help=f"thread counts, comma-separated ({threads})"
+    )
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--calls", type=int, default=10, help="steps per arm in each round (10)")
-    ap.add_argument("--models", default="gpt,gru,rnn,wavenet")
-    ap.add_argument("--torch", action="store_true", help="add PyTorch eager (the GPT)")
-    ap.add_argument("--torch-compile", action="store_true", help="add torch.compile (the GPT)")
+    ap.add_argument("--models", default=models)
     ap.add_argument(
         "--cpu-time",
         action="store_true",
@@ -159,17 +160,21 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--json", metavar="PATH", help="write the results here (atomically)")
     ap.add_argument("--smoke", action="store_true", help="tiny models: seconds, for the tests")
+    return ap
+
+
+def run(ap, argv, what: str, batch: dict, anchor: dict, measure) -> int:
+    """Parse ``argv``, time ``measure(args, threads)`` at each thread count, write the record."""
     args = ap.parse_args(argv)
     args.models = args.models.split(",")
     args.clock = "cpu" if args.cpu_time else "wall"
     for m in args.models:
-        if m not in BATCH:
-            ap.error(f"--models: no model {m!r}; choose among {', '.join(BATCH)}")
+        if m not in batch:
+            ap.error(f"--models: no model {m!r}; choose among {', '.join(batch)}")
     record = {
-        "what": "one Trainer.train_step (batch, zero_grad, forward, backward, AdamW, "
-        "schedule), eager against --compile; torch: the same GPT, AdamW and batch shape",
-        "anchor": {**ANCHOR, "batch_size": BATCH["gpt"], "vocab_size": 65},
-        "batch": BATCH,
+        "what": what,
+        "anchor": {**anchor, "batch_size": batch["gpt"], "vocab_size": 65},
+        "batch": batch,
         "smoke": args.smoke,
         "clock": args.clock,
         "runs": {},
@@ -181,6 +186,17 @@ def main(argv=None) -> int:
 
         write_atomically(args.json, (json.dumps(record, indent=1) + "\n").encode())
     return 0
+
+
+def main(argv=None) -> int:
+    ap = parser(__doc__.splitlines()[0], "1,2", "gpt,gru,rnn,wavenet")
+    ap.add_argument("--torch", action="store_true", help="add PyTorch eager (the GPT)")
+    ap.add_argument("--torch-compile", action="store_true", help="add torch.compile (the GPT)")
+    what = (
+        "one Trainer.train_step (batch, zero_grad, forward, backward, AdamW, "
+        "schedule), eager against --compile; torch: the same GPT, AdamW and batch shape"
+    )
+    return run(ap, argv, what, BATCH, ANCHOR, measure)
 
 
 if __name__ == "__main__":
