@@ -151,6 +151,7 @@ def import_lib(lib_name: str):
 def gpt_train_step(lib_name: str, work: str):
     """One training step (forward, backward, AdamW) of the GPT on the next of the batches
     the parent drew, from sitp's initial weights; the batches cycle."""
+    from sitp.bench import train_step  # late: as below
     from sitp.models import MODELS  # late: the model file, run by either library
 
     lib = import_lib(lib_name)
@@ -166,16 +167,7 @@ def gpt_train_step(lib_name: str, work: str):
     model.load_state_dict({k: lib.tensor(init[k]) for k in init.files})
     opt = lib.optim.AdamW(model.parameters(), lr=1e-3)
     batches = [(lib.tensor(x), lib.tensor(y)) for x, y in zip(data["x"], data["y"])]
-    at = [0]
-
-    def step():
-        X, Y = batches[at[0] % len(batches)]
-        at[0] += 1
-        _, loss = model(X, Y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-
+    step = train_step(model, opt, batches)
     step.info = {"params": sum(p.numel() for p in model.parameters())}
     return step
 

@@ -101,6 +101,7 @@ def instrument(timers: Timers) -> None:
 def build(config: dict, batch: int, steps: int, seed: int):
     """The GPT of 3.5 on names, AdamW, and a step function cycling through batches."""
     import sitp
+    from sitp.bench import train_step
     from sitp.data import Vocab, build_token_stream, get_batch, load_names
     from sitp.models import MODELS
 
@@ -113,17 +114,7 @@ def build(config: dict, batch: int, steps: int, seed: int):
     sitp.manual_seed(seed)
     model = spec.build(spec.make_config(vocab_size=len(vocab), **config))
     opt = sitp.optim.AdamW(model.parameters(), lr=1e-3)
-    at = [0]
-
-    def step():
-        X, Y = batches[at[0] % len(batches)]
-        at[0] += 1
-        _, loss = model(X, Y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-
-    return step, sum(p.numel() for p in model.parameters())
+    return train_step(model, opt, batches), sum(p.numel() for p in model.parameters())
 
 
 def measure(step, timers: Timers, threads: int, steps: int) -> dict:

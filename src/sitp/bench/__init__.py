@@ -229,3 +229,21 @@ def machine_info():
         f"numpy {np.__version__} with OpenBLAS kernel '{core}', "
         f"{datetime.date.today().isoformat()}"
     )
+
+
+def train_step(model, optimizer, batches):
+    """A training step of a GPT-style ``model`` (``model(X, Y)`` returns the logits and
+    the loss) on the next of ``batches`` (pairs of tensors, cycled): forward, zero the
+    gradients, backward, ``optimizer.step()``. The same function times sitp's and torch's
+    step in the benchmarks (``scripts/compare_torch.py``, ``scripts/thread_profile.py``)."""
+    at = [0]
+
+    def step():
+        X, Y = batches[at[0] % len(batches)]
+        at[0] += 1
+        _, loss = model(X, Y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    return step
