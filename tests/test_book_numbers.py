@@ -247,6 +247,32 @@ QUOTES = [
         ),
     ),
     ("projects.md", r"innovation rate is already (\d+)% at", innovation_at_half),
+    # 6.3's autotuning, against tune.json (scripts/bench_tune.py)
+    (
+        "ch06/codegen.md",
+        r"the tuner times (\d+) of the anchor GPT's kernels [^)]*\) and keeps the serial "
+        r"twin for (\d+) of them, in (\d\.\d\d) s",
+        lambda: tuple(
+            tune_run("gpt")["arms"]["tuned"]["info"]["tune"][k]
+            for k in ("timed", "serial", "seconds")
+        ),
+    ),
+    (
+        "ch06/codegen.md",
+        r"The step takes (\d+\.\d) ms either way: fixed/tuned is (\d\.\d\d) \((\d\.\d\d) to "
+        r"(\d\.\d\d) over the (\d+) rounds\), with other programs at (\d+)% of the CPUs",
+        lambda: (
+            1e3 * tune_run("gpt")["arms"]["fixed"]["median"],
+            *(tune_run("gpt")["ratios"]["fixed/tuned"][k] for k in ("median", "min", "max")),
+            tune_run("gpt")["rounds"],
+            100 * tune_run("gpt")["load"]["other_share"],
+        ),
+    ),
+    (
+        "ch06/codegen.md",
+        r"The step takes (\d+\.\d) ms either way",
+        lambda: 1e3 * tune_run("gpt")["arms"]["tuned"]["median"],
+    ),
 ]
 
 
@@ -412,6 +438,11 @@ def train_run(model: str, threads: str = "1", record: str = "compile-train.json"
     """6.4's training steps (compile-train.json, or ``record``): the harness's result for
     ``model``."""
     return ex(record)["runs"][threads][model]
+
+
+def tune_run(model: str, threads: str = "2") -> dict:
+    """6.3's autotuning record (tune.json): the harness's result for ``model``."""
+    return ex("tune.json")["runs"][threads][model]
 
 
 def train_ms(model: str, arm: str, threads: str = "1", record: str = "compile-train.json"):

@@ -33,6 +33,7 @@ from sitp.autograd.function import Function
 from sitp.autograd.grad_mode import is_grad_enabled
 from sitp.compile import capture, passes
 from sitp.compile import remat as remat_mod
+from sitp.compile import tune as tune_mod
 from sitp.compile.graph import Graph, Ref, contiguous
 from sitp.nn.modules.module import Module
 
@@ -79,10 +80,12 @@ class CompiledFunction:
         recompile_limit=None,
         rerun_trace=None,
         remat="auto",
+        tune=None,
     ):
         if remat not in remat_mod.MODES:
             raise ValueError(f"sitp.compile: remat {remat!r} is not one of {remat_mod.MODES}")
         self.remat = remat
+        self.tuner = tune_mod.resolve(tune)
         self._module = fn if isinstance(fn, Module) else None
         self._fn = fn
         self.fuse, self.debug_dir, self.explain = fuse, debug_dir, explain
@@ -222,6 +225,7 @@ class CompiledFunction:
             debug_dir=self.debug_dir,
             only=self.passes_on,
             remat=None if self.remat == "auto" else self.remat,
+            tuner=self.tuner,
         )
         for v in tracer.by_storage.values():
             v.trace = None  # the trace's buffers are not needed any more
@@ -274,13 +278,17 @@ class CompiledFunction:
         gb.output = tuple(tracer.ref(t) for t in grads)
         # the backward graph's passes first: what the forward must save is what the
         # backward reads after its dead code is gone and its kernels are fused
-        bwd, rep_b = passes.compile_graph(gb, fuse=self.fuse, debug_dir=None)
+        bwd, rep_b = passes.compile_graph(gb, fuse=self.fuse, debug_dir=None, tuner=self.tuner)
         made = {v.id for n in gf.nodes for v in n.made()}
         saved = {v.id for n in gb.nodes for v in n.inputs() if v.id in made}
         saved |= {r.value.id for r in gb.output_refs() if r.value.id in made}
         gf.extra_live = saved
         fwd, rep_f = passes.compile_graph(
-            gf, fuse=self.fuse, debug_dir=self.debug_dir, only=("dce", "fuse", "plan")
+            gf,
+            fuse=self.fuse,
+            debug_dir=self.debug_dir,
+            only=("dce", "fuse", "plan"),
+            tuner=self.tuner,
         )
         for v in tracer.by_storage.values():
             v.trace = None
@@ -472,6 +480,7 @@ def compile(  # noqa: A001
     explain: bool = False,
     rerun_trace=None,
     remat="auto",
+    tune=None,
 ):
     """Compile ``model`` (a function or an ``nn.Module``): the result is called as it is.
 
@@ -493,7 +502,10 @@ def compile(  # noqa: A001
     (the fusion pass's own choice), "save" (everything the backward reads), "mincut"
     (a minimum cut of the bytes kept, the rest recomputed in the backward), or "auto"
     (the default: "mincut" for a forward whose backward runs later, None for a
-    function that runs both).
+    function that runs both). ``tune=True`` times each generated kernel's parallel and
+    serial version at its first call and keeps the faster (:mod:`sitp.compile.tune`; a
+    :class:`~sitp.compile.tune.Tuner` may be passed; None: the ``SITP_TUNE`` variable,
+    off unless set).
     """
     backend = "inductor" if backend is None else backend
     if backend not in BACKENDS:
@@ -532,6 +544,7 @@ def compile(  # noqa: A001
         recompile_limit=recompile_limit,
         rerun_trace=rerun_trace,
         remat=remat,
+        tune=tune,
     )
     if model is None:  # used as @sitp.compile(...)
         return lambda f: f if disable else CompiledFunction(_callable(f), **settings)

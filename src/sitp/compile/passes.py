@@ -30,7 +30,7 @@ import os
 import numba
 import numpy as np
 
-from sitp.compile import codegen, lower, rules
+from sitp.compile import codegen, lower, rules, tune
 from sitp.compile import remat as remat_mod
 from sitp.compile.graph import ArrRef, CtxArg, Graph, HostIndex, Node, Ref
 from sitp.compile.runtime import Program, step_of
@@ -529,13 +529,16 @@ def plan_memory(g: Graph) -> dict:
 # ------------------------------------------------------------------ the program
 def kernel_step(node: Node, fn, plan, serial=None):
     """Call a generated kernel on this call's arrays; outputs in planned slots or new.
-    ``serial``: the kernel's twin without ``prange``, which runs when numba has one thread."""
+    ``serial``: the kernel's twin without ``prange``, which runs when numba has one thread,
+    or, under an autotuner (:mod:`sitp.compile.tune`), whenever it timed faster."""
     leaves = [v.id for v in node.kernel.leaves]
     outs = [(v.id, v.size, v.np_dtype, plan.get(v.id)) for v in node.outputs]
     parallel = fn
+    pick = tune.picker(node.kernel.source, fn, serial) if tune.current() else None
 
     def step(env):
-        fn = serial if serial is not None and numba.get_num_threads() == 1 else parallel
+        if pick is None:
+            fn = serial if serial is not None and numba.get_num_threads() == 1 else parallel
         bufs = []
         for vid, size, dt, slot in outs:
             if slot is None:
@@ -546,7 +549,10 @@ def kernel_step(node: Node, fn, plan, serial=None):
                     buf = env["slots"][slot] = np.empty(size, dt)
             env[vid] = buf
             bufs.append(buf)
-        fn(*[env[i] for i in leaves], *bufs)
+        args = [*[env[i] for i in leaves], *bufs]
+        if pick is not None:
+            fn = pick(args)
+        fn(*args)
 
     return step
 
@@ -554,9 +560,11 @@ def kernel_step(node: Node, fn, plan, serial=None):
 PASSES = ("fold", "cse", "dce", "lower", "fuse", "plan")
 
 
-def compile_graph(g: Graph, fuse=True, debug_dir=None, only=None, remat=None):
+def compile_graph(g: Graph, fuse=True, debug_dir=None, only=None, remat=None, tuner=None):
     """Run the passes on ``g``; returns (Program, report of counts and bytes). ``remat``:
-    what a training step's forward keeps for its backward (``remat.MODES``)."""
+    what a training step's forward keeps for its backward (``remat.MODES``); ``tuner``:
+    a :class:`sitp.compile.tune.Tuner` that picks each kernel's thread split at its first
+    call (None: the fixed rule)."""
     on = set(PASSES if only is None else only)
     if not fuse:
         on -= {"lower", "fuse", "plan"}
@@ -581,15 +589,16 @@ def compile_graph(g: Graph, fuse=True, debug_dir=None, only=None, remat=None):
     )
     report.update(bytes_before=plan["bytes_before"], bytes_after=plan["bytes_after"])
     steps = []
-    for n in g.nodes:
-        if n.lowered is not None:
-            steps.append(n.lowered(n))
-        elif n.fn == "kernel":
-            fn = codegen.load(n.kernel.source, n.kernel.name)
-            serial = codegen.load_serial(n.kernel.source, n.kernel.name)
-            steps.append(kernel_step(n, fn, plan["plan"], serial))
-        else:
-            steps.append(step_of(n))
+    with tune.using(tuner):
+        for n in g.nodes:
+            if n.lowered is not None:
+                steps.append(n.lowered(n))
+            elif n.fn == "kernel":
+                fn = codegen.load(n.kernel.source, n.kernel.name)
+                serial = codegen.load_serial(n.kernel.source, n.kernel.name)
+                steps.append(kernel_step(n, fn, plan["plan"], serial))
+            else:
+                steps.append(step_of(n))
     prog = Program(g, steps, n_slots=len(plan["slots"]))
     report["steps_after"] = len(steps)
     report["held_bytes"] = remat_mod.held_bytes(g)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from sitp.compile import codegen, lower
+from sitp.compile import codegen, lower, tune
 from sitp.compile.graph import CtxArg, Graph, Node, Ref, Value, contiguous
 
 _FLOATS = ("float32", "float64")
@@ -379,14 +379,19 @@ def _forward_step(n, k, source):
     h_id, out_v = rh.value.id, k.out
     leaves = [v.id for v in k.leaves]
     fn, serial = _load(source, k.name + "_gemm")
+    pick = tune.picker(source, fn, serial) if tune.current() else None  # tune.py
 
     def step(env):
         xa, wa = env[rx.value.id].reshape(M, K), env[rw.value.id].reshape(N, K)
         ba = env[rb.value.id] if rb is not None else np.empty(0, np_dt)
         env[h_id] = np.empty(M * N, np_dt)
         out = np.empty(out_v.size, out_v.np_dtype)
-        run = serial if serial is not None and numba.get_num_threads() == 1 else fn
-        run(xa, wa, ba, *[env[i] for i in leaves], out)
+        args = [xa, wa, ba, *[env[i] for i in leaves], out]
+        if pick is None:
+            run = serial if serial is not None and numba.get_num_threads() == 1 else fn
+        else:
+            run = pick(args)
+        run(*args)
         env[out_v.id] = out
         env[cv.id] = lower._linear_context(
             cv, lower._tensor(rx, env, (M, K)), lower._tensor(rw, env), x_shape
@@ -420,14 +425,19 @@ def _backward_step(n, parts, k, source):
     size = rdx.value.size
     leaves = [v.id for v in k.leaves]
     fn, serial = _load(source, k.name + "_gemm")
+    pick = tune.picker(source, fn, serial) if tune.current() else None  # tune.py
 
     def step(env):
         ctx, x_MK, wa, g = lower._linear_backward_inputs(env, cv, rg)
         lower._weight_grads(env, ctx, x_MK, g, rdw, rdb, np_dt)
         env[dx_id] = np.empty(size, np_dt)
         out = np.empty(out_v.size, out_v.np_dtype)
-        run = serial if serial is not None and numba.get_num_threads() == 1 else fn
-        run(g, wa, np.empty(0, np_dt), *[env[i] for i in leaves], out)
+        args = [g, wa, np.empty(0, np_dt), *[env[i] for i in leaves], out]
+        if pick is None:
+            run = serial if serial is not None and numba.get_num_threads() == 1 else fn
+        else:
+            run = pick(args)
+        run(*args)
         del env[dx_id]
         env[out_v.id] = out
 

@@ -1,0 +1,113 @@
+"""Autotuning (``sitp.compile(..., tune=True)``): a compiled training step with each
+generated kernel's thread split timed and chosen, against the fixed rule.
+
+Usage::
+
+    python scripts/bench_tune.py [--threads 2] [--rounds 5] [--calls 10]
+        [--models gpt,gru] [--cpu-time] [--json PATH] [--smoke]
+
+One call is one step of :class:`sitp.train.trainer.Trainer` with ``--compile`` (as
+``scripts/bench_train_compile.py``: the GPT anchor, nanoGPT's CPU recipe of 4 layers,
+4 heads, width 128, block 64, batch 12; the ladder's GRU of chapter 3.4 on names at
+batch 32), its :func:`~sitp.train.trainer.grad_step` compiled two ways:
+
+* ``fixed``: ``tune=False``, the parallel version of every kernel above
+  ``codegen.PARALLEL_MIN`` entries whenever numba has more than one thread;
+* ``tuned``: ``tune=True`` with a fresh, empty decision cache (a temporary directory),
+  so the first call times every kernel that has two versions.
+
+Per arm the record holds the tuner's counts (``timed``: kernels timed, ``serial``:
+those whose serial twin won, ``seconds``: the time spent timing, numba's compilation
+of the twins included) and the compiled graph's report; the arms take turns in one
+worker, ``--rounds`` rounds of ``--calls`` steps, through sitp.bench.ab, after three
+warm-up calls each (the tuning happens in the first).
+"""
+
+from __future__ import annotations
+
+import os
+
+ANCHOR = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "dropout": 0.0}
+BATCH = {"gpt": 12, "gru": 32, "rnn": 32, "wavenet": 32}
+SMOKE = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "dropout": 0.0}
+MODES = ("fixed", "tuned")
+
+
+def workload(model: str, mode: str, smoke: bool = False):
+    """One compiled Trainer step of ``model``, its grad_step compiled with or without tuning."""
+    import functools  # late: only the worker builds a run
+    import tempfile  # late: as above
+
+    import sitp  # late: the worker's library
+    from sitp.compile import tune  # late: as above
+    from sitp.train.trainer import TrainConfig, Trainer, grad_step  # late: as above
+
+    out = tempfile.mkdtemp(prefix="bench-tune-")
+    batch = 4 if smoke else BATCH[model]
+    common = dict(steps=10**6, batch_size=batch, compile=True, seed=0)
+    if model == "gpt":
+        cfg = TrainConfig(model="gpt", data="shakespeare", tokenizer="char", **common)
+        trainer = Trainer(cfg, out, SMOKE if smoke else ANCHOR)
+    else:
+        overrides = {"n_embd": 8, "n_embd2": 16} if smoke and model != "wavenet" else {}
+        trainer = Trainer(TrainConfig(model=model, data="offline", **common), out, overrides)
+    tuner = tune.Tuner(tempfile.mkdtemp(prefix="bench-tune-cache-")) if mode == "tuned" else False
+    trainer.compiled = cf = sitp.compile(
+        functools.partial(grad_step, trainer.model), name="train step", rerun_trace=True,
+        tune=tuner,
+    )  # fmt: skip
+    sitp.manual_seed(0)
+
+    def call():
+        return trainer.train_step()
+
+    def info():
+        e = cf.entries
+        keys = ("kernels", "epilogues", "steps_after")
+        return {
+            "batch": batch,
+            "compiled": all(x.program is not None for x in e),
+            "signatures": len(e),
+            "report": {k: e[0].report.get(k) for k in keys} if e else {},
+            "tune": dict(tuner.stats) if tuner else None,
+        }
+
+    call.info = info
+    return call
+
+
+def measure(args, threads: int) -> dict:
+    from sitp.bench import ab  # late: the workers import this file
+
+    here = f"{os.path.abspath(__file__)}:workload"
+    out = {}
+    with ab.workers(["sitp"], threads=threads) as w:
+        for model in args.models:
+            arms = {
+                mode: ab.Arm(w["sitp"], here, dict(model=model, mode=mode, smoke=args.smoke),
+                             warmup=3)
+                for mode in MODES
+            }  # fmt: skip
+            res = ab.compare(
+                arms, rounds=args.rounds, calls=args.calls, ratios=[MODES], clock=args.clock
+            )
+            print(f"{model}, {threads} thread(s):\n{ab.table(res)}\n", flush=True)
+            for mode in arms:
+                print(f"  {mode}: {res['arms'][mode].get('info')}", flush=True)
+            out[model] = res
+    return out
+
+
+def main(argv=None) -> int:
+    import bench_train_compile as btc  # late: beside this script, which the parent runs
+
+    ap = btc.parser(__doc__.splitlines()[0], "2", "gpt,gru")
+    what = (
+        "one Trainer.train_step with --compile, its grad_step compiled with tune=False "
+        "(fixed) and tune=True (tuned, from an empty decision cache)"
+    )
+    return btc.run(ap, argv, what, BATCH, ANCHOR, measure)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
