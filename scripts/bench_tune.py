@@ -3,7 +3,7 @@ generated kernel's thread split timed and chosen, against the fixed rule.
 
 Usage::
 
-    python scripts/bench_tune.py [--threads 2] [--rounds 5] [--calls 10]
+    python scripts/bench_tune.py [--threads 2] [--rounds 5] [--calls 10] [--repeat 1]
         [--models gpt,gru] [--cpu-time] [--json PATH] [--smoke]
 
 One call is one step of :class:`sitp.train.trainer.Trainer` with ``--compile`` (as
@@ -20,7 +20,10 @@ Per arm the record holds the tuner's counts (``timed``: kernels timed, ``serial`
 those whose serial twin won, ``seconds``: the time spent timing, numba's compilation
 of the twins included) and the compiled graph's report; the arms take turns in one
 worker, ``--rounds`` rounds of ``--calls`` steps, through sitp.bench.ab, after three
-warm-up calls each (the tuning happens in the first).
+warm-up calls each (the tuning happens in the first). ``--repeat`` runs the whole
+comparison again in new workers: the tuner's decisions, made from a few microsecond
+timings, and the step's time both vary from process to process, so the record holds a
+list of comparisons per model.
 """
 
 from __future__ import annotations
@@ -77,24 +80,26 @@ def workload(model: str, mode: str, smoke: bool = False):
 
 
 def measure(args, threads: int) -> dict:
+    """Per model, a list of ``--repeat`` comparisons, each in workers of its own (a fresh
+    process, a fresh decision cache: the tuner decides anew each time)."""
     from sitp.bench import ab  # late: the workers import this file
 
     here = f"{os.path.abspath(__file__)}:workload"
-    out = {}
-    with ab.workers(["sitp"], threads=threads) as w:
-        for model in args.models:
-            arms = {
-                mode: ab.Arm(w["sitp"], here, dict(model=model, mode=mode, smoke=args.smoke),
-                             warmup=3)
-                for mode in MODES
-            }  # fmt: skip
-            res = ab.compare(
-                arms, rounds=args.rounds, calls=args.calls, ratios=[MODES], clock=args.clock
-            )
-            print(f"{model}, {threads} thread(s):\n{ab.table(res)}\n", flush=True)
-            for mode in arms:
-                print(f"  {mode}: {res['arms'][mode].get('info')}", flush=True)
-            out[model] = res
+    out: dict = {model: [] for model in args.models}
+    for rep in range(args.repeat):
+        with ab.workers(["sitp"], threads=threads) as w:
+            for model in args.models:
+                arms = {
+                    mode: ab.Arm(w["sitp"], here, dict(model=model, mode=mode,
+                                 smoke=args.smoke), warmup=3)
+                    for mode in MODES
+                }  # fmt: skip
+                res = ab.compare(
+                    arms, rounds=args.rounds, calls=args.calls, ratios=[MODES], clock=args.clock
+                )
+                print(f"{model}, {threads} thread(s), run {rep + 1}:\n{ab.table(res)}", flush=True)
+                print(f"  tuned: {res['arms']['tuned']['info']['tune']}\n", flush=True)
+                out[model].append(res)
     return out
 
 
@@ -102,6 +107,8 @@ def main(argv=None) -> int:
     import bench_train_compile as btc  # late: beside this script, which the parent runs
 
     ap = btc.parser(__doc__.splitlines()[0], "2", "gpt,gru")
+    ap.add_argument("--repeat", type=int, default=1, help="comparisons per model, each in "
+                    "new workers with an empty decision cache (1)")  # fmt: skip
     what = (
         "one Trainer.train_step with --compile, its grad_step compiled with tune=False "
         "(fixed) and tune=True (tuned, from an empty decision cache)"
