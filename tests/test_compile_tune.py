@@ -113,7 +113,7 @@ def test_tuned_program_computes_the_untuned_ones_values_and_reuses_the_cache(tmp
     # timed on the real clock (numba has one thread here: either version may win)
     tuner = tune.Tuner(tmp_path, threads=lambda: 2)
     got, _ = run_compiled(tuner)
-    assert tuner.stats["timed"] >= 2  # a pointwise kernel and a GEMM with its epilogue
+    assert tuner.stats["timed"] >= 2  # the two GEMMs with an epilogue (forward, backward)
     close(got, want)
     # the same program compiled again reads every decision and times nothing
     again = tune.Tuner(tmp_path, threads=lambda: 2)
@@ -130,6 +130,28 @@ def test_tuned_program_computes_the_untuned_ones_values_and_reuses_the_cache(tmp
     parallel = tune.Tuner(tmp_path, threads=lambda: 2)
     close(run_compiled(parallel)[0], want)
     assert parallel.stats["serial"] == 0 and parallel.stats["cached"] == tuner.stats["timed"]
+
+
+def test_a_pointwise_kernel_is_tuned_and_computes_the_same(tmp_path):
+    n = codegen.PARALLEL_MIN  # the index space from which codegen writes a prange
+    rng = np.random.default_rng(0)
+    x, y = (sitp.tensor(rng.standard_normal(n)) for _ in range(2))
+
+    def f(x, y):
+        return (x * y).tanh() + x
+
+    want = f(x, y).numpy()
+    for choice in ("timed", "serial", "parallel"):
+        if choice != "timed":
+            set_all(tmp_path, choice)
+        tuner = tune.Tuner(tmp_path, threads=lambda: 2)
+        cf = sitp.compile(f, tune=tuner)
+        for _ in range(2):  # the trace, then the program
+            got = cf(x, y).numpy()
+        (node,) = [n for n in cf.entries[0].graph.nodes if n.fn == "kernel"]
+        assert "prange(" in node.kernel.source
+        assert tuner.stats["timed" if choice == "timed" else "cached"] == 1
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
 def test_the_default_follows_the_environment(monkeypatch):
