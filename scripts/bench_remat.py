@@ -28,10 +28,15 @@ turns in one worker, ``--rounds`` rounds of ``--calls`` steps, through sitp.benc
 from __future__ import annotations
 
 import os
+import sys
 
-ANCHOR = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "dropout": 0.0}
-BATCH = {"gpt": 12, "wavenet": 32}
-SMOKE = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "dropout": 0.0}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench_train_compile, beside
+from bench_train_compile import ANCHOR, make_trainer  # noqa: E402
+
+BATCH = {
+    "gpt": 12,
+    "wavenet": 32,
+}  # the models this script times (their batches are bench_train_compile's)
 MODES = {"fusion": None, "save": "save", "mincut": "mincut"}
 # the model compiled (torch.compile(model)): a forward program and a backward program that
 # runs later (sitp.compile's Joint), where the forward saves what the backward reads
@@ -42,20 +47,13 @@ SPLIT = {"split-save": "save", "split-mincut": "mincut"}
 def workload(model: str, mode: str, smoke: bool = False):
     """One compiled Trainer step of ``model``, its grad_step compiled with ``remat=mode``."""
     import functools  # late: only the worker builds a run
-    import tempfile  # late: as above
     import tracemalloc  # late: as above
 
     import sitp  # late: the worker's library
-    from sitp.train.trainer import TrainConfig, Trainer, grad_step  # late: as above
+    from sitp.train.trainer import grad_step  # late: as above
 
-    out = tempfile.mkdtemp(prefix="bench-remat-")
-    batch = 4 if smoke else BATCH[model]
-    common = dict(steps=10**6, batch_size=batch, compile=mode in MODES, seed=0)
-    if model == "gpt":
-        cfg = TrainConfig(model="gpt", data="shakespeare", tokenizer="char", **common)
-        trainer = Trainer(cfg, out, SMOKE if smoke else ANCHOR)
-    else:
-        trainer = Trainer(TrainConfig(model=model, data="offline", **common), out, {})
+    trainer = make_trainer(model, smoke, mode in MODES, "bench-remat-")
+    batch = 4 if smoke else BATCH[model]  # as make_trainer chose
     if mode in MODES:
         trainer.compiled = cf = sitp.compile(
             functools.partial(grad_step, trainer.model),
@@ -125,7 +123,7 @@ def measure(args, threads: int) -> dict:
 
 
 def main(argv=None) -> int:
-    import bench_train_compile as btc  # late: beside this script, which the parent runs
+    import bench_train_compile as btc  # beside this script (sys.path above)
 
     ap = btc.parser(__doc__.splitlines()[0], "1", "gpt,wavenet")
     what = (

@@ -39,22 +39,30 @@ BATCH = {"gpt": 12, "rnn": 32, "gru": 32, "wavenet": 32}
 SMOKE = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "dropout": 0.0}
 
 
-def sitp_workload(model: str, mode: str, smoke: bool = False):
-    """One step of a Trainer: ``mode`` "eager" or "compiled" (``--compile``)."""
-    import tempfile  # late: only the worker builds a run
+def make_trainer(model: str, smoke: bool, compile: bool, prefix: str):
+    """A Trainer of ``model`` as ``sitp train`` makes one, in a new temporary directory: the
+    anchor GPT on tinyshakespeare's characters, a ladder model on names (tiny with
+    ``smoke``). This script's workers, bench_remat.py's and bench_tune.py's use it."""
+    import tempfile  # late: only a worker builds a run
 
-    import sitp  # late: the sitp worker's library
-    from sitp.train.trainer import TrainConfig, Trainer  # late: as above
+    from sitp.train.trainer import TrainConfig, Trainer  # late: the worker's library
 
-    out = tempfile.mkdtemp(prefix="bench-train-compile-")
+    out = tempfile.mkdtemp(prefix=prefix)
     batch = 4 if smoke else BATCH[model]
-    common = dict(steps=10**6, batch_size=batch, compile=mode == "compiled", seed=0)
+    common = dict(steps=10**6, batch_size=batch, compile=compile, seed=0)
     if model == "gpt":
         cfg = TrainConfig(model="gpt", data="shakespeare", tokenizer="char", **common)
-        trainer = Trainer(cfg, out, SMOKE if smoke else ANCHOR)
-    else:
-        overrides = {"n_embd": 8, "n_embd2": 16} if smoke and model != "wavenet" else {}
-        trainer = Trainer(TrainConfig(model=model, data="offline", **common), out, overrides)
+        return Trainer(cfg, out, SMOKE if smoke else ANCHOR)
+    overrides = {"n_embd": 8, "n_embd2": 16} if smoke and model != "wavenet" else {}
+    return Trainer(TrainConfig(model=model, data="offline", **common), out, overrides)
+
+
+def sitp_workload(model: str, mode: str, smoke: bool = False):
+    """One step of a Trainer: ``mode`` "eager" or "compiled" (``--compile``)."""
+    import sitp  # late: the sitp worker's library
+
+    trainer = make_trainer(model, smoke, mode == "compiled", "bench-train-compile-")
+    batch = 4 if smoke else BATCH[model]  # as make_trainer chose
     sitp.manual_seed(0)
 
     def call():

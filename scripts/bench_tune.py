@@ -29,10 +29,17 @@ list of comparisons per model.
 from __future__ import annotations
 
 import os
+import sys
 
-ANCHOR = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "dropout": 0.0}
-BATCH = {"gpt": 12, "gru": 32, "rnn": 32, "wavenet": 32}
-SMOKE = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "dropout": 0.0}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench_train_compile, beside
+from bench_train_compile import ANCHOR, make_trainer  # noqa: E402
+
+BATCH = {
+    "gpt": 12,
+    "gru": 32,
+    "rnn": 32,
+    "wavenet": 32,
+}  # the models this script times (their batches are bench_train_compile's)
 MODES = ("fixed", "tuned")
 
 
@@ -43,17 +50,10 @@ def workload(model: str, mode: str, smoke: bool = False):
 
     import sitp  # late: the worker's library
     from sitp.compile import tune  # late: as above
-    from sitp.train.trainer import TrainConfig, Trainer, grad_step  # late: as above
+    from sitp.train.trainer import grad_step  # late: as above
 
-    out = tempfile.mkdtemp(prefix="bench-tune-")
-    batch = 4 if smoke else BATCH[model]
-    common = dict(steps=10**6, batch_size=batch, compile=True, seed=0)
-    if model == "gpt":
-        cfg = TrainConfig(model="gpt", data="shakespeare", tokenizer="char", **common)
-        trainer = Trainer(cfg, out, SMOKE if smoke else ANCHOR)
-    else:
-        overrides = {"n_embd": 8, "n_embd2": 16} if smoke and model != "wavenet" else {}
-        trainer = Trainer(TrainConfig(model=model, data="offline", **common), out, overrides)
+    trainer = make_trainer(model, smoke, True, "bench-tune-")
+    batch = 4 if smoke else BATCH[model]  # as make_trainer chose
     tuner = tune.Tuner(tempfile.mkdtemp(prefix="bench-tune-cache-")) if mode == "tuned" else False
     trainer.compiled = cf = sitp.compile(
         functools.partial(grad_step, trainer.model), name="train step", rerun_trace=True,
@@ -104,7 +104,7 @@ def measure(args, threads: int) -> dict:
 
 
 def main(argv=None) -> int:
-    import bench_train_compile as btc  # late: beside this script, which the parent runs
+    import bench_train_compile as btc  # beside this script (sys.path above)
 
     ap = btc.parser(__doc__.splitlines()[0], "2", "gpt,gru")
     ap.add_argument("--repeat", type=int, default=1, help="comparisons per model, each in "
