@@ -171,10 +171,11 @@ def matmul(a, b, bias=None):
         c = np.empty((M, N), dtype=a.dtype)
         has_bias = bias is not None
         bias = np.ascontiguousarray(bias) if has_bias else c[0, :0]
-        if mnk < PARALLEL_MIN_MNK or numba.get_num_threads() == 1:
+        threads = 1 if mnk < PARALLEL_MIN_MNK else numba.get_num_threads()
+        if threads == 1:
             gemm_small_set(a, b, c, bias, has_bias)
         else:  # a thin product: B small, A tall; threads over A's rows
-            gemm_direct_parallel(a, b, c, bias, has_bias, numba.get_num_threads())
+            gemm_direct_parallel(a, b, c, bias, has_bias, threads)
         return c
     if bias is None:
         c = np.zeros((M, N), dtype=a.dtype)
