@@ -177,6 +177,36 @@ def test_gpt_train_step_compiled_equals_eager():
     assert len(cs.entries) == 1 and cs.entries[0].program is not None
 
 
+def test_a_step_that_zeroes_its_closures_grads_compiles_once_per_grad_state():
+    """The leaf guard holds each closure parameter's ``.grad`` as the call found it: a
+    step that zeroes the grads itself traces once with no grads and once with them, then
+    runs its programs (it used to trace at every call, the grad being None only inside)."""
+    sitp.manual_seed(0)
+    fc = sitp.nn.Linear(4, 3).double()
+    x = t64(5, 4)
+
+    def step(accumulate):
+        if not accumulate:
+            fc.zero_grad(set_to_none=True)
+        fc(x).square().sum().backward()
+        return fc.weight.grad * 1.0
+
+    cs = sitp.compile(step)
+    fc.zero_grad(set_to_none=True)
+    want = step(False).numpy().copy()
+    fc.zero_grad(set_to_none=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the recompile limit's warning would fail here
+        for _ in range(12):
+            np.testing.assert_allclose(cs(False).numpy(), want, rtol=1e-12)
+    assert len(cs.entries) == 2 and all(e.program is not None for e in cs.entries)
+    assert [e.leaves[0][1][-1] for e in cs.entries] == [True, False]
+    # a step that adds into the grads it finds is guarded apart, and accumulates
+    for k in range(2, 5):
+        np.testing.assert_allclose(cs(True).numpy(), k * want, rtol=1e-12)
+    assert len(cs.entries) == 3
+
+
 def test_new_shape_recompiles_and_the_cache_has_a_limit():
     cf = sitp.compile(lambda x: x * 2 + 1, fuse=False)
     cf(t64(3))

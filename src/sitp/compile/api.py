@@ -159,9 +159,8 @@ class CompiledFunction:
             if i in written:
                 np.copyto(t._storage, saved)
             t.grad = grad
-        for t, guard in e.leaves:
-            if guard[-1]:  # a closure's leaf whose .grad the trace set
-                t.grad = None
+        for t in getattr(e.program, "leaves_set", ()):  # a closure's leaf whose .grad
+            t.grad = None  # the trace set
         return self._run(e.program, ts)
 
     def signature_known(self, *args, **kwargs) -> bool:
@@ -231,6 +230,7 @@ class CompiledFunction:
             v.trace = None  # the trace's buffers are not needed any more
         tracer.keep = []
         program.leaves = list(tracer.leaves)
+        program.leaves_set = [t for t, fresh in zip(tracer.leaves, tracer.leaf_fresh) if fresh]
         self._add(Entry(key, program=program, report=report, leaves=leaves))
         return result
 

@@ -120,7 +120,9 @@ class Tracer:
         self.pending: list = []  # (Ref, where) of tensors whose values Python read (_np)
         self.indices: dict = {}  # id(index array) -> its HostIndex
         self.leaves: list = []  # leaf tensors that require grad, read but not inputs
-        self.leaf_guards: list = []  # their layouts when first read
+        self.leaf_guards: list = []  # their layouts, and whether .grad was None at the call
+        self.leaf_fresh: list = []  # whether .grad was None when the engine reached them
+        self.grad_before: dict = {}  # id(tensor) -> (tensor, .grad was None) before a write
         self.accumulated = False  # whether the engine accumulated into a leaf's .grad
         self.grad_consts = False
 
@@ -247,9 +249,16 @@ class Tracer:
         if v is not None and v.kind == "input" or any(t is u for u in self.leaves):
             return
         self.leaves.append(t)
-        self.leaf_guards.append(
-            (tuple(t._shape), t._strides, t._offset, id(t._storage), t.grad is None)
-        )
+        # The guard is checked when a call starts, so it holds .grad as it was then: a
+        # function that sets its parameters' grads to None itself (zero_grad inside) sees
+        # None here whatever the call started with.
+        at_call = self.grad_before.get(id(t), (t, t.grad is None))[1]
+        self.leaf_guards.append((tuple(t._shape), t._strides, t._offset, id(t._storage), at_call))
+        self.leaf_fresh.append(t.grad is None)
+
+    def note_grad_write(self, t: Tensor, had_none: bool) -> None:
+        """``t.grad`` is assigned: remember what it held before the trace's first write."""
+        self.grad_before.setdefault(id(t), (t, had_none))
 
     # ------------------------------------------------------------ recording
     def call(self, name: str, real, args, kwargs):
@@ -411,6 +420,19 @@ def _accumulator(real):
     return accumulate
 
 
+def _grad_watch(tracer: Tracer, slot):
+    """``Tensor.grad`` while tracing: the slot itself, with its writes reported."""
+
+    def put(t, g):
+        try:
+            tracer.note_grad_write(t, slot.__get__(t) is None)
+        except AttributeError:  # a tensor being made: it had no .grad when the call began
+            pass
+        slot.__set__(t, g)
+
+    return property(slot.__get__, put, slot.__delete__)
+
+
 def _breaker(why, real):
     def broken(*args, **kwargs):
         t = _active
@@ -474,6 +496,9 @@ def tracing(tracer: Tracer):
             real = raw.__func__ if isinstance(raw, staticmethod) else raw
             wrapped = _layer_wrapper(f"{cls.__name__}.{which}", real, which == "forward")
             setattr(cls, which, staticmethod(wrapped))
+    slot = Tensor.__dict__["grad"]
+    saved.append((Tensor, "grad", slot))
+    Tensor.grad = _grad_watch(tracer, slot)
     real = _engine._accumulate
     saved.append((_engine, "_accumulate", real))
     setattr(_engine, "_accumulate", _accumulator(real))
@@ -489,5 +514,6 @@ def tracing(tracer: Tracer):
         yield tracer
     finally:
         _active = None
+        tracer.grad_before.clear()  # (it holds the tensors it names)
         for owner, name, real in reversed(saved):
             setattr(owner, name, real)

@@ -198,7 +198,8 @@ class Program:
         self._leaf = {i: _tensor(r, env) for i, r in self.graph.grads.items() if i < 0}
         return out, grads
 
-    leaves: list = []
+    leaves: list = []  # a closure's leaf tensors that the program gives a .grad
+    leaves_set: list = []  # those of them whose .grad was None when the trace reached them
 
     def leaf_grads(self, grads):
         """(leaf, grad) for the leaves of a closure that the last run computed."""
