@@ -4,6 +4,7 @@ Usage::
 
     NUMBA_NUM_THREADS=1 python scripts/scaling_sweep.py        # the sweep, resumable
     python scripts/scaling_sweep.py --smoke --json /tmp/s.json  # seconds: a check that it runs
+    NUMBA_NUM_THREADS=1 python scripts/scaling_sweep.py --tokenizer bpe   # the BPE arm
 
 The corpus is section 5.5's synthetic language (:class:`sitp.data.synthetic.MarkovLanguage`:
 an order-3 Markov chain over 32 letters whose entropy per letter is known exactly),
@@ -29,6 +30,19 @@ most the run in progress. The run order is by compute, cheapest first, so a swee
 short has the whole grid at the smaller budgets. One thread per run (``--threads``);
 the record keeps the wall time, the process's CPU time and the load average of each
 point, since on a shared machine the first two differ.
+
+``--tokenizer bpe`` is a second arm: the same language read through 5.1's byte-level
+BPE (:class:`~sitp.data.synthetic.LetterBPE`, ``--vocab-size`` ids: the 32 letters and
+96 merges by default), trained on the text of the training part only, which is then
+encoded into shards of its own. The same five sizes train on the same budgets in
+tokens, so each point has the compute (C = 6 N D) and the number of steps of the
+character run it faces, and reads more letters, about 1.5 a token. Its losses are
+converted to bits per letter with the validation part's own tokens per letter
+(:func:`~sitp.data.tokens.estimate_bpb`: a letter is one byte), the axis of the
+character arm and of the entropy rate. It has its own record (``RECORD_BPE``).
+Why 128 ids: four times the alphabet, enough merges for tokens of 1.5 letters on
+average, while the tied head's 6 V d FLOPs a token, which C leaves out as it does for
+the letters, stay under half of 6 N at the smallest size (256 ids would be 90%).
 """
 
 from __future__ import annotations
@@ -48,7 +62,7 @@ import sitp
 from sitp import _target
 from sitp.bench import cpu_model
 from sitp.data.download import cache_dir
-from sitp.data.synthetic import LanguageConfig, MarkovLanguage, write_language_shards
+from sitp.data.synthetic import LanguageConfig, LetterBPE, MarkovLanguage, write_language_shards
 from sitp.data.tokens import ShardStream, estimate_bpb
 from sitp.models.gpt import GPT, GPTConfig
 from sitp.serialization import write_atomically
@@ -56,6 +70,7 @@ from sitp.train.trainer import param_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "docs" / "assets" / "part3" / "scaling-sweep.json"
+RECORD_BPE = ROOT / "docs" / "assets" / "part3" / "scaling-sweep-bpe.json"
 
 # name -> (n_layer, n_head, n_embd): non-embedding parameters about 12 n_layer n_embd^2
 SIZES = {
@@ -92,6 +107,12 @@ FULL = {
     "val_tokens": 2**17,  # 131,072
     "shard_size": 2**20,
 }
+# what the BPE arm changes: its sizes of the two parts count letters, enough for the
+# largest budget in tokens at about 1.5 letters a token
+BPE = {
+    "smoke": {"train_tokens": 8192, "vocab_size": 16},
+    "full": {"train_tokens": 2**23, "vocab_size": 128},  # and SEEDED: seeds at the same points
+}
 
 
 def non_embedding_params(model) -> int:
@@ -118,15 +139,18 @@ def make_model(shape, vocab_size, block_size):
     return GPT(config)
 
 
-def run_point(shards, shape, tokens, seed, setup) -> dict:
-    """Trains one model on the first ``tokens`` training tokens; returns its record."""
+def run_point(shards, shape, tokens, seed, setup, lengths_V=None) -> dict:
+    """Trains one model on the first ``tokens`` training tokens; returns its record.
+
+    ``lengths_V`` (letters per token id) adds the letters the run read.
+    """
     B, T, lr = setup["batch_size"], setup["block_size"], setup["lr"]
     steps = max(1, tokens // (B * T))
     sitp.manual_seed(seed)
     model = make_model(shape, shards.vocab_size, T)
     opt = sitp.optim.AdamW(param_groups(model, 0.1), lr=lr, betas=(0.9, 0.95), eps=1e-8)
     stream = ShardStream(shards, "train", B, T, loop=False)
-    losses = []
+    losses, letters = [], 0
     wall0, cpu0 = time.perf_counter(), time.process_time()
     for step in range(steps):
         for group in opt.param_groups:
@@ -138,11 +162,13 @@ def run_point(shards, shape, tokens, seed, setup) -> dict:
         sitp.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(loss.item())
+        if lengths_V is not None:
+            letters += int(lengths_V[x_BT.numpy()].sum())
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     val_loss, val_bpb = estimate_bpb(model, shards, "val", setup["eval_batch"], T)
     N = non_embedding_params(model)
     D = steps * B * T
-    return {
+    row = {
         "N": N,
         "params": sum(p.numel() for p in model.parameters()),
         "D": D,
@@ -150,13 +176,16 @@ def run_point(shards, shape, tokens, seed, setup) -> dict:
         "steps": steps,
         "seed": seed,
         "val_loss": val_loss,  # nats per token
-        "val_bits": val_loss / math.log(2),  # bits per letter (one byte each)
+        "val_bits": val_bpb,  # bits per letter: a letter is one byte
         "val_bpb": val_bpb,
         "train_loss": float(np.mean(losses[-max(1, steps // 20) :])),
         "wall_s": wall,
         "cpu_s": cpu,
         "load_average": os.getloadavg()[0],
     }
+    if lengths_V is not None:
+        row["letters"] = letters
+    return row
 
 
 def oracle_loss(lang, shards, batch_size, block_size) -> float:
@@ -165,6 +194,35 @@ def oracle_loss(lang, shards, batch_size, block_size) -> float:
     for x_BT, y_BT in ShardStream(shards, "val", batch_size, block_size, loop=False):
         total += lang.log_loss(x_BT.numpy(), y_BT.numpy()).sum()
         count += y_BT.numel()
+    return total / count
+
+
+def bpe_oracle(lang, shards, tok, batch_size, block_size) -> float:
+    """The generator's own loss per letter on the validation windows of the BPE arm.
+
+    A window of T + 1 tokens shows the letters of its tokens; the letters of its first
+    token are context only, and every later letter is scored given the letters before
+    it in the window (up to the chain's order), as :meth:`MarkovLanguage.log_loss`
+    scores a window of letters. Nats per letter. The token edges say a little more (a
+    piece is cut where the merges cut it), which this leaves out: it is the floor of a
+    reader of the window's letters, not quite of a reader of its tokens.
+    """
+    (shard,) = shards.split("val")
+    tokens_N = np.asarray(shards.open(shard), dtype=np.int64)
+    ids = np.full(256, -1, np.int64)  # a letter's byte -> its id
+    ids[np.frombuffer(lang.alphabet.encode("ascii"), np.uint8)] = np.arange(lang.V)
+    x_L = ids[np.frombuffer(tok.decode_bytes(tokens_N), np.uint8)]
+    loss_KL = lang.losses_by_context(x_L)  # row j - 1: seeing the j letters before
+    first_N = np.zeros(tokens_N.size + 1, np.int64)  # token t: letters first[t]:first[t+1]
+    np.cumsum(tok.lengths_V[tokens_N], out=first_N[1:])
+    T = block_size
+    windows = sum(batch_size for _ in ShardStream(shards, "val", batch_size, T, loop=False))
+    total, count = 0.0, 0
+    for w in range(windows):  # window w: tokens w T .. w T + T, as ShardStream cuts them
+        start, scored, end = first_N[w * T], first_N[w * T + 1], first_N[w * T + T + 1]
+        pos_S = np.arange(scored, end)
+        total += loss_KL[np.minimum(pos_S - start, lang.k) - 1, pos_S].sum()
+        count += end - scored
     return total / count
 
 
@@ -187,19 +245,34 @@ def main(argv=None) -> int:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--data-dir", type=Path, default=None, help="where the shards go")
     p.add_argument("--max-points", type=int, default=None, help="stop after this many new points")
+    p.add_argument("--tokenizer", choices=("char", "bpe"), default="char",
+                   help="the letters as tokens, or 5.1's BPE trained on the training text")  # fmt: skip
+    p.add_argument("--vocab-size", type=int, default=None,
+                   help="bpe: letters + merges (default 128; 16 with --smoke)")  # fmt: skip
     args = p.parse_args(argv)
+    bpe = args.tokenizer == "bpe"
     setup = dict(SMOKE if args.smoke else FULL)
     setup.update(lr=args.lr, eval_batch=8 if args.smoke else 64)
-    out = args.json or (None if args.smoke else RECORD)
+    if bpe:
+        setup.update(BPE["smoke" if args.smoke else "full"])
+        setup["vocab_size"] = args.vocab_size or setup["vocab_size"]
+    elif args.vocab_size is not None:
+        p.error("--vocab-size is for --tokenizer bpe")
+    out = args.json or (None if args.smoke else RECORD_BPE if bpe else RECORD)
     if out is None:
         p.error("--smoke writes only where --json says")
     numba.set_num_threads(args.threads)
 
     lang = MarkovLanguage(LanguageConfig(**setup["language"]))
-    data_dir = args.data_dir or cache_dir() / "tokens" / f"markov-{lang.fingerprint()}"
+    arm = f"-bpe{setup['vocab_size']}" if bpe else ""
+    data_dir = args.data_dir or cache_dir() / "tokens" / f"markov-{lang.fingerprint()}{arm}"
     t0 = time.perf_counter()
+    tok = None
+    if bpe:  # trained on the letters of the training part only (seed 0's runs of the chain)
+        text = "\n".join(lang.documents(setup["train_tokens"], seed=0))
+        tok = LetterBPE.train(text, lang.alphabet, setup["vocab_size"])
     shards = write_language_shards(lang, data_dir, setup["train_tokens"], setup["val_tokens"],
-                                   shard_size=setup["shard_size"])  # fmt: skip
+                                   shard_size=setup["shard_size"], tokenizer=tok)  # fmt: skip
     print(f"{shards} ({'reused' if shards.reused else 'written'} in "
           f"{time.perf_counter() - t0:.1f} s)", flush=True)  # fmt: skip
     T = setup["block_size"]
@@ -211,11 +284,25 @@ def main(argv=None) -> int:
         "fingerprint": lang.fingerprint(),
         "entropy_rate": lang.entropy_rate(),
         "block_entropies": H,
-        "window_floor": lang.window_floor(T),
-        "val_oracle_loss": oracle_loss(lang, shards, setup["eval_batch"], T),
-        "train_tokens": shards.num_tokens("train"),
-        "val_tokens": shards.num_tokens("val"),
     }
+    if bpe:
+        source["tokenizer"] = {
+            "name": tok.name,
+            "vocab_size": tok.vocab_size,
+            "letters": lang.V,
+            "pattern": tok.bpe.pattern,
+            "merges": [tok.decode([i]) for i in range(lang.V, tok.vocab_size)],
+            "train_letters_per_token": shards.num_bytes("train") / shards.num_tokens("train"),
+            "val_letters_per_token": shards.num_bytes("val") / shards.num_tokens("val"),
+        }
+        source["val_oracle_letter_loss"] = bpe_oracle(lang, shards, tok, setup["eval_batch"], T)
+        source["train_letters"] = shards.num_bytes("train")
+        source["val_letters"] = shards.num_bytes("val")
+    else:
+        source["window_floor"] = lang.window_floor(T)
+        source["val_oracle_loss"] = oracle_loss(lang, shards, setup["eval_batch"], T)
+    source["train_tokens"] = shards.num_tokens("train")
+    source["val_tokens"] = shards.num_tokens("val")
     train = {k: setup[k] for k in ("batch_size", "block_size", "lr", "eval_batch")}
     train.update(optimizer="AdamW(betas=(0.9, 0.95), weight_decay=0.1 on matrices)",
                  schedule="5% linear warmup, cosine to 0.1 lr at the last step",
@@ -223,8 +310,10 @@ def main(argv=None) -> int:
                  "GELU, tied embeddings")  # fmt: skip
     machine = (f"{cpu_model()} ({_target.isa_name()}), {os.cpu_count()} logical CPUs; "
                f"numba {args.threads} thread(s) per run; sitp {sitp.__version__}")  # fmt: skip
+    command = "python scripts/scaling_sweep.py"
+    command += f" --tokenizer bpe --vocab-size {setup['vocab_size']}" if bpe else ""
     record = {
-        "command": "python scripts/scaling_sweep.py" + (" --smoke" if args.smoke else ""),
+        "command": command + (" --smoke" if args.smoke else ""),
         "machine": machine,
         "cpu": cpu_model(),
         "source": source,
@@ -237,16 +326,23 @@ def main(argv=None) -> int:
     if out.exists():  # resume: keep the points of the same sweep
         old = json.loads(out.read_text())
         same = (old.get("source", {}).get("fingerprint") == source["fingerprint"]
+                and old["source"].get("tokenizer") == source.get("tokenizer")
                 and old.get("train") == train and old.get("sizes") == record["sizes"])  # fmt: skip
         if not same:
-            print(f"{out} holds another sweep (language, training or sizes differ); "
+            print(f"{out} holds another sweep (language, tokenizer, training or sizes differ); "
                   f"move it away or pass another --json", file=sys.stderr)  # fmt: skip
             return 2
         record["points"] = old["points"]
     done = {(r["size"], r["tokens"], r["seed"]) for r in record["points"]}
     print(f"language: V={lang.V}, order {lang.k}; entropy rate {source['entropy_rate']:.4f} "
-          f"nats/letter; floor of windows of {T}: {source['window_floor']:.4f}; generator's "
-          f"loss on the validation windows {source['val_oracle_loss']:.4f}", flush=True)  # fmt: skip
+          f"nats/letter", flush=True)  # fmt: skip
+    if bpe:
+        print(f"{tok}: {source['tokenizer']['val_letters_per_token']:.3f} letters a token "
+              f"(validation); the generator's loss per letter on the validation windows "
+              f"{source['val_oracle_letter_loss']:.4f} nats", flush=True)  # fmt: skip
+    else:
+        print(f"floor of windows of {T}: {source['window_floor']:.4f}; generator's loss on the "
+              f"validation windows {source['val_oracle_loss']:.4f}", flush=True)  # fmt: skip
     print(f"machine: {machine}; {len(done)} points already recorded", flush=True)
     new = 0
     for name, tokens, seed in plan(setup):
@@ -254,13 +350,15 @@ def main(argv=None) -> int:
             continue
         if args.max_points is not None and new >= args.max_points:
             break
-        row = run_point(shards, setup["sizes"][name], tokens, seed, setup)
+        row = run_point(shards, setup["sizes"][name], tokens, seed, setup,
+                        tok.lengths_V if bpe else None)  # fmt: skip
         row.update(size=name, tokens=tokens)
         record["points"].append(row)
         write_atomically(out, (json.dumps(record, indent=1) + "\n").encode())
         new += 1
         print(f"  {name:>3} N={row['N']:>7,} D={row['D']:>9,} seed {seed}: val "
-              f"{row['val_loss']:.4f} nats ({row['val_bits']:.4f} bits), {row['steps']} steps, "
+              f"{row['val_loss']:.4f} nats/token ({row['val_bits']:.4f} bits/letter), "
+              f"{row['steps']} steps, "
               f"{row['wall_s']:.1f} s wall / {row['cpu_s']:.1f} s CPU, "
               f"load {row['load_average']:.2f}", flush=True)  # fmt: skip
     print(f"wrote {out}: {len(record['points'])} points ({new} new)")

@@ -3,7 +3,8 @@
 The language's entropies are checked two ways that do not share code with them: by
 enumerating every window of a tiny language, and by counting a sample. The fit is
 checked on losses made from known parameters, and its frontier against a brute-force
-search. The sweep script runs its smoke configuration in this process and resumes.
+search. The sweep script runs its smoke configuration in this process and resumes, in
+both arms: the letters as tokens, and 5.1's BPE trained on the language's text.
 """
 
 import importlib.util
@@ -16,7 +17,7 @@ import numba
 import numpy as np
 import pytest
 
-from sitp.data.synthetic import LanguageConfig, MarkovLanguage
+from sitp.data.synthetic import LanguageConfig, LetterBPE, MarkovLanguage, write_language_shards
 from sitp.train.scaling import bootstrap, fit_scaling_law, interval
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,12 +129,17 @@ def test_fit_rejects_too_few_runs():
         fit_scaling_law([1e4] * 5, [1e5, 2e5, 3e5, 4e5, 5e5], [3.0] * 5)
 
 
-def test_sweep_smoke_runs_records_and_resumes(tmp_path):
+def load_sweep():
     spec = importlib.util.spec_from_file_location(
         "scaling_sweep", ROOT / "scripts" / "scaling_sweep.py"
     )
     sweep = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sweep)
+    return sweep
+
+
+def test_sweep_smoke_runs_records_and_resumes(tmp_path):
+    sweep = load_sweep()
     out, data = tmp_path / "sweep.json", tmp_path / "data"
     threads = numba.get_num_threads()
     common = ["--smoke", "--json", str(out), "--data-dir", str(data), "--threads", str(threads)]
@@ -152,3 +158,57 @@ def test_sweep_smoke_runs_records_and_resumes(tmp_path):
         assert math.isclose(r["val_bits"], r["val_loss"] / math.log(2))
     seeds = sorted(r["seed"] for r in points if (r["size"], r["tokens"]) == ("t1", 1024))
     assert seeds == [0, 1]
+
+
+def test_letter_bpe_round_trips_and_puts_the_letters_first():
+    lang = MarkovLanguage(vocab_size=8, order=2, lag_weights=(1.0, 0.7), seed=0)
+    text = "\n".join(lang.documents(8192))
+    tok = LetterBPE.train(text, lang.alphabet, 24)
+    assert tok.vocab_size == 24
+    assert [tok.encode(c) for c in lang.alphabet] == [[i] for i in range(8)]
+    doc = next(lang.documents(2048, seed=3))
+    ids = tok.encode(doc)
+    assert tok.decode(ids) == doc and len(ids) < len(doc) and max(ids) < 24
+    assert tok.lengths_V[ids].sum() == len(doc)
+    assert [len(tok.decode([i])) for i in range(24)] == tok.lengths_V.tolist()
+    with pytest.raises(ValueError, match="outside the alphabet"):
+        tok.encode("0a1")
+
+
+def test_bpe_oracle_without_merges_is_the_letters_oracle(tmp_path):
+    """With no merges a token is a letter: both oracles score the same windows alike."""
+    sweep = load_sweep()
+    lang = MarkovLanguage(vocab_size=8, order=2, lag_weights=(1.0, 0.7), seed=0)
+    letters = LetterBPE.train("\n".join(lang.documents(8192)), lang.alphabet, 8)
+    chars = write_language_shards(lang, tmp_path / "c", 8192, 2048, shard_size=4096)
+    bpe = write_language_shards(lang, tmp_path / "b", 8192, 2048, shard_size=4096,
+                                tokenizer=letters)  # fmt: skip
+    assert [(s.split, s.num_tokens) for s in bpe.shards] == [
+        (s.split, s.num_tokens) for s in chars.shards
+    ]
+    expected = sweep.oracle_loss(lang, chars, 8, 16)
+    assert math.isclose(sweep.bpe_oracle(lang, bpe, letters, 8, 16), expected, rel_tol=1e-12)
+
+
+def test_sweep_smoke_bpe_arm_records_bits_per_letter_and_resumes(tmp_path):
+    sweep = load_sweep()
+    out = tmp_path / "bpe.json"
+    common = ["--smoke", "--tokenizer", "bpe", "--json", str(out), "--data-dir",
+              str(tmp_path / "data"), "--threads", str(numba.get_num_threads())]  # fmt: skip
+    assert sweep.main(common + ["--max-points", "3"]) == 0
+    assert sweep.main(common) == 0  # resumes
+    record = json.loads(out.read_text())
+    src, points = record["source"], record["points"]
+    assert "--tokenizer bpe --vocab-size 16" in record["command"] and len(points) == 5
+    tok = src["tokenizer"]
+    assert tok["vocab_size"] == 16 and len(tok["merges"]) == 8
+    assert tok["val_letters_per_token"] == src["val_letters"] / src["val_tokens"] > 1
+    for r in points:
+        assert r["C"] == 6 * r["N"] * r["D"] and r["D"] == r["steps"] * 4 * 16
+        assert r["D"] < r["letters"] < r["D"] * max(len(m) for m in tok["merges"])
+        per_letter = r["val_loss"] / tok["val_letters_per_token"]  # nats per letter
+        assert math.isclose(r["val_bits"], per_letter / math.log(2))
+        assert src["val_oracle_letter_loss"] < per_letter < math.log(8) + 0.5
+    assert sweep.main(common + ["--vocab-size", "12"]) == 2  # another tokenizer: refused
+    with pytest.raises(SystemExit):
+        sweep.main(["--smoke", "--json", str(out), "--vocab-size", "12"])  # char arm: no vocab

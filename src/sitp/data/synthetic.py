@@ -23,7 +23,9 @@ that table:
 Sampling runs many chains side by side, each started from ``pi``, and writes them one
 after another; :func:`write_language_shards` writes them as 5.2's token shards, in an
 alphabet of letters that :class:`~sitp.data.tokens.CharTokenizer` numbers in the
-generator's own order.
+generator's own order. :class:`LetterBPE` is 5.1's byte-level BPE trained on the
+language's text, its ids renumbered so that the letters come first, for a sweep that
+reads the language through merged tokens instead of letters.
 
 Example:
     >>> lang = MarkovLanguage(vocab_size=8, order=2, lag_weights=(1.0, 0.6), seed=0)
@@ -41,10 +43,19 @@ import os
 import string
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
-from sitp.data.tokens import CharTokenizer, TokenShards, write_shards
+from sitp.data.tokens import (
+    CharTokenizer,
+    TokenShards,
+    _reusable,
+    _ShardWriter,
+    tokenizer_id,
+    write_shards,
+)
+from sitp.tokenizers import BPETokenizer
 
 #: The letters of the language, in ASCII order, so that CharTokenizer's ids are ours.
 ALPHABET = string.digits + string.ascii_uppercase + string.ascii_lowercase  # 62
@@ -225,6 +236,24 @@ class MarkovLanguage:
                 out_BT[:, j - 1] = -np.log(self.P_CV[c_B, seq_BS[:, j]])
         return out_BT
 
+    def losses_by_context(self, x_N) -> np.ndarray:
+        """(k, N): row j - 1 holds -log p(x[t] | the j letters before it), for j = 1..k.
+
+        Entries with fewer than j letters before them (t < j) are NaN. For j < k the
+        probability is a ratio of stationary marginals, for j = k the table's.
+        """
+        x_N = np.asarray(x_N, dtype=np.int64)
+        out_KN = np.full((self.k, x_N.size), np.nan)
+        for j in range(1, self.k + 1):
+            runs_NJ = np.lib.stride_tricks.sliding_window_view(x_N, j + 1)  # x[t-j] .. x[t]
+            if j < self.k:
+                joint, before = self.marginal(j + 1), self.marginal(j)
+                p_N = joint[_index(runs_NJ, self.V)] / before[_index(runs_NJ[:, :-1], self.V)]
+            else:
+                p_N = self.P_CV[_index(runs_NJ[:, :-1], self.V), runs_NJ[:, -1]]
+            out_KN[j - 1, j:] = -np.log(p_N)
+        return out_KN
+
     # --------------------------------------------------------------- as a corpus
     @property
     def alphabet(self) -> str:
@@ -248,6 +277,74 @@ class MarkovLanguage:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+class LetterBPE:
+    """5.1's byte-level BPE, trained on the language's text, with the letters' ids first.
+
+    A byte-level BPE has 256 byte tokens, and this language writes ``V`` of them. The
+    ids are renumbered: letter ``i`` of the alphabet is id ``i`` (the
+    :class:`~sitp.data.tokens.CharTokenizer`'s id), merge ``m`` is id ``V + m``, and
+    the bytes the language never writes are not in the vocabulary, so a model's table
+    has ``V + merges`` rows, as the character model's has ``V``.
+
+    The language has no words to cut the text at, so the pre-split is pieces of at most
+    :attr:`PIECE` letters (GPT-4's pattern would cut the digits from the capitals); no
+    merge crosses a piece's edge. 5.1's encoder joins a piece's parts in time that grows
+    as the square of its length, which rules out a whole document as one piece.
+
+    Args:
+        bpe: a :class:`~sitp.tokenizers.BPETokenizer` trained on the language's text
+            (:meth:`train`), without special tokens.
+        alphabet: the language's letters, in id order.
+
+    Example:
+        >>> lang = MarkovLanguage(vocab_size=8, order=2, lag_weights=(1.0, 0.6), seed=0)
+        >>> tok = LetterBPE.train("\\n".join(lang.documents(4096)), lang.alphabet, 12)
+        >>> tok.vocab_size, tok.decode(tok.encode("0123")), int(tok.lengths_V[:8].max())
+        (12, '0123', 1)
+    """
+
+    PIECE = 64  # letters
+
+    def __init__(self, bpe: BPETokenizer, alphabet: str):
+        if bpe.special_tokens:
+            raise ValueError("LetterBPE takes a BPE without special tokens")
+        letters = list(alphabet.encode("ascii"))
+        self.bpe, self.alphabet, self.V = bpe, alphabet, len(letters)
+        self.vocab_size = self.V + len(bpe.merges)
+        self.from_ids = np.array(letters + list(range(256, 256 + len(bpe.merges))), np.int64)
+        self.to_ids = np.full(256 + len(bpe.merges), -1, np.int64)  # a BPE id -> ours
+        self.to_ids[self.from_ids] = np.arange(self.vocab_size)
+        #: (vocab_size,) letters per token
+        self.lengths_V = np.array([len(bpe.vocab[i]) for i in self.from_ids], np.int64)
+        merges = json.dumps([alphabet, bpe.pattern, bpe.merges]).encode()
+        self.name = f"letter-bpe-{self.vocab_size}-{hashlib.sha256(merges).hexdigest()[:16]}"
+
+    @classmethod
+    def train(cls, text: str, alphabet: str, vocab_size: int) -> LetterBPE:
+        """Learns ``vocab_size - len(alphabet)`` merges from ``text`` (documents joined by
+        line breaks, which no piece crosses)."""
+        merges = vocab_size - len(alphabet)
+        if merges < 0:
+            raise ValueError(f"vocab_size {vocab_size} is smaller than the {len(alphabet)} letters")
+        pattern = f".{{1,{cls.PIECE}}}"  # pieces of up to PIECE characters, no line break
+        return cls(BPETokenizer.train(text, 256 + merges, pattern=pattern), alphabet)
+
+    def encode(self, text: str) -> list[int]:
+        ids_N = self.to_ids[np.asarray(self.bpe.encode_ordinary(text), np.int64)]
+        if ids_N.size and ids_N.min() < 0:
+            raise ValueError(f"the text holds characters outside the alphabet {self.alphabet!r}")
+        return ids_N.tolist()
+
+    def decode_bytes(self, ids) -> bytes:
+        return self.bpe.decode_bytes(self.from_ids[np.asarray(ids, np.int64)].tolist())
+
+    def decode(self, ids) -> str:
+        return self.decode_bytes(ids).decode("ascii")
+
+    def __repr__(self) -> str:
+        return f"LetterBPE(vocab_size={self.vocab_size}: {self.V} letters, {len(self.bpe.merges)} merges)"
+
+
 def _index(letters_BJ, V) -> np.ndarray:
     """The number of each row of letters, oldest first (base V)."""
     out = np.zeros(letters_BJ.shape[0], dtype=np.int64)
@@ -264,13 +361,22 @@ def write_language_shards(
     *,
     seed: int = 0,
     shard_size: int = 2**20,
+    tokenizer=None,
 ) -> TokenShards:
     """Samples the language into 5.2's shards: ``train_tokens``, then ``val_tokens``.
 
     The two parts are drawn from different seeds (independent runs of the chain). The
     training part fills shards of ``shard_size`` tokens; the validation part is one
     shard. A directory already written for the same language, sizes and seed is reused.
+
+    With a ``tokenizer`` other than the letters' (a :class:`LetterBPE`), the sizes
+    count letters, each run of the chain is encoded as one document, and the training
+    part ends in a shorter shard where its tokens run out, so that no shard mixes the
+    two parts.
     """
+    if tokenizer is not None:
+        return _write_encoded(lang, out_dir, train_tokens, val_tokens, seed, shard_size,
+                              tokenizer)  # fmt: skip
     if val_tokens < 2 or train_tokens < 2:
         raise ValueError(f"need at least 2 tokens a split, got {train_tokens} and {val_tokens}")
     if val_tokens > shard_size:
@@ -286,4 +392,23 @@ def write_language_shards(
                         source=source)  # fmt: skip
 
 
-__all__ = ["ALPHABET", "LanguageConfig", "MarkovLanguage", "write_language_shards"]
+def _write_encoded(lang, out_dir, train_letters, val_letters, seed, shard_size, tokenizer):
+    """:func:`write_language_shards` through a tokenizer: each part encoded, then flushed."""
+    out_dir = Path(out_dir)
+    key = {"how": "language", "source": f"markov-{lang.fingerprint()}-{train_letters}-"
+           f"{val_letters}-{seed}", "tokenizer": tokenizer_id(tokenizer),
+           "shard_size": shard_size}  # fmt: skip
+    if (reused := _reusable(out_dir, key)) is not None:
+        return reused
+    writer = _ShardWriter(out_dir, tokenizer, shard_size)
+    for split, letters, part_seed in (("train", train_letters, 2 * seed),
+                                      ("val", val_letters, 2 * seed + 1)):  # fmt: skip
+        for doc in lang.documents(letters, seed=part_seed):
+            writer.add(tokenizer.encode(doc), split)
+        writer.flush(split)
+    if sum(shard.split == "val" for shard in writer.shards) != 1:
+        raise ValueError(f"the validation part must fit in one shard of {shard_size} tokens")
+    return writer.finish(key)
+
+
+__all__ = ["ALPHABET", "LanguageConfig", "LetterBPE", "MarkovLanguage", "write_language_shards"]
