@@ -175,6 +175,47 @@ def test_gemm_epilogue_on_threads_large_enough_to_split():
     assert "prange(" in src and "_serial(" in src and "gelu_f32(" in src
 
 
+def test_gemm_epilogue_bits_do_not_depend_on_where_its_buffers_lie():
+    """The generated GEMM's epilogue (GELU, then x 1.5) on a product of PARALLEL_MIN
+    entries, called with the product C and the output at addresses next to each other
+    and far apart: the same bits each time, from the threaded version and its serial
+    twin, and eager's bits. Compiled with the backend GEMM's fast-math flags ("afn",
+    "arcp"), the threaded version's epilogue gave other bits when out lay within a few
+    bytes after C: LLVM's vector loop checks the two addresses at run time and falls
+    back to a scalar loop that rounded differently, so a compiled step on two threads
+    changed its last bits from call to call as the allocator placed its buffers."""
+    from sitp.compile import codegen
+
+    sitp.manual_seed(4)
+    rows, width = 66, 1024
+    fc, proj = nn.Linear(8, width), nn.Linear(width, 8)
+    x = sitp.tensor(np.random.default_rng(6).standard_normal((rows, 8)).astype(np.float32))
+
+    def step():
+        proj(F.gelu(fc(x)) * 1.5).square().sum().backward()
+
+    cs = sitp.compile(step)
+    cs()
+    (k,) = [
+        n.kernel
+        for n in cs.graph.nodes
+        if n.fn == "Linear.forward" and n.kernel is not None and "gelu" in n.kernel.summary()
+    ]
+    name = k.name + "_gemm"
+    threaded, serial = codegen.load(k.source, name), codegen.load_serial(k.source, name)
+    assert serial is not None and rows * width >= codegen.PARALLEL_MIN
+    consts = [v.array for v in k.leaves[1:]]  # (the first leaf is C itself)
+    args = [x.numpy(), fc.weight.detach().numpy(), fc.bias.detach().numpy()]
+    n = rows * width
+    buf = np.empty(3 * n + 16, np.float32)
+    want = (F.gelu(fc(x)) * 1.5).detach().numpy().reshape(-1)
+    for fn in (threaded, serial):
+        for c_at, out_at in ((0, n), (0, n + 1), (n + 1, 0), (0, 2 * n + 16), (2 * n + 16, 0)):
+            c, out = buf[c_at : c_at + n], buf[out_at : out_at + n]
+            fn(*args, c, *consts, out)
+            np.testing.assert_array_equal(out, want)
+
+
 @pytest.mark.parametrize("dtype, reduction", [("float64", "mean"), ("float32", "sum")])
 def test_lowered_cross_entropy_matches_eager_and_torch(dtype, reduction):
     rng = np.random.default_rng(3)

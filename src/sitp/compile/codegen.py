@@ -470,7 +470,13 @@ def generate_gemm(kernel: Kernel, kind: str, M: int, Ka: int, Nc: int, has_bias:
     name = f"{kernel.name}_gemm"
     lines = _header(em) + [
         "from sitp.compile.kernels import _pack_wt, _row_block",
-        "from sitp.kernels.cpu.blas.packed import FASTMATH, tile_nr",
+        # the tiles are compiled functions of their own, with the backend's flags; the
+        # epilogue gets the elementwise kernels' (only "contract"), so its values do not
+        # depend on which loop LLVM runs: with "afn" and "arcp" too, the vector loop and
+        # the scalar one it falls back to when out's and C's addresses are close
+        # rounded the GELU differently, and the result changed with the allocator
+        "from sitp.kernels.cpu.blas.packed import tile_nr",
+        "from sitp.kernels.cpu.vecmath import FASTMATH",
         "from sitp.kernels.cpu.blas.small import SMALL_MR, _column_tiles, _tile, gemm_small_set",
         "",
         "",
