@@ -135,7 +135,7 @@ class Function:
                 for a in args
             ]
         )
-        if not getattr(_state, "enabled", True):  # recording is off: the forward cannot record
+        if not _state.enabled:  # recording is off: the forward cannot record
             return cls.forward(ctx, *args, **kwargs)
         # The forward pass never records: it may use other ops freely.
         _state.enabled = False

@@ -9,13 +9,23 @@ from __future__ import annotations
 import functools
 import threading
 
+
 # --8<-- [start:grad_mode]
-_state = threading.local()
+class _State(threading.local):
+    """One flag per thread. A thread that never set it reads the class's default: an
+    attribute the instance lacks would make ``getattr(state, name, default)`` raise and
+    catch an AttributeError, 0.3 us of every recorded op's 2.6."""
+
+    enabled = True
+    inference = False  # (inside an inference_mode block)
+
+
+_state = _State()
 
 
 def is_grad_enabled() -> bool:
     """Whether ops record the graph right now."""
-    return getattr(_state, "enabled", True)
+    return _state.enabled
 
 
 def set_grad_enabled(mode: bool) -> None:
@@ -165,4 +175,4 @@ class inference_mode(_GradMode):  # noqa: N801
 
 def is_inference_mode_enabled() -> bool:
     """Whether the code runs inside an :class:`inference_mode` block."""
-    return getattr(_state, "inference", False)
+    return _state.inference

@@ -238,7 +238,7 @@ def getitem(x, key):
         shape, strides, offset, basic_key = basic
         if shape == x._shape and strides == x._strides and offset == x._offset:
             return x
-        if x.requires_grad and getattr(_grad_state, "enabled", True):
+        if x.requires_grad and _grad_state.enabled:
             return ops.Slice.apply(x, shape, strides, offset, basic_key)
         return x._alias(shape, strides, offset)
     shape, strides, offset, basic_key, adv = _decompose(x, key)
@@ -333,7 +333,7 @@ class TensorIndexing:
             v = value.to(self.dtype)
         else:
             v = _scalar(value, self.dtype)
-        if (self.requires_grad or v.requires_grad) and getattr(_grad_state, "enabled", True):
+        if (self.requires_grad or v.requires_grad) and _grad_state.enabled:
             out = ops.Where.apply(mask, v, self)
         else:  # nothing to record: Where.forward's value
             out = dispatch.of(mask, v, self).where(mask, v, self)

@@ -50,7 +50,7 @@ class TensorViews:
                 f"{tuple(self._shape)}, strides {self._strides} cannot be viewed as {shape}); "
                 f"use .reshape(...) instead."
             )
-        if self.requires_grad and getattr(_grad_state, "enabled", True):
+        if self.requires_grad and _grad_state.enabled:
             return ops.View.apply(self, shape, strides, self._offset)
         return self._alias(shape, strides, self._offset)  # nothing to record: View.forward's
 
@@ -61,7 +61,7 @@ class TensorViews:
         shape, strides = _view_plan(self, tuple(map(operator.index, shape)))  # 2.0: TypeError
         if strides is None:
             return self.clone().view(shape)
-        if self.requires_grad and getattr(_grad_state, "enabled", True):
+        if self.requires_grad and _grad_state.enabled:
             return ops.View.apply(self, shape, strides, self._offset)
         return self._alias(shape, strides, self._offset)  # nothing to record: View.forward's
 
@@ -136,7 +136,7 @@ class TensorViews:
             ) from None
         if target == tuple(self._shape):
             return self
-        if self.requires_grad and getattr(_grad_state, "enabled", True):
+        if self.requires_grad and _grad_state.enabled:
             return ops.Expand.apply(self, target, strides)
         return self._alias(target, strides, self._offset)  # nothing to record: Expand.forward's
 
@@ -232,7 +232,7 @@ class TensorViews:
 
 def _permute(x, dims):
     """``Permute.apply(x, dims)``; without a graph to record, the view it makes."""
-    if x.requires_grad and getattr(_grad_state, "enabled", True):
+    if x.requires_grad and _grad_state.enabled:
         return ops.Permute.apply(x, dims)
     shape, strides = x._shape, x._strides
     return x._alias(tuple([shape[d] for d in dims]), tuple([strides[d] for d in dims]), x._offset)
