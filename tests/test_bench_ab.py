@@ -189,6 +189,19 @@ def test_bad_arguments(spec):
                 ab.compare(arms)
 
 
+def test_an_old_source_tree_must_hold_sitp(tmp_path):
+    """--before DIR: DIR/src/sitp must exist; DIR/src itself (one level too deep) is
+    refused, rather than let the worker import the installed sitp under the old label."""
+    (tmp_path / "src" / "sitp").mkdir(parents=True)
+    with pytest.raises(ValueError, match="no sitp package"):
+        ab.source_tree_env(str(tmp_path))
+    (tmp_path / "src" / "sitp" / "__init__.py").write_text("")
+    env = ab.source_tree_env(str(tmp_path))
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path / "src")
+    with pytest.raises(ValueError, match="pass the directory that holds src/"):
+        ab.source_tree_env(str(tmp_path / "src"))
+
+
 # ------------------------------------------------------------------ the scripts, tiny
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 

@@ -61,6 +61,13 @@ def source_tree_env(tree: str) -> dict:
     """The environment of a worker that imports sitp from the source tree ``tree/src``
     (``git archive <commit> src | tar -x -C tree``): an arm that times an older sitp."""
     src = os.path.join(os.path.abspath(tree), "src")
+    if not os.path.isfile(os.path.join(src, "sitp", "__init__.py")):
+        # without it the worker would import the installed sitp, and the "old" arm
+        # would time the new code under the old label
+        raise ValueError(
+            f"source tree {tree!r}: no sitp package at {src}/sitp; pass the directory "
+            "that holds src/ (git archive <commit> src | tar -x -C DIR, then DIR)"
+        )
     return {"PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
