@@ -1072,6 +1072,51 @@ def sweep_seed_sds() -> tuple[float, float]:
     return min(sds), max(sds)
 
 
+@functools.cache
+def bpe_arms() -> dict[tuple[int, int], tuple[list[float], list[float]]]:
+    """5.5's two arms by (N, D), in bits per letter: (the letters' seeds, the BPE's seeds)."""
+    arms: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
+    for point in ex("scaling-sweep.json")["points"]:
+        arms.setdefault((point["N"], point["D"]), ([], []))[0].append(
+            point["val_loss"] / math.log(2)
+        )
+    for point in ex("scaling-sweep-bpe.json")["points"]:
+        arms[point["N"], point["D"]][1].append(point["val_bits"])
+    return arms
+
+
+def bpe_budget(i: int) -> dict[int, tuple[list[float], list[float]]]:
+    """The two arms at the ``i``-th token budget (-1: the largest), by N."""
+    D = sorted({d for _, d in bpe_arms()})[i]
+    return {n: arms for (n, d), arms in sorted(bpe_arms().items()) if d == D}
+
+
+def bpe_gaps(i: int) -> list[float]:
+    """BPE minus letters (means over seeds) at the ``i``-th budget, smallest N first."""
+    return [statistics.mean(b) - statistics.mean(c) for c, b in bpe_budget(i).values()]
+
+
+def bpe_sds() -> list[float]:
+    """The BPE arm's seeds' standard deviations at its repeated points, smallest first."""
+    return sorted(statistics.stdev(b) for _, b in bpe_arms().values() if len(b) > 1)
+
+
+def bpe_tokenizer() -> dict:
+    """What the BPE arm's record says of its tokenizer."""
+    return ex("scaling-sweep-bpe.json")["source"]["tokenizer"]
+
+
+def left_out(record: str) -> tuple[float, float]:
+    """The least and the largest (head + attention scores) / 6N over a sweep's sizes, in %."""
+    run = ex(record)
+    V = run["source"].get("tokenizer", run["source"]["config"])["vocab_size"]
+    T, N = run["train"]["block_size"], {p["size"]: p["N"] for p in run["points"]}
+    shares = [
+        100 * (V + s["n_layer"] * T) * s["n_embd"] / N[name] for name, s in run["sizes"].items()
+    ]
+    return min(shares), max(shares)
+
+
 FIGURES = QUOTES + [
     # 5.5: the sweep's grid and its losses, against scaling-sweep.json
     (
@@ -1107,6 +1152,147 @@ FIGURES = QUOTES + [
         "ch05/scaling.md",
         r"The seeds' standard deviations run from (\d\.\d+) to (\d\.\d+) nats",
         sweep_seed_sds,
+    ),
+    # 5.5's BPE arm, against scaling-sweep-bpe.json and scaling-sweep.json
+    (
+        "ch05/scaling.md",
+        r"the (\d\.\d) million letters its shards are encoded from, and has (\d+)\s+ids, the "
+        r"(\d+) letters and (\d+) merges",
+        lambda: (
+            ex("scaling-sweep-bpe.json")["source"]["train_letters"] / 1e6,
+            bpe_tokenizer()["vocab_size"],
+            bpe_tokenizer()["letters"],
+            len(bpe_tokenizer()["merges"]),
+        ),
+    ),
+    (
+        "ch05/scaling.md",
+        r"The pre-split is pieces of up to (\d+) letters",
+        lambda: float(re.fullmatch(r"\.\{1,(\d+)\}", bpe_tokenizer()["pattern"])[1]),
+    ),
+    (
+        "ch05/scaling.md",
+        r"the (\d+) byte values that it never writes",
+        lambda: 256 - bpe_tokenizer()["letters"],
+    ),
+    (
+        "ch05/scaling.md",
+        r"Why (\d+): (\w+) times the\s+alphabet buys tokens of (\d\.\d+) letters on average",
+        lambda: (
+            bpe_tokenizer()["vocab_size"],
+            bpe_tokenizer()["vocab_size"] / bpe_tokenizer()["letters"],
+            bpe_tokenizer()["val_letters_per_token"],
+        ),
+    ),
+    (
+        "ch05/scaling.md",
+        r"At the second budget the BPE is lower at\s+every size, by (\d\.\d+) to (\d\.\d+) bits",
+        lambda: (-max(bpe_gaps(1)), -min(bpe_gaps(1))) if max(bpe_gaps(1)) < 0 else math.nan,
+    ),
+    (
+        "ch05/scaling.md",
+        r"lead shrinks as the models grow, from (\d\.\d+) bits at ([\d,]+) parameters to "
+        r"(\d\.\d+) at\s+([\d,]+)",
+        lambda: (
+            (bpe_gaps(-1)[0], min(bpe_budget(-1)), bpe_gaps(-1)[-1], max(bpe_budget(-1)))
+            if min(bpe_gaps(-1)) > 0 and bpe_gaps(-1) == sorted(bpe_gaps(-1), reverse=True)
+            else math.nan
+        ),
+    ),
+    (
+        "ch05/scaling.md",
+        r"Every gap at the second budget is at least (\d\.\d+) times",
+        lambda: min(
+            abs(statistics.mean(b) - statistics.mean(c))
+            / max(statistics.stdev(c), statistics.stdev(b))
+            for c, b in bpe_budget(1).values()
+        ),
+    ),
+    (
+        "ch05/scaling.md",
+        r"that point's deviations are\s+(\d\.\d+) and (\d\.\d+) bits",
+        lambda: next(
+            (statistics.stdev(c), statistics.stdev(b))
+            for c, b in bpe_budget(-1).values()
+            if len(c) > 1 and len(b) > 1
+        ),
+    ),
+    (
+        "ch05/scaling.md",
+        r"the smallest budget, (\d\.\d+) bits, where one seed of three",
+        lambda: bpe_sds()[-1],
+    ),
+    (
+        "ch05/scaling.md",
+        r"the other seven repeated points of that arm move by (\d\.\d+) to (\d\.\d+)",
+        lambda: (bpe_sds()[0], bpe_sds()[-2]) if len(bpe_sds()) == 8 else math.nan,
+    ),
+    (
+        "ch05/scaling.md",
+        r"it read\s+(\d\.\d+) times the letters",
+        lambda: statistics.mean(
+            p["letters"] / p["D"] for p in ex("scaling-sweep-bpe.json")["points"]
+        ),
+    ),
+    (
+        "ch05/scaling.md",
+        r"over a table of token pairs (\w+) times the size of the letters'",
+        lambda: (bpe_tokenizer()["vocab_size"] / bpe_tokenizer()["letters"]) ** 2,
+    ),
+    (
+        "ch05/scaling.md",
+        r"in both fits \((\d\.\d+) bits on every\s+run, (\d\.\d+) without the smallest budget\), "
+        r"where dropping that budget lifted the letters'\s+\$E\$ to (\d\.\d+) bits",
+        lambda: (
+            out("ch05/scaling", r"^BPE, every run +([\d.]+) \["),
+            out("ch05/scaling", r"^BPE, without the smallest budget +([\d.]+) \["),
+            out("ch05/scaling", r"^letters, without the smallest budget +([\d.]+) \["),
+        ),
+    ),
+    (
+        "ch05/scaling.md",
+        r"\$h\$ = (\d\.\d+) bits per letter",
+        lambda: ex("scaling-sweep-bpe.json")["source"]["entropy_rate"] / math.log(2),
+    ),
+    (
+        "ch05/scaling.md",
+        r"its bootstrap intervals reach (\d\.\d+) and (\d\.\d+) bits at most",
+        lambda: (
+            out("ch05/scaling", r"^BPE, every run +[\d.]+ \[[\d.]+, ([\d.]+)\]"),
+            out("ch05/scaling", r"^BPE, without the smallest .* \[[\d.]+, ([\d.]+)\]"),
+        ),
+    ),
+    (
+        "ch05/scaling.md",
+        r"Its residual, (\d\.\d+) bits, is larger than the seeds'\s+spread at (\w+) of the "
+        r"arm's (\w+) repeated points",
+        lambda: (
+            out("ch05/scaling", r"^BPE, every run .* ([\d.]+)$"),
+            sum(sd < out("ch05/scaling", r"^BPE, every run .* ([\d.]+)$") for sd in bpe_sds()),
+            len(bpe_sds()),
+        ),
+    ),
+    (
+        "ch05/scaling.md",
+        r"the\s+generator's loss on the letters of the BPE windows, is (\d\.\d+) bits, a little "
+        r"under the\s+letters' (\d\.\d+)",
+        lambda: (
+            ex("scaling-sweep-bpe.json")["source"]["val_oracle_letter_loss"] / math.log(2),
+            ex("scaling-sweep.json")["source"]["window_floor"] / math.log(2),
+        ),
+    ),
+    (
+        "ch05/scaling.md",
+        r"the best BPE run ends at\s+(\d\.\d+), the best letters run at (\d\.\d+)",
+        lambda: (
+            min(x for _, b in bpe_arms().values() for x in b),
+            min(x for c, _ in bpe_arms().values() for x in c),
+        ),
+    ),
+    (
+        "ch05/scaling.md",
+        r"\((\d+)% to\s+(\d+)% of \$6N\$ against the letters' (\d+)% to (\d+)%",
+        lambda: (*left_out("scaling-sweep-bpe.json"), *left_out("scaling-sweep.json")),
     ),
     # Part III's overview, against the chapters and runs it summarises
     (
