@@ -239,7 +239,8 @@ def plan(setup):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--json", type=Path, default=None, help=f"the record (default {RECORD})")
+    p.add_argument("--json", type=Path, default=None,
+                   help=f"the record (default {RECORD}; with --tokenizer bpe, {RECORD_BPE})")  # fmt: skip
     p.add_argument("--smoke", action="store_true", help="a tiny language, two tiny models")
     p.add_argument("--threads", type=int, default=1, help="numba threads per run")
     p.add_argument("--lr", type=float, default=3e-3)
