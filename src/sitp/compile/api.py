@@ -32,6 +32,7 @@ from sitp.autograd import engine
 from sitp.autograd.function import Function
 from sitp.autograd.grad_mode import is_grad_enabled
 from sitp.compile import capture, passes
+from sitp.compile import dynamic as dynamic_mod
 from sitp.compile import remat as remat_mod
 from sitp.compile import tune as tune_mod
 from sitp.compile.graph import Graph, Ref, contiguous
@@ -52,16 +53,89 @@ def _flatten(o, out: list) -> None:
 
 
 class Entry:
-    """One compiled signature: its program, or why it runs eagerly."""
+    """One compiled signature: its program, or why it runs eagerly. A *dynamic* entry
+    (``dynamic``, a :class:`Dynamic`) serves every batch size on its line instead of
+    one signature (``key`` None); ``template`` is a static entry's trace, kept for the
+    fit that makes one (:mod:`sitp.compile.dynamic`)."""
 
     def __init__(self, key, program=None, breaks=(), reason=None, report=None, leaves=()):
         self.key, self.program, self.breaks = key, program, list(breaks)
         self.leaves = list(leaves)  # (tensor, its guard) of leaves a function read
         self.reason, self.report = reason, report or {}
+        self.dynamic = None
+        self.template = None  # (kind, record) of the trace, before the passes
+
+    def matches(self, key, ts) -> bool:
+        if self.dynamic is not None:
+            ok = self.dynamic.accepts(key, ts)
+        else:
+            ok = self.key == key
+        return ok and all(_leaf_guard(t) == lg for t, lg in self.leaves)
+
+    def program_for(self, key):
+        return self.program if self.dynamic is None else self.dynamic.program_at(key)
 
     @property
     def graph(self):
         return None if self.program is None else self.program.graph
+
+
+class Dynamic:
+    """The program of an entry for every batch size ``s >= 2`` (6.1, "Guards"): the
+    guard is the signature of the template's trace with each number on the batch
+    size's line evaluated at ``s`` (``s``: the leading size of input ``index``); the
+    program at a new ``s`` runs the passes on the template's graph at ``s``, whose
+    kernels have the sources numba compiled already."""
+
+    keep = 64  # programs of this many batch sizes are kept (the oldest dropped)
+
+    def __init__(self, cf, kind, record, lines, key, key_lines, index):
+        self.cf, self.kind, self.record, self.lines = cf, kind, record, lines
+        self.key, self.key_lines, self.index = key, key_lines, index
+        w = dynamic_mod.walk(record)
+        self.skel, self.nums = w.skel, w.nums
+        self.keys: dict = {}  # s -> the signature at s
+        self.programs: dict = {}  # s -> its program
+        self.reports: dict = {}  # s -> its passes' report
+        self.verified: set = set()  # batch sizes whose trace was the template's
+        self.rejected: set = set()  # batch sizes whose trace was not
+
+    def size(self, key):
+        parts = key[0]
+        shape = parts[2 + self.index][0] if 2 + self.index < len(parts) else ()
+        return int(shape[0]) if shape else None
+
+    def accepts(self, key, ts=None) -> bool:
+        s = self.size(key)
+        if s is None or s < 2 or s in self.rejected or key[1] != self.key[1]:
+            return False
+        want = self.keys.get(s)
+        if want is None:
+            want = self.keys[s] = dynamic_mod.instantiate(self.key[0], self.key_lines, s)
+        return want == key[0]
+
+    def seen(self, key) -> bool:
+        return self.size(key) in self.verified
+
+    def verify(self, record, s):
+        """None when the trace ``record`` at batch size ``s`` is the template at ``s``
+        (the same graph, each number on its line); else why not."""
+        why = dynamic_mod.check(record, self.skel, self.nums, self.lines, s)
+        (self.rejected if why else self.verified).add(s)
+        return why
+
+    def program_at(self, key):
+        return self.compile(self.size(key))
+
+    def compile(self, s):
+        prog = self.programs.get(s)
+        if prog is None:
+            record = dynamic_mod.instantiate(self.record, self.lines, s)
+            prog, self.reports[s] = self.cf._build(self.kind, record)
+            if len(self.programs) >= self.keep:
+                self.programs.pop(next(iter(self.programs)))
+            self.programs[s] = prog
+        return prog
 
 
 class CompiledFunction:
@@ -81,6 +155,7 @@ class CompiledFunction:
         rerun_trace=None,
         remat="auto",
         tune=None,
+        dynamic=None,
     ):
         if remat not in remat_mod.MODES:
             raise ValueError(f"sitp.compile: remat {remat!r} is not one of {remat_mod.MODES}")
@@ -96,6 +171,9 @@ class CompiledFunction:
         self.rerun_trace = self._module is not None if rerun_trace is None else rerun_trace
         self.entries: list[Entry] = []
         self._warned = False
+        self._verify = None  # a dynamic entry this call's trace is checked against
+        self._last = None  # the entry of the last trace
+        self.dynamic = dynamic  # None/True: a batch size's change makes a dynamic entry
 
     # ----------------------------------------------------------------- guards
     def _inputs(self, args, kwargs) -> list:
@@ -132,13 +210,20 @@ class CompiledFunction:
     def __call__(self, *args, **kwargs):
         ts = self._inputs(args, kwargs)
         key = (self._key(ts), _static((args, kwargs)))
+        self._verify = None
         for e in self.entries:
-            if e.key == key and all(_leaf_guard(t) == lg for t, lg in e.leaves):
+            if e.matches(key, ts):
                 if e.program is None:
                     return self._fn(*args, **kwargs)
-                return self._run(e.program, ts)
+                if e.dynamic is None or e.dynamic.seen(key):
+                    return self._run(e.program_for(key), ts)
+                # a dynamic entry's first call at this batch size: trace it, and run the
+                # entry's program if the trace is the template's at this size (a branch
+                # of the function on a size would make it another graph)
+                self._verify = e
+                break
         limit = cache_size_limit if self.recompile_limit is None else self.recompile_limit
-        if len(self.entries) >= limit:
+        if len(self.entries) >= limit and self._verify is None:
             if not self._warned:
                 warnings.warn(
                     f"sitp.compile{f' ({self.name})' if self.name else ''}: {limit} "
@@ -151,26 +236,25 @@ class CompiledFunction:
             return self._trace(key, ts, args, kwargs)
         before = [(t, np.array(t._storage, copy=True), t.grad) for t in ts]
         result = self._trace(key, ts, args, kwargs)
-        e = self.entries[-1]
+        e = self._last
         if e.program is None:  # eager from now on for this signature: the trace's values are
             return result
-        written = _written_inputs(e.program)
+        program = e.program_for(key)
+        written = _written_inputs(program)
         for i, (t, saved, grad) in enumerate(before):  # undo the trace's writes, then run
             if i in written:
                 np.copyto(t._storage, saved)
             t.grad = grad
-        for t in getattr(e.program, "leaves_set", ()):  # a closure's leaf whose .grad
+        for t in getattr(program, "leaves_set", ()):  # a closure's leaf whose .grad
             t.grad = None  # the trace set
-        return self._run(e.program, ts)
+        return self._run(program, ts)
 
     def signature_known(self, *args, **kwargs) -> bool:
         """Whether a call with these arguments would find a compiled (or eager) entry,
         rather than trace."""
         ts = self._inputs(args, kwargs)
         key = (self._key(ts), _static((args, kwargs)))
-        return any(
-            e.key == key and all(_leaf_guard(t) == lg for t, lg in e.leaves) for e in self.entries
-        )
+        return any(e.matches(key, ts) for e in self.entries)
 
     def _run(self, program, ts):
         """Run the program; outputs carry no autograd graph (the backward ran inside),
@@ -218,21 +302,86 @@ class CompiledFunction:
         for k, t in enumerate(tracer.leaves):
             if t.grad is not None:
                 g.grads[-1 - k] = tracer.ref(t.grad)
+        for v in tracer.by_storage.values():
+            v.trace = None  # the trace's buffers are not needed any more
+        tracer.keep = []
+        record = {
+            "graph": g,
+            "leaves": list(tracer.leaves),
+            "leaves_set": [t for t, fresh in zip(tracer.leaves, tracer.leaf_fresh) if fresh],
+        }
+        self._add(self._entry(key, "plain", record, leaves))
+        return result
+
+    def _build(self, kind, record):
+        """The program of a trace's record (the passes rewrite its graph): a Program, or
+        for a forward and backward pair a :class:`Joint`; and the passes' report."""
+        if kind == "joint":
+            return self._build_joint(record)
         program, report = passes.compile_graph(
-            g,
+            record["graph"],
             fuse=self.fuse,
             debug_dir=self.debug_dir,
             only=self.passes_on,
             remat=None if self.remat == "auto" else self.remat,
             tuner=self.tuner,
         )
-        for v in tracer.by_storage.values():
-            v.trace = None  # the trace's buffers are not needed any more
-        tracer.keep = []
-        program.leaves = list(tracer.leaves)
-        program.leaves_set = [t for t, fresh in zip(tracer.leaves, tracer.leaf_fresh) if fresh]
-        self._add(Entry(key, program=program, report=report, leaves=leaves))
-        return result
+        program.leaves = list(record["leaves"])
+        program.leaves_set = list(record["leaves_set"])
+        return program, report
+
+    def _entry(self, key, kind, record, leaves=()) -> Entry:
+        """The entry of a new trace: dynamic when it differs from a static entry's trace
+        only in its batch size (:meth:`_fit`), else static, its trace kept for a fit."""
+        pending, self._verify = self._verify, None
+        if pending is not None and pending.dynamic.kind == kind:
+            s = pending.dynamic.size(key)
+            why = pending.dynamic.verify(record, s)
+            if why is None:
+                pending.dynamic.compile(s)
+                return pending
+            why = f"at batch size {s} the trace is not the dynamic entry's: {why}"
+            found = None
+        elif self.dynamic is not False:
+            found, why = self._fit(key, kind, record)
+        else:
+            found, why = None, None
+        if found is not None:
+            dyn, s = found
+            e = Entry(None, leaves=leaves)
+            e.dynamic = dyn
+            dyn.verified.add(s)
+            e.program = dyn.compile(s)
+            e.report = dict(dyn.reports[s], dynamic=True, batch_input=dyn.index)
+            return e
+        template = dynamic_mod.copy(record) if self.dynamic is not False else None
+        program, report = self._build(kind, record)
+        if why:
+            report["not_dynamic"] = why
+        e = Entry(key, program=program, report=report, leaves=leaves)
+        e.template = None if template is None else (kind, template)
+        return e
+
+    def _fit(self, key, kind, record):
+        """((a :class:`Dynamic`, this batch size), None) when an earlier static entry's
+        trace differs from this one only in the leading size of its inputs (both at least
+        2), the numbers of the two graphs on lines of it; else (None, why not or None)."""
+        for e in reversed(self.entries):
+            if e.template is None or e.template[0] != kind or e.key[1] != key[1]:
+                continue
+            change = _batch_change(e.key[0], key[0])
+            if change is None:
+                continue
+            index, s1, s2 = change
+            key_lines, why = dynamic_mod.fit(e.key[0], s1, key[0], s2)
+            if key_lines is None:
+                return None, why
+            lines, why = dynamic_mod.fit(e.template[1], s1, record, s2)
+            if lines is None:
+                return None, why
+            # the record is the template: each batch size's program is built on a copy
+            return (Dynamic(self, kind, record, lines, key, key_lines, index), s2), None
+        return None, None
 
     def _trace_backward(self, key, ts, tracer, result, outs):
         """Outputs that require grad: trace their backward too, from placeholder output
@@ -262,6 +411,23 @@ class CompiledFunction:
         if tracer.breaks:
             self._add(Entry(key, breaks=tracer.breaks))
             return result
+        record = {
+            "graph": g,
+            "k": k,
+            "n_in": n_in,
+            "diff": diff,
+            "needs": [t.requires_grad for t in ts],
+            "types": [(tuple(floats[j].shape), floats[j].dtype) for j in diff],
+            "grads_out": tuple(tracer.ref(t) for t in grads),
+        }
+        for v in tracer.by_storage.values():
+            v.trace = None
+        tracer.keep = []
+        self._add(self._entry(key, "joint", record))
+        return result
+
+    def _build_joint(self, record):
+        g, k, n_in = record["graph"], record["k"], record["n_in"]
         remat = "mincut" if self.remat == "auto" else self.remat
         if k < len(g.nodes) and self.fuse and remat is not None:
             g.backward_at = g.nodes[k].id
@@ -275,7 +441,7 @@ class CompiledFunction:
         gf.nodes, gb.nodes = g.nodes[:k], g.nodes[k:]
         gf._next = gb._next = g._next
         gf.output = g.output
-        gb.output = tuple(tracer.ref(t) for t in grads)
+        gb.output = record["grads_out"]
         # the backward graph's passes first: what the forward must save is what the
         # backward reads after its dead code is gone and its kernels are fused
         bwd, rep_b = passes.compile_graph(gb, fuse=self.fuse, debug_dir=None, tuner=self.tuner)
@@ -290,19 +456,20 @@ class CompiledFunction:
             only=("dce", "fuse", "plan"),
             tuner=self.tuner,
         )
-        for v in tracer.by_storage.values():
-            v.trace = None
-        tracer.keep = []
-        types = [(tuple(floats[j].shape), floats[j].dtype) for j in diff]
-        aot = Joint(fwd, bwd, saved, diff, [t.requires_grad for t in ts], types)
+        aot = Joint(fwd, bwd, saved, record["diff"], record["needs"], record["types"])
         report = {k_: rep_f.get(k_, 0) + rep_b.get(k_, 0) for k_ in rep_f}
         report["saved"] = len(saved)
         report.update(rep_r)
         report["held_bytes"] = remat_mod.kept_bytes(gf.nodes, saved)
-        self._add(Entry(key, program=aot, report=report))
-        return result
+        return aot, report
 
     def _add(self, e: Entry) -> None:
+        self._last = e
+        if any(e is f for f in self.entries):  # a dynamic entry, checked at a new size
+            return
+        pending, self._verify = self._verify, None
+        if pending is not None:  # the trace broke: this size is not the dynamic entry's
+            pending.dynamic.rejected.add(pending.dynamic.size(e.key))
         self.entries.append(e)
         if self.explain:
             print(explain_text(self))
@@ -419,6 +586,25 @@ def _static(o):
     return (type(o).__name__, o)
 
 
+def _batch_change(k1, k2):
+    """(index, s1, s2) when signatures ``k1`` and ``k2`` (their tensor parts) differ in
+    the leading size of some inputs (the first of them: ``index``, from ``s1`` to ``s2``,
+    both at least 2) and otherwise only in what follows from it (strides, offsets,
+    storage lengths); else None. Sizes 0 and 1 stay specialised, as in TorchDynamo."""
+    if len(k1) != len(k2) or k1[:2] != k2[:2]:
+        return None
+    found = None
+    for i, (a, b) in enumerate(zip(k1[2:], k2[2:])):
+        (sa, *ra), (sb, *rb) = a, b
+        if len(sa) != len(sb) or sa[1:] != sb[1:] or ra[3:] != rb[3:]:
+            return None
+        if sa and sa[0] != sb[0] and found is None:
+            found = (i, sa[0], sb[0])
+    if found is None or min(found[1:]) < 2:
+        return None
+    return found
+
+
 def _leaf_guard(t) -> tuple:
     return (tuple(t._shape), t._strides, t._offset, id(t._storage), t.grad is None)
 
@@ -441,10 +627,17 @@ def explain_text(cf: CompiledFunction) -> str:
     for i, e in enumerate(cf.entries):
         if e.program is not None:
             r = e.report
+            what = (
+                f"compiled for every batch size >= 2 of input {e.dynamic.index} (dynamic)"
+                if e.dynamic is not None
+                else "compiled"
+            )
             lines.append(
-                f"signature {i}: compiled, {r.get('ops_before', '?')} ops -> "
+                f"signature {i}: {what}, {r.get('ops_before', '?')} ops -> "
                 f"{r.get('steps_after', '?')} steps ({r.get('kernels', 0)} generated kernels)"
             )
+            if r.get("not_dynamic"):
+                lines.append(f"  not dynamic: {r['not_dynamic']}")
         else:
             lines.append(f"signature {i}: runs eagerly")
             if e.reason:
@@ -490,8 +683,12 @@ def compile(  # noqa: A001
     program; ``disable=True`` returns ``model`` itself; ``name`` labels the function in
     warnings; ``recompile_limit`` replaces :data:`cache_size_limit` for it. Each compiled
     function keeps its own cache and limit, so ``isolate_recompiles`` changes nothing.
-    sitp specialises every graph on its shapes, so ``dynamic=True`` and a
-    ``shapes_spec`` are refused; ``options`` (inductor's settings) must be empty.
+    ``dynamic``: None (the default) compiles the first batch size as it is and, once a
+    call differs from a compiled signature only in its inputs' leading size, one entry
+    for every batch size of at least 2 (:mod:`sitp.compile.dynamic`); False compiles
+    each signature; True is taken as None (sitp traces numbers, so it needs two batch
+    sizes to see which sizes follow the batch). A ``shapes_spec`` is refused;
+    ``options`` (inductor's settings) must be empty.
     sitp's own: ``fuse=False`` keeps every backend call (the graph is replayed, not
     fused); ``debug_dir`` writes each generated kernel's source and each graph there;
     ``explain`` prints, at each compile, what was compiled and where the graph broke;
@@ -512,11 +709,8 @@ def compile(  # noqa: A001
         raise ValueError(f"sitp.compile: backend {backend!r} is not one of {BACKENDS}")
     if mode not in MODES:
         raise ValueError(f"sitp.compile: mode {mode!r} is not one of {MODES}")
-    if dynamic:
-        raise NotImplementedError(
-            "sitp.compile(dynamic=True): sitp specialises each graph on its shapes "
-            "(a new shape compiles a new graph); use dynamic=None or False"
-        )
+    if dynamic not in (None, True, False):
+        raise ValueError(f"sitp.compile: dynamic must be None, True or False, got {dynamic!r}")
     if shapes_spec is not None:
         raise NotImplementedError(
             "sitp.compile(shapes_spec=...): sitp specialises each graph on its shapes"
@@ -545,6 +739,7 @@ def compile(  # noqa: A001
         rerun_trace=rerun_trace,
         remat=remat,
         tune=tune,
+        dynamic=dynamic,
     )
     if model is None:  # used as @sitp.compile(...)
         return lambda f: f if disable else CompiledFunction(_callable(f), **settings)

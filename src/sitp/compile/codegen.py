@@ -32,6 +32,7 @@ import sys
 import numpy as np
 
 from sitp import _env
+from sitp.compile.dynamic import SymInt
 from sitp.kernels.scalar import BINARY, COMPARE, UNARY
 
 PARALLEL_MIN = 1 << 16  # entries of the index space from which the outer loop is a prange
@@ -118,6 +119,7 @@ class Kernel:
         self.name = f"k{root.id}"
         self.fn = None
         self.source = None
+        self.syms = []  # the values of its size arguments (codegen._Emitter.num), in order
 
     def outs(self) -> list:
         if self.root.fn == "pack":  # its buffers, each written at the views its layout names
@@ -140,6 +142,23 @@ class _Emitter:
         self.reduced = None  # (value id, variable) of a reduction's result, in an epilogue
         self.target = "cpu"
         self.gelu_used: set = set()
+        self.syms: dict = {}  # (a, c) of a SymInt -> its argument's name
+        kernel.syms = []  # the values of those arguments, in order
+
+    def num(self, x) -> str:
+        """An integer of the source: a literal, or, for a size on the batch size's line
+        (a :class:`~sitp.compile.dynamic.SymInt`), the name of an argument that the
+        runtime passes, so that every batch size gets the same source."""
+        if isinstance(x, SymInt):
+            key = (x.a, x.c)
+            if key not in self.syms:
+                self.syms[key] = f"n{len(self.syms)}"
+                self.k.syms.append(int(x))
+            return self.syms[key]
+        return str(int(x))
+
+    def sym_params(self) -> str:
+        return "".join(f", {n}" for n in self.syms.values())
 
     def param(self, value) -> str:
         if value.id not in self.params:
@@ -154,11 +173,11 @@ class _Emitter:
         node = self.k.virtual.get(r.value.id)
         if node is not None:
             return self.node(node, idx)
-        terms = [str(r.offset)] if r.offset else []
+        terms = [self.num(r.offset)] if r.offset else []
         for i, st, n in zip(idx, r.strides, r.shape):
             if i == "0" or st == 0 or n == 1:
                 continue
-            terms.append(i if st == 1 else f"{i} * {st}")
+            terms.append(i if st == 1 and not isinstance(st, SymInt) else f"{i} * {self.num(st)}")
         pos = " + ".join(terms) or "0"
         key = ("leaf", r.value.id, pos)
         if key not in self.memo:
@@ -230,16 +249,16 @@ def _contig(shape):
     st, acc = [], 1
     for n in reversed(shape):
         st.append(acc)
-        acc *= n
+        acc = acc * n  # (a SymInt keeps its line)
     return tuple(reversed(st))
 
 
-def _pos(idx, shape) -> str:
+def _pos(idx, shape, num=str) -> str:
     terms = []
     for i, st, n in zip(idx, _contig(shape), shape):
         if n == 1:
             continue
-        terms.append(i if st == 1 else f"{i} * {st}")
+        terms.append(i if st == 1 and not isinstance(st, SymInt) else f"{i} * {num(st)}")
     return " + ".join(terms) or "0"
 
 
@@ -309,10 +328,10 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
         v = em.ref(x, idx)
         body = em.lines
         for j, side in enumerate(kernel.extra):  # also store the reduced values themselves
-            body.append(f"out{j + 1}[{_pos(idx, space)}] = {em.node(side, idx)}")
+            body.append(f"out{j + 1}[{_pos(idx, space, em.num)}] = {em.node(side, idx)}")
         kept_shape = tuple(space[d] for d in kept)
         kept_idx = tuple(f"i{d}" for d in kept)
-        store = f"out[{_pos(kept_idx, kept_shape)}] = {out_dt}(acc)"
+        store = f"out[{_pos(kept_idx, kept_shape, em.num)}] = {out_dt}(acc)"
         epi = []
         if kernel.epilogue is not None:  # pointwise ops on the reduced value, then the store
             p = kernel.epilogue.root
@@ -322,7 +341,7 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
             em.reduced = (kernel.reduced_id, "red")
             ev = em.node(p, pidx)
             epi = [f"red = {out_dt}(acc)"] + em.lines
-            store = f"out[{_pos(kept_idx, kept_shape)}] = {ev}"
+            store = f"out[{_pos(kept_idx, kept_shape, em.num)}] = {ev}"
         outer, inner = kept, [d for d in dims]
         n_outer = int(np.prod([space[d] for d in kept])) if kept else 1
     elif root.fn == "pack":  # parts of one index space, each stored at its own view
@@ -333,9 +352,9 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
         stores = []
         for (o, offset, strides), part in zip(root.args[0], root.args[1:]):
             v = em.ref(part, idx)
-            terms = [str(offset)] if offset else []
-            terms += [i if st == 1 else f"{i} * {st}" for i, st, n in zip(idx, strides, space)
-                      if n != 1]  # fmt: skip
+            terms = [em.num(offset)] if offset else []
+            terms += [i if st == 1 and not isinstance(st, SymInt) else f"{i} * {em.num(st)}"
+                      for i, st, n in zip(idx, strides, space) if n != 1]  # fmt: skip
             stores.append(f"{'out' if o == 0 else f'out{o}'}[{' + '.join(terms) or '0'}] = {v}")
         body = em.lines
         store = "\n".join(stores)
@@ -347,7 +366,7 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
         idx = tuple(f"i{d}" for d in range(len(space)))
         v = em.node(root, idx)
         body = em.lines
-        store = f"out[{_pos(idx, space)}] = {v}"
+        store = f"out[{_pos(idx, space, em.num)}] = {v}"
         outer, inner, init = list(range(len(space))), [], None
         epi = []
         n_outer = int(np.prod(space)) if space else 1
@@ -364,6 +383,26 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
     fast = (
         ', fastmath={"reassoc"}' if root.fn == "reduce" and root.args[0] in ("sum", "prod") else ""
     )
+    loops = []
+    depth = 1
+    for j, d in enumerate(outer):
+        rng = "prange" if (par and j == 0) else "range"
+        loops.append("    " * depth + f"for i{d} in {rng}({em.num(space[d])}):")
+        depth += 1
+    if not outer and not inner:
+        loops.append("    " * depth + "i_ = 0")
+    if root.fn == "reduce":
+        loops.append("    " * depth + f"acc = {init}")
+        d0 = depth
+        for d in inner:
+            loops.append("    " * depth + f"for i{d} in range({em.num(space[d])}):")
+            depth += 1
+        loops += _indent(body, depth)
+        loops += _indent([_combine(op, v)], depth)
+        loops += _indent(epi + [store], d0)
+    else:
+        loops += _indent(body + [store], depth)
+    params += em.sym_params()
     lines = _header(em) + [
         "",
         "",
@@ -373,25 +412,6 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
         f"def {kernel.name}({params}):",
         f'    """{kernel.summary()}"""',
     ]
-    loops = []
-    depth = 1
-    for j, d in enumerate(outer):
-        rng = "prange" if (par and j == 0) else "range"
-        loops.append("    " * depth + f"for i{d} in {rng}({space[d]}):")
-        depth += 1
-    if not outer and not inner:
-        loops.append("    " * depth + "i_ = 0")
-    if root.fn == "reduce":
-        loops.append("    " * depth + f"acc = {init}")
-        d0 = depth
-        for d in inner:
-            loops.append("    " * depth + f"for i{d} in range({space[d]}):")
-            depth += 1
-        loops += _indent(body, depth)
-        loops += _indent([_combine(op, v)], depth)
-        loops += _indent(epi + [store], d0)
-    else:
-        loops += _indent(body + [store], depth)
     lines += loops
     if par:  # the same loops without the thread pool, for a call on one thread
         lines += [
@@ -427,7 +447,9 @@ def generate_gemm(kernel: Kernel, kind: str, M: int, Ka: int, Nc: int, has_bias:
     nd = len(space)
     idx = tuple(f"i{d}" for d in range(nd))
     v = em.node(root, idx)
-    body = em.lines + [f"out[{_pos(idx, space)}] = {v}"]
+    body = em.lines + [f"out[{_pos(idx, space, em.num)}] = {v}"]
+    par = M * Nc >= PARALLEL_MIN
+    M, Ka, Nc = em.num(M), em.num(Ka), em.num(Nc)  # the source's names for them
     c_par = em.params[c_value.id]
     params = ", ".join(em.params.values())
     rows = []  # the index of row r in the kernel's leading dims
@@ -436,9 +458,9 @@ def generate_gemm(kernel: Kernel, kind: str, M: int, Ka: int, Nc: int, has_bias:
     elif nd > 2:
         rows = ["q = r"]
         for d in reversed(range(nd - 1)):
-            rows.append(f"i{d} = q % {space[d]}")
+            rows.append(f"i{d} = q % {em.num(space[d])}")
             if d:
-                rows.append(f"q = q // {space[d]}")
+                rows.append(f"q = q // {em.num(space[d])}")
 
     def epilogue(lo, hi, depth):
         out = ["    " * depth + f"for r in range({lo}, {hi}):"]
@@ -466,7 +488,6 @@ def generate_gemm(kernel: Kernel, kind: str, M: int, Ka: int, Nc: int, has_bias:
         if kind == "xwT"
         else "gemm_small_set(A, B, C, bias, False)"
     )
-    par = M * Nc >= PARALLEL_MIN
     name = f"{kernel.name}_gemm"
     lines = _header(em) + [
         "from sitp.compile.kernels import _pack_wt, _row_block",
@@ -481,7 +502,7 @@ def generate_gemm(kernel: Kernel, kind: str, M: int, Ka: int, Nc: int, has_bias:
         "",
         "",
         f'@njit(cache=True{", parallel=True" if par else ""}, fastmath=FASTMATH, error_model="numpy")',
-        f"def {name}(A, B, bias, {params}, out):",
+        f"def {name}(A, B, bias, {params}, out{em.sym_params()}):",
         f'    """C = A {"B^T" if kind == "xwT" else "B"} ({M} x {Nc}), then on each block of its rows: '
         f'{kernel.summary()}"""',
         f"    C = {c_par}.reshape({M}, {Nc})",

@@ -532,6 +532,7 @@ def kernel_step(node: Node, fn, plan, serial=None):
     ``serial``: the kernel's twin without ``prange``, which runs when numba has one thread,
     or, under an autotuner (:mod:`sitp.compile.tune`), whenever it timed faster."""
     leaves = [v.id for v in node.kernel.leaves]
+    syms = list(node.kernel.syms)  # its size arguments: this program's batch size
     outs = [(v.id, v.size, v.np_dtype, plan.get(v.id)) for v in node.outputs]
     parallel = fn
     pick = tune.picker(node.kernel.source, fn, serial) if tune.current() else None
@@ -549,7 +550,7 @@ def kernel_step(node: Node, fn, plan, serial=None):
                     buf = env["slots"][slot] = np.empty(size, dt)
             env[vid] = buf
             bufs.append(buf)
-        args = [*[env[i] for i in leaves], *bufs]
+        args = [*[env[i] for i in leaves], *bufs, *syms]
         if pick is not None:
             fn = pick(args)
         fn(*args)

@@ -31,6 +31,7 @@ import numba
 import numpy as np
 
 from sitp.compile import codegen, lower, tune
+from sitp.compile.dynamic import prod
 from sitp.compile.graph import CtxArg, Graph, Node, Ref, Value, contiguous
 
 _FLOATS = ("float32", "float64")
@@ -132,7 +133,7 @@ class _Ops:
 
     def __init__(self, g: Graph, like: Ref, shape, where):
         self.g, self.like, self.shape, self.where = g, like, tuple(shape), where
-        self.size, self.np_dtype = int(np.prod(self.shape)), like.value.np_dtype
+        self.size, self.np_dtype = prod(self.shape), like.value.np_dtype
         self.nodes = []
         one = Value(g.new_id(), 1, self.np_dtype, "literal", array=np.ones(1, self.np_dtype))
         g.consts.append(one)
@@ -316,13 +317,13 @@ def gemm_epilogues(g: Graph) -> int:
     for i, n in enumerate(g.nodes):
         if n.fn == "Linear.forward" and len(n.outputs) == 2 and lower._linear_fits(n):
             c = n.result.value
-            M, N = int(np.prod(n.result.shape[:-1])), n.result.shape[-1]
+            M, N = prod(n.result.shape[:-1]), n.result.shape[-1]
         elif n.fn == "Linear.backward" and (parts := lower._linear_backward_parts(n)):
             rdx = parts[2][0]
             if rdx is None or rdx.value.id in live or not lower._is_lowered_linear(parts[0]):
                 continue
             c = rdx.value
-            M, N = int(np.prod(parts[1].shape[:-1])), rdx.shape[-1]
+            M, N = prod(parts[1].shape[:-1]), rdx.shape[-1]
         else:
             continue
         # the forward's product is stored (the backward reads it), the backward's not
@@ -354,7 +355,7 @@ def _fuse_forward(n, kn):
     kernel's output, and leaves the Linear's Context."""
     k = kn.kernel
     _, rx, rw, rb = n.args
-    M, K = int(np.prod(rx.shape[:-1])), rx.shape[-1]
+    M, K = prod(rx.shape[:-1]), rx.shape[-1]
     N = rw.shape[0]
     source = codegen.generate_gemm(k, "xwT", M, K, N, rb is not None, n.result.value)
     k.source = source
@@ -378,6 +379,7 @@ def _forward_step(n, k, source):
     x_shape = tuple(rx.shape)
     h_id, out_v = rh.value.id, k.out
     leaves = [v.id for v in k.leaves]
+    syms = list(k.syms)  # the GEMM's size arguments (codegen._Emitter.num)
     fn, serial = _load(source, k.name + "_gemm")
     pick = tune.picker(source, fn, serial) if tune.current() else None  # tune.py
 
@@ -386,7 +388,7 @@ def _forward_step(n, k, source):
         ba = env[rb.value.id] if rb is not None else np.empty(0, np_dt)
         env[h_id] = np.empty(M * N, np_dt)
         out = np.empty(out_v.size, out_v.np_dtype)
-        args = [xa, wa, ba, *[env[i] for i in leaves], out]
+        args = [xa, wa, ba, *[env[i] for i in leaves], out, *syms]
         if pick is None:
             run = serial if serial is not None and numba.get_num_threads() == 1 else fn
         else:
@@ -404,7 +406,7 @@ def _fuse_backward(n, parts, kn):
     """Node ``n`` (a Linear.backward) takes over kernel ``kn``, which reads its dx."""
     k = kn.kernel
     cv, rg, (rdx, rdw, rdb) = parts
-    M = int(np.prod(rg.shape[:-1]))
+    M = prod(rg.shape[:-1])
     N = rg.shape[-1]
     K = rdx.shape[-1]
     source = codegen.generate_gemm(k, "gw", M, N, K, False, rdx.value)
@@ -424,6 +426,7 @@ def _backward_step(n, parts, k, source):
     dx_id, out_v = rdx.value.id, k.out
     size = rdx.value.size
     leaves = [v.id for v in k.leaves]
+    syms = list(k.syms)  # the GEMM's size arguments (codegen._Emitter.num)
     fn, serial = _load(source, k.name + "_gemm")
     pick = tune.picker(source, fn, serial) if tune.current() else None  # tune.py
 
@@ -432,7 +435,7 @@ def _backward_step(n, parts, k, source):
         lower._weight_grads(env, ctx, x_MK, g, rdw, rdb, np_dt)
         env[dx_id] = np.empty(size, np_dt)
         out = np.empty(out_v.size, out_v.np_dtype)
-        args = [g, wa, np.empty(0, np_dt), *[env[i] for i in leaves], out]
+        args = [g, wa, np.empty(0, np_dt), *[env[i] for i in leaves], out, *syms]
         if pick is None:
             run = serial if serial is not None and numba.get_num_threads() == 1 else fn
         else:

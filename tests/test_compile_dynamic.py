@@ -1,0 +1,257 @@
+"""sitp.compile's symbolic batch size (6.1, "Guards"; sitp/compile/dynamic.py): after a
+change of the batch size, one dynamic entry serves every batch size >= 2, with kernels
+that take their sizes as arguments, so that no kernel compiles again; values and grads
+equal eager's; other changes, batch size 1 and ``dynamic=False`` still recompile."""
+
+import hashlib
+
+import numpy as np
+import pytest
+
+import sitp
+import sitp.nn.functional as F
+from sitp.compile import codegen, dynamic
+from sitp.compile.api import explain_text
+
+SIZES = (3, 5, 7, 4)
+
+
+@pytest.fixture
+def loads(monkeypatch):
+    """Every generated source loaded, by the call of the test that loaded it: (name,
+    hash, whether it was new to the process, i.e. numba compiled it)."""
+    seen = []
+    real = codegen.load
+
+    def load(source, name, target="cpu"):
+        h = hashlib.sha1(source.encode()).hexdigest()[:16]
+        seen.append((name, h, (h, target) not in codegen._loaded))
+        return real(source, name, target)
+
+    monkeypatch.setattr(codegen, "load", load)
+    return seen
+
+
+def rand(*shape, seed=0, dtype=sitp.float64, requires_grad=False):
+    a = np.random.default_rng(seed).standard_normal(shape).astype(dtype.np)
+    return sitp.tensor(a, requires_grad=requires_grad)
+
+
+def kernels_of(program):
+    """The generated kernels (and GEMM epilogue kernels) of a Program or a Joint."""
+    progs = [program.fwd, program.bwd] if hasattr(program, "fwd") else [program]
+    return [n.kernel for p in progs for n in p.graph.nodes if n.kernel is not None]
+
+
+def chain(x, y):
+    return ((x * y).tanh() + x.sin() * 2.0).sum(-1) / 3.0
+
+
+@pytest.mark.parametrize("dtype", [sitp.float64, sitp.float32])
+def test_pointwise_chain_one_dynamic_entry_for_every_batch_size(loads, dtype):
+    cf = sitp.compile(chain)
+    y = rand(6, seed=99, dtype=dtype)
+    new = {}
+    for B in SIZES:
+        x = rand(B, 6, seed=B, dtype=dtype)
+        for _ in range(2):  # the trace (or the check of the dynamic entry), then the program
+            got = cf(x, y).numpy()
+            want = chain(x, y).numpy()
+            if dtype is sitp.float64:
+                np.testing.assert_array_equal(got, want)
+            else:
+                np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+        new[B] = [name for name, _, fresh in loads if fresh]
+        loads.clear()
+    assert len(cf.entries) == 2
+    static, dyn = cf.entries
+    assert static.dynamic is None and dyn.dynamic is not None and dyn.report["dynamic"]
+    assert new[7] == [] and new[4] == []  # no kernel compiled after the dynamic entry
+    assert sorted(dyn.dynamic.programs) == [4, 5, 7]
+    # each size's program runs the one kernel, its batch size an argument
+    srcs = {k.source for p in dyn.dynamic.programs.values() for k in kernels_of(p)}
+    assert len(srcs) == 1 and "range(n0)" in srcs.pop()
+    assert [k.syms for k in kernels_of(dyn.dynamic.programs[7])] == [[7]]
+    fn = codegen.load(kernels_of(dyn.program)[0].source, kernels_of(dyn.program)[0].name)
+    assert len(fn.signatures) == 1  # numba compiled it for one type signature
+    assert "dynamic" in explain_text(cf)
+
+
+def test_dynamic_false_compiles_each_batch_size(loads):
+    cf = sitp.compile(chain, dynamic=False)
+    y = rand(6, seed=99)
+    hashes = []
+    for B in SIZES:
+        x = rand(B, 6, seed=B)
+        cf(x, y)
+        np.testing.assert_array_equal(cf(x, y).numpy(), chain(x, y).numpy())
+        hashes.append({h for _, h, _ in loads})
+        loads.clear()
+    assert len(cf.entries) == 4 and all(e.dynamic is None for e in cf.entries)
+    assert len(set().union(*hashes)) == 4  # a kernel source per size: sizes baked in
+    with pytest.raises(ValueError, match="dynamic must be"):
+        sitp.compile(chain, dynamic="batch")
+
+
+def test_mlp_train_step_with_backward(loads):
+    """A closure step (loss.backward() inside, the mean's 1/n a number of the graph):
+    loss and grads as eager's, one static and one dynamic entry, no kernel compiled after."""
+    sitp.manual_seed(0)
+    fc1, fc2 = sitp.nn.Linear(5, 7).double(), sitp.nn.Linear(7, 3).double()
+    params = [fc1.weight, fc1.bias, fc2.weight, fc2.bias]
+
+    def step(x, y):
+        loss = F.mse_loss(fc2(F.gelu(fc1(x))), y)
+        loss.backward()
+        return loss
+
+    cs = sitp.compile(step)
+    new = {}
+    for B in SIZES:
+        x, y = rand(B, 5, seed=B), rand(B, 3, seed=B + 10)
+        for _ in range(2):
+            for p in params:
+                p.grad = None
+            le = step(x, y).item()
+            ge = [p.grad.numpy().copy() for p in params]
+            for p in params:
+                p.grad = None
+            lc = cs(x, y).item()
+            np.testing.assert_allclose(lc, le, rtol=1e-12, atol=1e-12)
+            for p, g in zip(params, ge):
+                np.testing.assert_allclose(p.grad.numpy(), g, rtol=1e-12, atol=1e-12)
+        new[B] = [name for name, _, fresh in loads if fresh]
+        loads.clear()
+    assert len(cs.entries) == 2 and cs.entries[1].dynamic is not None
+    assert new[7] == [] and new[4] == []
+    # the GEMM epilogues are among the kernels, their row count an argument
+    names = [k.name for k in kernels_of(cs.entries[1].program)]
+    assert any("_gemm" in s for s in (k.source for k in kernels_of(cs.entries[1].program)))
+    assert len(names) == cs.entries[1].report["kernels"]
+
+
+def test_module_forward_and_backward_float32(loads):
+    """An nn.Module (a forward graph and a backward graph; the first call of each size
+    runs the program too): float32 outputs and grads as eager's."""
+    sitp.manual_seed(1)
+    m = sitp.nn.Sequential(sitp.nn.Linear(5, 8), sitp.nn.GELU(), sitp.nn.Linear(8, 2))
+    cm = sitp.compile(m)
+    new = {}
+    for B in SIZES:
+        x = rand(B, 5, seed=B, dtype=sitp.float32, requires_grad=True)
+        got = []
+        for fn in (m, cm):
+            m.zero_grad(set_to_none=True)
+            x.grad = None
+            o = fn(x)
+            (o * o).sum().backward()
+            got.append(
+                [o.detach().numpy(), x.grad.numpy()] + [p.grad.numpy() for p in m.parameters()]
+            )
+        for a, b in zip(*got):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+        new[B] = [name for name, _, fresh in loads if fresh]
+        loads.clear()
+    assert len(cm.entries) == 2 and cm.entries[1].dynamic is not None
+    assert new[7] == [] and new[4] == []
+
+
+def test_gpt_train_step_dynamic(loads):
+    from sitp.models.gpt import GPT, GPTConfig
+
+    sitp.manual_seed(0)
+    cfg = GPTConfig(block_size=8, vocab_size=11, n_layer=1, n_head=2, n_embd=8, bias=True)
+    model = GPT(cfg).double()
+    rng = np.random.default_rng(0)
+
+    def step(x, y):
+        _, loss = model(x, y)
+        loss.backward()
+        return loss
+
+    cs = sitp.compile(step)
+    new = {}
+    for B in SIZES:
+        x, y = sitp.tensor(rng.integers(0, 11, (B, 8))), sitp.tensor(rng.integers(0, 11, (B, 8)))
+        for _ in range(2):
+            model.zero_grad(set_to_none=True)
+            le = step(x, y).item()
+            ge = [p.grad.numpy().copy() for p in model.parameters()]
+            model.zero_grad(set_to_none=True)
+            lc = cs(x, y).item()
+            assert abs(lc - le) < 1e-12
+            for p, g in zip(model.parameters(), ge):
+                np.testing.assert_allclose(p.grad.numpy(), g, rtol=1e-12, atol=1e-12)
+        new[B] = [name for name, _, fresh in loads if fresh]
+        loads.clear()
+    assert len(cs.entries) == 2 and cs.entries[1].dynamic is not None
+    assert new[5] and new[7] == [] and new[4] == []
+
+
+def test_other_changes_are_guarded():
+    """A change of a dim other than the leading one compiles a static entry; batch size 1
+    stays specialised (its own entry), as does a first size of 1 (no fit from it)."""
+    cf = sitp.compile(chain)
+    y6, y7 = rand(6, seed=1), rand(7, seed=2)
+    for B in (3, 5):
+        cf(rand(B, 6, seed=B), y6)
+    assert [e.dynamic is not None for e in cf.entries] == [False, True]
+    x = rand(4, 7, seed=4)
+    cf(x, y7)
+    np.testing.assert_array_equal(cf(x, y7).numpy(), chain(x, y7).numpy())
+    assert len(cf.entries) == 3 and cf.entries[2].dynamic is None
+    x1 = rand(1, 6, seed=5)
+    cf(x1, y6)
+    np.testing.assert_array_equal(cf(x1, y6).numpy(), chain(x1, y6).numpy())
+    assert len(cf.entries) == 4 and cf.entries[3].dynamic is None
+    assert not cf.entries[1].dynamic.accepts(cf.entries[3].key)
+
+    g = sitp.compile(chain)
+    for B in (1, 3):
+        g(rand(B, 6, seed=B), y6)
+    assert len(g.entries) == 2 and all(e.dynamic is None for e in g.entries)
+    g(rand(5, 6, seed=5), y6)  # fitted from 3 and 5
+    assert len(g.entries) == 3 and g.entries[2].dynamic is not None
+
+
+def test_a_graph_that_grows_as_the_square_stays_static():
+    def gram(x):
+        return (x @ x.t()).tanh()
+
+    cf = sitp.compile(gram)
+    for B in (3, 5, 7):
+        x = rand(B, 4, seed=B)
+        cf(x)
+        np.testing.assert_array_equal(cf(x).numpy(), gram(x).numpy())
+    assert len(cf.entries) == 3 and all(e.dynamic is None for e in cf.entries)
+    assert "two dims that grow with the batch size" in explain_text(cf)
+
+
+def test_a_branch_on_the_batch_size_is_checked():
+    """The dynamic entry's first call at a new size traces, and the trace must be the
+    template at that size: a Python branch on the size gives another graph, compiled
+    static, and the sizes on the entry's side of the branch still use it."""
+
+    def branchy(x):
+        y = x.exp()
+        if x.shape[0] > 4:
+            y = y * 2.0
+        return y.sum(-1)
+
+    cf = sitp.compile(branchy)
+    for B in (5, 7, 3, 6, 3):
+        x = rand(B, 4, seed=B)
+        for _ in range(2):
+            np.testing.assert_array_equal(cf(x).numpy(), branchy(x).numpy())
+    assert [e.dynamic is not None for e in cf.entries] == [False, True, False]
+    assert cf.entries[1].dynamic.verified == {6, 7} and cf.entries[1].dynamic.rejected == {3}
+    assert "at batch size 3 the trace is not the dynamic entry's" in explain_text(cf)
+
+
+def test_symint_keeps_its_line():
+    s = dynamic.SymInt(5, 2, 1)  # 2 s + 1 at s = 2
+    assert s == 5 and isinstance(3 * s + 4, dynamic.SymInt)
+    t = 3 * s + 4
+    assert (int(t), t.a, t.c) == (19, 6, 7)
+    assert not isinstance(s * s, dynamic.SymInt) and s * s == 25  # not a line
+    assert dynamic.prod((s, 3)).a == 6 and not isinstance(s - s, dynamic.SymInt)
