@@ -142,7 +142,7 @@ def main():
     ap.add_argument("--calls", type=int, default=5)
     ap.add_argument("--inner", type=int, default=20)
     ap.add_argument("--only", nargs="*", help=f"a subset of {list(OPS)}")
-    ap.add_argument("--before", help="a source tree (DIR/src) of an older sitp, a third arm")
+    ap.add_argument("--before", help="a third arm: the sitp in DIR/src (git archive REV src | tar -x -C DIR)")
     ap.add_argument("--label-before", default="before", help="what --before is (a commit)")
     ap.add_argument("--label", default="working tree", help="what this sitp is (a commit)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="cpu")

@@ -287,7 +287,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--calls", type=int, default=7)
     ap.add_argument("--inner", type=int, default=200)
-    ap.add_argument("--before", help="a source tree (DIR/src) of the old sitp, a third arm")
+    ap.add_argument("--before", help="a third arm: the sitp in DIR/src (git archive REV src | tar -x -C DIR)")
     ap.add_argument(
         "--clock",
         choices=("wall", "cpu"),

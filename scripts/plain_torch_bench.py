@@ -422,7 +422,7 @@ def main():
     ap.add_argument("--skip-compare", action="store_true")
     ap.add_argument("--skip-profile", action="store_true")
     ap.add_argument("--json", help="write every figure here")
-    ap.add_argument("--before", help="a source tree (DIR/src) of an older sitp, a third arm")
+    ap.add_argument("--before", help="a third arm: the sitp in DIR/src (git archive REV src | tar -x -C DIR)")
     ap.add_argument("--label-before", default="before", help="what --before is (a commit)")
     args = ap.parse_args()
     os.environ.setdefault("NUMBA_NUM_THREADS", str(args.threads))
