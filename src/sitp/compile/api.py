@@ -31,7 +31,7 @@ from sitp._tensor.tensor import Tensor
 from sitp.autograd import engine
 from sitp.autograd.function import Function
 from sitp.autograd.grad_mode import is_grad_enabled
-from sitp.compile import capture, passes
+from sitp.compile import capture, gpu, passes
 from sitp.compile import dynamic as dynamic_mod
 from sitp.compile import remat as remat_mod
 from sitp.compile import tune as tune_mod
@@ -269,13 +269,11 @@ class CompiledFunction:
         return out
 
     def _trace(self, key, ts, args, kwargs):
-        if any(t.is_cuda for t in ts):
-            self._add(Entry(key, reason="CUDA tensors: compiled programs run on the CPU backend"))
-            return self._fn(*args, **kwargs)
+        on_cuda = any(t.is_cuda for t in ts)  # the GPU path (gpu.py): CUDA calls traced too
         tracer = capture.Tracer()
         for i, t in enumerate(ts):
             tracer.add_input(t, i)
-        with capture.tracing(tracer):
+        with capture.tracing(tracer, cuda=on_cuda):
             result = self._fn(*args, **kwargs)
         tracer.finish()
         g = tracer.graph
@@ -288,8 +286,15 @@ class CompiledFunction:
                     "an output requires grad and the function reads a tensor that requires "
                     "grad but is not an argument: compile the nn.Module, or pass it in"
                 )
+            elif on_cuda:
+                reason = (
+                    "CUDA tensors: an output requires grad (a forward whose backward runs "
+                    "later); the GPU path compiles a forward, or a step that calls backward"
+                )
             elif not tracer.breaks:
                 return self._trace_backward(key, ts, tracer, result, outs)
+        if on_cuda and not tracer.breaks and not reason:
+            reason = gpu.unsupported(g)
         if tracer.breaks or reason:
             self._add(Entry(key, breaks=tracer.breaks, reason=reason))
             return result
@@ -310,6 +315,8 @@ class CompiledFunction:
             "leaves": list(tracer.leaves),
             "leaves_set": [t for t, fresh in zip(tracer.leaves, tracer.leaf_fresh) if fresh],
         }
+        if on_cuda:
+            record["device"] = "cuda"
         self._add(self._entry(key, "plain", record, leaves))
         return result
 
@@ -318,6 +325,13 @@ class CompiledFunction:
         for a forward and backward pair a :class:`Joint`; and the passes' report."""
         if kind == "joint":
             return self._build_joint(record)
+        if record.get("device") == "cuda":
+            program, report = gpu.compile_graph(
+                record["graph"], fuse=self.fuse, debug_dir=self.debug_dir
+            )
+            program.leaves = list(record["leaves"])
+            program.leaves_set = list(record["leaves_set"])
+            return program, report
         program, report = passes.compile_graph(
             record["graph"],
             fuse=self.fuse,
@@ -334,7 +348,10 @@ class CompiledFunction:
         """The entry of a new trace: dynamic when it differs from a static entry's trace
         only in its batch size (:meth:`_fit`), else static, its trace kept for a fit."""
         pending, self._verify = self._verify, None
-        if pending is not None and pending.dynamic.kind == kind:
+        cuda = record.get("device") == "cuda"
+        if cuda:  # (a CUDA kernel's source has no size arguments: one entry per size)
+            found, why = None, None
+        elif pending is not None and pending.dynamic.kind == kind:
             s = pending.dynamic.size(key)
             why = pending.dynamic.verify(record, s)
             if why is None:
@@ -354,7 +371,7 @@ class CompiledFunction:
             e.program = dyn.compile(s)
             e.report = dict(dyn.reports[s], dynamic=True, batch_input=dyn.index)
             return e
-        template = dynamic_mod.copy(record) if self.dynamic is not False else None
+        template = dynamic_mod.copy(record) if self.dynamic is not False and not cuda else None
         program, report = self._build(kind, record)
         if why:
             report["not_dynamic"] = why
@@ -632,10 +649,14 @@ def explain_text(cf: CompiledFunction) -> str:
                 if e.dynamic is not None
                 else "compiled"
             )
+            cuda = r.get("device") == "cuda"
             lines.append(
-                f"signature {i}: {what}, {r.get('ops_before', '?')} ops -> "
-                f"{r.get('steps_after', '?')} steps ({r.get('kernels', 0)} generated kernels)"
+                f"signature {i}: {what}{' for CUDA' if cuda else ''}, "
+                f"{r.get('ops_before', '?')} ops -> {r.get('steps_after', '?')} steps "
+                f"({r.get('kernels', 0)} generated {'@cuda.jit ' if cuda else ''}kernels)"
             )
+            if cuda:
+                lines.append(f"  off on the GPU path: {', '.join(r.get('off', ()))}")
             if r.get("not_dynamic"):
                 lines.append(f"  not dynamic: {r['not_dynamic']}")
         else:

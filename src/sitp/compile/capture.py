@@ -34,6 +34,7 @@ import sys
 import numpy as np
 
 from sitp import random as _random
+from sitp._tensor import dispatch as _dispatch
 from sitp._tensor.tensor import Tensor
 from sitp.autograd import engine as _engine
 from sitp.autograd.function import Function
@@ -205,6 +206,8 @@ class Tracer:
             return h if h is not None else self.arr_ref(a)
         if isinstance(a, (list, tuple)):
             return type(a)(self._template(b) for b in a)
+        if _is_device_array(a):  # (a raw device array: the graph would bake it in)
+            self.breaks.append(Break("a raw device array passed to a backend call", user_frame()))
         return a
 
     def _result(self, node: Node, r):
@@ -215,7 +218,7 @@ class Tracer:
                 known = self._new_value(r._storage, "node", producer=node)
                 node.outputs.append(known)
             return Ref(known, r._shape, r._strides, r._offset, r.dtype, type(r))
-        if isinstance(r, np.ndarray) and r.ndim == 1:
+        if (isinstance(r, np.ndarray) or _is_device_array(r)) and r.ndim == 1:
             known = self.by_storage.get(id(r))
             if known is None:
                 known = self._new_value(r, "node", producer=node)
@@ -261,11 +264,12 @@ class Tracer:
         self.grad_before.setdefault(id(t), (t, had_none))
 
     # ------------------------------------------------------------ recording
-    def call(self, name: str, real, args, kwargs):
+    def call(self, name: str, real, args, kwargs, device=None):
         if self.depth:
             return real(*args, **kwargs)
         node = Node(self.graph.new_id(), name, (), {})
         node.where = user_frame()
+        node.device = device
         node.args = tuple(self._template(a) for a in args)
         node.kwargs = {k: self._template(v) for k, v in kwargs.items()}
         self.depth += 1
@@ -363,12 +367,17 @@ def active() -> Tracer | None:
     return _active
 
 
-def _wrap(name, real):
+def _is_device_array(a) -> bool:
+    """Whether ``a`` is a Numba device array (the storage of a CUDA tensor)."""
+    return hasattr(a, "copy_to_host") and not isinstance(a, Tensor)
+
+
+def _wrap(name, real, device=None):
     def recorded(*args, **kwargs):
         t = _active
         if t is None:
             return real(*args, **kwargs)
-        return t.call(name, real, args, kwargs)
+        return t.call(name, real, args, kwargs, device)
 
     recorded.__wrapped__ = real
     recorded.__name__ = getattr(real, "__name__", name)
@@ -470,9 +479,17 @@ def _engine_walk(tracer: Tracer, real):
     return walk
 
 
+def _traced_into_cuda(op, dst, b):
+    """The CUDA backend's ``binary_into`` while tracing, as :func:`_traced_into`."""
+    gpu = _dispatch.cuda()
+    gpu.assign(dst, gpu.binary(op, dst, b))
+
+
 @contextlib.contextmanager
-def tracing(tracer: Tracer):
-    """Record the backend calls made in the block into ``tracer`` (not re-entrant)."""
+def tracing(tracer: Tracer, cuda: bool = False):
+    """Record the backend calls made in the block into ``tracer`` (not re-entrant).
+    ``cuda``: record the CUDA backend's calls too (each node's ``device`` is "cuda"), for
+    a function called on CUDA tensors (``sitp/compile/gpu.py``)."""
     global _active
     if _active is not None:
         raise RuntimeError("sitp.compile: a traced function called a compiled one")
@@ -483,6 +500,16 @@ def tracing(tracer: Tracer):
         setattr(_cpu, name, _wrap(name, real))
     saved.append((_cpu, "binary_into", _cpu.binary_into))
     _cpu.binary_into = _traced_into
+    if cuda:
+        gpu = _dispatch.cuda()
+        for name in _OPS:
+            real = getattr(gpu, name, None)
+            if real is None:  # (the CUDA backend has no ``linear``)
+                continue
+            saved.append((gpu, name, real))
+            setattr(gpu, name, _wrap(name, real, "cuda"))
+        saved.append((gpu, "binary_into", gpu.binary_into))
+        gpu.binary_into = _traced_into_cuda
     for owner, name, why in _BREAKERS:
         real = getattr(owner, name, None)
         if real is None:  # (a name the module does not have in this version)

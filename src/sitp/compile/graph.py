@@ -159,6 +159,7 @@ class Node:
         "kernel",
         "where",
         "lowered",
+        "device",
     )
 
     def __init__(self, id, fn, args, kwargs):
@@ -166,6 +167,7 @@ class Node:
         self.outputs, self.writes, self.result, self.kernel = [], [], None, None
         self.where = None
         self.lowered = None  # a factory of the node's step, set by lower.lower_graph
+        self.device = None  # "cuda" for a call of the CUDA backend (None: the CPU's)
 
     @property
     def op(self) -> str:

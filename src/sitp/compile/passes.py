@@ -289,12 +289,13 @@ def _fusable(n: Node) -> bool:
     return False
 
 
-def fuse(g: Graph) -> list:
-    """Replace fusable chains by generated kernels; returns the kernels."""
+def fuse(g: Graph, device=None) -> list:
+    """Replace fusable chains by generated kernels; returns the kernels. ``device``: fuse
+    only the calls of that backend (``Node.device``: None for the CPU's, "cuda")."""
     live = g.live_values() | g.stored  # stored: what remat.py keeps for the backward
     written = _written(g)
     users = g.users()
-    fusable = {n.id for n in g.nodes if _fusable(n)}
+    fusable = {n.id for n in g.nodes if n.device == device and _fusable(n)}
     producer = {n.outputs[0].id: n for n in g.nodes if n.id in fusable}
 
     def inlinable(v) -> bool:

@@ -207,6 +207,7 @@ def rematerialise(g: Graph, mode: str) -> dict:
         c = Node(g.new_id(), n.fn, _swap(n.args, clones), {})
         c.kwargs = {k: _swap(a, clones) for k, a in n.kwargs.items()}
         c.where = n.where
+        c.device = n.device
         nv = Value(g.new_id(), v.size, v.np_dtype, "node", producer=c)
         r = n.result
         c.result = Ref(nv, r.shape, r.strides, r.offset, r.dtype, r.cls)

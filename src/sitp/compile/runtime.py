@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sitp._tensor import dispatch
 from sitp._tensor.tensor import Tensor
 from sitp.autograd.function import Context
 from sitp.compile import capture
@@ -18,9 +19,10 @@ from sitp.compile.graph import ArrRef, CtxArg, Graph, HostIndex, Node, Ref
 from sitp.kernels.cpu import ops as _cpu
 
 
-def backend_function(name: str):
-    """The CPU backend's function ``name`` (unwrapped, in case a trace is running)."""
-    f = getattr(_cpu, name)
+def backend_function(name: str, device=None):
+    """The CPU backend's function ``name``, or for ``device="cuda"`` the CUDA backend's
+    (unwrapped, in case a trace is running)."""
+    f = getattr(_cpu if device is None else dispatch.cuda(), name)
     return getattr(f, "__wrapped__", f)
 
 
@@ -81,7 +83,7 @@ def layer_step(node: Node):
 def step_of(node: Node):
     if node.fn.endswith((".forward", ".backward")) and node.fn[0].isupper():
         return layer_step(node)
-    if node.fn == "assign" and _plain_assign(node):
+    if node.fn == "assign" and node.device is None and _plain_assign(node):
         return assign_step(node)
     return call_step(node)
 
@@ -123,7 +125,7 @@ def assign_step(node: Node):
 
 
 def call_step(node: Node):
-    fn = backend_function(node.fn)
+    fn = backend_function(node.fn, node.device)
     args, kwargs, writes = node.args, node.kwargs, node.writes
 
     def step(env):
