@@ -72,8 +72,11 @@ def test_pointwise_chain_one_dynamic_entry_for_every_batch_size(loads, dtype):
     srcs = {k.source for p in dyn.dynamic.programs.values() for k in kernels_of(p)}
     assert len(srcs) == 1 and "range(n0)" in srcs.pop()
     assert [k.syms for k in kernels_of(dyn.dynamic.programs[7])] == [[7]]
-    fn = codegen.load(kernels_of(dyn.program)[0].source, kernels_of(dyn.program)[0].name)
-    assert len(fn.signatures) == 1  # numba compiled it for one type signature
+    k = kernels_of(dyn.program)[0]
+    # its parallel version is there for sizes past codegen.PARALLEL_MIN; these small sizes
+    # ran the serial one, which numba compiled for one type signature
+    serial = codegen.load_serial(k.source, k.name)
+    assert k.small and len(serial.signatures) == 1
     assert "dynamic" in explain_text(cf)
 
 
@@ -255,3 +258,36 @@ def test_symint_keeps_its_line():
     assert (int(t), t.a, t.c) == (19, 6, 7)
     assert not isinstance(s * s, dynamic.SymInt) and s * s == 25  # not a line
     assert dynamic.prod((s, 3)).a == 6 and not isinstance(s - s, dynamic.SymInt)
+
+
+def test_sizes_across_the_parallel_threshold_share_the_kernel(loads):
+    """A dynamic kernel has its parallel version at every size (its source must not
+    change with the size); below codegen.PARALLEL_MIN entries a call runs the serial one."""
+    cf = sitp.compile(chain)
+    y = rand(4096, seed=1)
+    for B in (8, 20, 12, 30):  # 32768, 81920, 49152, 122880 entries
+        x = rand(B, 4096, seed=B)
+        cf(x, y)  # (a sum of 4096 terms, regrouped: eager's to the last bits or so)
+        np.testing.assert_allclose(cf(x, y).numpy(), chain(x, y).numpy(), rtol=1e-12)
+        if B in (12, 30):
+            assert not [name for name, _, fresh in loads if fresh]
+        loads.clear()
+    dyn = cf.entries[1].dynamic
+    assert len(cf.entries) == 2 and sorted(dyn.programs) == [12, 20, 30]
+    assert [kernels_of(dyn.programs[B])[0].small for B in (12, 20, 30)] == [True, False, False]
+
+
+def test_programs_run_on_plain_ints():
+    """The sizes are SymInts while the passes run and the kernels are written, plain
+    ints in the program after (a SymInt's arithmetic runs in Python)."""
+    cf = sitp.compile(chain)
+    y = rand(6, seed=1)
+    for B in (3, 5, 7):
+        cf(rand(B, 6, seed=B), y)
+    for prog in cf.entries[1].dynamic.programs.values():
+        g = prog.graph
+        nums = [d for n in g.nodes for r in n.refs() for d in (*r.shape, *r.strides)]
+        nums += [v.size for n in g.nodes for v in n.outputs] + [
+            d for r in g.output_refs() for d in r.shape
+        ]
+        assert nums and not any(isinstance(d, dynamic.SymInt) for d in nums)

@@ -473,7 +473,8 @@ class CompiledFunction:
             only=("dce", "fuse", "plan"),
             tuner=self.tuner,
         )
-        aot = Joint(fwd, bwd, saved, record["diff"], record["needs"], record["types"])
+        types = [(tuple(int(d) for d in shape), dt) for shape, dt in record["types"]]
+        aot = Joint(fwd, bwd, saved, record["diff"], record["needs"], types)
         report = {k_: rep_f.get(k_, 0) + rep_b.get(k_, 0) for k_ in rep_f}
         report["saved"] = len(saved)
         report.update(rep_r)

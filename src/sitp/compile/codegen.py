@@ -120,6 +120,7 @@ class Kernel:
         self.fn = None
         self.source = None
         self.syms = []  # the values of its size arguments (codegen._Emitter.num), in order
+        self.small = False  # below PARALLEL_MIN: a call runs the serial twin
 
     def outs(self) -> list:
         if self.root.fn == "pack":  # its buffers, each written at the views its layout names
@@ -144,6 +145,7 @@ class _Emitter:
         self.gelu_used: set = set()
         self.syms: dict = {}  # (a, c) of a SymInt -> its argument's name
         kernel.syms = []  # the values of those arguments, in order
+        self.unsigned = _symbolic(kernel)  # every index unsigned: see _unsigned
 
     def num(self, x) -> str:
         """An integer of the source: a literal, or, for a size on the batch size's line
@@ -178,7 +180,7 @@ class _Emitter:
             if i == "0" or st == 0 or n == 1:
                 continue
             terms.append(i if st == 1 and not isinstance(st, SymInt) else f"{i} * {self.num(st)}")
-        pos = " + ".join(terms) or "0"
+        pos = _unsigned(" + ".join(terms) or "0", [r.offset, *r.strides], self.unsigned)
         key = ("leaf", r.value.id, pos)
         if key not in self.memo:
             name = f"x{len(self.memo)}"
@@ -253,13 +255,39 @@ def _contig(shape):
     return tuple(reversed(st))
 
 
-def _pos(idx, shape, num=str) -> str:
+def _pos(idx, shape, num=str, unsigned=False) -> str:
     terms = []
-    for i, st, n in zip(idx, _contig(shape), shape):
+    strides = _contig(shape)
+    for i, st, n in zip(idx, strides, shape):
         if n == 1:
             continue
         terms.append(i if st == 1 and not isinstance(st, SymInt) else f"{i} * {num(st)}")
-    return " + ".join(terms) or "0"
+    return _unsigned(" + ".join(terms) or "0", strides, unsigned)
+
+
+def _unsigned(pos: str, numbers, force=False) -> str:
+    """The index of a kernel with size arguments, made unsigned: numba wraps a signed
+    index that may be negative (``i + len`` when ``i < 0``); with every bound a constant,
+    LLVM proves that none is and drops the test, but with a loop bound or a stride an
+    argument it cannot, and the test stays in the loop and keeps it from vectorising
+    (a GEMM epilogue ran 1.5 times slower)."""
+    if force or any(isinstance(x, SymInt) for x in numbers):
+        return f"np.uint64({pos})"
+    return pos
+
+
+def _symbolic(kernel) -> bool:
+    """Whether a size of the kernel's views is a :class:`SymInt` (a dynamic entry's)."""
+    for n in kernel.nodes:
+        views = list(n.refs()) + ([n.result] if hasattr(n.result, "shape") else [])
+        for r in views:
+            if any(isinstance(x, SymInt) for x in (*r.shape, *r.strides, getattr(r, "offset", 0))):
+                return True
+        if n.fn == "pack":
+            for _, offset, strides in n.args[0]:
+                if any(isinstance(x, SymInt) for x in (offset, *strides)):
+                    return True
+    return False
 
 
 _INIT = {
@@ -328,10 +356,12 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
         v = em.ref(x, idx)
         body = em.lines
         for j, side in enumerate(kernel.extra):  # also store the reduced values themselves
-            body.append(f"out{j + 1}[{_pos(idx, space, em.num)}] = {em.node(side, idx)}")
+            body.append(
+                f"out{j + 1}[{_pos(idx, space, em.num, em.unsigned)}] = {em.node(side, idx)}"
+            )
         kept_shape = tuple(space[d] for d in kept)
         kept_idx = tuple(f"i{d}" for d in kept)
-        store = f"out[{_pos(kept_idx, kept_shape, em.num)}] = {out_dt}(acc)"
+        store = f"out[{_pos(kept_idx, kept_shape, em.num, em.unsigned)}] = {out_dt}(acc)"
         epi = []
         if kernel.epilogue is not None:  # pointwise ops on the reduced value, then the store
             p = kernel.epilogue.root
@@ -341,7 +371,7 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
             em.reduced = (kernel.reduced_id, "red")
             ev = em.node(p, pidx)
             epi = [f"red = {out_dt}(acc)"] + em.lines
-            store = f"out[{_pos(kept_idx, kept_shape, em.num)}] = {ev}"
+            store = f"out[{_pos(kept_idx, kept_shape, em.num, em.unsigned)}] = {ev}"
         outer, inner = kept, [d for d in dims]
         n_outer = int(np.prod([space[d] for d in kept])) if kept else 1
     elif root.fn == "pack":  # parts of one index space, each stored at its own view
@@ -355,7 +385,8 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
             terms = [em.num(offset)] if offset else []
             terms += [i if st == 1 and not isinstance(st, SymInt) else f"{i} * {em.num(st)}"
                       for i, st, n in zip(idx, strides, space) if n != 1]  # fmt: skip
-            stores.append(f"{'out' if o == 0 else f'out{o}'}[{' + '.join(terms) or '0'}] = {v}")
+            pos = _unsigned(" + ".join(terms) or "0", [offset, *strides], em.unsigned)
+            stores.append(f"{'out' if o == 0 else f'out{o}'}[{pos}] = {v}")
         body = em.lines
         store = "\n".join(stores)
         outer, inner, init = list(range(len(space))), [], None
@@ -366,7 +397,7 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
         idx = tuple(f"i{d}" for d in range(len(space)))
         v = em.node(root, idx)
         body = em.lines
-        store = f"out[{_pos(idx, space, em.num)}] = {v}"
+        store = f"out[{_pos(idx, space, em.num, em.unsigned)}] = {v}"
         outer, inner, init = list(range(len(space))), [], None
         epi = []
         n_outer = int(np.prod(space)) if space else 1
@@ -377,7 +408,11 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
     total = int(np.prod(space)) if space else 1
     if target == "cuda":
         return _cuda_source(kernel, space, outer, inner, init, body, epi + [store], v, params, root)
-    par = total >= PARALLEL_MIN and outer
+    # a kernel with size arguments has its parallel version at every size, so that its
+    # source does not change with the size; a call below the threshold runs the serial
+    # twin (kernel.small), as a kernel whose size is a constant would have been serial
+    par = (total >= PARALLEL_MIN or em.unsigned) and outer
+    kernel.small = total < PARALLEL_MIN
     # a sum or product may be regrouped, so that LLVM vectorises it (eager sums in order:
     # the results differ in the last bits); pointwise kernels keep IEEE order exactly
     fast = (
@@ -447,8 +482,9 @@ def generate_gemm(kernel: Kernel, kind: str, M: int, Ka: int, Nc: int, has_bias:
     nd = len(space)
     idx = tuple(f"i{d}" for d in range(nd))
     v = em.node(root, idx)
-    body = em.lines + [f"out[{_pos(idx, space, em.num)}] = {v}"]
-    par = M * Nc >= PARALLEL_MIN
+    body = em.lines + [f"out[{_pos(idx, space, em.num, em.unsigned)}] = {v}"]
+    par = M * Nc >= PARALLEL_MIN or isinstance(M, SymInt)  # (as in generate)
+    kernel.small = M * Nc < PARALLEL_MIN
     M, Ka, Nc = em.num(M), em.num(Ka), em.num(Nc)  # the source's names for them
     c_par = em.params[c_value.id]
     params = ", ".join(em.params.values())
@@ -458,7 +494,10 @@ def generate_gemm(kernel: Kernel, kind: str, M: int, Ka: int, Nc: int, has_bias:
     elif nd > 2:
         rows = ["q = r"]
         for d in reversed(range(nd - 1)):
-            rows.append(f"i{d} = q % {em.num(space[d])}")
+            # (the leading index needs no modulo; a modulo by a size argument would leave
+            # its sign unknown to LLVM, and every index read from it signed: see _unsigned)
+            lead = d == 0 and isinstance(space[0], SymInt)
+            rows.append(f"i{d} = q" if lead else f"i{d} = q % {em.num(space[d])}")
             if d:
                 rows.append(f"q = q // {em.num(space[d])}")
 

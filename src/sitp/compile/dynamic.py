@@ -96,7 +96,7 @@ def prod(xs):
 
 
 # ------------------------------------------------------------------ the walk
-_SMALL = 64  # a literal array of up to this many entries is compared by its values
+_SMALL_BYTES = 1 << 16  # a literal array of up to this many bytes is compared by its values
 
 
 class _Walk:
@@ -134,12 +134,20 @@ class _Walk:
         self.memo[id(o)] = (len(self.memo), copy, o)  # (o: kept alive, so ids stay unique)
 
     def array(self, a, literal):
-        if literal and a.size <= _SMALL:
-            if a.size == 1 and a.dtype.kind in "fiu":
-                self.skel.append(("arr1", a.dtype.str, a.shape))
-                v = self.num(a.reshape(-1)[0].item())
-                return a if len(self.nums) - 1 not in self.sub else np.full(a.shape, v, a.dtype)
+        """A literal (an array the trace made and nothing else holds: a Python number, an
+        index array built in Python) is compared by its values, a size-1 number being a
+        number of the graph (the ``n`` of a mean); a view of memory made outside by where
+        it lies; any other array by identity."""
+        if literal and a.size == 1 and a.dtype.kind in "fiu":
+            self.skel.append(("arr1", a.dtype.str, a.shape))
+            v = self.num(a.reshape(-1)[0].item())
+            return a if len(self.nums) - 1 not in self.sub else np.full(a.shape, v, a.dtype)
+        if literal and a.nbytes <= _SMALL_BYTES:
             self.skel.append(("arr", a.dtype.str, a.shape, a.tobytes()))
+            return a
+        if a.base is not None:
+            ptr = a.__array_interface__["data"][0]
+            self.skel.append(("mem", ptr, a.shape, a.strides, a.dtype.str))
             return a
         self.skel.append(("obj", id(a)))
         return a
@@ -343,3 +351,61 @@ def _differ(s1, s2) -> str:
 def instantiate(record, lines, s):
     """The record at batch size ``s``: the numbers on a line get their :class:`SymInt`."""
     return walk(record, lines, s).copy
+
+
+def concrete(g: Graph) -> None:
+    """Replace, in place, every :class:`SymInt` of graph ``g`` by its plain value, once
+    its kernels are generated: the steps then compute with Python's ints (a SymInt's
+    arithmetic runs in Python, a few hundred nanoseconds an operation, and the backend
+    does many on shapes)."""
+    seen: set = set()
+
+    def fix(a):
+        if isinstance(a, SymInt):
+            return int(a)
+        if isinstance(a, tuple):
+            return tuple(fix(b) for b in a)
+        if isinstance(a, list):
+            a[:] = [fix(b) for b in a]
+            return a
+        if isinstance(a, dict):
+            for k in a:
+                a[k] = fix(a[k])
+            return a
+        if id(a) in seen:
+            return a
+        if isinstance(a, Ref):
+            seen.add(id(a))
+            a.shape, a.strides, a.offset = fix(a.shape), fix(a.strides), fix(a.offset)
+            fix(a.value)
+        elif isinstance(a, ArrRef):
+            seen.add(id(a))
+            a.shape, a.strides, a.byte_offset = fix(a.shape), fix(a.strides), fix(a.byte_offset)
+            fix(a.value)
+        elif isinstance(a, Value):
+            seen.add(id(a))
+            a.size = int(a.size)
+            fix(a.base)
+            fix(a.producer)  # (a step may read the node that made a Value: a Context's)
+        elif isinstance(a, Node):
+            seen.add(id(a))
+            a.args, a.kwargs, a.result = fix(a.args), fix(a.kwargs), fix(a.result)
+            fix(a.outputs)
+            a.writes = fix(a.writes)
+            f = a.lowered  # a lowering's factory holds the nodes it replaced
+            if f is not None and getattr(f, "__defaults__", None):
+                f.__defaults__ = fix(f.__defaults__)
+        elif isinstance(a, HostIndex):
+            seen.add(id(a))
+            a.refs = fix(a.refs)
+        elif isinstance(a, CtxArg):
+            seen.add(id(a))
+            fix(a.value)
+        return a
+
+    fix(g.inputs)
+    fix(g.consts)
+    for n in g.nodes:
+        fix(n)
+    g.output = fix(g.output)
+    fix(g.grads)

@@ -30,7 +30,7 @@ import os
 import numba
 import numpy as np
 
-from sitp.compile import codegen, lower, rules, tune
+from sitp.compile import codegen, dynamic, lower, rules, tune
 from sitp.compile import remat as remat_mod
 from sitp.compile.graph import ArrRef, CtxArg, Graph, HostIndex, Node, Ref
 from sitp.compile.runtime import Program, step_of
@@ -534,13 +534,15 @@ def kernel_step(node: Node, fn, plan, serial=None):
     or, under an autotuner (:mod:`sitp.compile.tune`), whenever it timed faster."""
     leaves = [v.id for v in node.kernel.leaves]
     syms = list(node.kernel.syms)  # its size arguments: this program's batch size
+    small = node.kernel.small  # (a dynamic entry's parallel kernel at a small size)
     outs = [(v.id, v.size, v.np_dtype, plan.get(v.id)) for v in node.outputs]
     parallel = fn
     pick = tune.picker(node.kernel.source, fn, serial) if tune.current() else None
 
     def step(env):
         if pick is None:
-            fn = serial if serial is not None and numba.get_num_threads() == 1 else parallel
+            one = small or numba.get_num_threads() == 1
+            fn = serial if serial is not None and one else parallel
         bufs = []
         for vid, size, dt, slot in outs:
             if slot is None:
@@ -590,6 +592,7 @@ def compile_graph(g: Graph, fuse=True, debug_dir=None, only=None, remat=None, tu
         else {"plan": {}, "slots": [], "bytes_before": 0, "bytes_after": 0}
     )
     report.update(bytes_before=plan["bytes_before"], bytes_after=plan["bytes_after"])
+    dynamic.concrete(g)  # the kernels are written: the steps get plain ints
     steps = []
     with tune.using(tuner):
         for n in g.nodes:

@@ -380,6 +380,7 @@ def _forward_step(n, k, source):
     h_id, out_v = rh.value.id, k.out
     leaves = [v.id for v in k.leaves]
     syms = list(k.syms)  # the GEMM's size arguments (codegen._Emitter.num)
+    small = k.small  # (a dynamic entry's parallel GEMM at a small size: the serial one)
     fn, serial = _load(source, k.name + "_gemm")
     pick = tune.picker(source, fn, serial) if tune.current() else None  # tune.py
 
@@ -390,7 +391,8 @@ def _forward_step(n, k, source):
         out = np.empty(out_v.size, out_v.np_dtype)
         args = [xa, wa, ba, *[env[i] for i in leaves], out, *syms]
         if pick is None:
-            run = serial if serial is not None and numba.get_num_threads() == 1 else fn
+            one = small or numba.get_num_threads() == 1
+            run = serial if serial is not None and one else fn
         else:
             run = pick(args)
         run(*args)
@@ -427,6 +429,7 @@ def _backward_step(n, parts, k, source):
     size = rdx.value.size
     leaves = [v.id for v in k.leaves]
     syms = list(k.syms)  # the GEMM's size arguments (codegen._Emitter.num)
+    small = k.small  # (a dynamic entry's parallel GEMM at a small size: the serial one)
     fn, serial = _load(source, k.name + "_gemm")
     pick = tune.picker(source, fn, serial) if tune.current() else None  # tune.py
 
@@ -437,7 +440,8 @@ def _backward_step(n, parts, k, source):
         out = np.empty(out_v.size, out_v.np_dtype)
         args = [g, wa, np.empty(0, np_dt), *[env[i] for i in leaves], out, *syms]
         if pick is None:
-            run = serial if serial is not None and numba.get_num_threads() == 1 else fn
+            one = small or numba.get_num_threads() == 1
+            run = serial if serial is not None and one else fn
         else:
             run = pick(args)
         run(*args)
