@@ -11,6 +11,10 @@ Value its backward reads), because it computes part of its result in Python (the
 the cross-entropy from the kernel's sums). The fused kernels themselves are never
 wrapped: numba functions that call them would see a Python wrapper as a global.
 
+For a call with CUDA tensors (``tracing(tracer, cuda=True)``), the functions of the CUDA
+backend (``sitp/kernels/cuda/ops.py``, the same interface) are wrapped too, and their
+nodes' ``device`` is "cuda": ``sitp/compile/gpu.py`` runs such a graph on the device.
+
 Each wrapper runs the real call (the trace computes the true result, so the first call
 returns eager's values) and appends a :class:`~sitp.compile.graph.Node`. Only the
 outermost call is recorded: a backend function that calls another is one node.
