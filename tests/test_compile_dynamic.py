@@ -291,3 +291,23 @@ def test_programs_run_on_plain_ints():
             d for r in g.output_refs() for d in r.shape
         ]
         assert nums and not any(isinstance(d, dynamic.SymInt) for d in nums)
+
+
+def test_bench_dynamic_smoke(tmp_path):
+    """scripts/bench_dynamic.py --smoke: numba compiles no kernel in the dynamic arm after
+    its second batch size, and every size in the static arm."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "dyn.json"
+    script = os.path.join(root, "scripts", "bench_dynamic.py")
+    cmd = [sys.executable, script, "--smoke", "--reps", "2", "--json", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+    arms = {r["arm"]: r for r in json.loads(out.read_text())["arms"]}
+    static, dyn = arms["static"]["kernels_compiled"], arms["dynamic"]["kernels_compiled"]
+    assert all(static[b] > 0 for b in ("8", "5", "3", "6"))
+    assert dyn["8"] > 0 and dyn["5"] > 0 and dyn["3"] == 0 and dyn["6"] == 0
+    assert arms["static"]["entries"] == 4 and arms["dynamic"]["entries"] == 2
