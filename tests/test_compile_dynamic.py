@@ -78,6 +78,10 @@ def test_pointwise_chain_one_dynamic_entry_for_every_batch_size(loads, dtype):
     serial = codegen.load_serial(k.source, k.name)
     assert k.small and len(serial.signatures) == 1
     assert "dynamic" in explain_text(cf)
+    x9 = rand(9, 6, seed=9, dtype=dtype)  # a new size: its first call traces, to check
+    assert not cf.signature_known(x9, y)
+    cf(x9, y)
+    assert cf.signature_known(x9, y) and len(cf.entries) == 2
 
 
 def test_dynamic_false_compiles_each_batch_size(loads):

@@ -254,7 +254,9 @@ class CompiledFunction:
         rather than trace."""
         ts = self._inputs(args, kwargs)
         key = (self._key(ts), _static((args, kwargs)))
-        return any(e.matches(key, ts) for e in self.entries)
+        return any(
+            e.matches(key, ts) and (e.dynamic is None or e.dynamic.seen(key)) for e in self.entries
+        )
 
     def _run(self, program, ts):
         """Run the program; outputs carry no autograd graph (the backward ran inside),
@@ -286,13 +288,8 @@ class CompiledFunction:
                     "an output requires grad and the function reads a tensor that requires "
                     "grad but is not an argument: compile the nn.Module, or pass it in"
                 )
-            elif on_cuda:
-                reason = (
-                    "CUDA tensors: an output requires grad (a forward whose backward runs "
-                    "later); the GPU path compiles a forward, or a step that calls backward"
-                )
             elif not tracer.breaks:
-                return self._trace_backward(key, ts, tracer, result, outs)
+                return self._trace_backward(key, ts, tracer, result, outs, on_cuda)
         if on_cuda and not tracer.breaks and not reason:
             reason = gpu.unsupported(g)
         if tracer.breaks or reason:
@@ -400,7 +397,7 @@ class CompiledFunction:
             return (Dynamic(self, kind, record, lines, key, key_lines, index), s2), None
         return None, None
 
-    def _trace_backward(self, key, ts, tracer, result, outs):
+    def _trace_backward(self, key, ts, tracer, result, outs, on_cuda=False):
         """Outputs that require grad: trace their backward too, from placeholder output
         gradients, and split the joint graph into a forward graph and a backward graph
         (AOTAutograd's plan). A call then runs the forward graph inside one autograd
@@ -415,18 +412,20 @@ class CompiledFunction:
         for j in diff:
             o = floats[j]
             go = o._make(np.ones(o.numel(), o.dtype.np), o.shape, contiguous(o.shape), 0, o.dtype)
+            go = go.cuda() if on_cuda else go  # (outside the trace: not a node)
             tracer.add_input(go, n_in + len(gouts))
             gouts.append(go)
         wrt = [t for t in ts if t.requires_grad]
-        with capture.tracing(tracer):
+        with capture.tracing(tracer, cuda=on_cuda):
             total = None
             for j, go in zip(diff, gouts):
                 term = (floats[j] * go).sum()
                 total = term if total is None else total + term
             grads = engine.grad(total, wrt, retain_graph=True, materialize_grads=True)
         tracer.finish()
-        if tracer.breaks:
-            self._add(Entry(key, breaks=tracer.breaks))
+        reason = gpu.unsupported(g) if on_cuda and not tracer.breaks else None
+        if tracer.breaks or reason:
+            self._add(Entry(key, breaks=tracer.breaks, reason=reason))
             return result
         record = {
             "graph": g,
@@ -437,6 +436,8 @@ class CompiledFunction:
             "types": [(tuple(floats[j].shape), floats[j].dtype) for j in diff],
             "grads_out": tuple(tracer.ref(t) for t in grads),
         }
+        if on_cuda:
+            record["device"] = "cuda"
         for v in tracer.by_storage.values():
             v.trace = None
         tracer.keep = []
@@ -445,7 +446,8 @@ class CompiledFunction:
 
     def _build_joint(self, record):
         g, k, n_in = record["graph"], record["k"], record["n_in"]
-        remat = "mincut" if self.remat == "auto" else self.remat
+        cuda = record.get("device") == "cuda"
+        remat = None if cuda else "mincut" if self.remat == "auto" else self.remat
         if k < len(g.nodes) and self.fuse and remat is not None:
             g.backward_at = g.nodes[k].id
             rep_r = remat_mod.rematerialise(g, remat)  # clones go after the k-th node
@@ -461,21 +463,36 @@ class CompiledFunction:
         gb.output = record["grads_out"]
         # the backward graph's passes first: what the forward must save is what the
         # backward reads after its dead code is gone and its kernels are fused
-        bwd, rep_b = passes.compile_graph(gb, fuse=self.fuse, debug_dir=None, tuner=self.tuner)
+        if cuda:  # (the GPU path: gpu.py)
+            bwd, rep_b = gpu.compile_graph(gb, fuse=self.fuse)
+        else:
+            bwd, rep_b = passes.compile_graph(gb, fuse=self.fuse, debug_dir=None, tuner=self.tuner)
         made = {v.id for n in gf.nodes for v in n.made()}
         saved = {v.id for n in gb.nodes for v in n.inputs() if v.id in made}
         saved |= {r.value.id for r in gb.output_refs() if r.value.id in made}
         gf.extra_live = saved
-        fwd, rep_f = passes.compile_graph(
-            gf,
-            fuse=self.fuse,
-            debug_dir=self.debug_dir,
-            only=("dce", "fuse", "plan"),
-            tuner=self.tuner,
-        )
+        if cuda:
+            fwd, rep_f = gpu.compile_graph(
+                gf, fuse=self.fuse, debug_dir=self.debug_dir, only=("dce", "fuse")
+            )
+        else:
+            fwd, rep_f = passes.compile_graph(
+                gf,
+                fuse=self.fuse,
+                debug_dir=self.debug_dir,
+                only=("dce", "fuse", "plan"),
+                tuner=self.tuner,
+            )
         types = [(tuple(int(d) for d in shape), dt) for shape, dt in record["types"]]
         aot = Joint(fwd, bwd, saved, record["diff"], record["needs"], types)
-        report = {k_: rep_f.get(k_, 0) + rep_b.get(k_, 0) for k_ in rep_f}
+        aot.device = record.get("device")
+        report = {
+            k_: rep_f.get(k_, 0) + rep_b.get(k_, 0)
+            for k_ in rep_f
+            if isinstance(rep_f[k_], (int, float))
+        }
+        if cuda:
+            report.update(device="cuda", off=rep_f["off"])
         report["saved"] = len(saved)
         report.update(rep_r)
         report["held_bytes"] = remat_mod.kept_bytes(gf.nodes, saved)
@@ -520,6 +537,8 @@ class CompiledFunction:
 class Joint:
     """A forward graph and a backward graph, split from one joint trace."""
 
+    device = None  # "cuda" for programs of the GPU path (gpu.py)
+
     def __init__(self, fwd, bwd, saved, diff, needs, out_types):
         self.fwd, self.bwd, self.saved, self.diff, self.needs = fwd, bwd, saved, diff, needs
         self.out_types = out_types  # (shape, dtype) of each output that requires grad
@@ -555,6 +574,7 @@ class CompiledGraph(Function):
             if g is None:  # an output the loss did not use: a zero gradient
                 z = np.zeros(int(np.prod(shape)), dtype.np)
                 g = ctx.ts[0]._make(z, shape, contiguous(shape), 0, dtype)
+                g = g.cuda() if joint.device == "cuda" else g
             gouts.append(g.contiguous())
         env = joint.bwd.run_env(list(ctx.ts) + gouts, preset=ctx.saved_env)
         grads = iter(joint.bwd.outputs(env))
