@@ -152,18 +152,60 @@ def test_explain_names_what_the_gpu_path_leaves_off():
     assert "off on the GPU path: lowerings" in text
 
 
-def test_a_forward_whose_backward_runs_later_runs_eagerly_on_cuda():
-    from sitp.compile.api import explain_text
-
+def test_a_forward_whose_backward_runs_later_is_split_on_cuda():
+    """Outputs that require grad: a forward and a backward program, both on the device;
+    an output the loss does not use gets a zero gradient on the device."""
     w = _cpu(3).cuda().requires_grad_(True)
-    cf = sitp.compile(lambda w: (w * w).sum())
-    out = cf(w)
-    out2 = cf(w)
-    assert cf.entries[0].program is None
-    assert "CUDA tensors: an output requires grad" in explain_text(cf)
-    out2.backward()  # eager's graph: the backward still runs
+    cf = sitp.compile(lambda w: ((w * w).sum(), w.exp()))
+    for _ in range(2):  # the trace, then the programs
+        w.grad = None
+        a, b = cf(w)
+        a.backward()
+    joint = cf.entries[0].program
+    assert joint.device == "cuda" and cf.entries[0].report["device"] == "cuda"
+    assert a.is_cuda and b.is_cuda and w.grad.is_cuda
+    assert joint.fwd.launches[0] >= 1 and joint.bwd.launches[0] >= 1
     np.testing.assert_allclose(_np(w.grad), 2 * _np(w), rtol=1e-14)
-    assert out.is_cuda
+    np.testing.assert_allclose(_np(b), np.exp(_np(w)), rtol=1e-14)
+
+
+def test_a_compiled_cuda_module_trains_as_eager():
+    import sitp.nn as nn
+    import sitp.nn.functional as F
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l1, self.ln, self.l2 = nn.Linear(3, 6), nn.LayerNorm(6), nn.Linear(6, 4)
+
+        def forward(self, x, y):
+            return F.cross_entropy(self.l2(F.gelu(self.ln(self.l1(x)))), y)
+
+    sitp.manual_seed(0)
+    m = M().cuda()
+    x = _cpu(5, 3, dtype=np.float32).cuda()
+    y = sitp.tensor(np.array([0, 1, 2, 3, 0])).cuda()
+    cm = sitp.compile(m)
+
+    def run(f):
+        m.zero_grad(set_to_none=True)
+        loss = f(x, y)
+        loss.backward()
+        return _np(loss), [_np(p.grad) for p in m.parameters()]
+
+    run(cm)  # the trace
+    got = run(cm)
+    e = cm.entries[0]
+    assert e.program is not None and e.report["device"] == "cuda"
+    for prog in (e.program.fwd, e.program.bwd):  # one compiled call: one launch a kernel
+        n_kernels = sum(1 for n in prog.graph.nodes if n.fn == "kernel")
+        assert n_kernels >= 1 and prog.launches[0] == n_kernels
+    # the fused layers' GPU kernels are replayed as nodes of the graph
+    assert any(n.fn == "LayerNormGPU.forward" for n in e.program.fwd.graph.nodes)
+    want = run(m)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    for a, b in zip(got[1], want[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_a_cuda_program_is_compiled_per_batch_size():

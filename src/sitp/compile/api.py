@@ -81,17 +81,18 @@ class Entry:
 
 
 class Dynamic:
-    """The program of an entry for every batch size ``s >= 2`` (6.1, "Guards"): the
-    guard is the signature of the template's trace with each number on the batch
-    size's line evaluated at ``s`` (``s``: the leading size of input ``index``); the
+    """The program of an entry for every size ``s >= 2`` (6.1, "Guards"): the guard is
+    the signature of the template's trace with each number on the size's line evaluated
+    at ``s`` (``s``: size ``dim`` of input ``index``: a batch, a sequence's length); the
     program at a new ``s`` runs the passes on the template's graph at ``s``, whose
     kernels have the sources numba compiled already."""
 
     keep = 64  # programs of this many batch sizes are kept (the oldest dropped)
 
-    def __init__(self, cf, kind, record, lines, key, key_lines, index):
+    def __init__(self, cf, kind, record, lines, key, key_lines, index, dim=0):
         self.cf, self.kind, self.record, self.lines = cf, kind, record, lines
         self.key, self.key_lines, self.index = key, key_lines, index
+        self.dim = dim
         w = dynamic_mod.walk(record)
         self.skel, self.nums = w.skel, w.nums
         self.keys: dict = {}  # s -> the signature at s
@@ -103,7 +104,7 @@ class Dynamic:
     def size(self, key):
         parts = key[0]
         shape = parts[2 + self.index][0] if 2 + self.index < len(parts) else ()
-        return int(shape[0]) if shape else None
+        return int(shape[self.dim]) if len(shape) > self.dim else None
 
     def accepts(self, key, ts=None) -> bool:
         s = self.size(key)
@@ -215,8 +216,8 @@ class CompiledFunction:
             if e.matches(key, ts):
                 if e.program is None:
                     return self._fn(*args, **kwargs)
-                if e.dynamic is None or e.dynamic.seen(key):
-                    return self._run(e.program_for(key), ts)
+                if e.dynamic is None or e.dynamic.seen(key) or self.dynamic is True:
+                    return self._run(e.program_for(key), ts)  # (True: the fit trusted)
                 # a dynamic entry's first call at this batch size: trace it, and run the
                 # entry's program if the trace is the template's at this size (a branch
                 # of the function on a size would make it another graph)
@@ -366,7 +367,7 @@ class CompiledFunction:
             e.dynamic = dyn
             dyn.verified.add(s)
             e.program = dyn.compile(s)
-            e.report = dict(dyn.reports[s], dynamic=True, batch_input=dyn.index)
+            e.report = dict(dyn.reports[s], dynamic=True, input=dyn.index, dim=dyn.dim)
             return e
         template = dynamic_mod.copy(record) if self.dynamic is not False and not cuda else None
         program, report = self._build(kind, record)
@@ -377,16 +378,17 @@ class CompiledFunction:
         return e
 
     def _fit(self, key, kind, record):
-        """((a :class:`Dynamic`, this batch size), None) when an earlier static entry's
-        trace differs from this one only in the leading size of its inputs (both at least
-        2), the numbers of the two graphs on lines of it; else (None, why not or None)."""
+        """((a :class:`Dynamic`, this size), None) when an earlier static entry's trace
+        differs from this one only in one size of its inputs (both at least 2:
+        :func:`_batch_change`), the numbers of the two graphs on lines of it; else
+        (None, why not or None)."""
         for e in reversed(self.entries):
             if e.template is None or e.template[0] != kind or e.key[1] != key[1]:
                 continue
             change = _batch_change(e.key[0], key[0])
             if change is None:
                 continue
-            index, s1, s2 = change
+            index, dim, s1, s2 = change
             key_lines, why = dynamic_mod.fit(e.key[0], s1, key[0], s2)
             if key_lines is None:
                 return None, why
@@ -394,7 +396,7 @@ class CompiledFunction:
             if lines is None:
                 return None, why
             # the record is the template: each batch size's program is built on a copy
-            return (Dynamic(self, kind, record, lines, key, key_lines, index), s2), None
+            return (Dynamic(self, kind, record, lines, key, key_lines, index, dim), s2), None
         return None, None
 
     def _trace_backward(self, key, ts, tracer, result, outs, on_cuda=False):
@@ -625,20 +627,24 @@ def _static(o):
 
 
 def _batch_change(k1, k2):
-    """(index, s1, s2) when signatures ``k1`` and ``k2`` (their tensor parts) differ in
-    the leading size of some inputs (the first of them: ``index``, from ``s1`` to ``s2``,
-    both at least 2) and otherwise only in what follows from it (strides, offsets,
-    storage lengths); else None. Sizes 0 and 1 stay specialised, as in TorchDynamo."""
+    """(index, dim, s1, s2) when signatures ``k1`` and ``k2`` (their tensor parts) differ
+    in one size of some inputs, each in one dim (the first of them: input ``index``'s
+    dim ``dim``, from ``s1`` to ``s2``, both at least 2) and otherwise only in what
+    follows from it (strides, offsets, storage lengths); else None. Sizes 0 and 1 stay
+    specialised, as in TorchDynamo."""
     if len(k1) != len(k2) or k1[:2] != k2[:2]:
         return None
     found = None
     for i, (a, b) in enumerate(zip(k1[2:], k2[2:])):
         (sa, *ra), (sb, *rb) = a, b
-        if len(sa) != len(sb) or sa[1:] != sb[1:] or ra[3:] != rb[3:]:
+        if len(sa) != len(sb) or ra[3:] != rb[3:]:
             return None
-        if sa and sa[0] != sb[0] and found is None:
-            found = (i, sa[0], sb[0])
-    if found is None or min(found[1:]) < 2:
+        dims = [d for d, (x, y) in enumerate(zip(sa, sb)) if x != y]
+        if len(dims) > 1:
+            return None
+        if dims and found is None:
+            found = (i, dims[0], sa[dims[0]], sb[dims[0]])
+    if found is None or min(found[2:]) < 2:
         return None
     return found
 
@@ -666,7 +672,8 @@ def explain_text(cf: CompiledFunction) -> str:
         if e.program is not None:
             r = e.report
             what = (
-                f"compiled for every batch size >= 2 of input {e.dynamic.index} (dynamic)"
+                f"compiled for every size >= 2 of input {e.dynamic.index}'s dim "
+                f"{e.dynamic.dim} (dynamic)"
                 if e.dynamic is not None
                 else "compiled"
             )
@@ -725,11 +732,14 @@ def compile(  # noqa: A001
     program; ``disable=True`` returns ``model`` itself; ``name`` labels the function in
     warnings; ``recompile_limit`` replaces :data:`cache_size_limit` for it. Each compiled
     function keeps its own cache and limit, so ``isolate_recompiles`` changes nothing.
-    ``dynamic``: None (the default) compiles the first batch size as it is and, once a
-    call differs from a compiled signature only in its inputs' leading size, one entry
-    for every batch size of at least 2 (:mod:`sitp.compile.dynamic`); False compiles
-    each signature; True is taken as None (sitp traces numbers, so it needs two batch
-    sizes to see which sizes follow the batch). A ``shapes_spec`` is refused;
+    ``dynamic``: None (the default) compiles the first size as it is and, once a call
+    differs from a compiled signature only in one size of its inputs (the batch, a
+    sequence's length), one entry for every such size of at least 2
+    (:mod:`sitp.compile.dynamic`), whose first call at a new size traces to check that
+    the graph is the entry's; False compiles each signature; True does as None, and then
+    trusts the fit: a new size runs the entry's program without that trace (faster,
+    for a sampler whose context grows each call; wrong for a function that branches in
+    Python on a size). A ``shapes_spec`` is refused;
     ``options`` (inductor's settings) must be empty.
     sitp's own: ``fuse=False`` keeps every backend call (the graph is replayed, not
     fused); ``debug_dir`` writes each generated kernel's source and each graph there;

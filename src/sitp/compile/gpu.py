@@ -8,15 +8,17 @@ pass over the CUDA calls; each fused group is generated for ``target="cuda"`` (o
 thread per entry of its outer index space, the reduced dims looped inside) and launched
 on this call's device arrays. Every other node replays the backend call it recorded
 (the CUDA backend's own kernels, a fused layer's forward and backward). The program's
-environment holds device arrays, so the outputs are CUDA tensors.
+environment holds device arrays, so the outputs are CUDA tensors. A forward whose outputs require grad is split
+into a forward and a backward program as on the CPU (``api.Joint``), both built here.
 
 What the CPU path has and this one does not yet, so that it is off here rather than
 wrong: the hand lowerings of ``lower.py`` and the GEMM epilogues and decompositions of
 ``rules.py`` (their kernels are CPU code), the memory plan (a kernel's buffers are
 allocated at each call, by numba's allocator), the autotuner, the save-or-recompute pass
-of a training step, dynamic batch sizes (the CUDA source has no size arguments), and a
-forward whose backward runs later (the AOT split). :func:`unsupported` names what makes
-a graph run eagerly instead.
+of a training step (the forward saves what the backward reads), dynamic batch sizes (the
+CUDA source has no size arguments), and ``rerun_trace`` (the first call of a signature
+returns the trace's values, eager's). :func:`unsupported` names what makes a graph run
+eagerly instead.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ OFF = (
     "autotuning",
     "remat",
     "dynamic batch sizes",
+    "rerun_trace",
 )
 THREADS = 128  # threads per block of a generated kernel
 
@@ -109,19 +112,22 @@ def kernel_step(node, fn, counter: list):
     return step
 
 
-def compile_graph(g: Graph, fuse=True, debug_dir=None):
-    """The passes for a graph of CUDA calls; returns (Program, report). The program's
-    ``launches`` counts the generated kernels' launches (``launches[0]``)."""
+def compile_graph(g: Graph, fuse=True, debug_dir=None, only=None):
+    """The passes for a graph of CUDA calls; returns (Program, report). ``only``: the
+    passes to run, of "fold", "cse", "dce", "fuse" (a training step's forward graph runs
+    "dce" and "fuse" only, as on the CPU). The program's ``launches`` counts the
+    generated kernels' launches (``launches[0]``)."""
+    on = {"fold", "cse", "dce", "fuse"} if only is None else set(only)
     report = {"ops_before": len(g.nodes), "device": "cuda", "off": list(OFF)}
     if debug_dir:
         passes._write(debug_dir, "graph_captured.txt", g.tabular())
-    report["folded"] = passes.fold_constants(g)
-    report["cse"] = passes.eliminate_common(g)
-    report["dead"] = passes.eliminate_dead(g)
-    if passes.forward_copies(g):
+    report["folded"] = passes.fold_constants(g) if "fold" in on else 0
+    report["cse"] = passes.eliminate_common(g) if "cse" in on else 0
+    report["dead"] = passes.eliminate_dead(g) if "dce" in on else 0
+    if "dce" in on and passes.forward_copies(g):
         report["dead"] += passes.eliminate_dead(g)
     report.update(decomposed=0, lowered=0, epilogues=0, bytes_before=0, bytes_after=0)
-    kernels = passes.fuse(g, device="cuda") if fuse else []
+    kernels = passes.fuse(g, device="cuda") if fuse and "fuse" in on else []
     report["kernels"] = len(kernels)
     counter = [0]
     steps = []
