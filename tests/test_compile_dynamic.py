@@ -315,3 +315,71 @@ def test_bench_dynamic_smoke(tmp_path):
     assert all(static[b] > 0 for b in ("8", "5", "3", "6"))
     assert dyn["8"] > 0 and dyn["5"] > 0 and dyn["3"] == 0 and dyn["6"] == 0
     assert arms["static"]["entries"] == 4 and arms["dynamic"]["entries"] == 2
+
+
+def test_sequence_length_of_a_gpt_is_dynamic(loads):
+    """A size other than the leading one: the GPT's sequence length (its positions, an
+    arange built in Python, follow it); the lowered attention reads its T x T sizes from
+    its arrays. Forward (eval, no grad) values as eager's, no kernel compiled after."""
+    from sitp.models.gpt import GPT, GPTConfig
+
+    sitp.manual_seed(0)
+    cfg = GPTConfig(block_size=32, vocab_size=11, n_layer=1, n_head=2, n_embd=16, bias=True)
+    model = GPT(cfg).double().eval()
+    rng = np.random.default_rng(0)
+    cm = sitp.compile(model)
+    new = {}
+    with sitp.no_grad():
+        for T in (8, 12, 20, 9):
+            x = sitp.tensor(rng.integers(0, 11, (2, T)))
+            for _ in range(2):
+                got = cm(x)[0].numpy()
+            np.testing.assert_allclose(got, model(x)[0].numpy(), rtol=1e-12, atol=1e-12)
+            new[T] = [name for name, _, fresh in loads if fresh]
+            loads.clear()
+    dyn = cm.entries[1].dynamic
+    assert len(cm.entries) == 2 and (dyn.index, dyn.dim) == (0, 1)
+    assert new[20] == [] and new[9] == []
+    assert "input 0's dim 1 (dynamic)" in explain_text(cm)
+
+
+def test_dynamic_true_trusts_the_fit(monkeypatch):
+    """dynamic=True: a size the entry has not seen runs its program without a trace."""
+    traced = []
+    real = sitp.compile(chain).__class__._trace
+
+    def counting(self, *a, **kw):
+        traced.append(1)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(sitp.compile(chain).__class__, "_trace", counting)
+    y = rand(6, seed=99)
+    for mode, traces in ((None, 4), (True, 2)):
+        traced.clear()
+        cf = sitp.compile(chain, dynamic=mode)
+        for B in SIZES:
+            x = rand(B, 6, seed=B)
+            np.testing.assert_array_equal(cf(x, y).numpy(), chain(x, y).numpy())
+        assert len(traced) == traces and len(cf.entries) == 2
+
+
+def test_a_sampler_with_dynamic_true(loads):
+    """A GPT sampling with a context one token longer at each call (batch 1): with
+    dynamic=True, two traces and one kernel set, then every length runs the entry."""
+    from sitp.models.gpt import GPT, GPTConfig
+
+    sitp.manual_seed(0)
+    cfg = GPTConfig(block_size=32, vocab_size=11, n_layer=1, n_head=2, n_embd=16, bias=True)
+    model = GPT(cfg).double().eval()
+    cm = sitp.compile(model, dynamic=True)
+    idx = np.array([[1, 2, 3]])
+    with sitp.no_grad():
+        for step in range(10):
+            x = sitp.tensor(idx)
+            logits = cm(x)[0].numpy()
+            np.testing.assert_allclose(logits, model(x)[0].numpy(), rtol=1e-12, atol=1e-12)
+            if step >= 2:
+                assert not [name for name, _, fresh in loads if fresh]
+            loads.clear()
+            idx = np.concatenate([idx, [[int(np.argmax(logits[0, -1]))]]], axis=1)
+    assert len(cm.entries) == 2 and sorted(cm.entries[1].dynamic.programs) == list(range(4, 13))

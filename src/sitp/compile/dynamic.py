@@ -1,20 +1,26 @@
-"""Symbolic batch sizes (6.1, "Guards"): one compiled entry for every batch size.
+"""Symbolic sizes (6.1, "Guards"): one compiled entry for every batch size, or every
+length of a sequence.
 
 sitp traces with real arrays, so a trace knows numbers, not symbols. After a call whose
-inputs differ from a cached signature only in their leading (batch) size ``s``, the two
+inputs differ from a cached signature only in one size ``s`` (the batch, each input in
+at most one dim: a GPT's batch or its sequence length), the two
 traces are set side by side (:func:`fit`): they must be the same graph, entry for entry,
 except for integers (sizes, strides, offsets, the ``n`` of a mean), and every integer
 that differs must be ``a * s + c`` with integer ``a`` and ``c``, and no view may have
 two dims that change with ``s`` (a ``B x B`` matrix grows as ``s**2``: no line through
 two points says so). The entry this makes (:class:`Dynamic`) holds the second trace as a
 *template*: at a batch size it has not seen, it copies the template with each such
-integer replaced by its value at ``s``, a :class:`SymInt` that remembers its line, and
+integer replaced by its value at ``s`` (and a literal ``arange`` of positions by
+one of its length at ``s``), a :class:`SymInt` that remembers its line, and
 runs the passes on the copy. The code generator writes a ``SymInt`` as a name, one
 argument of the kernel (``codegen._Emitter.num``), so that every batch size gets the
 same source, which numba compiled once; the runtime passes the values. A size that
 arithmetic turns into a plain number is written as a literal: the kernel is still
 right for its size, and compiles anew (correct, only slower), which the tests check
-does not happen for the models they run.
+does not happen for the models they run. Two traces do not show what Python decided
+from a size (``if x.shape[0] > 4``), so the first call at a size the entry has not seen
+traces too, and :func:`check` compares that trace with the template at that size: a
+size whose graph differs gets a static entry (``dynamic=True`` skips the check).
 """
 
 from __future__ import annotations
@@ -83,6 +89,17 @@ class SymInt(int):
         return int(self) // o
 
 
+def _arange_length(a):
+    """n when the flat array ``a`` holds the int64 entries 0, 1, ..., n - 1 (as itself,
+    or as their bytes: a raw argument's view), n >= 2; else None."""
+    if a.ndim != 1 or not a.flags.c_contiguous or a.nbytes < 16 or a.nbytes % 8:
+        return None
+    if a.dtype not in (np.dtype(np.int64), np.dtype(np.uint8)):
+        return None
+    v = a.view(np.int64)
+    return v.size if np.array_equal(v, np.arange(v.size)) else None
+
+
 def _mk(v, a, c):
     return SymInt(v, a, c) if a else int(v)
 
@@ -142,6 +159,14 @@ class _Walk:
             self.skel.append(("arr1", a.dtype.str, a.shape))
             v = self.num(a.reshape(-1)[0].item())
             return a if len(self.nums) - 1 not in self.sub else np.full(a.shape, v, a.dtype)
+        n = _arange_length(a) if literal else None
+        if n is not None:  # positions 0, 1, ..., n - 1 (a GPT's): n is a number
+            self.skel.append(("arange", a.dtype.str, a.ndim))
+            k = len(self.nums)
+            m = self.num(n)
+            if k not in self.sub:
+                return a
+            return np.arange(int(m), dtype=np.int64).view(a.dtype).reshape(-1)
         if literal and a.nbytes <= _SMALL_BYTES:
             self.skel.append(("arr", a.dtype.str, a.shape, a.tobytes()))
             return a
