@@ -112,6 +112,8 @@ class Dynamic:
             return False
         want = self.keys.get(s)
         if want is None:
+            if len(self.keys) >= 4 * self.keep:  # (a sampler's lengths: each seen once)
+                self.keys.clear()
             want = self.keys[s] = dynamic_mod.instantiate(self.key[0], self.key_lines, s)
         return want == key[0]
 
