@@ -343,8 +343,9 @@ def test_sequence_length_of_a_gpt_is_dynamic(loads):
     assert "input 0's dim 1 (dynamic)" in explain_text(cm)
 
 
-def test_dynamic_true_trusts_the_fit(monkeypatch):
-    """dynamic=True: a size the entry has not seen runs its program without a trace."""
+def test_dynamic_true_still_checks_each_new_size(monkeypatch):
+    """dynamic=True is the default's behaviour: a size the entry has not seen traces to
+    check the graph (a program run unchecked would be wrong for a size branch)."""
     traced = []
     real = sitp.compile(chain).__class__._trace
 
@@ -354,18 +355,27 @@ def test_dynamic_true_trusts_the_fit(monkeypatch):
 
     monkeypatch.setattr(sitp.compile(chain).__class__, "_trace", counting)
     y = rand(6, seed=99)
-    for mode, traces in ((None, 4), (True, 2)):
+    for mode in (None, True):
         traced.clear()
         cf = sitp.compile(chain, dynamic=mode)
         for B in SIZES:
             x = rand(B, 6, seed=B)
             np.testing.assert_array_equal(cf(x, y).numpy(), chain(x, y).numpy())
-        assert len(traced) == traces and len(cf.entries) == 2
+        assert len(traced) == len(SIZES) and len(cf.entries) == 2
+
+    def branchy(x, y):
+        return chain(x, y) if x.shape[0] < 5 else chain(x, y) * 2
+
+    cf = sitp.compile(branchy, dynamic=True)
+    for B in (2, 3, 6, 4, 7):
+        x = rand(B, 6, seed=B)
+        np.testing.assert_array_equal(cf(x, y).numpy(), branchy(x, y).numpy())
 
 
 def test_a_sampler_with_dynamic_true(loads):
     """A GPT sampling with a context one token longer at each call (batch 1): with
-    dynamic=True, two traces and one kernel set, then every length runs the entry."""
+    dynamic=True, one kernel set after the second length; each new length is checked by
+    a trace and then runs the entry."""
     from sitp.models.gpt import GPT, GPTConfig
 
     sitp.manual_seed(0)

@@ -218,8 +218,8 @@ class CompiledFunction:
             if e.matches(key, ts):
                 if e.program is None:
                     return self._fn(*args, **kwargs)
-                if e.dynamic is None or e.dynamic.seen(key) or self.dynamic is True:
-                    return self._run(e.program_for(key), ts)  # (True: the fit trusted)
+                if e.dynamic is None or e.dynamic.seen(key):
+                    return self._run(e.program_for(key), ts)
                 # a dynamic entry's first call at this batch size: trace it, and run the
                 # entry's program if the trace is the template's at this size (a branch
                 # of the function on a size would make it another graph)
@@ -738,10 +738,9 @@ def compile(  # noqa: A001
     differs from a compiled signature only in one size of its inputs (the batch, a
     sequence's length), one entry for every such size of at least 2
     (:mod:`sitp.compile.dynamic`), whose first call at a new size traces to check that
-    the graph is the entry's; False compiles each signature; True does as None, and then
-    trusts the fit: a new size runs the entry's program without that trace (faster,
-    for a sampler whose context grows each call; wrong for a function that branches in
-    Python on a size). A ``shapes_spec`` is refused;
+    the graph is the entry's; False compiles each signature; True does as None (sitp needs
+    two sizes to see which numbers follow the size, and a new size is still checked by a
+    trace: the fit cannot see a Python branch on a size). A ``shapes_spec`` is refused;
     ``options`` (inductor's settings) must be empty.
     sitp's own: ``fuse=False`` keeps every backend call (the graph is replayed, not
     fused); ``debug_dir`` writes each generated kernel's source and each graph there;
