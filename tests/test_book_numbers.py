@@ -1116,6 +1116,12 @@ def left_out(record: str) -> tuple[float, float]:
     return min(shares), max(shares)
 
 
+# 6.1's first explain fence: its second entry (a dynamic one since 6.1's dynamic sizes)
+LN_KERNELS = (
+    r"^signature 1: compiled[^,\n]*, 12 ops -> \d+ steps \((\d+) generated kernels\)\n2 programs"
+)
+
+
 FIGURES = QUOTES + [
     # 5.5: the sweep's grid and its losses, against scaling-sweep.json
     (
@@ -1858,10 +1864,7 @@ FIGURES = QUOTES + [
     (
         "ch06/passes.md",
         r"The layer norm of 6\.1 became (\w+) kernels",
-        lambda: out(
-            EAGER,  # the first fence's second entry (now a dynamic one)
-            r"^signature 1: compiled[^,\n]*, 12 ops -> \d+ steps \((\d+) generated kernels\)\n2 programs",
-        ),
+        lambda: out(EAGER, LN_KERNELS),
     ),
     (
         "ch06/passes.md",
