@@ -682,13 +682,21 @@ def load_serial(source: str, name: str, target: str = "cpu"):
     return _loaded[(hashlib.sha1(source.encode()).hexdigest()[:16], target, SERIAL)]
 
 
-def cuda_launch(fn, kernel: Kernel, arrays, out):
-    """Launch a generated CUDA kernel (one thread per entry of its outer index space)."""
+CUDA_THREADS = 128  # threads per block of a generated CUDA kernel
+
+
+def cuda_grid(kernel: Kernel) -> tuple:
+    """(blocks, threads) of a launch of ``kernel``: one thread per entry of its outer
+    index space (the entries of a pointwise result, the rows a reduction leaves)."""
     root = kernel.root
     if root.fn == "reduce":
         x, dims = root.args[1], tuple(root.args[2])
         n = int(np.prod([x.shape[d] for d in range(len(x.shape)) if d not in dims])) or 1
     else:
         n = int(np.prod(root.result.shape)) or 1
-    threads = 128
-    fn[(n + threads - 1) // threads, threads](*arrays, out)
+    return (n + CUDA_THREADS - 1) // CUDA_THREADS, CUDA_THREADS
+
+
+def cuda_launch(fn, kernel: Kernel, arrays, out):
+    """Launch a generated CUDA kernel (one thread per entry of its outer index space)."""
+    fn[cuda_grid(kernel)](*arrays, out)

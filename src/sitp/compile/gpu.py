@@ -39,7 +39,6 @@ OFF = (
     "dynamic batch sizes",
     "rerun_trace",
 )
-THREADS = 128  # threads per block of a generated kernel
 
 
 def _has_host_index(a) -> bool:
@@ -69,15 +68,6 @@ def _device():
     return cuda
 
 
-def _threads(kernel) -> int:
-    """The threads a launch of ``kernel`` needs: one per entry of its outer index space."""
-    root = kernel.root
-    if root.fn == "reduce":
-        x, dims = root.args[1], tuple(root.args[2])
-        return int(np.prod([x.shape[d] for d in range(len(x.shape)) if d not in dims])) or 1
-    return int(np.prod(root.result.shape)) or 1
-
-
 def kernel_step(node, fn, counter: list):
     """Launch generated CUDA kernel ``fn`` on this call's device arrays; a leaf that is a
     host array (a Python number the tensor layer wrapped, a 0-d CPU tensor) is copied to
@@ -86,8 +76,7 @@ def kernel_step(node, fn, counter: list):
     k = node.kernel
     leaves = [(v.id, v.kind == "literal") for v in k.leaves]
     outs = [(v.id, v.size, v.np_dtype) for v in node.outputs]
-    n = _threads(k)
-    grid = ((n + THREADS - 1) // THREADS, THREADS)
+    grid = codegen.cuda_grid(k)
     cached: dict = {}
 
     def step(env):
