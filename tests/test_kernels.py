@@ -314,3 +314,25 @@ def test_map_fast_kernel_has_map_kernels_bytes(dtype, op, p0):
         K.map_fast_kernel(K.UNARY[op], float(p0), np.nan, x, starts, step, 33, fast)
         K.map_kernel(K.UNARY[op], float(p0), np.nan, x, starts, step, 33, ref)
         assert fast.tobytes() == ref.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "op, p0", [("neg", 0), ("abs", 0), ("relu", 0), ("square", 0), ("pow", 2.0),
+               ("pow", 2.5), ("exp", 0), ("tanh", 0), ("sigmoid", 0), ("sqrt", 0)]
+)  # fmt: skip
+def test_row_kernels_have_the_row_kernels_bytes(dtype, op, p0):
+    """The launcher's one-row kernels (a contiguous operand) give the bytes of the kernels
+    they stand in for, on one row of 231: map_row_kernel map_fast_kernel's, and for
+    float32 tanh and exp f32_via_f64_row_kernel f32_via_f64_kernel's."""
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal(231) * 3).astype(dtype)
+    x[:6] = [np.nan, -0.0, 0.0, np.inf, -np.inf, -1e-30]
+    row, ref = np.empty(231, dtype), np.empty(231, dtype)
+    K.map_row_kernel(K.UNARY[op], float(p0), np.nan, x, row)
+    K.map_fast_kernel(K.UNARY[op], float(p0), np.nan, x, np.zeros(1, I64), 1, 231, ref)
+    assert row.tobytes() == ref.tobytes()
+    if dtype is np.float32 and op in ("tanh", "exp"):
+        K.f32_via_f64_row_kernel(K.UNARY[op], x, row)
+        K.f32_via_f64_kernel(K.UNARY[op], x, np.zeros(1, I64), 1, 231, ref)
+        assert row.tobytes() == ref.tobytes()

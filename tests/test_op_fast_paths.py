@@ -561,3 +561,20 @@ def test_inplace_arithmetic_keeps_the_general_checks():
     x = sitp.ones(2, 3)
     x.add_(sitp.ones(2, 3, dtype=sitp.float64))  # float64 into float32: computed, then cast
     assert x.dtype is sitp.float32 and x.numpy().tolist() == [[2.0] * 3] * 2
+
+
+@pytest.mark.parametrize("op", ["tanh", "exp", "relu", "neg", "sigmoid", "sqrt"])
+def test_unary_contiguous_lane_reads_the_right_entries(op):
+    """ops.unary's lane for a contiguous operand (one row, no row starts) reads the
+    operand's own entries: a tensor that fills its storage, a contiguous view at an
+    offset, one that ends before its storage does, and an empty one give the same bytes
+    as the strided path on a copy laid out otherwise (its transpose's transpose)."""
+    base = sitp.randn(5, 6, generator=sitp.Generator().manual_seed(3)).abs()
+    for x in (base, base[1:], base[:3], base[2:4], base[5:]):
+        assert x.is_contiguous()
+        y = getattr(x, op)()
+        strided = x.t().contiguous().t()  # the same values, not contiguous
+        assert not strided.is_contiguous() or x.numel() <= 6
+        ref = ops.unary(op, strided)
+        assert y.shape == x.shape and y.stride() == ref.stride() and y.dtype is x.dtype
+        assert y.numpy().tobytes() == ref.numpy().tobytes(), op

@@ -170,7 +170,7 @@ class Unary(Function):
         grad (``Tensor.tanh`` and the other elementwise methods): the same forward, Context
         and Node, without the steps of the generic ``apply`` that this case does not need
         (the forward calls the backend only, which records nothing, so grad mode stays on)."""
-        y = dispatch.of(x).unary(op, x, p0, p1)
+        y = dispatch.of_tensor(x).unary(op, x, p0, p1)
         ctx = _UnaryContext()
         ctx.needs_input_grad = _UNARY_NEEDS
         ctx.op, ctx.p0, ctx.p1 = op, p0, p1

@@ -279,8 +279,13 @@ class TensorMath:
 
     # ------------------------------------------------------- elementwise maths
     def _unary(self, op, p0=math.nan, p1=math.nan):
+        """``_unary_op`` for the ops with a float result (exp, tanh, ...): an integer or
+        bool tensor is converted to float32 first, as in torch. Written out, not a call of
+        ``_unary_op``: a small op's cost is mostly its Python calls."""
         x = self if self.dtype.is_floating_point else self.to(float32)
-        return _unary_op(x, op, p0, p1)
+        if x.requires_grad and is_grad_enabled():
+            return ops.Unary.recorded(x, op, p0, p1)
+        return dispatch.of_tensor(x).unary(op, x, p0, p1)
 
     def exp(self):
         return self._unary("exp")
@@ -611,7 +616,7 @@ def _unary_op(x, op, p0=math.nan, p1=math.nan):
     (the same value: Unary.forward's, without the Context it would fill for nothing)."""
     if x.requires_grad and is_grad_enabled():
         return ops.Unary.recorded(x, op, p0, p1)  # Unary.apply, for this checked case
-    return dispatch.of(x).unary(op, x, p0, p1)
+    return dispatch.of_tensor(x).unary(op, x, p0, p1)
 
 
 def _compare_fn(a, b, op):

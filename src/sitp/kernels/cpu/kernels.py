@@ -125,6 +125,37 @@ def f32_via_f64_kernel(op, x, x_starts, x_step, n, out):
                 o[j] = exp_f32_rounded(x[xs + j * x_step])
 
 
+# One contiguous row (x and out of one size), the launcher's lane for a contiguous
+# operand: the same loops as the two kernels above with three arguments fewer (no row
+# starts, step or length), which is a good part of a small op's launch cost.
+@njit(cache=True)
+def map_row_kernel(op, p0, p1, x, out):
+    """``map_fast_kernel`` on one contiguous row: out[j] = f(x[j])."""
+    if op == _NEG:
+        _map_v(_NEG, p0, p1, x, out)
+    elif op == _ABS:
+        _map_v(_ABS, p0, p1, x, out)
+    elif op == _RELU:
+        _map_v(_RELU, p0, p1, x, out)
+    elif op == _SQUARE:
+        _map_v(_SQUARE, p0, p1, x, out)
+    elif op == _POW:
+        _map_v(_POW, p0, p1, x, out)
+    else:
+        _map_v(op, p0, p1, x, out)
+
+
+@njit(cache=True, error_model="numpy")
+def f32_via_f64_row_kernel(op, x, out):
+    """``f32_via_f64_kernel`` on one contiguous row (float32 ``tanh`` or ``exp``)."""
+    if op == _TANH:
+        for j in range(out.size):
+            out[j] = tanh_f32(x[j])
+    else:
+        for j in range(out.size):
+            out[j] = exp_f32_rounded(x[j])
+
+
 # --8<-- [start:zip_kernel]
 @njit(cache=True)
 def zip_kernel(op, a, a_starts, a_step, b, b_starts, b_step, n, out):

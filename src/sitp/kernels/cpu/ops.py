@@ -35,6 +35,8 @@ from sitp.strides import broadcast_shapes, broadcast_strides, contiguous_strides
 _I64 = np.int64
 _NAN = math.nan
 _ZERO_START = np.zeros(1, _I64)  # the row start of a one-row operand at offset 0 (never written)
+_F32 = np.dtype(np.float32)
+_UNARY = K.UNARY  # op name -> op code
 
 
 def _new(shape, dtype, like):
@@ -113,17 +115,27 @@ def _bstrides(t, shape):
 # --8<-- [start:unary_launch]
 def unary(op: str, x, p0=_NAN, p1=_NAN, out_dtype=None):
     """A new tensor f(x) for the unary op named ``op``."""
-    out = _new(x._shape, out_dtype or x.dtype, x)
-    n = out._storage.size
-    if (op == "tanh" or op == "exp") and x._storage.dtype == out._storage.dtype == np.float32:
-        kernel, args = K.f32_via_f64_kernel, (K.UNARY[op],)  # vecmath's, not the C library's
-    else:
-        kernel, args = K.map_fast_kernel, (K.UNARY[op], float(p0), float(p1))
+    shape, dtype = x._shape, out_dtype or x.dtype
+    out = x._make(np.empty(math.prod(shape), dtype.np), shape, strides_of(shape), 0, dtype)
+    o = out._storage
+    n = o.size
+    code = _UNARY[op]
+    # float32 tanh and exp: vecmath's, not the C library's
+    via_f64 = (op == "tanh" or op == "exp") and x._storage.dtype == o.dtype == _F32
     if n and x._strides == out._strides:  # x contiguous: one row of all n entries
-        kernel(*args, x._storage, _start_at(x._offset), 1, n, out._storage)
+        xs, off = x._storage, x._offset
+        if off or xs.size != n:
+            xs = xs[off : off + n]
+        if via_f64:
+            K.f32_via_f64_row_kernel(code, xs, o)
+        else:
+            K.map_row_kernel(code, float(p0), float(p1), xs, o)
     elif n:
-        [(xs, starts, step)], n = _launch_args(x._shape, (x, x._strides))
-        kernel(*args, xs, starts, step, n, out._storage)
+        [(xs, starts, step)], n = _launch_args(shape, (x, x._strides))
+        if via_f64:
+            K.f32_via_f64_kernel(code, xs, starts, step, n, o)
+        else:
+            K.map_fast_kernel(code, float(p0), float(p1), xs, starts, step, n, o)
     return out
 
 
