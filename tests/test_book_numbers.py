@@ -245,6 +245,17 @@ QUOTES = [
             for k in ("sitp", "torch", "sitp/torch")
         ),
     ),
+    (
+        "ch04/primitives.md",
+        r"`x\.tanh\(\)` takes (\d\.\d\d) µs against (\d\.\d\d), (\d\.\d\d) times \((\d\.\d\d) µs "
+        r"before item 4\), and (\d\.\d\d) µs against (\d\.\d\d) when it records, (\d\.\d\d) times "
+        r"\((\d\.\d\d) µs before\)",
+        lambda: tuple(
+            ex("op-overhead-intel.json")["us_per_call"][op][k]["median"]
+            for op in ("tanh", "tanh+grad")
+            for k in ("sitp", "torch", "sitp/torch", "sitp_before")
+        ),
+    ),
     ("projects.md", r"innovation rate is already (\d+)% at", innovation_at_half),
     # 6.3's autotuning, against tune.json (scripts/bench_tune.py --repeat)
     (
