@@ -15,6 +15,7 @@ from sitp.kernels.cpu import blas
 from sitp.kernels.cpu.blas.small import (
     KD,
     SHORT_MR,
+    aligned_empty,
     gemm_direct_parallel,
     gemm_small_set,
     gemm_split_k,
@@ -303,6 +304,16 @@ def test_gemm_small_set_edges_and_layouts(dtype, layout):
             C = np.full((M, N), np.nan, dtype)
             gemm_direct_parallel(A, B, C, bias, has_bias, 2)
             np.testing.assert_allclose(C, want, **tol(dtype, K), err_msg=f"{M}x{K}x{N}, 2 threads")
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_aligned_empty_starts_on_a_cache_line(dtype):
+    """The packed strips of B start on a 64-byte boundary (a 128-byte row of a strip then
+    spans two cache lines, not three), whatever numba's allocator returned."""
+    for rows, cols in itertools.product((1, 3, 14, 129), (1, 5, 16, 32)):
+        a = aligned_empty(rows, cols, np.dtype(dtype))
+        assert a.shape == (rows, cols) and a.dtype == dtype and a.flags.c_contiguous
+        assert a.ctypes.data % 64 == 0, (rows, cols, a.ctypes.data % 64)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

@@ -28,7 +28,13 @@ import numpy as np
 from numba import njit
 
 from sitp.kernels.cpu.blas.packed import tile_nr
-from sitp.kernels.cpu.blas.small import SMALL_MR, _column_tiles, _tile, gemm_small_set
+from sitp.kernels.cpu.blas.small import (
+    SMALL_MR,
+    _column_tiles,
+    _tile,
+    aligned_empty,
+    gemm_small_set,
+)
 from sitp.kernels.cpu.fused.gelu import _is_float32
 from sitp.kernels.cpu.fused.layer_norm import layer_norm_kernel
 from sitp.kernels.cpu.vecmath import FASTMATH, exp_f32
@@ -39,7 +45,7 @@ def _pack_wt(w, j_tiles, full, NR):
     """w^T (w is (N, K), row-major) in strips of NR columns, each (K, NR) with its rows
     contiguous, as ``_gemm_set`` packs a transposed B."""
     N, K = w.shape
-    bp = np.empty((j_tiles.size * K, NR), w.dtype)
+    bp = aligned_empty(j_tiles.size * K, NR, w.dtype)
     for t in range(j_tiles.size):
         j0, width = j_tiles[t], NR if full[t] else NR // 2
         for p in range(K):
