@@ -75,23 +75,6 @@ def _map_v(op, p0, p1, x, o):
         o[j] = unary(op, x[j], p0, p1)
 
 
-@njit(cache=True, inline="always")
-def _map_row(op, p0, p1, x, o):
-    """_map_v with the op a constant for neg, abs, relu, square and pow (vectorised)."""
-    if op == _NEG:
-        _map_v(_NEG, p0, p1, x, o)
-    elif op == _ABS:
-        _map_v(_ABS, p0, p1, x, o)
-    elif op == _RELU:
-        _map_v(_RELU, p0, p1, x, o)
-    elif op == _SQUARE:
-        _map_v(_SQUARE, p0, p1, x, o)
-    elif op == _POW:
-        _map_v(_POW, p0, p1, x, o)
-    else:
-        _map_v(op, p0, p1, x, o)
-
-
 @njit(cache=True)
 def map_fast_kernel(op, p0, p1, x, x_starts, x_step, n, out):
     """``map_kernel`` with vectorisable rows for neg, abs, relu, square and pow."""
@@ -100,7 +83,18 @@ def map_fast_kernel(op, p0, p1, x, x_starts, x_step, n, out):
         o = out[r * n : (r + 1) * n]
         if x_step == 1:
             xv = x[xs : xs + n]
-            _map_row(op, p0, p1, xv, o)
+            if op == _NEG:
+                _map_v(_NEG, p0, p1, xv, o)
+            elif op == _ABS:
+                _map_v(_ABS, p0, p1, xv, o)
+            elif op == _RELU:
+                _map_v(_RELU, p0, p1, xv, o)
+            elif op == _SQUARE:
+                _map_v(_SQUARE, p0, p1, xv, o)
+            elif op == _POW:
+                _map_v(_POW, p0, p1, xv, o)
+            else:
+                _map_v(op, p0, p1, xv, o)
         else:
             for j in range(n):
                 o[j] = unary(op, x[xs + j * x_step], p0, p1)

@@ -243,7 +243,7 @@ def aligned_empty(rows, cols, dtype):
     boundary. numba's ``np.empty`` may start 32 bytes into a cache line; then each
     128-byte row of a packed strip of B (NR float32 on AVX-512) spans three cache lines
     instead of two, and a 512 x 128 layer's product took 5-8% longer."""
-    raw = np.empty(rows * cols + 64, dtype)
+    raw = np.empty(rows * cols + 16, dtype)  # 16 spare: 64 bytes of float32, 128 of float64
     skip = np.int64(raw.ctypes.data % 64)
     skip = (64 - skip) % 64 // raw.itemsize
     return raw[skip : skip + rows * cols].reshape(rows, cols)
