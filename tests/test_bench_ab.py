@@ -267,6 +267,16 @@ def test_thread_profile_smoke(tmp_path):
     assert "Amdahl" in proc.stdout and "the step" in proc.stdout
 
 
+def test_gemm_shapes_smoke():
+    """scripts/gemm_shapes.py times the anchor layer's 13 products (its run checks each
+    against torch.mm first) and prints a row for each and their total."""
+    pytest.importorskip("torch")
+    proc, _ = run_script("gemm_shapes.py", "--smoke")
+    lines = proc.stdout.splitlines()
+    assert sum(line.startswith(("x @ W.T", "dY @ W", "dY.T @ X")) for line in lines) == 13
+    assert lines[-1].startswith("all 13: sitp ")
+
+
 @pytest.mark.slow  # a script's run at its smallest: 10-20 s
 def test_compare_torch_smoke(tmp_path):
     out = tmp_path / "torch.json"
