@@ -266,12 +266,15 @@ def _pos(idx, shape, num=str, unsigned=False) -> str:
 
 
 def _unsigned(pos: str, numbers, force=False) -> str:
-    """The index of a kernel with size arguments, made unsigned: numba wraps a signed
-    index that may be negative (``i + len`` when ``i < 0``); with every bound a constant,
-    LLVM proves that none is and drops the test, but with a loop bound or a stride an
-    argument it cannot, and the test stays in the loop and keeps it from vectorising
-    (a GEMM epilogue ran 1.5 times slower)."""
-    if force or any(isinstance(x, SymInt) for x in numbers):
+    """The index of a kernel with size arguments, or of a parallel one, made unsigned:
+    numba wraps a signed index that may be negative (``i + len`` when ``i < 0``); with
+    every bound a constant, LLVM proves that none is and drops the test, but with a loop
+    bound or a stride an argument it cannot, and the test stays in the loop and keeps it
+    from vectorising (a GEMM epilogue ran 1.5 times slower). Nor can it in a ``prange``'s
+    body, whose index numba's thread scheduler hands in: there the loads became gathers,
+    and a parallel GEMM epilogue ran 3.9 times slower than its serial twin on one thread,
+    and 2 times slower on two (the GELU backward's, 768 x 512, on the Xeon of 6.4)."""
+    if (force or any(isinstance(x, SymInt) for x in numbers)) and not pos.isdigit():
         return f"np.uint64({pos})"
     return pos
 
@@ -347,6 +350,16 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
     em = _Emitter(kernel)
     em.target = target
     root = kernel.root
+    # a kernel with size arguments has its parallel version at every size, so that its
+    # source does not change with the size; a call below the threshold runs the serial
+    # twin (kernel.small), as a kernel whose size is a constant would have been serial
+    space = (root.args[1] if root.fn in ("reduce", "pack") else root.result).shape
+    total = int(np.prod(space)) if space else 1
+    reduced = tuple(root.args[2]) if root.fn == "reduce" else ()
+    has_outer = any(d not in reduced for d in range(len(space)))  # a loop to split
+    par = (total >= PARALLEL_MIN or em.unsigned) and has_outer
+    em.unsigned |= bool(par and target == "cpu")  # a prange's index: see _unsigned
+    kernel.small = total < PARALLEL_MIN
     if root.fn == "reduce":
         out_dt = _NP[root.result.dtype.name]
         op, x, dims, init = _reduce_parts(root)
@@ -405,14 +418,8 @@ def generate(kernel: Kernel, target: str = "cpu") -> str:
     outs = ", ".join(["out"] + [f"out{j}" for j in range(1, n_out)])
     params = ", ".join(em.params.values())
     params = f"{params}, {outs}" if params else outs
-    total = int(np.prod(space)) if space else 1
     if target == "cuda":
         return _cuda_source(kernel, space, outer, inner, init, body, epi + [store], v, params, root)
-    # a kernel with size arguments has its parallel version at every size, so that its
-    # source does not change with the size; a call below the threshold runs the serial
-    # twin (kernel.small), as a kernel whose size is a constant would have been serial
-    par = (total >= PARALLEL_MIN or em.unsigned) and outer
-    kernel.small = total < PARALLEL_MIN
     # a sum or product may be regrouped, so that LLVM vectorises it (eager sums in order:
     # the results differ in the last bits); pointwise kernels keep IEEE order exactly
     fast = (
@@ -481,10 +488,11 @@ def generate_gemm(kernel: Kernel, kind: str, M: int, Ka: int, Nc: int, has_bias:
     space = tuple(root.result.shape)
     nd = len(space)
     idx = tuple(f"i{d}" for d in range(nd))
-    v = em.node(root, idx)
-    body = em.lines + [f"out[{_pos(idx, space, em.num, em.unsigned)}] = {v}"]
     par = M * Nc >= PARALLEL_MIN or isinstance(M, SymInt)  # (as in generate)
     kernel.small = M * Nc < PARALLEL_MIN
+    em.unsigned |= par  # the prange's block index: see _unsigned
+    v = em.node(root, idx)
+    body = em.lines + [f"out[{_pos(idx, space, em.num, em.unsigned)}] = {v}"]
     M, Ka, Nc = em.num(M), em.num(Ka), em.num(Nc)  # the source's names for them
     c_par = em.params[c_value.id]
     params = ", ".join(em.params.values())
