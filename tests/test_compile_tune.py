@@ -35,6 +35,7 @@ def test_the_faster_version_wins_by_the_median(tmp_path):
         assert par.calls == ser.calls == 1 + tune.ROUNDS  # one untimed call each
         assert tuner.stats["timed"] == 1 and tuner.stats["serial"] == (want == "serial")
         assert tuner.stats["seconds"] == (p_cost + s_cost) * (1 + tune.ROUNDS)
+        assert (tuner.stats["parallel_s"], tuner.stats["serial_s"]) == (p_cost, s_cost)
         assert tuner.choose("src", par, ser, []) == want  # decided: no more calls
         assert par.calls == 1 + tune.ROUNDS
 
@@ -64,7 +65,8 @@ def test_decisions_are_cached_on_disk_and_reused(tmp_path):
     second = tune.Tuner(tmp_path, timer=lambda: clock[0], threads=lambda: 2, cpu="x")
     par, ser = fake(1.0, clock), fake(3.0, clock)  # now the other way round: not timed
     assert second.choose("src", par, ser, []) == "serial" and par.calls == ser.calls == 0
-    assert second.stats == {"timed": 0, "cached": 1, "serial": 1, "seconds": 0.0}
+    assert second.stats == {"timed": 0, "cached": 1, "serial": 1, "seconds": 0.0,
+                            "parallel_s": 0.0, "serial_s": 0.0}  # fmt: skip
     other = tune.Tuner(tmp_path, timer=lambda: clock[0], threads=lambda: 3, cpu="x")
     assert other.choose("src", par, ser, []) == "parallel"  # three threads: timed anew
 

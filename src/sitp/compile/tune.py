@@ -59,7 +59,8 @@ class Tuner:
         rounds: timed calls of each version.
 
     ``stats`` counts what it did: kernels ``timed``, decisions read from the disk cache
-    (``cached``), choices of the ``serial`` twin, and the ``seconds`` spent timing.
+    (``cached``), choices of the ``serial`` twin, the ``seconds`` spent timing, and the
+    medians of the timed kernels added up, each version's (``parallel_s``, ``serial_s``).
     """
 
     def __init__(self, directory=None, timer=time.perf_counter, threads=None, cpu=None,
@@ -69,7 +70,8 @@ class Tuner:
         self.threads = threads or numba.get_num_threads
         self.cpu = cpu or _target.cpu_name()
         self.decisions: dict[str, str] = {}
-        self.stats = {"timed": 0, "cached": 0, "serial": 0, "seconds": 0.0}
+        self.stats = {"timed": 0, "cached": 0, "serial": 0, "seconds": 0.0,
+                      "parallel_s": 0.0, "serial_s": 0.0}  # fmt: skip
 
     def choose(self, source: str, parallel, serial, args) -> str:
         """The version to run, "parallel" or "serial", at the current thread count; if
@@ -106,6 +108,8 @@ class Tuner:
         choice = "serial" if med["serial"] < med["parallel"] else "parallel"
         self.stats["timed"] += 1
         self.stats["seconds"] += self.timer() - t0
+        self.stats["parallel_s"] += med["parallel"]
+        self.stats["serial_s"] += med["serial"]
         os.makedirs(self.directory, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
