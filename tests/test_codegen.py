@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from sitp._target import default_cache_root
 
@@ -89,6 +90,16 @@ def report(request, tmp_path_factory):
 
 
 def _probe(request, tmp_path_factory):
+    # pytest's workers each set up this fixture for the tests they are handed, so two or
+    # three may probe the same target at once, each compiling it afresh on a cold cache
+    # (a minute or more apiece). One at a time per target: a later one finds the report
+    # the first kept (SITP_CODEGEN_REPORTS) and compiles nothing.
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(REPORTS / f"{request.param}.lock")):
+        return _run_probe(request, tmp_path_factory)
+
+
+def _run_probe(request, tmp_path_factory):
     cpu, features, bits, whole_step = TARGETS[request.param]
     env = {
         k: v
