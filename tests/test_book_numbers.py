@@ -521,6 +521,8 @@ def two_threads_figures() -> tuple:
 
 
 LADDER = ("rnn", "gru", "wavenet")
+ARMS = ("eager", "compiled", "torch", "torch.compile")  # bench_train_compile.py's, in order
+STATS = ("median", "min", "max")
 
 
 def below_one(value: float) -> float:
@@ -2200,6 +2202,28 @@ FIGURES = QUOTES + [
         r"compiling gains (\d\.\d\d) \((\d\.\d\d) to (\d\.\d\d)\)\. The ladder keeps its gains on "
         r"two threads: the\s+RNN (\d\.\d\d), the GRU (\d\.\d\d) and the CNN (\d\.\d\d)",
         two_threads_figures,
+    ),
+    (
+        "numbers.md",
+        r"\| AMD EPYC, 2026-12-(\d\d) \| 1, CPU time \| (\d+\.\d) \| (\d+\.\d) \| (\d+\.\d) \| "
+        r"(\d+\.\d) \| (\d\.\d\d) \((\d\.\d\d)–(\d\.\d\d)\) \|\n"
+        r"\| Intel Xeon, 2026-12-(\d\d) \| 1, CPU time \| (\d+\.\d) \| (\d+\.\d) \| (\d+\.\d) \| "
+        r"(\d+\.\d) \| (\d\.\d\d) \((\d\.\d\d)–(\d\.\d\d)\) \|\n"
+        r"\| Intel Xeon, 2026-12-(\d\d) \| 2, wall clock \| (\d+\.\d) \| (\d+\.\d) \| (\d+\.\d) \| "
+        r"(\d+\.\d) \| (\d\.\d\d) \((\d\.\d\d)–(\d\.\d\d)\) \|",
+        lambda: tuple(
+            x
+            for record, threads in (
+                ("compile-train.json", "1"),
+                (TRAIN_INTEL, "1"),
+                (TRAIN_INTEL_2T, "2"),
+            )
+            for x in (
+                float(train_run("gpt", threads, record)["machine"]["date"][8:10]),  # the day
+                *(train_ms("gpt", a, threads, record) for a in ARMS),
+                *(train_ratio("gpt", "compiled/torch", s, threads, record) for s in STATS),
+            )
+        ),
     ),
     ("ch06/compiled.md", r"measured in 2\.3 \((\d+\.\d) GB/s\)", lambda: roofline("DRAM", 1)),
     (
