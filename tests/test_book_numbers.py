@@ -523,6 +523,27 @@ def two_threads_figures() -> tuple:
 LADDER = ("rnn", "gru", "wavenet")
 ARMS = ("eager", "compiled", "torch", "torch.compile")  # bench_train_compile.py's, in order
 STATS = ("median", "min", "max")
+_ROW = (
+    r" \| (\d+\.\d) \| (\d+\.\d) \| (\d+\.\d) \| (\d+\.\d) \| "
+    r"(\d\.\d\d) \((\d\.\d\d)–(\d\.\d\d)\) \|"
+)
+# numbers.md's table of 6.4's compiled step: the day of each record, then its row
+NUMBERS_COMPILE_TABLE = (
+    r"\| AMD EPYC, 2026-12-(\d\d) \| 1, CPU time" + _ROW + r"\n"
+    r"\| Intel Xeon, 2026-12-(\d\d) \| 1, CPU time" + _ROW + r"\n"
+    r"\| Intel Xeon, 2026-12-(\d\d) \| 2, wall clock" + _ROW
+)
+
+
+def compile_table_figures() -> tuple:
+    """numbers.md's rows of 6.4's three records: the day, the four arms' ms, and the
+    compiled step's time over PyTorch eager's (median and range over the rounds)."""
+    figures = []
+    for record, threads in (("compile-train.json", "1"), (TRAIN_INTEL, "1"), (TRAIN_INTEL_2T, "2")):
+        figures.append(float(train_run("gpt", threads, record)["machine"]["date"][8:10]))
+        figures += [train_ms("gpt", a, threads, record) for a in ARMS]
+        figures += [train_ratio("gpt", "compiled/torch", s, threads, record) for s in STATS]
+    return tuple(figures)
 
 
 def below_one(value: float) -> float:
@@ -2196,35 +2217,14 @@ FIGURES = QUOTES + [
     (
         "ch06/compiled.md",
         r"On two threads \(the third record; other programs took (\d+)% of the CPUs\), the "
-        r"compiled\s+anchor step takes (\d+\.\d) ms, as long as torch eager's (\d+\.\d): (\d\.\d\d) of "
-        r"its time \((\d\.\d\d) to (\d\.\d\d)\s+over the rounds\), and (\d\.\d\d) of "
+        r"compiled\s+anchor step takes (\d+\.\d) ms, as long as torch eager's (\d+\.\d): "
+        r"(\d\.\d\d) of its time \((\d\.\d\d) to (\d\.\d\d)\s+over the rounds\), and (\d\.\d\d) of "
         r"torch\.compile's \((\d\.\d\d) to (\d\.\d\d)\)\. Eager sitp takes (\d+\.\d) ms,\s+so "
         r"compiling gains (\d\.\d\d) \((\d\.\d\d) to (\d\.\d\d)\)\. The ladder keeps its gains on "
         r"two threads: the\s+RNN (\d\.\d\d), the GRU (\d\.\d\d) and the CNN (\d\.\d\d)",
         two_threads_figures,
     ),
-    (
-        "numbers.md",
-        r"\| AMD EPYC, 2026-12-(\d\d) \| 1, CPU time \| (\d+\.\d) \| (\d+\.\d) \| (\d+\.\d) \| "
-        r"(\d+\.\d) \| (\d\.\d\d) \((\d\.\d\d)–(\d\.\d\d)\) \|\n"
-        r"\| Intel Xeon, 2026-12-(\d\d) \| 1, CPU time \| (\d+\.\d) \| (\d+\.\d) \| (\d+\.\d) \| "
-        r"(\d+\.\d) \| (\d\.\d\d) \((\d\.\d\d)–(\d\.\d\d)\) \|\n"
-        r"\| Intel Xeon, 2026-12-(\d\d) \| 2, wall clock \| (\d+\.\d) \| (\d+\.\d) \| (\d+\.\d) \| "
-        r"(\d+\.\d) \| (\d\.\d\d) \((\d\.\d\d)–(\d\.\d\d)\) \|",
-        lambda: tuple(
-            x
-            for record, threads in (
-                ("compile-train.json", "1"),
-                (TRAIN_INTEL, "1"),
-                (TRAIN_INTEL_2T, "2"),
-            )
-            for x in (
-                float(train_run("gpt", threads, record)["machine"]["date"][8:10]),  # the day
-                *(train_ms("gpt", a, threads, record) for a in ARMS),
-                *(train_ratio("gpt", "compiled/torch", s, threads, record) for s in STATS),
-            )
-        ),
-    ),
+    ("numbers.md", NUMBERS_COMPILE_TABLE, compile_table_figures),
     ("ch06/compiled.md", r"measured in 2\.3 \((\d+\.\d) GB/s\)", lambda: roofline("DRAM", 1)),
     (
         "ch06/compiled.md",
