@@ -529,9 +529,9 @@ _ROW = (
 )
 # numbers.md's table of 6.4's compiled step: the day of each record, then its row
 NUMBERS_COMPILE_TABLE = (
-    r"\| AMD EPYC, 2026-12-(\d\d) \| 1, CPU time" + _ROW + r"\n"
-    r"\| Intel Xeon, 2026-12-(\d\d) \| 1, CPU time" + _ROW + r"\n"
-    r"\| Intel Xeon, 2026-12-(\d\d) \| 2, wall clock" + _ROW
+    r"\| AMD EPYC \| 2026-12-(\d\d) \| 1, CPU time" + _ROW + r"\n"
+    r"\| Intel Xeon \| 2026-12-(\d\d) \| 1, CPU time" + _ROW + r"\n"
+    r"\| Intel Xeon \| 2026-12-(\d\d) \| 2, wall clock" + _ROW
 )
 
 
