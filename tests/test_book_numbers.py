@@ -546,6 +546,11 @@ def compile_table_figures() -> tuple:
     return tuple(figures)
 
 
+def plain_third(model: str, key: str) -> float:
+    """4.2's third plain-torch run: the median over the rounds of ``key`` for ``model``."""
+    return ex("plain-torch-intel-third.json")["seconds_per_iteration"][model][key]["median"]
+
+
 def below_one(value: float) -> float:
     """``value`` where it is below 1 (a claim that one side wins every round), else nan."""
     return value if value < 1 else math.nan
@@ -3561,6 +3566,22 @@ FIGURES = QUOTES + [
         "ch04/primitives.md",
         r"its activations are \(16, 32, 256\), ([\d,]+)\s+entries",
         lambda: ex("elementwise-intel.json")["ns_per_entry"]["tanh"]["entries"],
+    ),
+    # 4.2's third plain-torch run (the code since b21f011, in the same rounds)
+    (
+        "ch04/primitives.md",
+        r"gain the most \(before/sitp (\d\.\d\d) for the RNN and (\d\.\d\d) for the GRU\)",
+        lambda: tuple(plain_third(m, "sitp_before/sitp") for m in ("rnn", "gru")),
+    ),
+    (
+        "ch04/primitives.md",
+        r"the GPT files gain (\d\.\d\d) and (\d\.\d\d)\. Against PyTorch the RNN runs at "
+        r"(\d\.\d\d) of its speed and\s+the GRU at (\d\.\d\d), the spelled-out GPT at (\d\.\d\d) "
+        r"and nanoGPT's file at (\d\.\d\d)",
+        lambda: (
+            *(plain_third(m, "sitp_before/sitp") for m in ("gpt", "nanogpt")),
+            *(1 / plain_third(m, "sitp/torch") for m in ("rnn", "gru", "gpt", "nanogpt")),
+        ),
     ),
     # the home page and the numbers page
     ("index.md", r"\\log 27 \\approx (\d\.\d+)", lambda: math.log(27)),
