@@ -498,13 +498,17 @@ def train_report(model: str, record: str = "compile-train.json") -> dict:
     return train_run(model, record=record)["arms"]["compiled"]["info"]["report"]
 
 
+LADDER = ("rnn", "gru", "wavenet")
+ARMS = ("eager", "compiled", "torch", "torch.compile")  # bench_train_compile.py's, in order
+STATS = ("median", "min", "max")
+
+
 def two_threads_figures() -> tuple:
     """6.4's third record (the Xeon on two threads): other programs' largest share, the
     anchor's compiled and torch eager ms, its ratios to torch and torch.compile, eager's
     ms and eager/compiled, then the ladder's eager/compiled."""
     rec = TRAIN_INTEL_2T
     share = max(train_run(m, "2", rec)["load"]["other_share"] for m in LADDER + ("gpt",))
-    stats = ("median", "min", "max")
     return (
         100 * share,
         train_ms("gpt", "compiled", "2", rec),
@@ -512,17 +516,14 @@ def two_threads_figures() -> tuple:
         *(
             train_ratio("gpt", k, s, "2", rec)
             for k in ("compiled/torch", "compiled/torch.compile")
-            for s in stats
+            for s in STATS
         ),
         train_ms("gpt", "eager", "2", rec),
-        *(train_ratio("gpt", "eager/compiled", s, "2", rec) for s in stats),
+        *(train_ratio("gpt", "eager/compiled", s, "2", rec) for s in STATS),
         *(train_ratio(m, "eager/compiled", "median", "2", rec) for m in LADDER),
     )
 
 
-LADDER = ("rnn", "gru", "wavenet")
-ARMS = ("eager", "compiled", "torch", "torch.compile")  # bench_train_compile.py's, in order
-STATS = ("median", "min", "max")
 _ROW = (
     r" \| (\d+\.\d) \| (\d+\.\d) \| (\d+\.\d) \| (\d+\.\d) \| "
     r"(\d\.\d\d) \((\d\.\d\d)–(\d\.\d\d)\) \|"

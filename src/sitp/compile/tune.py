@@ -70,8 +70,7 @@ class Tuner:
         self.threads = threads or numba.get_num_threads
         self.cpu = cpu or _target.cpu_name()
         self.decisions: dict[str, str] = {}
-        self.stats = {"timed": 0, "cached": 0, "serial": 0, "seconds": 0.0,
-                      "parallel_s": 0.0, "serial_s": 0.0}  # fmt: skip
+        self.stats = dict(timed=0, cached=0, serial=0, seconds=0.0, parallel_s=0.0, serial_s=0.0)
 
     def choose(self, source: str, parallel, serial, args) -> str:
         """The version to run, "parallel" or "serial", at the current thread count; if
