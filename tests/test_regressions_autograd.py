@@ -60,3 +60,34 @@ def _write_into_zeros(t):
     z = sitp.zeros(4, dtype=F64)
     z[1:] = t * 2
     return z
+
+
+# Leaves that shared one gradient tensor. ``a + b`` hands the same tensor to both
+# operands, and the engine let the first leaf keep it as its ``.grad`` and the second
+# too, so that both ``.grad`` were one tensor: the next backward added into it twice
+# (3 and 2 became 4 and 4). The pieces of a ``stack`` (views of one gradient) and the
+# caller's own ``gradient`` were kept the same way. Now a leaf takes a gradient's memory
+# only when nothing else holds it, as torch's AccumulateGrad does.
+def _shared_gradient_cases(lib):
+    c, d = lib.ones(3, requires_grad=True), lib.ones(3, requires_grad=True)
+    (c + d).backward(lib.ones(3))
+    (c * 2 + d).backward(lib.ones(3))
+    x = lib.ones(2, 3, requires_grad=True)
+    a, b = lib.ones(3, requires_grad=True), lib.ones(3, requires_grad=True)
+    (lib.stack([a, b]) + x).backward(lib.ones(2, 3))
+    (lib.stack([a, b]) * 2 + x).backward(lib.ones(2, 3))
+    e = lib.ones(3, requires_grad=True)
+    (e + e.view(3) * 1 + e).backward(lib.ones(3))
+    leaf, given = lib.ones(3, requires_grad=True), lib.full((3,), 2.0)
+    leaf.backward(given)
+    given.mul_(10)  # the caller's tensor, written after backward: not the leaf's .grad
+    mid = lib.ones(3, requires_grad=True)
+    g = lib.ones(3)
+    (mid * 1).backward(g)
+    g.add_(5)
+    return [t.grad.tolist() for t in (c, d, x, a, b, e, leaf, mid)]
+
+
+def test_leaves_do_not_share_one_gradient_tensor():
+    torch = pytest.importorskip("torch")
+    assert _shared_gradient_cases(sitp) == _shared_gradient_cases(torch)

@@ -19,7 +19,7 @@ def _on_cuda(device) -> bool:
     """Whether ``device`` names the GPU (checking that one can be used)."""
     if device is None:
         return False
-    d = _device(device)
+    d = device if device.__class__ is _device else _device(device)
     if d.type == "cuda":
         cuda._require()
         return True
@@ -46,6 +46,11 @@ def _from_numpy_owned(arr: np.ndarray) -> Tensor:
 def _size(size):
     if len(size) == 1 and not isinstance(size[0], (int, np.integer)):
         size = tuple(size[0])
+    for n in size:  # the common case: Python ints, none negative
+        if n.__class__ is not int or n < 0:
+            break
+    else:
+        return size if size.__class__ is tuple else tuple(size)
     out = []
     for n in size:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)):

@@ -437,12 +437,18 @@ class Slice(Function):
     @staticmethod
     def forward(ctx, x, shape, strides, offset, key):
         ctx.shape, ctx.dtype, ctx.key = x.shape, x.dtype, key
+        # x contiguous: the view's layout is also the window's in backward's zero tensor
+        dense = x._strides == contiguous_strides(x._shape)
+        ctx.window = (shape, strides, offset - x._offset) if dense else None
         return x._alias(shape, strides, offset)
 
     @staticmethod
     def backward(ctx, g):
         z = creation.zeros(ctx.shape, dtype=g.dtype, device=g.device)
-        z[ctx.key] = g
+        if ctx.window is None:
+            z[ctx.key] = g
+        else:  # the same window, found without parsing the key again
+            dispatch.of(z, g).assign(z._alias(*ctx.window), g)
         return z
 
 

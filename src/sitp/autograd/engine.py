@@ -139,7 +139,7 @@ def backward(tensor, gradient=None, retain_graph: bool = False, hooks: bool = Tr
             f"gradient has shape {tuple(gradient.shape)} but the tensor has shape {tuple(tensor.shape)}"
         )
     if tensor.grad_fn is None:  # a leaf: d(leaf)/d(leaf) = 1
-        _accumulate(tensor, gradient)
+        _accumulate(tensor, gradient, {id(_memory(gradient))})
         if hooks and id(tensor) in _post_accumulate_hooks:
             with no_grad():
                 _run_hooks(tensor)
@@ -148,6 +148,7 @@ def backward(tensor, gradient=None, retain_graph: bool = False, hooks: bool = Tr
     # --8<-- [start:backward_loop]
     grads = {}  # node -> d(output)/d(node's output); a list for a node with several outputs
     _add_grad(grads, tensor, gradient)
+    claimed = {id(_memory(gradient))}  # memory that a leaf may not take (_accumulate)
     order = toposort(tensor.grad_fn)
     uses = _hooked_uses(order) if hooks and _post_accumulate_hooks else None
     with no_grad():
@@ -180,7 +181,7 @@ def backward(tensor, gradient=None, retain_graph: bool = False, hooks: bool = Tr
                     continue
                 fn = t.grad_fn
                 if fn is None:  # a leaf: accumulate into .grad
-                    _accumulate(t, gi)
+                    _accumulate(t, gi, claimed)
                 elif fn.n_outputs == 1:  # an interior node: sum its uses (_add_grad, inlined)
                     k = id(fn)
                     grads[k] = gi if k not in grads else grads[k] + gi
@@ -215,7 +216,24 @@ def _retain(node, g) -> None:
             kept.grad = gi.clone() if kept.grad is None else kept.grad + gi
 
 
-def _accumulate(leaf, g) -> None:
+def _memory(t):
+    """The array that owns ``t``'s memory (numpy's ``base`` names the owner of a view)."""
+    s = t._storage
+    base = getattr(s, "base", None)
+    return s if base is None else base
+
+
+def _accumulate(leaf, g, claimed=None) -> None:
+    """Add ``g`` into ``leaf.grad``; a leaf with none takes ``g`` itself when no one else
+    holds its memory, as torch's AccumulateGrad steals a gradient nobody shares.
+
+    ``claimed`` (one pass of the engine) holds ``id`` of the memory that this pass has
+    handed to a leaf, or that its caller holds (the ``gradient`` passed to backward).
+    A second leaf whose gradient is in that memory (``a + b`` gives both the same
+    tensor; the pieces of a ``stack`` share one) gets a copy, and a leaf whose
+    ``.grad`` is such memory adds out of place, since other nodes may still read it.
+    Without ``claimed`` (a caller outside the engine) a new ``.grad`` is always a copy.
+    """
     if g._shape != leaf._shape:
         raise RuntimeError(
             f"internal error: gradient of shape {tuple(g.shape)} for a leaf of shape {tuple(leaf.shape)}"
@@ -223,7 +241,15 @@ def _accumulate(leaf, g) -> None:
     if g.dtype is not leaf.dtype:
         g = g.to(leaf.dtype)
     if leaf.grad is None:
-        leaf.grad = g.contiguous() if g._storage is not leaf._storage else g.clone()
+        key = id(_memory(g))
+        if claimed is None or key in claimed or g._storage is leaf._storage:
+            leaf.grad = g.clone()
+        else:
+            leaf.grad = g.contiguous()
+            if leaf.grad is g:
+                claimed.add(key)
+    elif claimed is not None and id(_memory(leaf.grad)) in claimed:
+        leaf.grad = leaf.grad + g  # new memory, the leaf's own
     else:
         leaf.grad.add_(g)
 

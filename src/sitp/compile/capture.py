@@ -425,10 +425,10 @@ def layer_classes():
 
 
 def _accumulator(real):
-    def accumulate(leaf, g):
+    def accumulate(leaf, g, *claimed):
         if _active is not None:
             _active.note_leaf(leaf)
-        return real(leaf, g)
+        return real(leaf, g, *claimed)
 
     return accumulate
 
