@@ -83,6 +83,8 @@ BINARY = {
 ELSEWHERE = {
     "gelu_grad": "the backward of UNARY's gelu",
     "gelu_tanh_grad": "the backward of UNARY's gelu_tanh",
+    "tanh_backward": "the backward of UNARY's tanh",
+    "sigmoid_backward": "the backward of UNARY's sigmoid",
     "logical_not": "test_compare_ops_like_torch",
     "floordiv": "test_binary_edges_like_torch",
     "remainder": "test_binary_edges_like_torch",

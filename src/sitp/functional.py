@@ -58,19 +58,26 @@ concatenate = cat
 
 
 def stack(tensors, dim: int = 0) -> Tensor:
-    """Join same-shape tensors along a new dim."""
+    """Join same-shape tensors along a new dim (one node: ``Stack``)."""
     tensors = list(tensors)
     if not tensors:
         raise RuntimeError("stack expects a non-empty TensorList")
-    shape = tuple(tensors[0].shape)
     for i, t in enumerate(tensors):
-        if tuple(t.shape) != shape:
+        if not isinstance(t, Tensor):
+            raise TypeError(
+                f"stack(): expected Tensor as element {i} in argument 0, but got {type(t).__name__}"
+            )
+    shape, d = tensors[0]._shape, tensors[0].dtype
+    for i, t in enumerate(tensors):
+        if t._shape != shape:
             raise RuntimeError(
-                f"stack expects each tensor to be equal size, but got {shape} at entry 0 "
+                f"stack expects each tensor to be equal size, but got {tuple(shape)} at entry 0 "
                 f"and {tuple(t.shape)} at entry {i}"
             )
+        if t.dtype is not d and t.dtype.rank > d.rank:
+            d = t.dtype
     dim = normalize_dim(dim, len(shape) + 1)
-    return cat([t.unsqueeze(dim) for t in tensors], dim)
+    return ops.Stack.apply(dim, *[t if t.dtype is d else t.to(d) for t in tensors])
 
 
 def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from enum import IntEnum
 
+import numpy as np
+
 # --8<-- [start:opcodes]
 # The op codes. Each list names its ops; an op's code is its position there. The scalar
 # functions below branch on the names (``op == UnaryOp.exp``, a constant to numba), and
@@ -75,6 +77,8 @@ BinaryOp = IntEnum(
         "atan2",
         "hypot",
         "logaddexp",
+        "tanh_backward",
+        "sigmoid_backward",
     ],
     start=0,
 )
@@ -105,6 +109,9 @@ REDUCE = {op.name: op.value for op in ReduceOp}
 NO_BRANCH = math.nan
 NO_BRANCH_BOOL = False
 _LN2 = math.log(2.0)
+# The 1 of the gradients of tanh and sigmoid: a float32, so that float32 operands stay
+# float32 (a Python 1 or 1.0 would make numba compute in float64); float64 ones promote it.
+_ONE = np.float32(1.0)
 
 
 def reduce_dtype(op, dtype, bool_, int64):
@@ -286,6 +293,10 @@ def binary(op, x, y):
             return x + _LN2
         m = x if x > y else y  # y when either is NaN; then so is the result
         return m + math.log1p(math.exp(-abs(x - y)))
+    elif op == BinaryOp.tanh_backward:  # x = tanh's output, y = the incoming gradient
+        return y * (_ONE - x * x)
+    elif op == BinaryOp.sigmoid_backward:  # x = sigmoid's output, y = the incoming gradient
+        return y * x * (_ONE - x)
     return NO_BRANCH
 
 

@@ -34,6 +34,7 @@ from sitp.kernels.scalar import BINARY, COMPARE, REDUCE, UNARY, ReduceOp  # noqa
 # The codes of the four zips with loops of their own (zip_fast_kernel), as plain ints:
 # numba compiles a global int as a constant.
 _ADD, _SUB, _MUL, _DIV = BINARY["add"], BINARY["sub"], BINARY["mul"], BINARY["div"]
+_TANH_B, _SIGMOID_B = BINARY["tanh_backward"], BINARY["sigmoid_backward"]
 _EQ, _NE, _LT, _LE, _GT, _GE = (COMPARE[k] for k in ("eq", "ne", "lt", "le", "gt", "ge"))
 assert (_EQ, _NE, _LT, _LE, _GT, _GE) == tuple(range(6))  # compare_kernel tests op <= _GE
 _NEG, _ABS, _RELU, _SQUARE, _POW = (UNARY[k] for k in ("neg", "abs", "relu", "square", "pow"))
@@ -182,11 +183,18 @@ def _zip_vs(op, a, b, o):
 def zip_fast_kernel(op, a, a_starts, a_step, b, b_starts, b_step, n, out):
     """``zip_kernel`` with vectorisable rows when ``a`` has step 1 and ``b`` step 1 or 0."""
     fast = a_step == 1 and b_step <= 1 and (op == _ADD or op == _SUB or op == _MUL or op == _DIV)
+    grad = a_step == 1 and b_step == 1 and (op == _TANH_B or op == _SIGMOID_B)
     for r in range(a_starts.size):
         as_ = a_starts[r]
         bs = b_starts[r]
         o = out[r * n : (r + 1) * n]
-        if fast and b_step == 1:
+        if grad:  # the gradients of tanh and sigmoid from their output, in one pass
+            av, bv = a[as_ : as_ + n], b[bs : bs + n]
+            if op == _TANH_B:
+                _zip_vv(_TANH_B, av, bv, o)
+            else:
+                _zip_vv(_SIGMOID_B, av, bv, o)
+        elif fast and b_step == 1:
             av, bv = a[as_ : as_ + n], b[bs : bs + n]
             if op == _ADD:
                 _zip_vv(_ADD, av, bv, o)
