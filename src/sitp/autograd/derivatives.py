@@ -704,8 +704,8 @@ class Stack(Function):
     @staticmethod
     def backward(ctx, g):
         d, shape, strides = ctx.dim, g._shape, g._strides
-        slot_shape, slot, st = shape[:d] + shape[d + 1 :], strides[:d] + strides[d + 1 :], strides[d]
-        return (None,) + tuple(g._alias(slot_shape, slot, g._offset + i * st) for i in range(shape[d]))
+        piece, slot, st = shape[:d] + shape[d + 1 :], strides[:d] + strides[d + 1 :], strides[d]
+        return (None,) + tuple(g._alias(piece, slot, g._offset + i * st) for i in range(shape[d]))
 
 
 class Tri(Function):
