@@ -243,6 +243,21 @@ def assign(dst, src) -> None:
     if numel(shape) == 0:
         return
     sstr = _bstrides(src, shape)
+    if (
+        len(shape) == 2
+        and shape[0] > 1
+        and shape[1] > 1
+        and shape[0] * shape[1] < _PARALLEL_COPY_MIN
+    ):
+        # a matrix whose rows do not merge into one run in both views (a window of a
+        # wider matrix: cat's and stack's pieces) is what collapse() would leave it
+        (d0, d1), (s0, s1) = dst._strides, sstr
+        if d0 != shape[1] * d1 or s0 != shape[1] * s1:
+            K.assign4_kernel(
+                dst._storage, dst._offset, 0, 0, d0, d1,
+                src._storage, src._offset, 0, 0, s0, s1, 1, 1, shape[0], shape[1],
+            )  # fmt: skip
+            return
     cshape, (cd, cs) = collapse(shape, dst._strides, sstr)
     if 1 < len(cshape) <= 4:  # a few dims: nested loops, no row-start table
         pad = 4 - len(cshape)

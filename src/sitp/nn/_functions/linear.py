@@ -33,19 +33,21 @@ class Linear(Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias):
-        K = x.shape[-1]
-        x_MK = x.reshape(-1, K)  # fold (B, T) into the rows
+        flat = len(x._shape) == 2
+        x_MK = x if flat else x.reshape(-1, x.shape[-1])  # fold (B, T) into the rows
         y_MN = cpu.linear(x_MK, weight, bias)
         ctx.save_for_backward(x_MK, weight)
-        ctx.x_shape = x.shape
-        return y_MN.view(*x.shape[:-1], weight.shape[0])
+        ctx.x_shape = None if flat else x.shape
+        return y_MN if flat else y_MN.view(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
     def backward(ctx, g):
         x_MK, w_NK = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad
-        g_MN = g.reshape(-1, w_NK.shape[0]).contiguous()
-        dx = cpu.matmul(g_MN, w_NK).view(ctx.x_shape) if need_x else None
+        g_MN = (g if ctx.x_shape is None else g.reshape(-1, w_NK.shape[0])).contiguous()
+        dx = cpu.matmul(g_MN, w_NK) if need_x else None
+        if dx is not None and ctx.x_shape is not None:
+            dx = dx.view(ctx.x_shape)
         dw = cpu.matmul(g_MN.mT, x_MK) if need_w else None  # dY^T read in place
         db = None
         if need_b:
@@ -59,16 +61,14 @@ class Linear(Function):
 
 def fits(x, weight, bias) -> bool:
     """Whether :class:`Linear` takes these operands: CPU floats of one dtype, 2-D weight."""
-    dt = x.dtype
-    return (
-        dt.is_floating_point
-        and weight.dtype is dt
-        and weight.ndim == 2
-        and x.ndim >= 1
-        and x.shape[-1] > 0
-        and (
-            bias is None
-            or (bias.dtype is dt and bias.ndim == 1 and bias.shape[0] == weight.shape[0])
-        )
-        and all(isinstance(t._storage, np.ndarray) for t in (x, weight, bias) if t is not None)
-    )
+    dt, ws = x.dtype, weight._shape
+    if not (dt.is_floating_point and weight.dtype is dt and len(ws) == 2):
+        return False
+    if not x._shape or x._shape[-1] == 0 or not _on_cpu(x) or not _on_cpu(weight):
+        return False
+    return bias is None or (bias.dtype is dt and bias._shape == ws[:1] and _on_cpu(bias))
+
+
+def _on_cpu(t) -> bool:
+    s = t._storage
+    return s.__class__ is np.ndarray or isinstance(s, np.ndarray)
