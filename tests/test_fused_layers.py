@@ -97,6 +97,44 @@ def test_linear_falls_back_for_what_the_node_does_not_take():
         F.linear(sitp.ones(2, 3), sitp.ones(4, 5))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "M, N, K", [(32, 32, 48), (7, 5, 3), (64, 65, 17), (1, 3, 2), (45, 130, 70)]
+)
+@pytest.mark.parametrize("x_transposed", [False, True])
+def test_small_layer_backward_in_one_call_gives_the_separate_kernels_bits(
+    M, N, K, dtype, x_transposed
+):
+    """``linear_backward_small`` runs the kernels that the separate products and column
+    sum would run, in one call: equal bits, and each gradient only when asked for."""
+    from sitp.kernels.cpu import ops as cpu
+
+    rng = np.random.default_rng(M * N + K)
+    g = sitp.tensor(rng.standard_normal((M, N)).astype(dtype))
+    w = sitp.tensor(rng.standard_normal((N, K)).astype(dtype))
+    x_np = rng.standard_normal((K, M) if x_transposed else (M, K)).astype(dtype)
+    x = sitp.tensor(x_np).mT if x_transposed else sitp.tensor(x_np)
+    dx, dw, db = cpu.linear_backward_small(g, x, w, True, True, True)
+    assert np.array_equal(dx.numpy(), cpu.matmul(g, w).numpy())
+    assert np.array_equal(dw.numpy(), cpu.matmul(g.mT, x).numpy())
+    want_db = np.empty(N, dtype)
+    column_sum(g.numpy(), want_db)
+    assert np.array_equal(db.numpy(), want_db)
+    assert cpu.linear_backward_small(g, x, w, False, True, False)[::2] == (None, None)
+
+
+def test_small_layer_backward_leaves_what_it_does_not_take_to_the_products():
+    from sitp.kernels.cpu import ops as cpu
+
+    big = sitp.ones(256, 256), sitp.ones(256, 256), sitp.ones(256, 256)
+    assert cpu.linear_backward_small(*big, True, True, True) is None  # over one thread's size
+    g, x = sitp.ones(4, 3), sitp.ones(4, 5)
+    strided_w = sitp.ones(3, 10)[:, ::2]
+    assert cpu.linear_backward_small(g, x, strided_w, True, True, True) is None
+    ints = sitp.ones(4, 3, dtype=sitp.int64), sitp.ones(4, 5, dtype=sitp.int64)
+    assert cpu.linear_backward_small(*ints, sitp.ones(3, 5, dtype=sitp.int64), 1, 1, 1) is None
+
+
 def test_column_sum_matches_numpy_on_odd_sizes():
     rng = np.random.default_rng(3)
     for M, N in [(1, 1), (33, 17), (1025, 7)]:

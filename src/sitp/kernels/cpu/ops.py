@@ -20,6 +20,7 @@ from sitp.kernels import layout
 from sitp.kernels import scalar as S
 from sitp.kernels.cpu import blas
 from sitp.kernels.cpu import kernels as K
+from sitp.kernels.cpu.fused import linear as fused_linear
 from sitp.kernels.layout import (
     collapse,
     dense,
@@ -472,6 +473,35 @@ def linear(x, w, bias=None):
     return _wrap2(
         blas.matmul(as_numpy(x), as_numpy(w).T, None if bias is None else as_numpy(bias)), x
     )
+
+
+def linear_backward_small(g, x, w, need_x, need_w, need_b):
+    """(dx, dw, db) of ``linear(x, w, b)`` from its output's gradient ``g`` (M, N)
+    (contiguous) in one kernel call (``fused.linear.backward_small``), each None where not
+    needed; or None, when the layer is too large for that kernel or an operand is not
+    dense: then the caller runs the products one by one. Same bits either way."""
+    (M, N), K = g._shape, w._shape[1]
+    mnk = M * N * K
+    if not (0 < mnk < blas._ONE_THREAD_MNK and N > 1 and K > 1) or g.dtype.np not in _FLOATS:
+        return None
+    G, W, X = as_numpy(g), as_numpy(w), as_numpy(x)
+    if not (W.flags.c_contiguous and (X.flags.c_contiguous or X.flags.f_contiguous)):
+        return None
+    dx = _new((M, K), g.dtype, g) if need_x else None
+    dw = _new((N, K), g.dtype, g) if need_w else None
+    db = _new((N,), g.dtype, g) if need_b else None
+    empty2 = G[:0, :0]
+    fused_linear.backward_small(
+        G, W, X,
+        empty2 if dx is None else dx._storage.reshape(M, K),
+        empty2 if dw is None else dw._storage.reshape(N, K),
+        G[0, :0] if db is None else db._storage,
+        need_x, need_w, need_b,
+    )  # fmt: skip
+    return dx, dw, db
+
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _mm_shape(t):

@@ -45,14 +45,18 @@ class Linear(Function):
         x_MK, w_NK = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad
         g_MN = (g if ctx.x_shape is None else g.reshape(-1, w_NK.shape[0])).contiguous()
-        dx = cpu.matmul(g_MN, w_NK) if need_x else None
+        small = cpu.linear_backward_small(g_MN, x_MK, w_NK, need_x, need_w, need_b)
+        if small is not None:  # a small layer: the three kernels below in one call
+            dx, dw, db = small
+        else:
+            dx = cpu.matmul(g_MN, w_NK) if need_x else None
+            dw = cpu.matmul(g_MN.mT, x_MK) if need_w else None  # dY^T read in place
+            db = None
+            if need_b:
+                db = cpu._new((w_NK.shape[0],), g.dtype, g)
+                cpu_fused.column_sum(cpu.as_numpy(g_MN), db._storage)
         if dx is not None and ctx.x_shape is not None:
             dx = dx.view(ctx.x_shape)
-        dw = cpu.matmul(g_MN.mT, x_MK) if need_w else None  # dY^T read in place
-        db = None
-        if need_b:
-            db = cpu._new((w_NK.shape[0],), g.dtype, g)
-            cpu_fused.column_sum(cpu.as_numpy(g_MN), db._storage)
         return dx, dw, db
 
 
