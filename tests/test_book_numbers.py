@@ -552,6 +552,11 @@ def plain_third(model: str, key: str) -> float:
     return ex("plain-torch-intel-third.json")["seconds_per_iteration"][model][key]["median"]
 
 
+def plain_fourth(model: str, key: str) -> float:
+    """4.2's fourth plain-torch run: the median over the rounds of ``key`` for ``model``."""
+    return ex("plain-torch-intel-fourth.json")["seconds_per_iteration"][model][key]["median"]
+
+
 def below_one(value: float) -> float:
     """``value`` where it is below 1 (a claim that one side wins every round), else nan."""
     return value if value < 1 else math.nan
@@ -3582,6 +3587,23 @@ FIGURES = QUOTES + [
         lambda: (
             *(plain_third(m, "sitp_before/sitp") for m in ("gpt", "nanogpt")),
             *(1 / plain_third(m, "sitp/torch") for m in ("rnn", "gru", "gpt", "nanogpt")),
+        ),
+    ),
+    (
+        "ch04/primitives.md",
+        r"At e0759b0 the RNN's iteration took (\d\.\d\d) times as long as now and the GRU's "
+        r"(\d\.\d\d) times;\s+the MLP's took (\d\.\d\d) times as long",
+        lambda: tuple(plain_fourth(m, "sitp_before/sitp") for m in ("rnn", "gru", "mlp")),
+    ),
+    (
+        "ch04/primitives.md",
+        r"and the GPT files'\s+(\d\.\d\d) and (\d\.\d\d) times\. Against PyTorch the RNN now "
+        r"runs at (\d\.\d\d) of its speed and the GRU at (\d\.\d\d) \((\d\.\d\d) and\s+"
+        r"(\d\.\d\d) in the third record\)",
+        lambda: (
+            *(plain_fourth(m, "sitp_before/sitp") for m in ("gpt", "nanogpt")),
+            *(1 / plain_fourth(m, "sitp/torch") for m in ("rnn", "gru")),
+            *(1 / plain_third(m, "sitp/torch") for m in ("rnn", "gru")),
         ),
     ),
     # the home page and the numbers page
