@@ -29,8 +29,9 @@ through the ``DataLoader``), ``clip`` (``clip_grad_norm_`` over the GPT's gradie
 
 Part 1 times them with the fair harness :mod:`sitp.bench.ab`: each library in its own
 worker, one thread, pinned to the same core, warmed, taking turns round after round; the
-figure is the median iteration. ``--clock cpu`` (the default) counts the worker's CPU
-seconds, not the wall clock, because the machine is shared. Part 2 runs the sitp side of
+figure is the median iteration. ``--clock cpu`` (the default on one thread) counts the
+worker's CPU seconds, not the wall clock, because the machine is shared; with
+``--threads`` above 1 the wall clock is the default and the only choice. Part 2 runs the sitp side of
 each model under cProfile and adds up where its time goes, by layer.
 
 Usage::
@@ -416,15 +417,24 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--clock", choices=("wall", "cpu"), default="cpu")
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default=None,
+        help="default: cpu on one thread, else wall",
+    )
     ap.add_argument("--only", nargs="*", help=f"a subset of {MODELS + PIECES}")
     ap.add_argument("--label", default="working tree", help="what this sitp is (a commit)")
     ap.add_argument("--skip-compare", action="store_true")
     ap.add_argument("--skip-profile", action="store_true")
     ap.add_argument("--json", help="write every figure here")
-    ap.add_argument("--before", help="a third arm: the sitp in DIR/src (git archive REV src | tar -x -C DIR)")
+    ap.add_argument(
+        "--before", help="a third arm: the sitp in DIR/src (git archive REV src | tar -x -C DIR)"
+    )
     ap.add_argument("--label-before", default="before", help="what --before is (a commit)")
     args = ap.parse_args()
+    if args.clock is None:  # CPU seconds stand for the wall time only on one thread (sitp.bench.ab)
+        args.clock = "cpu" if args.threads == 1 else "wall"
     os.environ.setdefault("NUMBA_NUM_THREADS", str(args.threads))
     record = {
         "what": "seconds per training iteration of plain-PyTorch programs (scripts/"

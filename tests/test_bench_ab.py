@@ -129,6 +129,18 @@ def test_cpu_clock_and_pinning(spec):
     assert 0.2 < res["ratios"]["one/three"]["median"] < 0.5
 
 
+def test_cpu_clock_refuses_several_threads():
+    """CPU seconds over two threads would halve a program that keeps one thread busy
+    (a recurrent cell's Python, timed on two threads, looked twice as fast)."""
+
+    class TwoThreads:
+        threads, cores = 2, [0, 1]
+
+    arms = {name: ab.Arm(TwoThreads(), "m:f", warmup=0) for name in ("x", "y")}
+    with pytest.raises(ValueError, match="clock='wall' with more than one thread"):
+        ab.compare(arms, clock="cpu")
+
+
 def test_self_timed_calls_and_result(spec):
     with ab.workers(["a"]) as w:
         arms = {

@@ -301,8 +301,9 @@ def compare(arms: dict, rounds=5, calls=10, ratios=None, pause=PAUSE_S, clock="w
             first arm's over the second's, when there are two).
         pause: seconds of sleep before each block, for the previous arm's spinning
             threads (OpenBLAS, OpenMP) to go to sleep.
-        clock: ``"wall"``, or ``"cpu"``: the worker's CPU seconds over its threads (on a
-            machine that other jobs keep busy: their turns are not counted).
+        clock: ``"wall"``, or ``"cpu"``: the worker's CPU seconds (on a machine that other
+            jobs keep busy: their turns are not counted); one thread only, since CPU
+            seconds over threads equal the wall time only while every thread works.
 
     Returns:
         A dict for JSON (seconds throughout): ``arms`` (per arm its rounds' medians,
@@ -326,6 +327,12 @@ def compare(arms: dict, rounds=5, calls=10, ratios=None, pause=PAUSE_S, clock="w
     threads = {a.worker.threads for a in arms.values()}
     if len(threads) != 1:
         raise ValueError(f"the arms' workers run different thread counts: {sorted(threads)}")
+    if clock == "cpu" and next(iter(threads)) > 1:
+        raise ValueError(
+            "clock='cpu' takes a worker's CPU seconds over its thread count, which is its "
+            "wall time only while every thread is busy: a program that keeps one of two "
+            "threads busy would show half its time. Use clock='wall' with more than one thread"
+        )
     pinned = {tuple(a.worker.cores or ()) for a in arms.values()}
     if len(pinned) != 1:
         raise ValueError(f"the arms' workers are pinned to different cores: {sorted(pinned)}")
