@@ -310,6 +310,10 @@ def test_basic_indexing():
     assert gradcheck(lambda t: t[1:, ::2] * 2, (x,))
     assert gradcheck(lambda t: t[-1], (x,))
     assert gradcheck(lambda t: t[None, :, 1].exp(), (x,))
+    # of a view at an offset (the window kept from forward), and of a transposed one
+    # (no such window: the key is applied again)
+    assert gradcheck(lambda t: t[1:][:, 1:3][0] * 2, (x,))
+    assert gradcheck(lambda t: t.t()[1:, ::2] * 2, (x,))
 
 
 def test_indexing_with_repeated_integer_indices():
