@@ -14,7 +14,10 @@ default collation, forward, ``zero_grad``, backward, ``clip_grad_norm_``, an Ada
 with two parameter groups), written once as PyTorch code and run with ``torch`` or with
 ``sitp`` in its place:
 
+* ``bigram``: makemore's bigram, a table of next-token logits;
 * ``mlp``: makemore's MLP (an embedding of a 3-token context, one tanh hidden layer);
+* ``bow``: makemore's bag of words: each position the mean of the embeddings up to it
+  (a softmax of a causally masked matrix of zeros, times the embeddings), then a tanh MLP;
 * ``rnn``: makemore's RNN cell, ``tanh(W [x_t, h_{t-1}])``, stepped over 16 positions;
 * ``gru``: makemore's GRU cell (two sigmoid gates, a reset, a tanh candidate), 16 steps;
 * ``gpt``: a minGPT-style character GPT: causal attention with an explicit mask buffer,
@@ -50,9 +53,11 @@ import sys
 
 import numpy as np
 
-MODELS = ("mlp", "rnn", "gru", "gpt", "nanogpt")
+MODELS = ("bigram", "mlp", "bow", "rnn", "gru", "gpt", "nanogpt")
 PIECES = ("collate", "clip", "adamw")
 CONFIG = {
+    "bigram": {"vocab": 27, "block": 16, "batch": 32},
+    "bow": {"vocab": 27, "block": 16, "n_embd": 16, "hidden": 32, "batch": 32},
     "mlp": {"vocab": 27, "block": 3, "n_embd": 16, "hidden": 128, "batch": 32},
     "rnn": {"vocab": 27, "block": 16, "n_embd": 16, "hidden": 32, "batch": 32},
     "gru": {"vocab": 27, "block": 16, "n_embd": 16, "hidden": 32, "batch": 32},
@@ -131,6 +136,41 @@ def build(lib: str, model: str):
             emb = self.wte(idx)  # (B, T, C)
             logits = self.mlp(emb.view(emb.size(0), -1))  # (B, V): the token after idx
             return F.cross_entropy(logits, targets[:, -1])
+
+    class Bigram(nn.Module):
+        """makemore's bigram: a table of next-token logits, one row per token."""
+
+        def __init__(self):
+            super().__init__()
+            self.logits = nn.Parameter(torch.zeros((V, V)))
+
+        def forward(self, idx, targets):
+            logits = self.logits[idx]  # (B, T, V)
+            return F.cross_entropy(logits.view(-1, V), targets.view(-1))
+
+    class BoW(nn.Module):
+        """makemore's bag of words: each position takes the mean of the embeddings up to
+        it (the softmax of a causally masked zero matrix), then a tanh MLP."""
+
+        def __init__(self):
+            super().__init__()
+            C, H = cfg["n_embd"], cfg["hidden"]
+            self.wte = nn.Embedding(V, C)
+            self.wpe = nn.Embedding(T, C)
+            self.register_buffer("causal", torch.tril(torch.ones(T, T)).view(1, T, T))
+            self.c_fc = nn.Linear(C, H)
+            self.c_proj = nn.Linear(H, C)
+            self.lm_head = nn.Linear(C, V)
+
+        def forward(self, idx, targets):
+            b, t = idx.size()
+            pos = torch.arange(0, t, dtype=torch.long).unsqueeze(0)  # (1, t)
+            x = self.wte(idx) + self.wpe(pos)  # (b, t, C)
+            w = torch.zeros((b, t, t)).masked_fill(self.causal[:, :t, :t] == 0, float("-inf"))
+            x = x + F.softmax(w, dim=-1) @ x  # the running mean
+            x = x + self.c_proj(F.tanh(self.c_fc(x)))
+            logits = self.lm_head(x)
+            return F.cross_entropy(logits.view(-1, V), targets.view(-1))
 
     class RNNCell(nn.Module):
         def __init__(self, gru):
@@ -257,6 +297,8 @@ def build(lib: str, model: str):
 
     torch.manual_seed(0)
     net = {
+        "bigram": Bigram,
+        "bow": BoW,
         "mlp": MLP,
         "rnn": lambda: RNN(False),
         "gru": lambda: RNN(True),
