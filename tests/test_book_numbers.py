@@ -3599,11 +3599,16 @@ FIGURES = QUOTES + [
         "ch04/primitives.md",
         r"and the GPT files'\s+(\d\.\d\d) and (\d\.\d\d) times\. Against PyTorch the RNN now "
         r"runs at (\d\.\d\d) of its speed and the GRU at (\d\.\d\d) \((\d\.\d\d) and\s+"
-        r"(\d\.\d\d) in the third record\)",
+        r"(\d\.\d\d) in the third record\); the bigram at (\d\.\d\d) and the bag of words at "
+        r"(\d\.\d\d), so the median of the five makemore models is (\d\.\d\d)\.",
         lambda: (
             *(plain_fourth(m, "sitp_before/sitp") for m in ("gpt", "nanogpt")),
             *(1 / plain_fourth(m, "sitp/torch") for m in ("rnn", "gru")),
             *(1 / plain_third(m, "sitp/torch") for m in ("rnn", "gru")),
+            *(1 / plain_fourth(m, "sitp/torch") for m in ("bigram", "bow")),
+            statistics.median(
+                1 / plain_fourth(m, "sitp/torch") for m in ("bigram", "mlp", "bow", "rnn", "gru")
+            ),
         ),
     ),
     # the home page and the numbers page
