@@ -141,15 +141,20 @@ def test_mha_dropout_in_eval_mode_is_no_dropout():
 
 
 def test_mha_dropout_in_training_mode_drops_weights():
+    # (seeded first: the module's weights and x came from whatever state the generator
+    # was left in by the tests before, and "a survivor above 1" held for some orders only)
+    sitp.manual_seed(0)
     s_mod = nn.MultiheadAttention(E, NH, dropout=0.5)
     x = sitp.randn(L, N, E)
-    sitp.manual_seed(0)
     _, w = s_mod(x, x, x, average_attn_weights=False)
     w = w.detach().numpy()
-    assert (w == 0).any() and w.max() > 1.0  # zeros, and survivors scaled by 2
     s_mod.eval()
     _, w_eval = s_mod(x, x, x, average_attn_weights=False)
-    np.testing.assert_allclose(w_eval.detach().numpy().sum(-1), 1.0, rtol=1e-5)
+    w_eval = w_eval.detach().numpy()
+    np.testing.assert_allclose(w_eval.sum(-1), 1.0, rtol=1e-5)
+    dropped = w == 0
+    assert dropped.any() and not dropped.all()  # some weights dropped, some kept,
+    np.testing.assert_allclose(w[~dropped], 2 * w_eval[~dropped], rtol=1e-5)  # kept ones x2
 
 
 def test_mha_errors():

@@ -124,10 +124,21 @@ def _batch_positions(b, bshape, st, off, pos):
 @njit(cache=True, inline="always")
 def _read(dst, x, start, step, n, scale):
     """dst[:n] = x[start + c * step] * scale; a unit step gets its own loop, one
-    LLVM vectorises (a step known only at run time stops it)."""
+    LLVM vectorises (a step known only at run time stops it).
+
+    Both loops index a slice of ``x`` by c, not ``x`` by ``start + c * step``: numba
+    checks every index that might be negative (and counts it from the end), and LLVM
+    cannot prove ``start + c`` never is, so that test sat in the loop and kept it from
+    vectorising. An index into a slice is c itself, which the loop's range bounds
+    below by 0. A step of 0 (a broadcast operand) keeps the plain loop."""
     if step == 1:
+        xs = x[start : start + n]
         for c in range(n):
-            dst[c] = x[start + c] * scale
+            dst[c] = xs[c] * scale
+    elif step > 0 and n > 0:
+        xs = x[start : start + (n - 1) * step + 1 : step]
+        for c in range(n):
+            dst[c] = xs[c] * scale
     else:
         for c in range(n):
             dst[c] = x[start + c * step] * scale
@@ -137,8 +148,13 @@ def _read(dst, x, start, step, n, scale):
 def _write(x, start, step, src, n, scale, add):
     """x[start + c * step] (+)= src[:n] * scale (added when ``add``), as _read."""
     if step == 1:
+        xs = x[start : start + n]
         for c in range(n):
-            x[start + c] = src[c] * scale + (x[start + c] if add else 0)
+            xs[c] = src[c] * scale + (xs[c] if add else 0)
+    elif step > 0 and n > 0:
+        xs = x[start : start + (n - 1) * step + 1 : step]
+        for c in range(n):
+            xs[c] = src[c] * scale + (xs[c] if add else 0)
     else:
         for c in range(n):
             x[start + c * step] = src[c] * scale + (x[start + c * step] if add else 0)
