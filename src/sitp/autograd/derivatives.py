@@ -49,7 +49,7 @@ def _from_output(op, y, g):
     otherwise). ``g`` may be any view of y's shape (a piece of a stack's gradient)."""
     if g.dtype is not y.dtype:
         g = g.to(y.dtype)
-    return dispatch.of(y, g).binary(op, y, g)
+    return dispatch.of(y, g).grad_from_output(op, y, g)
 
 
 # --8<-- [start:unary_table]

@@ -76,8 +76,11 @@ _LAYER_MODULES = (
 )
 # binary_into (x.add_(y) written straight into x) is traced as the general path runs it: a
 # binary op, then an assign into x (_traced_into), so that the graph and its passes see
-# the same two nodes either way
-_OPS = tuple(f for f in FUNCTIONS if f not in ("check_errors", "binary_into")) + (
+# the same two nodes either way; grad_from_output (tanh's or sigmoid's gradient) is traced
+# as the binary op of its name, which the fuser joins to its neighbours
+_OPS = tuple(
+    f for f in FUNCTIONS if f not in ("check_errors", "binary_into", "grad_from_output")
+) + (
     "linear",
     "_new",
 )
@@ -471,6 +474,11 @@ def _traced_into(op, dst, b):
     _cpu.assign(dst, _cpu.binary(op, dst, b))
 
 
+def _traced_grad(op, y, g):
+    """``_cpu.grad_from_output`` while tracing: the binary op it computes, traced."""
+    return _cpu.binary(op, y, g)
+
+
 def _engine_walk(tracer: Tracer, real):
     """The autograd engine's walk, noting where the backward starts (``backward_at``: the
     id of the first node it traces) for the save-or-recompute pass (``remat.py``)."""
@@ -489,6 +497,11 @@ def _traced_into_cuda(op, dst, b):
     gpu.assign(dst, gpu.binary(op, dst, b))
 
 
+def _traced_grad_cuda(op, y, g):
+    """The CUDA backend's ``grad_from_output`` while tracing, as :func:`_traced_grad`."""
+    return _dispatch.cuda().binary(op, y, g)
+
+
 @contextlib.contextmanager
 def tracing(tracer: Tracer, cuda: bool = False):
     """Record the backend calls made in the block into ``tracer`` (not re-entrant).
@@ -504,6 +517,8 @@ def tracing(tracer: Tracer, cuda: bool = False):
         setattr(_cpu, name, _wrap(name, real))
     saved.append((_cpu, "binary_into", _cpu.binary_into))
     _cpu.binary_into = _traced_into
+    saved.append((_cpu, "grad_from_output", _cpu.grad_from_output))
+    _cpu.grad_from_output = _traced_grad
     if cuda:
         gpu = _dispatch.cuda()
         for name in _OPS:
@@ -514,6 +529,8 @@ def tracing(tracer: Tracer, cuda: bool = False):
             setattr(gpu, name, _wrap(name, real, "cuda"))
         saved.append((gpu, "binary_into", gpu.binary_into))
         gpu.binary_into = _traced_into_cuda
+        saved.append((gpu, "grad_from_output", gpu.grad_from_output))
+        gpu.grad_from_output = _traced_grad_cuda
     for owner, name, why in _BREAKERS:
         real = getattr(owner, name, None)
         if real is None:  # (a name the module does not have in this version)

@@ -43,6 +43,7 @@ import math
 FUNCTIONS = (
     "unary",
     "binary",
+    "grad_from_output",
     "binary_into",
     "compare",
     "where",
@@ -87,6 +88,14 @@ def binary(op, a, b, out_dtype=None):
 
     ``a`` and ``b`` share a dtype. Returns a new contiguous tensor of the broadcast shape,
     of dtype ``out_dtype`` (default ``a.dtype``).
+    """
+
+
+def grad_from_output(op, y, g):
+    """The gradient of tanh (``op`` "tanh_backward") or sigmoid ("sigmoid_backward") from
+    its output ``y`` and the incoming gradient ``g`` (y's shape and dtype, any strides):
+    ``g * (1 - y * y)`` or ``g * y * (1 - y)`` in one pass, rounded after each step in
+    y's dtype as those three ops would be. Returns a new contiguous tensor of y's shape.
     """
 
 

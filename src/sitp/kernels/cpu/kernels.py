@@ -183,18 +183,11 @@ def _zip_vs(op, a, b, o):
 def zip_fast_kernel(op, a, a_starts, a_step, b, b_starts, b_step, n, out):
     """``zip_kernel`` with vectorisable rows when ``a`` has step 1 and ``b`` step 1 or 0."""
     fast = a_step == 1 and b_step <= 1 and (op == _ADD or op == _SUB or op == _MUL or op == _DIV)
-    grad = a_step == 1 and b_step == 1 and (op == _TANH_B or op == _SIGMOID_B)
     for r in range(a_starts.size):
         as_ = a_starts[r]
         bs = b_starts[r]
         o = out[r * n : (r + 1) * n]
-        if grad:  # the gradients of tanh and sigmoid from their output, in one pass
-            av, bv = a[as_ : as_ + n], b[bs : bs + n]
-            if op == _TANH_B:
-                _zip_vv(_TANH_B, av, bv, o)
-            else:
-                _zip_vv(_SIGMOID_B, av, bv, o)
-        elif fast and b_step == 1:
+        if fast and b_step == 1:
             av, bv = a[as_ : as_ + n], b[bs : bs + n]
             if op == _ADD:
                 _zip_vv(_ADD, av, bv, o)
@@ -220,6 +213,18 @@ def zip_fast_kernel(op, a, a_starts, a_step, b, b_starts, b_step, n, out):
 
 
 # --8<-- [end:zip_fast]
+
+
+@njit(cache=True)
+def grad_from_output_kernel(op, y, g, out):
+    """out = the gradient of tanh (``op`` tanh_backward) or sigmoid (sigmoid_backward)
+    from their output ``y`` and the incoming gradient ``g``, all three contiguous rows of
+    one length: ``zip_fast_kernel``'s vectorised loop, in a kernel of its own so that
+    only the float dtypes that use it compile it."""
+    if op == _TANH_B:
+        _zip_vv(_TANH_B, y, g, out)
+    else:
+        _zip_vv(_SIGMOID_B, y, g, out)
 
 
 @njit(cache=True, parallel=True)

@@ -195,6 +195,21 @@ def binary(op: str, a, b, out_dtype=None):
 # --8<-- [end:binary_launch]
 
 
+def grad_from_output(op: str, y, g):
+    """The gradient of tanh (``op`` "tanh_backward") or sigmoid ("sigmoid_backward") from
+    its output ``y`` and the incoming gradient ``g`` of y's shape and dtype: one pass (the
+    binary op of that name), vectorised when both are contiguous."""
+    out = _new(y._shape, y.dtype, y)
+    n = out._storage.size
+    if n and y._strides == out._strides == g._strides:
+        yo, go = y._offset, g._offset
+        K.grad_from_output_kernel(
+            K.BINARY[op], y._storage[yo : yo + n], g._storage[go : go + n], out._storage
+        )
+        return out
+    return binary(op, y, g)
+
+
 def binary_into(op: str, dst, b) -> None:
     """``dst <- dst op b`` in place (``x.add_(y)``); b shares dst's dtype and broadcasts to it."""
     n = numel(dst._shape)

@@ -457,6 +457,11 @@ def binary(op, a, b, out_dtype=None):
     return out
 
 
+def grad_from_output(op, y, g):
+    """tanh's or sigmoid's gradient from its output: the binary op of that name."""
+    return binary(op, y, g)
+
+
 def binary_into(op, dst, b) -> None:
     """``dst <- dst op b`` in place: the result of :func:`binary`, written into dst."""
     assign(dst, binary(op, dst, b))
