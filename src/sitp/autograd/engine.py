@@ -139,7 +139,7 @@ def backward(tensor, gradient=None, retain_graph: bool = False, hooks: bool = Tr
             f"gradient has shape {tuple(gradient.shape)} but the tensor has shape {tuple(tensor.shape)}"
         )
     if tensor.grad_fn is None:  # a leaf: d(leaf)/d(leaf) = 1
-        _accumulate(tensor, gradient, {id(_memory(gradient))})
+        _accumulate(tensor, gradient, _claim({}, gradient))
         if hooks and id(tensor) in _post_accumulate_hooks:
             with no_grad():
                 _run_hooks(tensor)
@@ -148,7 +148,7 @@ def backward(tensor, gradient=None, retain_graph: bool = False, hooks: bool = Tr
     # --8<-- [start:backward_loop]
     grads = {}  # node -> d(output)/d(node's output); a list for a node with several outputs
     _add_grad(grads, tensor, gradient)
-    claimed = {id(_memory(gradient))}  # memory that a leaf may not take (_accumulate)
+    claimed = _claim({}, gradient)  # memory that a leaf may not take (_accumulate)
     order = toposort(tensor.grad_fn)
     uses = _hooked_uses(order) if hooks and _post_accumulate_hooks else None
     with no_grad():
@@ -223,12 +223,20 @@ def _memory(t):
     return s if base is None else base
 
 
+def _claim(claimed: dict, t) -> dict:
+    """Note ``t``'s memory in ``claimed`` (see :func:`_accumulate`)."""
+    m = _memory(t)
+    claimed[id(m)] = m
+    return claimed
+
+
 def _accumulate(leaf, g, claimed=None) -> None:
     """Add ``g`` into ``leaf.grad``; a leaf with none takes ``g`` itself when no one else
     holds its memory, as torch's AccumulateGrad steals a gradient nobody shares.
 
-    ``claimed`` (one pass of the engine) holds ``id`` of the memory that this pass has
-    handed to a leaf, or that its caller holds (the ``gradient`` passed to backward).
+    ``claimed`` (one pass of the engine) maps ``id`` to the memory that this pass has
+    handed to a leaf, or that its caller holds (the ``gradient`` passed to backward); it
+    holds the arrays themselves, so that no id is reused for another array in the pass.
     A second leaf whose gradient is in that memory (``a + b`` gives both the same
     tensor; the pieces of a ``stack`` share one) gets a copy, and a leaf whose
     ``.grad`` is such memory adds out of place, since other nodes may still read it.
@@ -247,7 +255,7 @@ def _accumulate(leaf, g, claimed=None) -> None:
         else:
             leaf.grad = g.contiguous()
             if leaf.grad is g:
-                claimed.add(key)
+                _claim(claimed, g)
     elif claimed is not None and id(_memory(leaf.grad)) in claimed:
         leaf.grad = leaf.grad + g  # new memory, the leaf's own
     else:
