@@ -557,6 +557,11 @@ def plain_fourth(model: str, key: str) -> float:
     return ex("plain-torch-intel-fourth.json")["seconds_per_iteration"][model][key]["median"]
 
 
+def plain_2t(model: str) -> float:
+    """4.2's two-thread plain-torch run: the median over the rounds of sitp/torch."""
+    return ex("plain-torch-intel-2t.json")["seconds_per_iteration"][model]["sitp/torch"]["median"]
+
+
 def below_one(value: float) -> float:
     """``value`` where it is below 1 (a claim that one side wins every round), else nan."""
     return value if value < 1 else math.nan
@@ -3609,6 +3614,15 @@ FIGURES = QUOTES + [
             statistics.median(
                 1 / plain_fourth(m, "sitp/torch") for m in ("bigram", "mlp", "bow", "rnn", "gru")
             ),
+        ),
+    ),
+    (
+        "ch04/primitives.md",
+        r"The recurrent cells stay at (\d\.\d\d) and (\d\.\d\d) of PyTorch's speed, the "
+        r"spelled-out GPT is at (\d\.\d\d), and the five makemore models' median is (\d\.\d\d)\.",
+        lambda: (
+            *(1 / plain_2t(m) for m in ("rnn", "gru", "gpt")),
+            statistics.median(1 / plain_2t(m) for m in ("bigram", "mlp", "bow", "rnn", "gru")),
         ),
     ),
     # the home page and the numbers page
