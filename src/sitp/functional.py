@@ -40,7 +40,6 @@ def cat(tensors, dim: int = 0) -> Tensor:
     ref = nonempty[0]
     dim = normalize_dim(dim, len(ref._shape))
     rest = ref._shape[:dim] + ref._shape[dim + 1 :]  # the dims that must match
-    d = ref.dtype
     for t in nonempty:
         sh = t._shape
         if len(sh) != len(ref._shape) or sh[:dim] + sh[dim + 1 :] != rest:
@@ -48,9 +47,7 @@ def cat(tensors, dim: int = 0) -> Tensor:
                 f"Sizes of tensors must match except in dimension {dim}. Expected shape "
                 f"{tuple(ref.shape)} (any size at dim {dim}) but got {tuple(t.shape)}"
             )
-        if t.dtype is not d and t.dtype.rank > d.rank:
-            d = t.dtype
-    return ops.Cat.apply(dim, *[t if t.dtype is d else t.to(d) for t in nonempty])
+    return ops.Cat.apply(dim, *_promoted(nonempty))
 
 
 concat = cat
@@ -67,17 +64,24 @@ def stack(tensors, dim: int = 0) -> Tensor:
             raise TypeError(
                 f"stack(): expected Tensor as element {i} in argument 0, but got {type(t).__name__}"
             )
-    shape, d = tensors[0]._shape, tensors[0].dtype
+    shape = tensors[0]._shape
     for i, t in enumerate(tensors):
         if t._shape != shape:
             raise RuntimeError(
                 f"stack expects each tensor to be equal size, but got {tuple(shape)} at entry 0 "
                 f"and {tuple(t.shape)} at entry {i}"
             )
+    dim = normalize_dim(dim, len(shape) + 1)
+    return ops.Stack.apply(dim, *_promoted(tensors))
+
+
+def _promoted(tensors):
+    """``tensors``, each in the widest of their dtypes (cat's and stack's promotion)."""
+    d = tensors[0].dtype
+    for t in tensors:
         if t.dtype is not d and t.dtype.rank > d.rank:
             d = t.dtype
-    dim = normalize_dim(dim, len(shape) + 1)
-    return ops.Stack.apply(dim, *[t if t.dtype is d else t.to(d) for t in tensors])
+    return [t if t.dtype is d else t.to(d) for t in tensors]
 
 
 def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):

@@ -80,7 +80,9 @@ __all__ = [
 
 DTYPES = (np.float32, np.float64, np.int64)
 PARALLEL_MIN_MNK = 1 << 22
-_ONE_THREAD_MNK = min(SMALL_MNK, PARALLEL_MIN_MNK)  # products matmul gives gemm_small_set
+# float products with N > 1 and fewer multiply-adds than this, matmul gives to
+# gemm_small_set on one thread (the kernel linear_backward_small calls directly)
+_ONE_THREAD_MNK = min(SMALL_MNK, PARALLEL_MIN_MNK)
 
 
 def _check(a, b, ndim, name):
@@ -138,18 +140,6 @@ def matmul(a, b, bias=None):
             f"not fit a product of shape ({M}, {N}) and dtype {a.dtype}"
         )
     mnk = M * N * K
-    if 0 < mnk < _ONE_THREAD_MNK and N > 1 and a.dtype.type is not np.int64:
-        # the common small product (a layer of a small model): what the branches below
-        # choose for it, without their tests
-        fa, fb = a.flags, b.flags
-        a = a if fa.c_contiguous or fa.f_contiguous else np.ascontiguousarray(a)
-        b = b if fb.c_contiguous or fb.f_contiguous else np.ascontiguousarray(b)
-        c = np.empty((M, N), dtype=a.dtype)
-        if bias is None:
-            gemm_small_set(a, b, c, c[0, :0], False)
-        else:
-            gemm_small_set(a, b, c, np.ascontiguousarray(bias), True)
-        return c
     # the rows of B the unpacked kernels keep in cache at once: all K, or one slab of KD
     # when A is transposed and B row-major (a weight's gradient dY^T X; gemm_small_set)
     slabs = a.flags.f_contiguous and not a.flags.c_contiguous and b.flags.c_contiguous
