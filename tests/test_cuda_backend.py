@@ -128,6 +128,36 @@ def test_module_and_optimizer_on_device():
         same(pg, pc, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("opt_class, wd", [("AdamW", 0.1), ("Adam", 0.05), ("Adam", 0.0)])
+def test_adam_on_device_is_one_launch_per_parameter_and_matches_the_cpu(monkeypatch, opt_class, wd):
+    """The one-pass CUDA kernel (kernels/cuda/fused.py) takes every contiguous parameter,
+    and three steps land where the CPU's one-pass kernel lands."""
+    from sitp.kernels.cuda import fused
+
+    calls = []
+    real = fused.adam_update
+    monkeypatch.setattr(fused, "adam_update", lambda *a: calls.append(a[0].size) or real(*a))
+    shapes = [(4, 3), (3,), (2, 5)]
+    cpu = [sitp.tensor(_x(*s, seed=i), requires_grad=True) for i, s in enumerate(shapes)]
+    gpu = [
+        sitp.tensor(_x(*s, seed=i), device="cuda").requires_grad_(True)
+        for i, s in enumerate(shapes)
+    ]
+    opts = [getattr(sitp.optim, opt_class)(ps, lr=0.05, weight_decay=wd) for ps in (cpu, gpu)]
+    for step in range(3):
+        for ps, opt in zip((cpu, gpu), opts):
+            for i, p in enumerate(ps):
+                g = _x(*p.shape, seed=10 * step + i)
+                p.grad = sitp.tensor(g, device=p.device)
+            opt.step()
+    assert calls == [12, 3, 10] * 3
+    for pg, pc in zip(gpu, cpu):
+        same(pg, pc, rtol=1e-6, atol=1e-7)
+    for pg, pc in zip(gpu, cpu):
+        for key in ("exp_avg", "exp_avg_sq"):
+            same(opts[1].state[pg][key], opts[0].state[pc][key], rtol=1e-6, atol=1e-7)
+
+
 def test_mixing_devices_is_a_clear_error():
     with pytest.raises(RuntimeError, match="same device.*cuda and cpu"):
         sitp.ones(2, device="cuda") + sitp.ones(2)
@@ -188,6 +218,61 @@ def test_training_step_does_not_copy_between_host_and_device(monkeypatch):
     assert copies == []
     monkeypatch.undo()
     assert loss.item() > 0
+
+
+@pytest.mark.parametrize(
+    "plan", [("shared", {"BS": 4}), ("doublebuffer", dict(BM=16, BN=16, BK=4, TM=4, TN=4))]
+)
+def test_matmul_on_the_gemm_ladder_folds_batches_and_matches_the_cpu(monkeypatch, plan):
+    """The backend's path to the GEMM ladder (section 4.4), forced with tilings the
+    simulator runs quickly: a Linear-style product whose batch folds into M, a batch of
+    products (one launch each), a transposed weight, sizes off every tile edge."""
+    from sitp.kernels.cuda import ops as cuda_ops
+
+    asked = []
+    monkeypatch.setattr(cuda_ops, "gemm_plan", lambda M, N, K: asked.append((M, N, K)) or plan)
+    cases = [
+        ((2, 3, 7), (7, 5)),  # folds: one (6, 7) @ (7, 5)
+        ((2, 5, 6), (2, 6, 3)),  # a batch of two products
+        ((1, 5, 6), (3, 6)),  # b given transposed (a view), below
+    ]
+    for i, (sa, sb) in enumerate(cases):
+        a = _x(*sa, seed=i)
+        b = _x(*sb, seed=10 + i)
+        if i == 2:
+            b = np.ascontiguousarray(b).T  # (6, 3), strided
+        ca, ga = both(a, True)
+        cb, gb = both(b, True)
+        same(ga @ gb, ca @ cb, rtol=1e-5, atol=1e-5)
+        g = _x(*(ca @ cb).shape, seed=20 + i)
+        (ca @ cb).backward(sitp.tensor(g))
+        (ga @ gb).backward(sitp.tensor(g, device="cuda"))
+        same(ga.grad, ca.grad, rtol=1e-5, atol=1e-5)
+        same(gb.grad, cb.grad, rtol=1e-5, atol=1e-5)
+    assert (6, 5, 7) in asked and (5, 3, 6) in asked  # the fold, and one of the batch
+    # float64 never takes the ladder (its kernels are float32)
+    asked.clear()
+    x64 = sitp.tensor(_x(3, 4).astype(np.float64), device="cuda")
+    same(x64 @ x64.T, sitp.tensor(_x(3, 4).astype(np.float64)) @ sitp.tensor(_x(3, 4)).double().T)
+    assert asked == []
+
+
+@pytest.mark.gpu
+def test_matmul_at_gpt_sizes_takes_the_ladder_and_matches_torch():
+    """Real hardware only: the products of nanoGPT's Shakespeare recipe (64 x 256 tokens,
+    width 384), off-tile by one, through the backend's ladder path, against torch."""
+    from sitp.kernels.cuda import ops as cuda_ops
+
+    for sa, sb in (
+        ((64, 255, 385), (385, 1153)),
+        ((16319, 385), (385, 1537)),
+        ((2, 4, 255, 64), (2, 4, 64, 255)),
+    ):
+        assert cuda_ops.gemm_plan(int(np.prod(sa[:-1])) if len(sb) == 2 else sa[-2], sb[-1], sa[-1])
+        a, b = _x(*sa, seed=1), _x(*sb, seed=2)
+        got = (sitp.tensor(a, device="cuda") @ sitp.tensor(b, device="cuda")).cpu().numpy()
+        want = (torch.tensor(a, dtype=torch.float64) @ torch.tensor(b, dtype=torch.float64)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.gpu
@@ -253,3 +338,20 @@ def test_binary_ops_on_the_device_like_torch(name):
     for dtype in (np.float32, np.float64):
         a, b = _binary_inputs([(1, 3), (3,)], 5, row.domain, dtype)
         _on_device_like_torch(row, [a, b], np.array([[0.5, -1.0, 2.0]], dtype))
+
+
+def test_numpy_without_row_stack_is_a_clear_error_before_any_kernel(monkeypatch):
+    """numba-cuda 0.30.4 fails at its first compile on NumPy 2.5 (np.row_stack is gone):
+    on a real GPU, sitp says so and names the fix instead."""
+    import numba_cuda
+    from numba import config
+
+    from sitp.kernels.cuda import launch
+
+    monkeypatch.delattr(np, "row_stack", raising=False)
+    monkeypatch.setattr(config, "ENABLE_CUDASIM", 0)
+    monkeypatch.setattr(numba_cuda, "__version__", "0.30.4")
+    with pytest.raises(ImportError, match=r"numpy<2\.5"):
+        launch._check_numpy()
+    monkeypatch.setattr(numba_cuda, "__version__", "0.31.0")  # a release that may fix it
+    launch._check_numpy()

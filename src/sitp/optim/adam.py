@@ -23,7 +23,7 @@ from sitp.autograd.grad_mode import no_grad
 from sitp.dtypes import float32
 from sitp.functional import maximum
 from sitp.kernels.cpu.fused.adam import adam_update
-from sitp.optim.optimizer import Optimizer, _flats
+from sitp.optim.optimizer import Optimizer, _one_pass
 
 
 def _bump(step):
@@ -54,7 +54,8 @@ class Adam(Optimizer):
         maximize: ascend the objective instead of descending it.
         decoupled_weight_decay: decay the weights directly, as AdamW does.
         foreach, fused: accepted for compatibility with PyTorch and ignored: contiguous CPU
-            tensors always take the one-pass kernel of ``kernels/cpu/fused/adam.py``.
+            tensors always take the one-pass kernel of ``kernels/cpu/fused/adam.py``, and
+            contiguous CUDA tensors the one of ``kernels/cuda/fused.py``.
 
     >>> import sitp
     >>> w = sitp.tensor([3.0, -1.0], requires_grad=True)
@@ -138,10 +139,12 @@ class Adam(Optimizer):
                     state = self._init_state(p, amsgrad)
                     m, v = state["exp_avg"], state["exp_avg_sq"]
                     t = _bump(state["step"])  # step += 1, as a float
-                    arrays = None if amsgrad else _flats(p, g, m, v)
-                    if arrays is not None:
-                        # the same update in one pass (kernels/cpu/fused/adam.py)
-                        adam_update(
+                    found = None if amsgrad else _one_pass("adam_update", adam_update, p, g, m, v)
+                    if found is not None:
+                        # the same update in one pass (kernels/cpu/fused/adam.py; on a GPU,
+                        # kernels/cuda/fused.py)
+                        update, arrays = found
+                        update(
                             *arrays,
                             lr,
                             beta1,

@@ -54,6 +54,28 @@ def _flats(*ts):
     return out
 
 
+def _one_pass(name, cpu_update, *ts):
+    """(update, flat arrays) for an optimizer's one-pass update of ``ts`` (a parameter,
+    its gradient, its state): ``cpu_update`` on the flat storages of contiguous CPU
+    tensors, the function ``name`` of ``kernels/cuda/fused.py`` on those of contiguous
+    CUDA tensors of one float dtype; None for anything else (the composed path)."""
+    flats = _flats(*ts)
+    if flats is not None:
+        return cpu_update, flats
+    s0, dtype = ts[0]._storage, ts[0].dtype
+    if not hasattr(s0, "copy_to_host") or not dtype.is_floating_point:
+        return None
+    out = []
+    for t in ts:
+        s = t._storage
+        if not hasattr(s, "copy_to_host") or t.dtype is not dtype or not t.is_contiguous():
+            return None
+        out.append(s[t._offset : t._offset + numel(t._shape)])
+    from sitp.kernels.cuda import fused  # late: numba.cuda only for CUDA tensors
+
+    return getattr(fused, name), out
+
+
 def _as_sitp(value) -> Tensor:
     """A tensor from a checkpoint as a sitp tensor (a torch tensor is copied through numpy)."""
     if isinstance(value, Tensor):

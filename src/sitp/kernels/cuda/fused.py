@@ -598,3 +598,31 @@ def cross_entropy_backward(
         mean,
         dz,
     )
+
+
+# ------------------------------------------------------------------------------ Adam(W)
+@cuda.jit
+def adam_k(p, g, m, v, lr, beta1, beta2, eps, wd, decoupled, bc1, bc2_sqrt):
+    """One Adam(W) step, a thread per entry: the arithmetic of the CPU's one-pass kernel
+    (``kernels/cpu/fused/adam.py``), in its order, with the same float64 scalars."""
+    i = cuda.grid(1)
+    if i < p.size:
+        gi = g[i]
+        if wd != 0.0:
+            if decoupled:
+                p[i] = p[i] * (1.0 - lr * wd)
+            else:
+                gi = gi + wd * p[i]
+        m[i] = m[i] + (gi - m[i]) * (1.0 - beta1)
+        v[i] = v[i] * beta2 + gi * gi * (1.0 - beta2)
+        denom = math.sqrt(v[i]) / bc2_sqrt + eps
+        p[i] = p[i] - (lr / bc1) * (m[i] / denom)
+
+
+def adam_update(p, g, m, v, lr, beta1, beta2, eps, wd, decoupled, bc1, bc2_sqrt):
+    """One Adam(W) step on flat device arrays, in one launch: the composed step of
+    ``optim/adam.py`` launches about fourteen kernels per parameter (1,456 launches in
+    a training step of a 4-layer GPT, most of them the optimizer's)."""
+    adam_k[ops._grid(p.size)](
+        p, g, m, v, float(lr), beta1, beta2, eps, float(wd), bool(decoupled), bc1, bc2_sqrt
+    )

@@ -5,10 +5,42 @@ multiples of the block, so the grid is rounded up (``ceil_div``) and every kerne
 checks its indices against the array bounds.
 """
 
+import importlib
 import os
 
 import numpy as np
 from numba import config, cuda
+
+
+def _check_numpy() -> None:
+    """A clear error instead of numba-cuda's AttributeError at the first kernel compiled:
+    numba-cuda up to 0.30.4 refers to ``np.row_stack``, which NumPy 2.5 removed
+    (NVIDIA/numba-cuda#907). The simulator compiles nothing and is not affected."""
+    if config.ENABLE_CUDASIM or hasattr(np, "row_stack"):
+        return
+    try:
+        from numba_cuda import __version__ as version
+    except ImportError:
+        return
+    if tuple(int(p) for p in version.split(".")[:3] if p.isdigit()) <= (0, 30, 4):
+        raise ImportError(
+            f"numba-cuda {version} cannot compile kernels with NumPy {np.__version__}: it "
+            "refers to np.row_stack, which NumPy 2.5 removed (NVIDIA/numba-cuda#907). "
+            "Install NumPy below 2.5 (pip install 'numpy<2.5'), as sitp[gpu] does."
+        )
+
+
+_check_numpy()
+
+# sitp launches small grids on purpose (a reduction over a few rows, a 0-d result), and
+# numba-cuda warns at every launch of fewer than 128 blocks: 351 warnings in one run of
+# the CUDA tests on an H200. Off, unless the user set NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS.
+if "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS" not in os.environ:
+    for _name in ("numba.cuda.core.config", "numba.core.config"):
+        try:
+            importlib.import_module(_name).CUDA_LOW_OCCUPANCY_WARNINGS = 0
+        except ImportError:
+            pass
 
 
 def simulated() -> bool:

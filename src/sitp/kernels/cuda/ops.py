@@ -36,6 +36,8 @@ from numba import cuda
 from sitp.dtypes import bool_, float64, int64
 from sitp.kernels import layout
 from sitp.kernels import scalar as S
+from sitp.kernels.cuda import gemm as G
+from sitp.kernels.cuda.launch import ceil_div, simulated
 from sitp.kernels.layout import (
     collapse,
     dense,
@@ -273,8 +275,10 @@ def cumsum_rows_k(x, n, out):
 # --8<-- [start:bmm_naive]
 @cuda.jit
 def bmm_k(A, B, C):
-    """C[b] = A[b] @ B[b]: one thread per output entry (b, i, j), any dtype."""
-    b, i, j = cuda.grid(3)
+    """C[b] = A[b] @ B[b]: one thread per output entry (b, i, j), any dtype. Threads of a
+    warp take neighbouring columns j (x, the fastest index of a block), so their loads of
+    B[b, k, j] coalesce and all read one A[b, i, k]."""
+    j, i, b = cuda.grid(3)
     if b < C.shape[0] and i < C.shape[1] and j < C.shape[2]:
         acc = A[b, i, 0] * 0
         for k in range(A.shape[2]):
@@ -635,26 +639,68 @@ def softmax_backward(y, g, dim, log=False):
     return _put_back(out, perm)
 
 
+# The products that go to a rung of the GEMM ladder (section 4.4) rather than bmm_k: float32,
+# at least LADDER_MIN_MACS multiply-adds. Below that a launch costs more than the arithmetic.
+LADDER_MIN_MACS = 1 << 18
+LADDER_BATCH_MAX = 16  # a batch of up to this many products: one ladder launch each
+_SMS = None
+
+
+def gemm_plan(M: int, N: int, K: int) -> tuple[str, dict] | None:
+    """The rung and tiling for one (M, K) @ (K, N) float32 product, or None for bmm_k.
+
+    ``doublebuffer`` (128 x 128 tiles of C, the fastest rung on large squares) when its
+    tiles keep every multiprocessor busy; else ``shared`` (32 x 32 tiles, 16 times as many
+    blocks), which loses less to idle multiprocessors on a small C. Under the simulator no
+    product goes to the ladder unless a test asks (its blocks of 256 Python threads are
+    slow); tests/test_cuda_backend.py runs this path with small tilings.
+    """
+    global _SMS
+    if M * N * K < LADDER_MIN_MACS or simulated():
+        return None
+    if _SMS is None:
+        _SMS = cuda.get_current_device().MULTIPROCESSOR_COUNT
+    if ceil_div(M, 128) * ceil_div(N, 128) >= _SMS:
+        return "doublebuffer", {}
+    return "shared", {}
+
+
 def matmul(a, b):
-    """(..., M, K) @ (..., K, N) with broadcast batch dims, on the device."""
+    """(..., M, K) @ (..., K, N) with broadcast batch dims, on the device.
+
+    When b has no batch of its own (a Linear layer's weight), a's batch folds into M: one
+    (batch*M, K) @ (K, N) product. float32 products large enough run on a rung of the
+    GEMM ladder (gemm_plan); the rest on bmm_k, one thread per output entry.
+    """
+    a, b = _operand(a), _operand(b)  # both on the device
     M, K_ = a._shape[-2:]
     K2, N = b._shape[-2:]
     if K_ != K2:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({M}x{K_} and {K2}x{N})")
     batch = broadcast_shapes(a._shape[:-2], b._shape[:-2])
-    a3 = copy(expanded(a, batch + (M, K_)))
-    b3 = copy(expanded(b, batch + (K_, N)))
-    nb = numel(batch)
     out = _new(batch + (M, N), a.dtype, a)
-    if out._storage.size and K_:
-        A = a3._storage.reshape(nb, M, K_)
-        B = b3._storage.reshape(nb, K_, N)
-        C = out._storage.reshape(nb, M, N)
-        block = (1, 8, 16)
-        grid = (nb, (M + 7) // 8, (N + 15) // 16)
-        bmm_k[grid, block](A, B, C)
-    elif out._storage.size:
+    if not out._storage.size:
+        return out
+    if not K_:
         fill_k[_grid(out._storage.size)](out._storage, 0)
+        return out
+    nb = numel(batch)
+    a3 = _dense(expanded(a, batch + (M, K_)))
+    if numel(b._shape[:-2]) == 1:  # fold the batch into M
+        nb, M = 1, nb * M
+        b3 = _dense(b if len(b._shape) == 2 else reshaped(_dense(b), (K_, N)))
+    else:
+        b3 = _dense(expanded(b, batch + (K_, N)))
+    A = a3._storage[: nb * M * K_].reshape(nb, M, K_)
+    B = b3._storage[: nb * K_ * N].reshape(nb, K_, N)
+    C = out._storage.reshape(nb, M, N)
+    plan = gemm_plan(M, N, K_) if a.dtype.np == np.float32 else None
+    if plan is not None and nb <= LADDER_BATCH_MAX:
+        kernel, tiling = plan
+        for i in range(nb):
+            G.gemm_device(A[i], B[i], C[i], kernel=kernel, **tiling)
+    else:
+        bmm_k[((N + 15) // 16, (M + 7) // 8, nb), (16, 8, 1)](A, B, C)
     return out
 
 
