@@ -3818,6 +3818,548 @@ FIGURES += [
 ]
 
 
+# --- the GPU figures: one run of scripts/gpu_check.sh on an NVIDIA H200 ------------------
+#
+# Its records stay in docs/assets (gpu-h200-*.json, gpu-h200-run.txt, ch06's
+# compile-cuda-h200.json): the pages quote them and no fence reads them, so the package
+# does not ship them (test_figure_data_in_the_docs_is_the_packaged_data leaves them out).
+
+GEMM_RECORD = "ch04/gpu-h200-gemm.json"
+ATTENTION_RECORD = "ch04/gpu-h200-attention.json"
+RUN_RECORD = "ch04/gpu-h200-run.txt"
+COMPILE_CUDA_RECORD = "ch06/compile-cuda-h200.json"
+TRAIN_CONFIGS = ("anchor", "char")  # bench_gpu_train.py's configurations, in the tables' order
+TRAIN_ARMS = ("sitp GPT (fused layers)", "nanoGPT file on sitp", "nanoGPT file on PyTorch")
+LARGE_TILES = ("blocktile2d", "transposed", "warptile", "swizzled")  # 128 x 128 tiles of C
+
+
+def record(name: str):
+    """A GPU record in docs/assets ("ch04/gpu-h200-gemm.json")."""
+    return json.loads((DOCS / "assets" / name).read_text(encoding="utf-8"))
+
+
+def gpu_records() -> dict[str, dict]:
+    """docs/assets' records of runs on a real GPU: every JSON whose "device" names one and
+    that is not marked as simulated, by its path under docs/assets."""
+    found = {}
+    for path in sorted(DOCS.glob("assets/**/*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and "device" in data and not data.get("simulated", False):
+            assert "simulator" not in data["device"], path
+            found[path.relative_to(DOCS / "assets").as_posix()] = data
+    return found
+
+
+def recorded_gpus() -> set[str]:
+    """The GPU models the records name ("H200")."""
+    return {re.search(r"NVIDIA (\S+)", d["device"]).group(1) for d in gpu_records().values()}
+
+
+def gflops(kernel: str, n: int = 4096) -> float:
+    """The H200's GFLOP/s of a rung of 4.4's ladder, or of cuBLAS, at square size ``n``."""
+    data = record(GEMM_RECORD)
+    return data["cublas"][str(n)] if kernel == "cuBLAS" else data["gflops"][kernel][str(n)]
+
+
+def share(kernel: str, n: int = 4096) -> float:
+    """A rung's GFLOP/s as a percentage of cuBLAS's at the same size."""
+    return 100 * gflops(kernel, n) / gflops("cuBLAS", n)
+
+
+def rungs() -> list[str]:
+    return list(record(GEMM_RECORD)["gflops"])
+
+
+def ladder_steps() -> dict[str, float]:
+    """Each rung's GFLOP/s over the rung before it (rungs 2 to 8), N = 4096."""
+    ladder = [k for k in rungs() if k != "swizzled"]
+    return {k: gflops(k) / gflops(prev) for prev, k in zip(ladder, ladder[1:])}
+
+
+def if_true(condition: bool, *values):
+    """``values``, or nan (which no figure matches) when the prose's claim is false."""
+    out_ = values if condition else (math.nan,) * len(values)
+    return out_ if len(out_) > 1 else out_[0]
+
+
+def attention(T: int, key: str) -> float:
+    """4.6's record at length ``T``: seconds (``naive``, ``flash_bwd``, ...) or MiB."""
+    return record(ATTENTION_RECORD)["results"][str(T)][key]
+
+
+def lengths() -> list[int]:
+    return [int(T) for T in record(ATTENTION_RECORD)["results"]]
+
+
+def o_mib(T: int) -> float:
+    """The output O of 4.6's benchmark, (B, H, T, D) float32, in MiB."""
+    data = record(ATTENTION_RECORD)
+    return data["B"] * data["H"] * T * data["D"] * 4 / 2**20
+
+
+def train_arm(config: str, arm: int) -> dict:
+    """bench_gpu_train.py's record of ``config``: arm 0 sitp's GPT, 1 nanoGPT's file on
+    sitp, 2 the file on PyTorch."""
+    result = record(f"ch04/gpu-h200-train-{config}.json")["results"][arm]
+    assert result["arm"] == TRAIN_ARMS[arm], result["arm"]
+    return result
+
+
+def file_ratio(config: str) -> float:
+    """nanoGPT's file on sitp over the same file on PyTorch, ms per step."""
+    return train_arm(config, 1)["ms"] / train_arm(config, 2)["ms"]
+
+
+def compile_cuda(case: str) -> dict:
+    return next(r for r in record(COMPILE_CUDA_RECORD)["results"] if r["case"] == case)
+
+
+def compile_cuda_ratio(case: str) -> float:
+    return compile_cuda(case)["eager_ms"] / compile_cuda(case)["compiled_ms"]
+
+
+def gpu_train_rows() -> list[str]:
+    """4.3's table of the GPU training step (copied on the numbers page), row by row."""
+    rows = []
+    for config in TRAIN_CONFIGS:
+        c = record(f"ch04/gpu-h200-train-{config}.json")["config"]
+        head = (
+            f"| {c['n_layer']} layers, {c['n_head']} heads, width {c['n_embd']}, "
+            f"block {c['block']}, batch {c['batch']} |"
+        )
+        cells = []
+        for arm in range(3):
+            r = train_arm(config, arm)
+            digits = 2 if r["ms"] < 10 else 1 if r["ms"] < 1000 else 0
+            cells.append(
+                "{:,.{d}f} ({:,.{d}f}–{:,.{d}f})".format(
+                    r["ms"], r["ms_min"], r["ms_max"], d=digits
+                )
+            )
+        rows.append(f"{head} {' | '.join(cells)} | {file_ratio(config):.0f} |")
+    return rows
+
+
+def gpu_step_rates() -> tuple[float, ...]:
+    """4.3's fence: the GFLOP/s it prints for each configuration, sitp then PyTorch."""
+    return tuple(
+        float(x.replace(",", ""))
+        for line in re.findall(r"GFLOP a step; (.*)$", printed("ch04/gpu"), re.MULTILINE)
+        for x in re.findall(r"([\d,]+) GFLOP/s", line)
+    )
+
+
+def ladder_blocks(kernel: str) -> tuple[float, ...]:
+    """4.4's fence: the blocks of ``kernel``'s grid at N = 1024, 2048 and 4096."""
+    line = out_text("ch04/gemm-gpu", rf"^{kernel} +(N=.*)$")
+    return tuple(float(b.replace(",", "")) for b in re.findall(r"([\d,]+) blocks", line))
+
+
+def gpu_section() -> str:
+    """The numbers page's section on the GPU."""
+    return page("numbers.md").split("## Kernels on the GPU", 1)[1].split("\n## ", 1)[0]
+
+
+FIGURES += [
+    # 4.4: the ladder on the H200 (its tables are checked in test_the_gpu_scoreboard_...)
+    (
+        "ch04/gemm-gpu.md",
+        r"called through CuPy with TF32 off, which ran at ([\d,]+) GFLOP/s",
+        lambda: gflops("cuBLAS"),
+    ),
+    (
+        "ch04/gemm-gpu.md",
+        r"Its\s+best rung, `doublebuffer`, reaches (\d+\.\d)% of cuBLAS",
+        lambda: if_true(max(rungs(), key=gflops) == "doublebuffer", share("doublebuffer")),
+    ),
+    (
+        "ch04/gemm-gpu.md",
+        r"Rung 3, `shared`, is faster than rung 4 \(([\d,]+) GFLOP/s against ([\d,]+)\)",
+        lambda: if_true(
+            gflops("shared") > gflops("blocktile1d"), gflops("shared"), gflops("blocktile1d")
+        ),
+    ),
+    (
+        "ch04/gemm-gpu.md",
+        r"At \$N = 1024\$ the order changes again: `shared` is the fastest rung \(([\d,]+) GFLOP/s\)",
+        lambda: if_true(
+            max(rungs(), key=lambda k: gflops(k, 1024)) == "shared"
+            and all(gflops(k, 1024) < gflops("blocktile1d", 1024) for k in LARGE_TILES),
+            gflops("shared", 1024),
+        ),
+    ),
+    (
+        "ch04/gemm-gpu.md",
+        r"At \$N = 1024\$ the 128×128 tiles make (\d+) blocks, so at most (\d+) of the (\d+) SMs "
+        r"have work, while rung 3's 32×32 tiles make ([\d,]+)\.",
+        lambda: (
+            ladder_blocks("blocktile2d")[0],
+            ladder_blocks("blocktile2d")[0],
+            grab(page("ch04/gemm-gpu.md"), r"^SMS = (\d+)", "ch04/gemm-gpu.md"),
+            ladder_blocks("shared")[0],
+        ),
+    ),
+    (
+        "ch04/gemm-gpu.md",
+        r"`doublebuffer` loses least \(([\d,]+) GFLOP/s\)",
+        lambda: if_true(
+            all(gflops("doublebuffer", 1024) > gflops(k, 1024) for k in LARGE_TILES),
+            gflops("doublebuffer", 1024),
+        ),
+    ),
+    (
+        "ch04/gemm-gpu.md",
+        r"From \$N = 2048\$ \((\d+) blocks\) the 2-D tiled rungs pass rung 3\.",
+        lambda: if_true(
+            all(
+                gflops(k, n) > gflops("shared", n)
+                for k in LARGE_TILES + ("doublebuffer",)
+                for n in (2048, 4096)
+            ),
+            ladder_blocks("blocktile2d")[1],
+        ),
+    ),
+    (
+        "ch04/gemm-gpu.md",
+        r"also runs slower at \$N = 1024\$: ([\d,]+) GFLOP/s, (\d+)% of its\s+rate at 4096",
+        lambda: (gflops("cuBLAS", 1024), 100 * gflops("cuBLAS", 1024) / gflops("cuBLAS")),
+    ),
+    (
+        "ch04/gemm-gpu.md",
+        r"in\s+sitp's on the H200, (\d\.\d)× \(([\d,]+) GFLOP/s against (\d+) at \$N = 4096\$\)",
+        lambda: (ladder_steps()["coalesced"], gflops("coalesced"), gflops("naive")),
+    ),
+    (
+        "ch04/gemm-gpu.md",
+        r"sitp's rung 3 gains (\d\.\d)× over its rung 2\s+\(([\d,]+) GFLOP/s at \$N = 4096\$\), "
+        r"the largest step of its ladder",
+        lambda: if_true(
+            max(ladder_steps(), key=ladder_steps().get) == "shared",
+            ladder_steps()["shared"],
+            gflops("shared"),
+        ),
+    ),
+    (
+        "ch04/gemm-gpu.md",
+        r"sitp's, on the H200, goes from\s+(\d+\.\d)% to (\d+\.\d)% to (\d+\.\d)%",
+        lambda: (share("shared"), share("blocktile1d"), share("blocktile2d")),
+    ),
+    (
+        "ch04/gemm-gpu.md",
+        r"it gains nothing\s+on the H200: ([\d,]+) GFLOP/s at \$N = 4096\$, against rung 5's ([\d,]+)",
+        lambda: if_true(
+            gflops("transposed") <= gflops("blocktile2d"),
+            gflops("transposed"),
+            gflops("blocktile2d"),
+        ),
+    ),
+    (
+        "ch04/gemm-gpu.md",
+        r"a step of\s+(\d\.\d)× over rung 6, to (\d+\.\d)%",
+        lambda: (ladder_steps()["warptile"], share("warptile")),
+    ),
+    (
+        "ch04/gemm-gpu.md",
+        r"double buffering is\s+sitp's best rung on the H200, a Hopper GPU: ([\d,]+) GFLOP/s at "
+        r"\$N = 4096\$, (\d\.\d) times rung\s+7 and (\d+\.\d)% of cuBLAS",
+        lambda: if_true(
+            max(rungs(), key=gflops) == "doublebuffer",
+            gflops("doublebuffer"),
+            ladder_steps()["doublebuffer"],
+            share("doublebuffer"),
+        ),
+    ),
+    # 4.5: the swizzle on the H200
+    (
+        "ch04/layouts.md",
+        r"At \$N = 4096\$ it ran ([\d,]+) GFLOP/s against `transposed`'s ([\d,]+) and\s+rung 5's "
+        r"([\d,]+), which does not transpose[\s\S]*?at\s+\$N = 2048\$, ([\d,]+) against ([\d,]+); at "
+        r"\$N = 1024\$ it was the slower, ([\d,]+) against ([\d,]+)\.",
+        lambda: (
+            gflops("swizzled"),
+            gflops("transposed"),
+            gflops("blocktile2d"),
+            gflops("swizzled", 2048),
+            gflops("transposed", 2048),
+            *if_true(
+                gflops("swizzled", 1024) < gflops("transposed", 1024),
+                gflops("swizzled", 1024),
+                gflops("transposed", 1024),
+            ),
+        ),
+    ),
+    # 4.6: attention on the H200 (its table: test_the_gpu_attention_table_is_the_record)
+    (
+        "ch04/attention.md",
+        r"The memory is the arithmetic above plus \$O\$, which is (\d+) MiB at \$T = 8192\$: "
+        r"naive's\s+([\d,]+) MiB is ([\d,]+) for \$S\$ and \$P\$ and (\d+) for \$O\$, fused's "
+        r"([\d,]+) is ([\d,]+) and (\d+), and\s+flash's (\d+) MiB is \$O\$ alone",
+        lambda: (
+            o_mib(8192),
+            attention(8192, "naive_mib"),
+            attention(8192, "naive_mib") - o_mib(8192),
+            o_mib(8192),
+            attention(8192, "fused_mib"),
+            attention(8192, "fused_mib") - o_mib(8192),
+            o_mib(8192),
+            if_true(attention(8192, "flash_mib") == o_mib(8192), attention(8192, "flash_mib")),
+        ),
+    ),
+    (
+        "ch04/attention.md",
+        r"Flash attention's forward beats naive at every length\s+measured, from (\d\.\d\d) of "
+        r"its time at \$T = 512\$ to (\d\.\d\d) at 4096 \((\d\.\d\d) at 8192\)",
+        lambda: if_true(
+            all(attention(T, "flash") < attention(T, "naive") for T in lengths()),
+            *(attention(T, "flash") / attention(T, "naive") for T in (512, 4096, 8192)),
+        ),
+    ),
+    (
+        "ch04/attention.md",
+        r"it takes (\d\.\d\d) to (\d\.\d\d) times\s+naive's at every length",
+        lambda: if_true(
+            all(attention(T, "fused") > attention(T, "naive") for T in lengths()),
+            *spread(attention(T, "fused") / attention(T, "naive") for T in lengths()),
+        ),
+    ),
+    (
+        "ch04/attention.md",
+        r"spills registers, takes (\d\.\d) to (\d\.\d) times its forward",
+        lambda: spread(attention(T, "flash_bwd") / attention(T, "flash") for T in lengths()),
+    ),
+    (
+        "ch04/attention.md",
+        r"Ours are (\d+\.\d) to (\d+\.\d) times\s+faster than the naive kernels of this section",
+        lambda: spread(attention(T, "naive") / attention(T, "flash") for T in lengths()),
+    ),
+    (
+        "ch04/attention.md",
+        r"even at\s+\$T = 512\$, where flash runs in (\d\.\d\d) ms against naive's (\d\.\d\d)\.",
+        lambda: (1e3 * attention(512, "flash"), 1e3 * attention(512, "naive")),
+    ),
+    # 4.3: the device's tests and a GPT's training step on it
+    (
+        "ch04/gpu.md",
+        r"the CUDA test files ran in\s+full with the simulator off, the tests marked `gpu` "
+        r"among them: (\d+) passed and (\d+)\s+skipped",
+        lambda: asset(RUN_RECORD, r"^(\d+) passed, (\d+) skipped"),
+    ),
+    (
+        "ch04/gpu.md",
+        r"PyTorch's CUDA build \((\d+)\.(\d+)\.(\d+), TF32 off",
+        lambda: asset(RUN_RECORD, r"^torch (\d+)\.(\d+)\.(\d+)\+"),
+    ),
+    (
+        "ch04/gpu.md",
+        r"\((\d+) rounds of (\d+) steps for the first\s+configuration, (\d+) rounds of (\d+) for "
+        r"the second\)",
+        lambda: tuple(
+            record(f"ch04/gpu-h200-train-{c}.json")[k]
+            for c in TRAIN_CONFIGS
+            for k in ("rounds", "reps")
+        ),
+    ),
+    (
+        "ch04/gpu.md",
+        r"sitp's code is that of e12ec37 \((\d{4})-(\d\d)-(\d\d)\)",
+        lambda: asset(RUN_RECORD, r"H200, (\d{4})-(\d\d)-(\d\d), sitp at e12ec37"),
+    ),
+    (
+        "ch04/gpu.md",
+        r"sitp's eager training on this GPU is (\d+) to (\d+) times slower than PyTorch's",
+        lambda: tuple(file_ratio(c) for c in TRAIN_CONFIGS),
+    ),
+    (
+        "ch04/gpu.md",
+        r"eager step of the first configuration takes (\d+\.\d) ms on two threads of a 2-core "
+        r"Intel\s+Xeon, against the H200's (\d+\.\d)\.",
+        lambda: if_true(
+            train_ms("gpt", "eager", "2", TRAIN_INTEL_2T) < train_arm("anchor", 0)["ms"],
+            train_ms("gpt", "eager", "2", TRAIN_INTEL_2T),
+            train_arm("anchor", 0)["ms"],
+        ),
+    ),
+    (
+        "ch04/gpu.md",
+        r"not the tuned rungs that run up to ([\d,]+) GFLOP/s",
+        lambda: max(gflops(k) for k in rungs()),
+    ),
+    (
+        "ch04/gpu.md",
+        r"\(dict\(n_layer=4, n_embd=128, block=64, batch=12\), (\d+\.\d), (\d\.\d\d)\)",
+        lambda: (train_arm("anchor", 1)["ms"], train_arm("anchor", 2)["ms"]),
+    ),
+    (
+        "ch04/gpu.md",
+        r"\(dict\(n_layer=6, n_embd=384, block=256, batch=64\), (\d+\.\d), (\d+\.\d\d)\)",
+        lambda: (train_arm("char", 1)["ms"], train_arm("char", 2)["ms"]),
+    ),
+    (
+        "ch04/gpu.md",
+        r"PyTorch's step sustains ([\d,]+) GFLOP/s, (\d+)% of cuBLAS's rate on a\s+square "
+        r"product of 4096 in section 4\.4; sitp's sustains (\d+) GFLOP/s, (\d+)% of the\s+"
+        r"ladder's `naive` rung",
+        lambda: (
+            gpu_step_rates()[3],
+            100 * gpu_step_rates()[3] / gflops("cuBLAS"),
+            gpu_step_rates()[2],
+            100 * gpu_step_rates()[2] / gflops("naive"),
+        ),
+    ),
+    (
+        "ch04/gpu.md",
+        r"trains the\s+GPT of \[section 3\.5\]\(\.\./ch03/gpt\.md\) \((\d) layers, width (\d+), "
+        r"where the first\s+configuration has (\d+)\)",
+        lambda: (
+            gpt_defaults().n_layer,
+            gpt_defaults().n_embd,
+            record("ch04/gpu-h200-train-anchor.json")["config"]["n_embd"],
+        ),
+    ),
+    (
+        "ch04/gpu.md",
+        r"at (\d\.\d) steps a second, evaluations\s+included, against (\d\.\d) for the first "
+        r"configuration's step, and ends at a test loss of\s+(\d\.\d+)\. At these sizes even "
+        r"PyTorch sustains only ([\d,]+) GFLOP/s\.",
+        lambda: (
+            asset(RUN_RECORD, r"\((\d\.\d) steps/s,"),
+            1e3 / train_arm("anchor", 0)["ms"],
+            asset(RUN_RECORD, r"^test loss (\d\.\d+)"),
+            gpu_step_rates()[1],
+        ),
+    ),
+    (
+        "ch04/gpu.md",
+        r"runs\s+a chain of six pointwise operations (\d\.\d\d) times faster than eager",
+        lambda: compile_cuda_ratio("pointwise"),
+    ),
+    (
+        "ch04/gpu.md",
+        r"Its `matmul` sends a float32 product of at least\s+\$2\^\{(\d+)\}\$ multiply-adds",
+        lambda: grab(
+            (ROOT / "src" / "sitp" / "kernels" / "cuda" / "ops.py").read_text(encoding="utf-8"),
+            r"^LADDER_MIN_MACS = 1 << (\d+)$",
+            "src/sitp/kernels/cuda/ops.py",
+        ),
+    ),
+    # chapter 4's opening, against the records
+    (
+        "ch04/index.md",
+        r"the best rung\s+of the GEMM ladder reaches (\d+\.\d)% of cuBLAS at \$N = 4096\$, flash "
+        r"attention's forward\s+takes (\d\.\d\d) of naive attention's time at \$T = 512\$ and "
+        r"(\d\.\d\d) at 4096, and a GPT's eager\s+training step on the device is (\d+) to (\d+) "
+        r"times slower than PyTorch's",
+        lambda: (
+            max(share(k) for k in rungs()),
+            attention(512, "flash") / attention(512, "naive"),
+            attention(4096, "flash") / attention(4096, "naive"),
+            *(file_ratio(c) for c in TRAIN_CONFIGS),
+        ),
+    ),
+    # 6.3: eager against compiled CUDA
+    (
+        "ch06/codegen.md",
+        r"on a GPU \(each arm warmed, (\d+) rounds of (\d+) calls, the median",
+        lambda: (record(COMPILE_CUDA_RECORD)["rounds"], record(COMPILE_CUDA_RECORD)["reps"]),
+    ),
+    (
+        "ch06/codegen.md",
+        r"on a (\d+)×(\d+)\s+tensor, `\(\(x - b\)[^`]*`, takes (\d\.\d+) ms eager and (\d\.\d+) "
+        r"ms\s+compiled, (\d\.\d\d) times faster, as (\w+) generated kernel\. A small MLP's "
+        r"training step\s+\(batch (\d+), (\d+)-(\d+)-(\d+), [\s\S]*?\) takes (\d\.\d+) ms eager and "
+        r"(\d\.\d+) ms compiled, (\d\.\d\d) times faster, with (\w+)\s+generated kernels",
+        lambda: (
+            *map(float, compile_cuda("pointwise")["size"].split("x")),
+            compile_cuda("pointwise")["eager_ms"],
+            compile_cuda("pointwise")["compiled_ms"],
+            compile_cuda_ratio("pointwise"),
+            compile_cuda("pointwise")["kernels"],
+            *map(float, re.findall(r"\d+", compile_cuda("step")["size"])),
+            compile_cuda("step")["eager_ms"],
+            compile_cuda("step")["compiled_ms"],
+            compile_cuda_ratio("step"),
+            compile_cuda("step")["kernels"],
+        ),
+    ),
+    (
+        "ch06/codegen.md",
+        r"equal eager's exactly \(the largest difference is (\d)\)",
+        lambda: max(compile_cuda(c)["max_abs_diff"] for c in ("pointwise", "step")),
+    ),
+    # the numbers page's section on the GPU
+    (
+        "numbers.md",
+        r"NVIDIA H200 \(driver (\d+)\.(\d+)\.(\d+), ([\d,]+) MiB;\s+Python (\d)\.(\d+)\.(\d+), "
+        r"numba (\d)\.(\d+)\.(\d), numba-cuda (\d)\.(\d+)\.(\d), NumPy (\d)\.(\d)\.(\d), "
+        r"PyTorch (\d)\.(\d+)\.(\d)\+cu130\),\s+(\d{4})-(\d\d)-(\d\d), sitp at e12ec37",
+        lambda: (
+            *asset(RUN_RECORD, r"^NVIDIA H200, (\d+)\.(\d+)\.(\d+), \d+ MHz, (\d+) MiB$"),
+            *asset(
+                RUN_RECORD, r"^(\d)\.(\d+)\.(\d+) numba (\d)\.(\d+)\.(\d) numpy (\d)\.(\d)\.(\d)$"
+            )[:6],
+            *asset(RUN_RECORD, r"^numba-cuda (\d)\.(\d+)\.(\d)$"),
+            *asset(
+                RUN_RECORD, r"^(\d)\.(\d+)\.(\d+) numba (\d)\.(\d+)\.(\d) numpy (\d)\.(\d)\.(\d)$"
+            )[6:],
+            *asset(RUN_RECORD, r"^torch (\d)\.(\d+)\.(\d)\+cu130"),
+            *asset(RUN_RECORD, r"H200, (\d{4})-(\d\d)-(\d\d), sitp at e12ec37"),
+        ),
+    ),
+    (
+        "numbers.md",
+        r"simulator off: (\d+) passed, (\d+) skipped\.",
+        lambda: asset(RUN_RECORD, r"^(\d+) passed, (\d+) skipped"),
+    ),
+    (
+        "numbers.md",
+        r"trained 3\.5's GPT on the census\s+names at (\d\.\d) steps/s \(evaluations included\), "
+        r"test loss (\d\.\d+)\.",
+        lambda: (
+            asset(RUN_RECORD, r"\((\d\.\d) steps/s,"),
+            asset(RUN_RECORD, r"^test loss (\d\.\d+)"),
+        ),
+    ),
+    (
+        "numbers.md",
+        r"a chain of six pointwise operations on (\d+)×(\d+),\s+(\d\.\d+) ms eager and "
+        r"(\d\.\d+) ms compiled \((\d\.\d\d) times faster, (\w+) generated kernel\); an\s+MLP's "
+        r"training step \(batch (\d+), (\d+)-(\d+)-(\d+)\), (\d\.\d+) ms eager and (\d\.\d+) ms "
+        r"compiled\s+\((\d\.\d\d) times faster, (\w+) generated kernels\)",
+        lambda: (
+            *map(float, compile_cuda("pointwise")["size"].split("x")),
+            compile_cuda("pointwise")["eager_ms"],
+            compile_cuda("pointwise")["compiled_ms"],
+            compile_cuda_ratio("pointwise"),
+            compile_cuda("pointwise")["kernels"],
+            *map(float, re.findall(r"\d+", compile_cuda("step")["size"])),
+            compile_cuda("step")["eager_ms"],
+            compile_cuda("step")["compiled_ms"],
+            compile_cuda_ratio("step"),
+            compile_cuda("step")["kernels"],
+        ),
+    ),
+    (
+        "numbers.md",
+        r"float32, \$B = (\d+)\$, \$H = (\d+)\$, \$D = (\d+)\$, not causal:",
+        lambda: tuple(record(ATTENTION_RECORD)[k] for k in ("B", "H", "D")),
+    ),
+    (
+        "ch04/attention.md",
+        r"On an NVIDIA H200, float32, \$B = (\d+)\$, \$H = (\d+)\$, \$D = (\d+)\$, not causal,",
+        lambda: if_true(
+            not record(ATTENTION_RECORD)["causal"],
+            *(record(ATTENTION_RECORD)[k] for k in ("B", "H", "D")),
+        ),
+    ),
+]
+
+
+def gpt_defaults():
+    from sitp.models.gpt import GPTConfig  # late: the package, for its defaults
+
+    return GPTConfig()
+
+
 def tool_tokenizer():
     """The chat tokenizer over bytes with the tool tokens (8.2)."""
     from sitp.data.tokens import ByteTokenizer  # late: the package, for a few ids
@@ -3890,8 +4432,11 @@ def test_a_line_that_cites_a_measuring_section_quotes_it():
 
 
 def test_figure_data_in_the_docs_is_the_packaged_data():
-    """docs/assets keeps copies of the recorded runs that sitp.examples ships: the same."""
-    copies = sorted(DOCS.glob("assets/**/*.json"))
+    """docs/assets keeps copies of the recorded runs that sitp.examples ships: the same.
+    The records of a lent GPU (gpu_records) are the exception: pages quote them, no fence
+    reads them, and they stay in docs/assets only."""
+    device_runs = {DOCS / "assets" / name for name in gpu_records()}
+    copies = sorted(set(DOCS.glob("assets/**/*.json")) - device_runs)
     assert copies
     for copy in copies:
         original = EXAMPLES / copy.name
@@ -3936,6 +4481,9 @@ def figure_quotes():
             vs.replace("-", "−") + f"| {statistics.median(ablation(option, 'ms_per_step')):.0f}",
         ]
         yield ["ch05/modern-gpt.md"], "| " + " | ".join(cells) + " |", ABLATION
+    # 4.3's GPU training step on the H200, copied on the numbers page
+    for row in gpu_train_rows():
+        yield ["ch04/gpu.md", "numbers.md"], row, "gpu-h200-train-*.json"
 
 
 @pytest.mark.parametrize(
@@ -4070,8 +4618,19 @@ def test_a_verdict_in_prose_matches_its_data(name, pattern, want):
 
 def gpu_timed() -> bool:
     """Whether the numbers page reports GPU timings of the book's kernels."""
-    section = page("numbers.md").split("## Kernels on the GPU", 1)[1].split("\n## ", 1)[0]
-    return "**Not yet measured.**" not in section
+    return "**Not yet measured.**" not in gpu_section()
+
+
+def test_gpu_timings_are_the_records_the_numbers_page_names():
+    """The numbers page reports GPU timings exactly when docs/assets holds a GPU's records,
+    and then names each record and the device it ran on."""
+    records = gpu_records()
+    assert gpu_timed() == bool(records), sorted(records)
+    section = gpu_section()
+    for name, data in records.items():
+        assert name.rsplit("/", 1)[1] in section, f"the numbers page does not name {name}"
+        model = re.search(r"NVIDIA \S+", data["device"]).group()
+        assert model in section, f"the numbers page does not name {model} ({name})"
 
 
 GPU_CLAIMS = [
@@ -4079,12 +4638,28 @@ GPU_CLAIMS = [
     r"timings? (come|comes) from a (real )?GPU",
     r"measured on (a|an|the|one) (real )?(GPU|A100|H100|H200|A6000)",
     r"\bour (GPU )?(timings|measurements) on",
+    r"\bspeeds? (come|comes) from",
 ]
+GPU_MODELS = r"\b(A100|H100|H200|A6000|V100|L4|GH200|B200)\b"
+NOT_YET = re.compile(
+    r"not\s+yet\s+measured|\b(none|no\s+\w+)(\s+of\s+the\s+book's\s+kernels)?\s+has\s+been\s+"
+    r"timed\s+on\s+a\s+GPU|no\s+GPU\s+has\s+run",
+    re.IGNORECASE,
+)
 
 
-def test_no_page_claims_gpu_timings_the_numbers_page_does_not_have():
-    if gpu_timed():
-        pytest.skip("the numbers page reports GPU timings")
+def paragraph_at(text: str, pos: int) -> str:
+    start = text.rfind("\n\n", 0, pos)
+    end = text.find("\n\n", pos)
+    return text[start + 1 : end if end >= 0 else len(text)]
+
+
+def test_a_page_claims_gpu_timings_only_from_a_recorded_gpu():
+    """A claim that the book's kernels were timed on a GPU names, in its paragraph, a GPU of
+    which docs/assets holds records, and names no other GPU as measured; with no records,
+    no page claims a GPU timing. (Published figures say "published", "reports" or name
+    their author instead.)"""
+    recorded = recorded_gpus()
     claim = re.compile("|".join(c.replace(" ", r"\s+") for c in GPU_CLAIMS), re.IGNORECASE)
     problems = []
     for path in sorted(DOCS.rglob("*.md")):
@@ -4093,24 +4668,90 @@ def test_no_page_claims_gpu_timings_the_numbers_page_does_not_have():
             before = text[max(0, m.start() - 40) : m.start()].lower()
             if re.search(r"\bnot( yet)?\s*$|\bnever\s*$", before):
                 continue  # "not yet measured on a GPU"
-            line = text.count("\n", 0, m.start()) + 1
-            problems.append(f"{path.relative_to(ROOT).as_posix()}:{line}: {m.group()!r}")
-    assert not problems, "the numbers page says no GPU timing exists:\n" + "\n".join(problems)
+            where = f"{path.relative_to(ROOT).as_posix()}:{text.count(chr(10), 0, m.start()) + 1}"
+            named = set(re.findall(GPU_MODELS, m.group()))
+            if named - recorded:
+                problems.append(f"{where}: {m.group()!r}: no record of {named - recorded}")
+            elif not any(g in paragraph_at(text, m.start()) for g in recorded):
+                problems.append(f"{where}: {m.group()!r} names no recorded GPU")
+    assert not problems, "\n".join(problems)
 
 
-def test_the_gpu_scoreboard_agrees_with_the_numbers_page():
-    """4.4's sitp column is 'not yet measured' exactly while the numbers page says so."""
-    rows = [
-        line
-        for line in page("ch04/gemm-gpu.md").splitlines()
-        if re.match(r"\| \d+s? \| `\w+`", line)
+def test_no_page_says_not_yet_measured_what_a_record_measured():
+    """While docs/assets holds a GPU's records, no page says that the GPU kernels are
+    untimed (what a new change leaves untimed is said as such: "has not been timed")."""
+    if not gpu_records():
+        pytest.skip("no GPU records: 'not yet measured' is the truth")
+    problems = [
+        f"{path.relative_to(ROOT).as_posix()}:{text.count(chr(10), 0, m.start()) + 1}: "
+        f"{m.group()!r}"
+        for path in sorted(DOCS.rglob("*.md"))
+        for text in [path.read_text(encoding="utf-8")]
+        for m in NOT_YET.finditer(text)
     ]
+    assert not problems, "\n".join(problems)
+
+
+def table_rows(text: str, section: str) -> list[list[str]]:
+    """The cells of the rows of the table between ``[start:section]`` and
+    ``[end:section]`` in ``text``, its header and rule left out."""
+    body = text.split(f"--8<-- [start:{section}]", 1)[1].split(f"--8<-- [end:{section}]", 1)[0]
+    lines = [line for line in body.splitlines() if line.startswith("|")][2:]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+
+
+def test_the_gpu_scoreboard_is_the_record():
+    """4.4's scoreboard: its sitp columns are the H200's record at N = 4096, and the table of
+    the three sizes (which the numbers page includes) is the record, cell by cell; with no
+    record, every sitp cell says 'not yet measured'."""
+    text = page("ch04/gemm-gpu.md")
+    rows = [line for line in text.splitlines() if re.match(r"\| \d+s? \| `\w+`", line)]
     assert len(rows) >= 8
-    cells = [row.split("|")[5].strip() for row in rows]
-    if gpu_timed():
-        assert not any("not yet measured" in c for c in cells), cells
-    else:
+    if not gpu_timed():
+        cells = [row.split("|")[5].strip() for row in rows]
         assert all(c.startswith("not yet measured") for c in cells), cells
+        return
+    wrong = []
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        kernel = re.match(r"`(\w+)`", cells[1]).group(1)
+        want = (gflops(kernel), share(kernel))
+        for got, value in zip((cells[4], cells[5].rstrip("%")), want):
+            if not agrees(got, value):
+                wrong.append(f"{kernel}: {got}, the record says {value:.6g}")
+    assert sorted(re.match(r"\| \d+s? \| `(\w+)`", row).group(1) for row in rows) == sorted(rungs())
+    sizes = (1024, 2048, 4096)
+    table = table_rows(text, "h200")
+    assert [r[0].strip("`") for r in table] == rungs() + ["cuBLAS (CuPy)"]
+    for cells in table:
+        kernel = "cuBLAS" if cells[0].startswith("cuBLAS") else cells[0].strip("`")
+        for i, n in enumerate(sizes):
+            for got, value in zip(
+                cells[1 + 2 * i : 3 + 2 * i], (gflops(kernel, n), share(kernel, n))
+            ):
+                if not agrees(got.rstrip("%"), value):
+                    wrong.append(f"{kernel}, N={n}: {got}, the record says {value:.6g}")
+    assert not wrong, "\n".join(wrong)
+    assert '--8<-- "docs/ch04/gemm-gpu.md:h200"' in gpu_section()
+
+
+def test_the_gpu_attention_table_is_the_record():
+    """4.6's table (which the numbers page includes) is the H200's record, cell by cell."""
+    table = table_rows(page("ch04/attention.md"), "h200")
+    assert [int(r[0]) for r in table] == lengths()
+    wrong = []
+    for cells in table:
+        T = int(cells[0])
+        want = [1e3 * attention(T, k) for k in ("naive", "fused", "flash", "flash_bwd")]
+        want += [attention(T, k + "_mib") for k in ("naive", "fused", "flash")]
+        want.append(attention(T, "flash") / attention(T, "naive"))
+        wrong += [
+            f"T={T}, column {i + 2}: {got}, the record says {value:.6g}"
+            for i, (got, value) in enumerate(zip(cells[1:], want))
+            if not agrees(got, value)
+        ]
+    assert len(table[0]) == 9 and not wrong, "\n".join(wrong)
+    assert '--8<-- "docs/ch04/attention.md:h200"' in gpu_section()
 
 
 def test_the_launch_cost_cites_its_source():
