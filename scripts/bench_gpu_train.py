@@ -16,6 +16,11 @@ the figure is the median per-step time, with the range of the rounds. Arithmetic
 float32 everywhere; PyTorch runs with its defaults (TF32 off for matrix products).
 ``--smoke`` runs tiny sizes under numba's CUDA simulator, as a check that the script
 works; its times are not a GPU's.
+
+``--launches`` (under the simulator, ``NUMBA_ENABLE_CUDASIM=1``) counts the kernel launches
+of one training step of sitp's GPT at the anchor's depth (4 layers, 4 heads, a tiny width
+and batch: the count does not depend on them), by kernel: what a step costs a GPU in
+launches, each a trip through numba's dispatcher in Python.
 """
 
 from __future__ import annotations
@@ -36,7 +41,12 @@ CONFIGS = {
     "smoke": dict(n_layer=1, n_head=2, n_embd=8, block=8, batch=2, vocab=11),
 }
 MODEL_FILE = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "..", "src", "sitp", "examples", "torch_style_gpt.py"
+    os.path.dirname(os.path.abspath(__file__)),
+    "..",
+    "src",
+    "sitp",
+    "examples",
+    "torch_style_gpt.py",
 )
 
 
@@ -99,14 +109,49 @@ def arm(lib, which, cfg, tokens):
     return step
 
 
+def count_launches() -> None:
+    """Launches of one GPT training step, by kernel (the simulator's kernels counted when
+    configured, ``kernel[grid, block]``); the step is warmed twice first."""
+    import collections
+
+    from numba.cuda.simulator import kernel as K
+
+    import sitp
+
+    counts = collections.Counter()
+    configure = K.FakeCUDAKernel.__getitem__
+
+    def counted(self, config):
+        counts[self.fn.__name__] += 1
+        return configure(self, config)
+
+    K.FakeCUDAKernel.__getitem__ = counted
+    cfg = dict(n_layer=4, n_head=4, n_embd=8, block=4, batch=1, vocab=11)
+    step = arm(sitp, "own", cfg, np.random.default_rng(0).integers(0, 11, (1, 5)))
+    step()
+    step()
+    counts.clear()
+    step()
+    print(f"launches in one training step of sitp's GPT ({cfg}): {sum(counts.values())}")
+    for name, n in counts.most_common():
+        print(f"  {name:<28}{n:>6}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", choices=("char", "anchor"), default="char")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--launches", action="store_true", help="count a step's launches (simulator)")
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.launches:
+        import sitp
+
+        if not sitp.cuda.is_simulated():
+            raise SystemExit("bench_gpu_train --launches: set NUMBA_ENABLE_CUDASIM=1")
+        return count_launches()
 
     import sitp
     from sitp.bench.gpu import device_name
@@ -167,8 +212,14 @@ def main() -> None:
             f"{tokens_per_step / med:>12,.0f}{ref / med:>10.2f}"
         )
         rows.append(
-            dict(arm=label, ms=1e3 * med, ms_min=1e3 * min(ts), ms_max=1e3 * max(ts),
-                 tokens_per_s=tokens_per_step / med, first_loss=first[label])  # fmt: skip
+            dict(
+                arm=label,
+                ms=1e3 * med,
+                ms_min=1e3 * min(ts),
+                ms_max=1e3 * max(ts),
+                tokens_per_s=tokens_per_step / med,
+                first_loss=first[label],
+            )  # fmt: skip
         )
     if simulated:
         print("(simulator times: Python threads, not a GPU; not figures to quote)")

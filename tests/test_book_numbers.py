@@ -3897,6 +3897,21 @@ def o_mib(T: int) -> float:
     return data["B"] * data["H"] * T * data["D"] * 4 / 2**20
 
 
+def launch_counts() -> tuple[float, float, float, float]:
+    """docs/assets/ch04/gpu-launches.txt: a GPT step's launches before the backend's
+    changes, the zip_k + assign_k + map_k among them, the launches after, adam_k's."""
+    text = (DOCS / "assets" / "ch04" / "gpu-launches.txt").read_text(encoding="utf-8")
+    before, after = text.split("# after:")
+    total = r"launches in one training step of sitp's GPT \(.*\): (\d+)$"
+
+    def kernel(part, name):
+        return grab(part, rf"^  {name} +(\d+)$", "gpu-launches.txt")
+
+    composed = sum(kernel(before, k) for k in ("zip_k", "assign_k", "map_k"))
+    w = "gpu-launches.txt"
+    return grab(before, total, w), composed, grab(after, total, w), kernel(after, "adam_k")
+
+
 def train_arm(config: str, arm: int) -> dict:
     """bench_gpu_train.py's record of ``config``: arm 0 sitp's GPT, 1 nanoGPT's file on
     sitp, 2 the file on PyTorch."""
@@ -4138,6 +4153,13 @@ FIGURES += [
         lambda: (1e3 * attention(512, "flash"), 1e3 * attention(512, "naive")),
     ),
     # 4.3: the device's tests and a GPT's training step on it
+    (
+        "ch04/gpu.md",
+        r"counts ([\d,]+) launches in one training step of the 4-layer GPT at e12ec37, "
+        r"([\d,]+) of them\s+`zip_k`, `assign_k` and `map_k` \(most of those the optimizer's\), "
+        r"and (\d+) with the\s+changes, (\d+) of them AdamW's one kernel",
+        lambda: launch_counts(),
+    ),
     (
         "ch04/gpu.md",
         r"the CUDA test files ran in\s+full with the simulator off, the tests marked `gpu` "
