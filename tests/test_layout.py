@@ -31,6 +31,7 @@ PACKAGE = SRC / "sitp"
 #: only some calls need. ``sitp.kernels.cuda`` (the device backend) imports numba.cuda.
 LATE_ALLOWED = (
     "numba.cuda",
+    "numba_cuda",  # optional: without it numba's own CUDA target answers
     "sitp.kernels.cuda",
     "matplotlib",
     "torch",

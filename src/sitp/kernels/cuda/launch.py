@@ -19,9 +19,10 @@ def _check_numpy() -> None:
     if config.ENABLE_CUDASIM or hasattr(np, "row_stack"):
         return
     try:
-        from numba_cuda import __version__ as version
+        import numba_cuda  # late: optional (numba.cuda may be numba's own)
     except ImportError:
         return
+    version = numba_cuda.__version__
     if tuple(int(p) for p in version.split(".")[:3] if p.isdigit()) <= (0, 30, 4):
         raise ImportError(
             f"numba-cuda {version} cannot compile kernels with NumPy {np.__version__}: it "
