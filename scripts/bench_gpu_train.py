@@ -27,44 +27,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import runpy
 import statistics
-import sys
 import time
 
 import numpy as np
+from plain_torch_bench import _load_torch_style_gpt
 
 CONFIGS = {
     "char": dict(n_layer=6, n_head=6, n_embd=384, block=256, batch=64, vocab=65),
     "anchor": dict(n_layer=4, n_head=4, n_embd=128, block=64, batch=12, vocab=65),
     "smoke": dict(n_layer=1, n_head=2, n_embd=8, block=8, batch=2, vocab=11),
 }
-MODEL_FILE = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)),
-    "..",
-    "src",
-    "sitp",
-    "examples",
-    "torch_style_gpt.py",
-)
-
-
-def _model_file(lib):
-    """nanoGPT-style model file's namespace, executed with ``lib`` as ``torch``."""
-    if lib.__name__ == "torch":
-        return runpy.run_path(MODEL_FILE)
-    names = {"torch": lib, "torch.nn": lib.nn, "torch.nn.functional": lib.nn.functional}
-    saved = {k: sys.modules.get(k) for k in names}
-    sys.modules.update(names)
-    try:
-        return runpy.run_path(MODEL_FILE)
-    finally:
-        for k, m in saved.items():
-            if m is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = m
 
 
 def arm(lib, which, cfg, tokens):
@@ -83,7 +56,7 @@ def arm(lib, which, cfg, tokens):
             )
         )
     else:
-        ns = _model_file(lib)
+        ns = _load_torch_style_gpt(lib.__name__)  # nanoGPT's model file, lib as torch
         conf = ns["GPTConfig"](
             block_size=cfg["block"],
             vocab_size=cfg["vocab"],

@@ -3912,6 +3912,17 @@ def launch_counts() -> tuple[float, float, float, float]:
     return grab(before, total, w), composed, grab(after, total, w), kernel(after, "adam_k")
 
 
+def compile_cuda_figures() -> tuple:
+    """6.3's two compiled-CUDA cases as the pages quote them: the pointwise chain's size,
+    eager and compiled ms, ratio and kernels, then the MLP step's sizes and the same."""
+    out_ = []
+    for case in ("pointwise", "step"):
+        r = compile_cuda(case)
+        out_ += [*map(float, re.findall(r"\d+", r["size"])), r["eager_ms"], r["compiled_ms"]]
+        out_ += [compile_cuda_ratio(case), r["kernels"]]
+    return tuple(out_)
+
+
 def train_arm(config: str, arm: int) -> dict:
     """bench_gpu_train.py's record of ``config``: arm 0 sitp's GPT, 1 nanoGPT's file on
     sitp, 2 the file on PyTorch."""
@@ -4290,18 +4301,7 @@ FIGURES += [
         r"ms\s+compiled, (\d\.\d\d) times faster, as (\w+) generated kernel\. A small MLP's "
         r"training step\s+\(batch (\d+), (\d+)-(\d+)-(\d+), [\s\S]*?\) takes (\d\.\d+) ms eager and "
         r"(\d\.\d+) ms compiled, (\d\.\d\d) times faster, with (\w+)\s+generated kernels",
-        lambda: (
-            *map(float, compile_cuda("pointwise")["size"].split("x")),
-            compile_cuda("pointwise")["eager_ms"],
-            compile_cuda("pointwise")["compiled_ms"],
-            compile_cuda_ratio("pointwise"),
-            compile_cuda("pointwise")["kernels"],
-            *map(float, re.findall(r"\d+", compile_cuda("step")["size"])),
-            compile_cuda("step")["eager_ms"],
-            compile_cuda("step")["compiled_ms"],
-            compile_cuda_ratio("step"),
-            compile_cuda("step")["kernels"],
-        ),
+        compile_cuda_figures,
     ),
     (
         "ch06/codegen.md",
@@ -4347,18 +4347,7 @@ FIGURES += [
         r"(\d\.\d+) ms compiled \((\d\.\d\d) times faster, (\w+) generated kernel\); an\s+MLP's "
         r"training step \(batch (\d+), (\d+)-(\d+)-(\d+)\), (\d\.\d+) ms eager and (\d\.\d+) ms "
         r"compiled\s+\((\d\.\d\d) times faster, (\w+) generated kernels\)",
-        lambda: (
-            *map(float, compile_cuda("pointwise")["size"].split("x")),
-            compile_cuda("pointwise")["eager_ms"],
-            compile_cuda("pointwise")["compiled_ms"],
-            compile_cuda_ratio("pointwise"),
-            compile_cuda("pointwise")["kernels"],
-            *map(float, re.findall(r"\d+", compile_cuda("step")["size"])),
-            compile_cuda("step")["eager_ms"],
-            compile_cuda("step")["compiled_ms"],
-            compile_cuda_ratio("step"),
-            compile_cuda("step")["kernels"],
-        ),
+        compile_cuda_figures,
     ),
     (
         "numbers.md",
