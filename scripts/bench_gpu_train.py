@@ -1,5 +1,6 @@
-"""A GPT training step on a GPU: sitp's own GPT (its fused GPU layers), nanoGPT's model
-file run with sitp bound to the name ``torch``, and the same file on PyTorch's CUDA build.
+"""A GPT training step on a GPU: sitp's own GPT (its fused GPU layers), eager and through
+``sitp.compile``, nanoGPT's model file run with sitp bound to the name ``torch``, and the
+same file on PyTorch's CUDA build.
 
 Usage::
 
@@ -41,9 +42,11 @@ CONFIGS = {
 
 
 def arm(lib, which, cfg, tokens):
-    """One training step per call, on the GPU, of ``which`` ('own' or 'file')."""
+    """One training step per call, on the GPU, of ``which``: 'own' (sitp's GPT),
+    'compiled' (the same, its forward and backward through ``sitp.compile`` as
+    ``sitp train --compile`` runs them) or 'file' (nanoGPT's model file)."""
     lib.manual_seed(0)
-    if which == "own":
+    if which in ("own", "compiled"):
         from sitp.models.gpt import GPT, GPTConfig
 
         model = GPT(
@@ -79,7 +82,21 @@ def arm(lib, which, cfg, tokens):
         opt.step()
         return loss
 
-    return step
+    if which != "compiled":
+        return step
+    from sitp.train.trainer import compile_step
+
+    compiled = compile_step(model)
+    state = list(model.parameters()) + [b for b in model.buffers() if b is not None]
+    one = lib.tensor(1.0, device="cuda")
+
+    def compiled_step():
+        opt.zero_grad(set_to_none=True)
+        loss = compiled(x, y, one, state)
+        opt.step()
+        return loss
+
+    return compiled_step
 
 
 def count_launches() -> None:
@@ -141,6 +158,7 @@ def main() -> None:
 
     arms = {
         "sitp GPT (fused layers)": (arm(sitp, "own", cfg, tokens), sitp.cuda.synchronize),
+        "sitp GPT, sitp.compile": (arm(sitp, "compiled", cfg, tokens), sitp.cuda.synchronize),
         "nanoGPT file on sitp": (arm(sitp, "file", cfg, tokens), sitp.cuda.synchronize),
     }
     try:
