@@ -355,3 +355,39 @@ def test_numpy_without_row_stack_is_a_clear_error_before_any_kernel(monkeypatch)
         launch._check_numpy()
     monkeypatch.setattr(numba_cuda, "__version__", "0.31.0")  # a release that may fix it
     launch._check_numpy()
+
+
+def test_reducing_leading_dims_reads_columns_in_place_and_matches_the_row_path(monkeypatch):
+    """A contiguous tensor reduced over its leading dims (a bias's gradient) goes to
+    reduce_cols_k, one launch and no transposed copy; it gives the bits of the row path
+    (the same entries in the same order, the same float64 accumulator) for every op."""
+    from sitp.kernels.cuda import ops as cuda_ops
+
+    x_np = _x(3, 5, 7)
+    x_np[1, 2, 3] = 0.0  # for all()
+    x = sitp.tensor(x_np, device="cuda")
+    launched = []
+    for name in ("reduce_cols_k", "reduce_rows_k", "assign_k"):
+        real = getattr(cuda_ops, name)
+        monkeypatch.setattr(
+            cuda_ops,
+            name,
+            type(
+                "K", (), {"__getitem__": lambda s, c, n=name, k=real: launched.append(n) or k[c]}
+            )(),
+        )
+    got = x.sum((0, 1))
+    assert launched == ["reduce_cols_k"]  # no copy before, no dtype conversion after
+    monkeypatch.undo()
+    xt = x.permute(2, 0, 1).contiguous()  # the same columns as rows: the row path
+    assert got.cpu().numpy().tobytes() == xt.sum((1, 2)).cpu().numpy().tobytes()
+    x2, x2_cpu = x.reshape(15, 7), sitp.tensor(x_np).reshape(15, 7)
+    for name in ("sum", "prod", "amax", "amin", "mean"):
+        cols = getattr(x2, name)(0)
+        rows = getattr(x2.t().contiguous(), name)(1)
+        assert cols.cpu().numpy().tobytes() == rows.cpu().numpy().tobytes(), name
+        same(cols, getattr(x2_cpu, name)(0), rtol=1e-5, atol=1e-6)
+    b = sitp.tensor(x_np != 0, device="cuda")
+    same(b.all(0), sitp.tensor(x_np != 0).all(0))
+    same(b.any(0), sitp.tensor(x_np != 0).any(0))
+    same(x.sum(0, keepdim=True), sitp.tensor(x_np).sum(0, keepdim=True), rtol=1e-6, atol=1e-6)

@@ -139,40 +139,51 @@ def arange_k(start, step, out):
 
 
 # --8<-- [start:reduce_rows]
+@cuda.jit(device=True)
+def _reduce_strided(op, x, base, step, n, zero):
+    """reduce(x[base], x[base + step], ..., n entries), accumulated in zero's dtype."""
+    acc = zero
+    if op == S.ReduceOp.sum:
+        for j in range(n):
+            acc += x[base + j * step]
+    elif op == S.ReduceOp.prod:
+        acc = zero + 1
+        for j in range(n):
+            acc *= x[base + j * step]
+    elif op == S.ReduceOp.max or op == S.ReduceOp.min:
+        acc = zero + x[base]
+        for j in range(1, n):
+            v = x[base + j * step]
+            if v != v or (op == S.ReduceOp.max and v > acc) or (op == S.ReduceOp.min and v < acc):
+                acc = zero + v
+    elif op == S.ReduceOp.any:
+        for j in range(n):
+            if x[base + j * step] != 0:
+                acc = zero + 1
+    elif op == S.ReduceOp.all:
+        acc = zero + 1
+        for j in range(n):
+            if x[base + j * step] == 0:
+                acc = zero
+    return acc
+
+
 @cuda.jit
 def reduce_rows_k(op, x, n, zero, out):
     """out[r] = reduce(x[r*n : (r+1)*n]): one thread per row of a contiguous input."""
     r = cuda.grid(1)
     if r < out.size:
-        base = r * n
-        acc = zero
-        if op == S.ReduceOp.sum:
-            for j in range(n):
-                acc += x[base + j]
-        elif op == S.ReduceOp.prod:
-            acc = zero + 1
-            for j in range(n):
-                acc *= x[base + j]
-        elif op == S.ReduceOp.max or op == S.ReduceOp.min:
-            acc = zero + x[base]
-            for j in range(1, n):
-                v = x[base + j]
-                if (
-                    v != v
-                    or (op == S.ReduceOp.max and v > acc)
-                    or (op == S.ReduceOp.min and v < acc)
-                ):
-                    acc = zero + v
-        elif op == S.ReduceOp.any:
-            for j in range(n):
-                if x[base + j] != 0:
-                    acc = zero + 1
-        elif op == S.ReduceOp.all:
-            acc = zero + 1
-            for j in range(n):
-                if x[base + j] == 0:
-                    acc = zero
-        out[r] = acc
+        out[r] = _reduce_strided(op, x, r * n, 1, n, zero)
+
+
+@cuda.jit
+def reduce_cols_k(op, x, n, zero, out):
+    """out[j] = reduce(x[j], x[j + m], ..., n entries), m = out.size: the leading dims of
+    a contiguous input reduced (a bias's gradient), one thread per column, the threads
+    of a warp reading neighbouring entries (coalesced), with no transposed copy first."""
+    j = cuda.grid(1)
+    if j < out.size:
+        out[j] = _reduce_strided(op, x, j, out.size, n, zero)
 
 
 # --8<-- [end:reduce_rows]
@@ -558,7 +569,12 @@ def _rows(x, dims):
 
 
 def reduce(op, x, dims, keepdim=False, out_dtype=None):
-    kept, xs, n = _rows(x, dims)
+    lead = len(dims) < len(x._shape) and set(dims) == set(range(len(dims)))
+    cols = lead and x._offset == 0 and dense(x)  # leading dims of a contiguous input
+    if cols:
+        kept, xs, n = tuple(x._shape[len(dims) :]), x._storage, numel(x._shape[: len(dims)])
+    else:
+        kept, xs, n = _rows(x, dims)
     if out_dtype is None:
         out_dtype = S.reduce_dtype(op, x.dtype, bool_, int64)
     S.check_reduce(op, n, x._shape)
@@ -567,11 +583,15 @@ def reduce(op, x, dims, keepdim=False, out_dtype=None):
         if out_dtype.is_floating_point and op in ("sum", "prod")
         else (out_dtype if out_dtype is not bool_ else int64)
     )
-    tmp = _new(kept, acc_dtype, x)
+    # a float result is written from the float64 accumulator by the kernel itself (the
+    # same rounding as a copy afterwards, one launch fewer)
+    direct = acc_dtype is out_dtype or out_dtype.is_floating_point
+    tmp = _new(kept, out_dtype if direct else acc_dtype, x)
     if tmp._storage.size:
         zero = acc_dtype.np.type(0)
-        reduce_rows_k[_grid(tmp._storage.size)](S.REDUCE[op], xs, n, zero, tmp._storage)
-    out = tmp if acc_dtype is out_dtype else copy(tmp, out_dtype)
+        kernel = reduce_cols_k if cols else reduce_rows_k
+        kernel[_grid(tmp._storage.size)](S.REDUCE[op], xs, n, zero, tmp._storage)
+    out = tmp if direct else copy(tmp, out_dtype)
     if keepdim:
         out = reshaped(out, tuple(1 if d in dims else x._shape[d] for d in range(len(x._shape))))
     return out
