@@ -4165,6 +4165,11 @@ FIGURES += [
     ),
     # 4.3: the device's tests and a GPT's training step on it
     (
+        "numbers.md",
+        r"a 4-layer GPT's step from ([\d,]+) kernel launches to (\d+)\)",
+        lambda: launch_counts()[::2],
+    ),
+    (
         "ch04/gpu.md",
         r"counts ([\d,]+) launches in one training step of the 4-layer GPT at e12ec37, "
         r"([\d,]+) of them\s+`zip_k`, `assign_k` and `map_k` \(most of those the optimizer's\), "
