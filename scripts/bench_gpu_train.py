@@ -18,6 +18,8 @@ float32 everywhere; PyTorch runs with its defaults (TF32 off for matrix products
 ``--smoke`` runs tiny sizes under numba's CUDA simulator, as a check that the script
 works; its times are not a GPU's.
 
+``--profile`` runs five steps of sitp's GPT under cProfile and prints where the host's
+time goes (on a GPU, launch overhead against waiting for kernels).
 ``--launches`` (under the simulator, ``NUMBA_ENABLE_CUDASIM=1``) counts the kernel launches
 of one training step of sitp's GPT at the anchor's depth (4 layers, 4 heads, a tiny width
 and batch: the count does not depend on them), by kernel: what a step costs a GPU in
@@ -127,6 +129,30 @@ def count_launches() -> None:
         print(f"  {name:<28}{n:>6}")
 
 
+def profile(cfg, tokens, steps=5, top=30) -> None:
+    """Where a step of sitp's GPT spends its time on the host: ``steps`` warmed steps under
+    cProfile, the functions with the most time of their own. On a GPU, time in numba's
+    dispatcher and in sitp's op layer is launch overhead; a kernel's own time shows as
+    the synchronisation that waits for it."""
+    import cProfile
+    import pstats
+
+    import sitp
+
+    step = arm(sitp, "own", cfg, tokens)
+    step()
+    step()
+    sitp.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        step()
+    sitp.cuda.synchronize()
+    prof.disable()
+    print(f"cProfile of {steps} steps of sitp's GPT, config {cfg}")
+    pstats.Stats(prof).sort_stats("tottime").print_stats(top)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", choices=("char", "anchor"), default="char")
@@ -134,6 +160,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--launches", action="store_true", help="count a step's launches (simulator)")
+    ap.add_argument("--profile", action="store_true", help="cProfile 5 steps of sitp's GPT")
     ap.add_argument("--json")
     args = ap.parse_args()
     if args.launches:
@@ -155,6 +182,8 @@ def main() -> None:
     dev = "numba's CUDA simulator (no GPU)" if simulated else device_name()
     print(f"device: {dev}; config {name}: {cfg}")
     tokens = np.random.default_rng(0).integers(0, cfg["vocab"], (cfg["batch"], cfg["block"] + 1))
+    if args.profile:
+        return profile(cfg, tokens, steps=1 if args.smoke else 5)
 
     arms = {
         "sitp GPT (fused layers)": (arm(sitp, "own", cfg, tokens), sitp.cuda.synchronize),

@@ -3,11 +3,12 @@
 #   1. the GEMM ladder against cuBLAS (section 4.4) and the attention kernels (4.6);
 #   2. a GPT training step: sitp's GPT, nanoGPT's model file on sitp and on PyTorch's CUDA
 #      build (scripts/bench_gpu_train.py), and the CLI training a GPT on the device;
-#   3. eager against compiled CUDA (scripts/bench_compile_cuda.py, section 6.5);
+#      and a cProfile of sitp's step (where the host's time goes: launches or waiting);
+#   3. eager against compiled CUDA (scripts/bench_compile_cuda.py, section 6.3);
 #   4. with the time left (BUDGET seconds in all, 500 by default), every test of the CUDA
 #      test files on the device, the simulator off: the tests marked gpu and the rest.
 # Usage: scripts/gpu_check.sh [OUTDIR]   (default: $OUT, else gpu-results/)
-# Every output lands in OUTDIR (seven files) with the device's name, for the book.
+# Every output lands in OUTDIR (eight files) with the device's name, for the book.
 # Packages the machine lacks can sit in .gpu/site (put on PYTHONPATH), wheels of other
 # versions in .gpu/whl (installed into a folder put first on PYTHONPATH: the lent machine
 # pairs numba-cuda 0.30.4 with NumPy 2.5, which dropped np.row_stack that numba-cuda's
@@ -54,6 +55,8 @@ step 60 "GPT training step, anchor" "$py" scripts/bench_gpu_train.py --config an
     --rounds 5 --reps 3 --json "$out/train-anchor.json"
 step 150 "GPT training step, char" "$py" scripts/bench_gpu_train.py --config char \
     --rounds 3 --reps 1 --json "$out/train-char.json"
+step 60 "where a step's host time goes" bash -c "\"$py\" scripts/bench_gpu_train.py --config anchor \
+    --profile > \"$out/profile.txt\""
 step 50 "eager and compiled CUDA" "$py" scripts/bench_compile_cuda.py --json "$out/compile.json"
 step 45 "sitp train --device cuda" "$py" -m sitp train --model gpt --steps 200 --device cuda \
     --out /tmp/gpt-run --quiet
