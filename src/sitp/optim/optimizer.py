@@ -37,9 +37,10 @@ required = _RequiredParameter()
 _CONTIGUOUS = {}  # (shape, strides) -> whether that layout is contiguous (a parameter's stays)
 
 
-def _flats(*ts):
-    """The storages of contiguous CPU tensors of one dtype as 1-D arrays, or None: what
-    the optimizers' one-pass updates need (a parameter, its gradient, its state)."""
+def _flats(*ts, device=False):
+    """The storages of contiguous tensors of one dtype as 1-D arrays, all on the CPU (or,
+    with ``device``, all on the GPU), or None: what the optimizers' one-pass updates need
+    (a parameter, its gradient, its state)."""
     out, dtype = [], ts[0].dtype
     for t in ts:
         s, key = t._storage, (t._shape, t._strides)
@@ -48,7 +49,8 @@ def _flats(*ts):
             if len(_CONTIGUOUS) > 4096:  # (a program that makes ever new shapes)
                 _CONTIGUOUS.clear()
             c = _CONTIGUOUS[key] = t.is_contiguous()
-        if s.__class__ is not np.ndarray or t.dtype is not dtype or not c:
+        on_cpu = s.__class__ is np.ndarray
+        if on_cpu is device or t.dtype is not dtype or not c:
             return None
         out.append(s[t._offset : t._offset + numel(t._shape)])
     return out
@@ -62,18 +64,14 @@ def _one_pass(name, cpu_update, *ts):
     flats = _flats(*ts)
     if flats is not None:
         return cpu_update, flats
-    s0, dtype = ts[0]._storage, ts[0].dtype
-    if not hasattr(s0, "copy_to_host") or not dtype.is_floating_point:
+    if not ts[0].dtype.is_floating_point or not hasattr(ts[0]._storage, "copy_to_host"):
         return None
-    out = []
-    for t in ts:
-        s = t._storage
-        if not hasattr(s, "copy_to_host") or t.dtype is not dtype or not t.is_contiguous():
-            return None
-        out.append(s[t._offset : t._offset + numel(t._shape)])
+    flats = _flats(*ts, device=True)
+    if flats is None:
+        return None
     from sitp.kernels.cuda import fused  # late: numba.cuda only for CUDA tensors
 
-    return getattr(fused, name), out
+    return getattr(fused, name), flats
 
 
 def _as_sitp(value) -> Tensor:

@@ -620,10 +620,9 @@ def adam_k(p, g, m, v, lr, beta1, beta2, eps, wd, decoupled, bc1, bc2_sqrt):
 
 
 def adam_update(p, g, m, v, lr, beta1, beta2, eps, wd, decoupled, bc1, bc2_sqrt):
-    """One Adam(W) step on flat device arrays, in one launch: the composed step of
-    ``optim/adam.py`` launches about twenty kernels per parameter, most of the 1,536
-    launches of a 4-layer GPT's training step before this kernel (429 now; counted by
-    ``scripts/bench_gpu_train.py --launches``, section 4.3)."""
+    """One Adam(W) step on flat device arrays, in one launch, where the composed step of
+    ``optim/adam.py`` launches about twenty kernels per parameter (section 4.3 counts a
+    GPT step's launches with ``scripts/bench_gpu_train.py --launches``)."""
     adam_k[ops._grid(p.size)](
         p, g, m, v, float(lr), beta1, beta2, eps, float(wd), bool(decoupled), bc1, bc2_sqrt
     )

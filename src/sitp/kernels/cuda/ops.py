@@ -708,7 +708,7 @@ def matmul(a, b):
     a3 = _dense(expanded(a, batch + (M, K_)))
     if numel(b._shape[:-2]) == 1:  # fold the batch into M
         nb, M = 1, nb * M
-        b3 = _dense(b if len(b._shape) == 2 else reshaped(_dense(b), (K_, N)))
+        b3 = _dense(b)  # its storage is the (K, N) matrix, whatever its leading 1s
     else:
         b3 = _dense(expanded(b, batch + (K_, N)))
     A = a3._storage[: nb * M * K_].reshape(nb, M, K_)
