@@ -237,6 +237,157 @@ QUOTES = [
         lambda: thread_gains()["Linear.backward"],
     ),
     (
+        "ch06/compiled.md",
+        r"On the Zen 4 \(the fourth and fifth records; other programs took under (\d)% of the CPUs\),"
+        r"\s+the compiled anchor step is the fastest of the four arms on both thread counts\. On one"
+        r"\s+thread it takes ([\d.]+) ms against torch eager's ([\d.]+), (\d\.\d\d) of its time "
+        r"\((\d\.\d\d) to (\d\.\d\d)\), and\s+(\d\.\d\d) of torch.compile's \((\d\.\d\d) to "
+        r"(\d\.\d\d)\); on two, ([\d.]+) ms against ([\d.]+), (\d\.\d\d) \((\d\.\d\d) to\s+"
+        r"(\d\.\d\d)\), and (\d\.\d\d) of torch.compile's \((\d\.\d\d) to (\d\.\d\d)\)",
+        lambda: (math.ceil(zen4_anchor()[0]),) + zen4_anchor()[1:],
+    ),
+    (
+        "ch06/compiled.md",
+        r"Compiling gains less there than on\s+the Xeon, (\d\.\d\d) on one thread and (\d\.\d\d) on "
+        r"two, since eager sitp is already ahead of\s+PyTorch on that machine \(([\d.]+) ms a step "
+        r"against ([\d.]+) on one thread\)",
+        lambda: (
+            train_ratio("gpt", "eager/compiled", record=TRAIN_AMD[0]),
+            train_ratio("gpt", "eager/compiled", threads="2", record=TRAIN_AMD[1]),
+            train_ms("gpt", "eager", record=TRAIN_AMD[0]),
+            train_ms("gpt", "torch", record=TRAIN_AMD[0]),
+        ),
+    ),
+    (
+        "ch06/compiled.md",
+        r"On one thread the\s+ladder gains (\d\.\d\d) \(the RNN\), (\d\.\d\d) \(the GRU, short of "
+        r"1\.3 on this machine\) and (\d\.\d\d) \(the\s+CNN\)",
+        lambda: tuple(train_ratio(m, "eager/compiled", record=TRAIN_AMD[0]) for m in LADDER),
+    ),
+    (
+        "ch06/compiled.md",
+        r"\(the GRU's from (\d\.\d\d) to\s+(\d\.\d\d)\), and eager's GRU step takes longer than on "
+        r"one thread \(([\d.]+) ms against ([\d.]+)\)",
+        lambda: (
+            train_ratio("gru", "eager/compiled", "min", "2", TRAIN_AMD[1]),
+            train_ratio("gru", "eager/compiled", "max", "2", TRAIN_AMD[1]),
+            train_ms("gru", "eager", "2", TRAIN_AMD[1]),
+            train_ms("gru", "eager", record=TRAIN_AMD[0]),
+        ),
+    ),
+    (
+        "ch04/primitives.md",
+        r"\(`a \+ b`, `a \* 2\.0`, `x\.tanh\(\)`, `x \*\* 2`\) takes (\d\.\d\d) to (\d\.\d\d) times "
+        r"PyTorch's\s+time without a graph and (\d\.\d\d) to (\d\.\d\d) times with one, and the short "
+        r"chain forward and\s+backward (\d\.\d\d) times \((\d\.\d\d) on the Xeon\)",
+        lambda: (
+            *spread(overhead("op-overhead-amd-second.json", op) for op in ELEMENTWISE),
+            *spread(overhead("op-overhead-amd-second.json", op + "+grad") for op in ELEMENTWISE),
+            overhead("op-overhead-amd-second.json", "chain fwd+bwd"),
+            overhead("op-overhead-intel.json", "chain fwd+bwd"),
+        ),
+    ),
+    (
+        "ch04/primitives.md",
+        r"the \(8, 8\) product: (\d\.\d\d) times PyTorch's time on the Zen 4 and (\d\.\d\d) on the "
+        r"Xeon",
+        lambda: (
+            overhead("op-overhead-amd-second.json", "matmul"),
+            overhead("op-overhead-intel.json", "matmul"),
+        ),
+    ),
+    (
+        "ch04/primitives.md",
+        r"on one thread\s+the RNN runs at (\d\.\d\d) of its speed and the GRU at (\d\.\d\d), and the "
+        r"GPT files at (\d\.\d\d) \(spelled\s+out\) and (\d\.\d\d) \(nanoGPT's\)\. The makemore "
+        r"models' median is (\d\.\d\d) there, and no program\s+of the seven is below (\d\.\d\d) of "
+        r"PyTorch's speed on either thread count",
+        lambda: (
+            *(
+                plain_speed("plain-torch-amd-second.json", m)
+                for m in ("rnn", "gru", "gpt", "nanogpt")
+            ),
+            statistics.median(plain_speed("plain-torch-amd-second.json", m) for m in MAKEMORE),
+            min(
+                plain_speed(rec, m)
+                for rec in ("plain-torch-amd-second.json", "plain-torch-amd-2t.json")
+                for m in MAKEMORE + ("gpt", "nanogpt")
+            ),
+        ),
+    ),
+    (
+        "ch04/primitives.md",
+        r"leaves the GRU at (\d\.\d\d) on the Xeon\. Both libraries take longer on the Zen 4, "
+        r"PyTorch by\s+more: its GRU iteration takes (\d\.\d\d) ms there against (\d\.\d\d) on the "
+        r"Xeon, sitp's (\d\.\d\d)\s+against (\d\.\d\d)",
+        lambda: (
+            plain_speed("plain-torch-intel-fourth.json", "gru"),
+            *(
+                1e3 * ex(rec)["seconds_per_iteration"]["gru"][arm]
+                for arm in ("torch", "sitp")
+                for rec in ("plain-torch-amd-second.json", "plain-torch-intel-fourth.json")
+            ),
+        ),
+    ),
+    (
+        "numbers.md",
+        r"On a second AMD EPYC, a Zen 4, sitp/PyTorch is (\d\.\d\d) on\s+one thread and (\d\.\d\d) on "
+        r"two; a second thread speeds sitp's step up by (\d\.\d\d) there and\s+PyTorch's by (\d\.\d\d)",
+        lambda: (
+            *(ex(f"compare-torch-znver4-{t}t.json")["throughput"]["ratio"] for t in (1, 2)),
+            *(
+                ex("compare-torch-znver4-2t.json")["throughput"][k]
+                / ex("compare-torch-znver4-1t.json")["throughput"][k]
+                for k in ("sitp", "torch")
+            ),
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"On the Zen 4 the step gains (\d\.\d\d) \(rounds (\d\.\d\d) to (\d\.\d\d)\) against a "
+        r"bound of (\d\.\d\d)",
+        lambda: (
+            *(ex("thread-profile-amd.json")["speedup"][k] for k in ("median", "min", "max")),
+            ex("thread-profile-amd.json")["amdahl_bound"],
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"sitp's step gains (\d\.\d\d) from a second\s+thread where PyTorch's gains (\d\.\d\d)",
+        lambda: tuple(
+            ex("compare-torch-znver4-2t.json")["throughput"][k]
+            / ex("compare-torch-znver4-1t.json")["throughput"][k]
+            for k in ("sitp", "torch")
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"attention and GELU gain (\d\.\d\d) to (\d\.\d\d), layer norm's backward\s+(\d\.\d\d)",
+        lambda: (
+            min(
+                thread_gains(record="thread-profile-amd.json", fused=True, but="LayerNorm").values()
+            ),
+            max(
+                thread_gains(record="thread-profile-amd.json", fused=True, but="LayerNorm").values()
+            ),
+            thread_gains(record="thread-profile-amd.json")["LayerNorm.backward"],
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"The Zen 4 lies between: the twelve products take (\d\.\d\d) times as long",
+        lambda: (
+            sum(g["torch_ms"] for g in ex("compare-torch-znver4-1t.json")["gemms"])
+            / sum(g["sitp_ms"] for g in ex("compare-torch-znver4-1t.json")["gemms"])
+        ),
+    ),
+    (
+        "ch03/gpt.md",
+        r"steps are close on one thread \(sitp/PyTorch (\d\.\d\d)\), with\s+sitp ahead on two "
+        r"\((\d\.\d\d)\)",
+        lambda: tuple(ex(f"compare-torch-znver4-{t}t.json")["throughput"]["ratio"] for t in (1, 2)),
+    ),
+    (
         "ch04/primitives.md",
         r"there `a \+ b` that records takes (\d\.\d\d) µs against PyTorch's (\d\.\d\d), "
         r"(\d\.\d\d)\s+times",
@@ -374,14 +525,30 @@ def grad_overhead_range() -> tuple[float, float]:
     return min(ratios), max(ratios)
 
 
-def thread_gains(fused=False) -> dict:
+ELEMENTWISE = ("add", "mul_scalar", "tanh", "pow")  # op_overhead.py's small elementwise rows
+MAKEMORE = ("bigram", "mlp", "bow", "rnn", "gru")  # plain_torch_bench.py's makemore models
+
+
+def overhead(record: str, op: str) -> float:
+    """op_overhead.py's record: sitp's time over PyTorch's for one row (the median)."""
+    return ex(record)["us_per_call"][op]["sitp/torch"]["median"]
+
+
+def plain_speed(record: str, program: str) -> float:
+    """plain_torch_bench.py's record: sitp's speed against PyTorch's (the median)."""
+    return 1 / ex(record)["seconds_per_iteration"][program]["sitp/torch"]["median"]
+
+
+def thread_gains(fused=False, record="thread-profile-intel.json", but=None) -> dict:
     """scripts/thread_profile.py's record: each part's one-thread time over its two-thread
-    time (with ``fused``, the fused layers' calls of 0.3 ms a step or more)."""
-    parts = ex("thread-profile-intel.json")["parts"]
+    time (with ``fused``, the fused layers' calls of 0.3 ms a step or more; ``but``: leave
+    out the parts whose name starts so)."""
+    parts = ex(record)["parts"]
     return {
         k: p["ms_1t"] / p["ms_2t"]
         for k, p in parts.items()
         if not fused or (k.endswith((".forward", ".backward")) and p["ms_1t"] >= 0.3)
+        if but is None or not k.startswith(but)
     }
 
 
@@ -460,6 +627,24 @@ def compile_range(block: str, key: str) -> tuple[float, float]:
 
 TRAIN_INTEL = "compile-train-intel.json"  # 6.4's second record (the Xeon, the GRU's rule)
 TRAIN_INTEL_2T = "compile-train-intel-2t.json"  # its third (the Xeon on two threads)
+TRAIN_AMD = ("compile-train-amd.json", "compile-train-amd-2t.json")  # the Zen 4, 1 and 2 threads
+
+
+def zen4_anchor() -> tuple:
+    """6.4's Zen 4 records: other programs' largest share (%), then per thread count the
+    anchor's compiled and torch ms and its ratios to torch and torch.compile (median,
+    min, max)."""
+    share = max(
+        train_run(m, t, rec)["load"]["other_share"]
+        for rec, t in zip(TRAIN_AMD, "12")
+        for m in LADDER + ("gpt",)
+    )
+    out = [100 * share]
+    for rec, t in zip(TRAIN_AMD, "12"):
+        out += [train_ms("gpt", "compiled", t, rec), train_ms("gpt", "torch", t, rec)]
+        out += [train_ratio("gpt", "compiled/torch", st, t, rec) for st in STATS]
+        out += [train_ratio("gpt", "compiled/torch.compile", st, t, rec) for st in STATS]
+    return tuple(out)
 
 
 def train_run(model: str, threads: str = "1", record: str = "compile-train.json") -> dict:
@@ -532,15 +717,23 @@ _ROW = (
 NUMBERS_COMPILE_TABLE = (
     r"\| AMD EPYC \| 2026-12-(\d\d) \| 1, CPU time" + _ROW + r"\n"
     r"\| Intel Xeon \| 2026-12-(\d\d) \| 1, CPU time" + _ROW + r"\n"
-    r"\| Intel Xeon \| 2026-12-(\d\d) \| 2, wall clock" + _ROW
+    r"\| Intel Xeon \| 2026-12-(\d\d) \| 2, wall clock" + _ROW + r"\n"
+    r"\| AMD EPYC, Zen 4 \| 2026-12-(\d\d) \| 1, CPU time" + _ROW + r"\n"
+    r"\| AMD EPYC, Zen 4 \| 2026-12-(\d\d) \| 2, wall clock" + _ROW
 )
 
 
 def compile_table_figures() -> tuple:
-    """numbers.md's rows of 6.4's three records: the day, the four arms' ms, and the
+    """numbers.md's rows of 6.4's five records: the day, the four arms' ms, and the
     compiled step's time over PyTorch eager's (median and range over the rounds)."""
     figures = []
-    for record, threads in (("compile-train.json", "1"), (TRAIN_INTEL, "1"), (TRAIN_INTEL_2T, "2")):
+    for record, threads in (
+        ("compile-train.json", "1"),
+        (TRAIN_INTEL, "1"),
+        (TRAIN_INTEL_2T, "2"),
+        (TRAIN_AMD[0], "1"),
+        (TRAIN_AMD[1], "2"),
+    ):
         figures.append(float(train_run("gpt", threads, record)["machine"]["date"][8:10]))
         figures += [train_ms("gpt", a, threads, record) for a in ARMS]
         figures += [train_ratio("gpt", "compiled/torch", s, threads, record) for s in STATS]
