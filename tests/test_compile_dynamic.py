@@ -163,11 +163,14 @@ def test_module_forward_and_backward_float32(loads):
     assert new[7] == [] and new[4] == []
 
 
-def test_gpt_train_step_dynamic(loads):
+def gpt_steps_against_eager(loads, shapes, block_size=8):
+    """A 1-layer float64 GPT's training step, compiled, called twice at each (B, T) of
+    ``shapes``: its loss and gradients equal eager's; returns the compiled step and, per
+    shape, the kernels numba compiled for it."""
     from sitp.models.gpt import GPT, GPTConfig
 
     sitp.manual_seed(0)
-    cfg = GPTConfig(block_size=8, vocab_size=11, n_layer=1, n_head=2, n_embd=8, bias=True)
+    cfg = GPTConfig(block_size=block_size, vocab_size=11, n_layer=1, n_head=2, n_embd=8, bias=True)
     model = GPT(cfg).double()
     rng = np.random.default_rng(0)
 
@@ -178,8 +181,8 @@ def test_gpt_train_step_dynamic(loads):
 
     cs = sitp.compile(step)
     new = {}
-    for B in SIZES:
-        x, y = sitp.tensor(rng.integers(0, 11, (B, 8))), sitp.tensor(rng.integers(0, 11, (B, 8)))
+    for B, T in shapes:
+        x, y = (sitp.tensor(rng.integers(0, 11, (B, T))) for _ in range(2))
         for _ in range(2):
             model.zero_grad(set_to_none=True)
             le = step(x, y).item()
@@ -189,10 +192,15 @@ def test_gpt_train_step_dynamic(loads):
             assert abs(lc - le) < 1e-12
             for p, g in zip(model.parameters(), ge):
                 np.testing.assert_allclose(p.grad.numpy(), g, rtol=1e-12, atol=1e-12)
-        new[B] = [name for name, _, fresh in loads if fresh]
+        new[B, T] = [name for name, _, fresh in loads if fresh]
         loads.clear()
+    return cs, new
+
+
+def test_gpt_train_step_dynamic(loads):
+    cs, new = gpt_steps_against_eager(loads, [(B, 8) for B in SIZES])
     assert len(cs.entries) == 2 and cs.entries[1].dynamic is not None
-    assert new[5] and new[7] == [] and new[4] == []
+    assert new[5, 8] and new[7, 8] == [] and new[4, 8] == []
 
 
 def test_other_changes_are_guarded():
@@ -393,3 +401,44 @@ def test_a_sampler_with_dynamic_true(loads):
             loads.clear()
             idx = np.concatenate([idx, [[int(np.argmax(logits[0, -1]))]]], axis=1)
     assert len(cm.entries) == 2 and sorted(cm.entries[1].dynamic.programs) == list(range(4, 13))
+
+
+def test_symint_of_two_sizes():
+    """c + a*s + b*t + d*s*t: a product of a size of s and one of t keeps the polynomial
+    (a flattened B*T), a square does not."""
+    s = dynamic.SymInt(3, 1, 0)  # s = 3
+    t = dynamic.SymInt(8, 0, 0, b=1)  # t = 8
+    bt = s * t * 16 + 4
+    assert isinstance(bt, dynamic.SymInt) and int(bt) == 388 and bt.p == (4, 0, 0, 16)
+    assert dynamic.at(bt.p, (5, 9)) == 5 * 9 * 16 + 4
+    assert not isinstance(t * t, dynamic.SymInt) and not isinstance(bt * s, dynamic.SymInt)
+    assert (bt - 4) // 16 == 24 and ((bt - 4) // 16).p == (0, 0, 0, 1)
+
+
+def test_batch_and_length_together(loads):
+    """A GPT's training step whose batch and length both change: two dynamic entries of
+    the batch, at two lengths, become one entry for every (batch, length) pair, whose
+    kernels take both; a pair it has not seen compiles no kernel. Values and gradients
+    as eager's."""
+    shapes = ((3, 8), (5, 8), (3, 12), (5, 12), (7, 12), (4, 10), (6, 9))
+    cs, new = gpt_steps_against_eager(loads, shapes, block_size=16)
+    both = [e.dynamic for e in cs.entries if e.dynamic is not None and e.dynamic.second]
+    assert len(both) == 1 and (both[0].index, both[0].dim, both[0].second) == (0, 0, (0, 1))
+    assert both[0].verified == {(7, 12), (4, 10), (6, 9)}
+    assert new[7, 12] and new[4, 10] == [] and new[6, 9] == []
+    assert "input 0's dim 0 and of input 0's dim 1 (dynamic)" in explain_text(cs)
+
+
+def test_two_sizes_refuse_a_square():
+    """Scores of attention written out are T x T: the entries of the batch at two lengths
+    stay apart (a view with two dims that grow with the length)."""
+
+    def scores(x):
+        return (x @ x.transpose(-2, -1)).softmax(-1).sum(-1)
+
+    cf = sitp.compile(scores)
+    for B, T in ((3, 4), (5, 4), (3, 6), (5, 6), (7, 6), (4, 5)):
+        x = rand(B, T, 3, seed=B * T)
+        for _ in range(2):
+            np.testing.assert_allclose(cf(x).numpy(), scores(x).numpy(), rtol=1e-12)
+    assert not any(e.dynamic is not None and e.dynamic.second for e in cf.entries)

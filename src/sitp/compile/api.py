@@ -85,14 +85,16 @@ class Dynamic:
     the signature of the template's trace with each number on the size's line evaluated
     at ``s`` (``s``: size ``dim`` of input ``index``: a batch, a sequence's length); the
     program at a new ``s`` runs the passes on the template's graph at ``s``, whose
-    kernels have the sources numba compiled already."""
+    kernels have the sources numba compiled already. With ``second`` (an input's index
+    and a dim), the entry is for every pair of sizes ``(s, t)``, both at least 2, its
+    numbers polynomials of both (:func:`sitp.compile.dynamic.fit2`)."""
 
     keep = 64  # programs of this many batch sizes are kept (the oldest dropped)
 
-    def __init__(self, cf, kind, record, lines, key, key_lines, index, dim=0):
+    def __init__(self, cf, kind, record, lines, key, key_lines, index, dim=0, second=None):
         self.cf, self.kind, self.record, self.lines = cf, kind, record, lines
         self.key, self.key_lines, self.index = key, key_lines, index
-        self.dim = dim
+        self.dim, self.second = dim, second
         w = dynamic_mod.walk(record)
         self.skel, self.nums = w.skel, w.nums
         self.keys: dict = {}  # s -> the signature at s
@@ -102,13 +104,18 @@ class Dynamic:
         self.rejected: set = set()  # batch sizes whose trace was not
 
     def size(self, key):
-        parts = key[0]
-        shape = parts[2 + self.index][0] if 2 + self.index < len(parts) else ()
-        return int(shape[self.dim]) if len(shape) > self.dim else None
+        """The entry's size in signature ``key`` (a pair of sizes with ``second``)."""
+        s = _size_of(key, self.index, self.dim)
+        if self.second is None or s is None:
+            return s
+        t = _size_of(key, *self.second)
+        return None if t is None else (s, t)
 
     def accepts(self, key, ts=None) -> bool:
         s = self.size(key)
-        if s is None or s < 2 or s in self.rejected or key[1] != self.key[1]:
+        if s is None or s in self.rejected or key[1] != self.key[1]:
+            return False
+        if min(s if isinstance(s, tuple) else (s,)) < 2:
             return False
         want = self.keys.get(s)
         if want is None:
@@ -139,6 +146,12 @@ class Dynamic:
                 self.programs.pop(next(iter(self.programs)))
             self.programs[s] = prog
         return prog
+
+
+def _size_of(key, index, dim):
+    parts = key[0]
+    shape = parts[2 + index][0] if 2 + index < len(parts) else ()
+    return int(shape[dim]) if len(shape) > dim else None
 
 
 class CompiledFunction:
@@ -365,6 +378,9 @@ class CompiledFunction:
             found, why = None, None
         if found is not None:
             dyn, s = found
+            merged = self._merge(dyn, s)
+            if merged is not None:
+                dyn, s = merged
             e = Entry(None, leaves=leaves)
             e.dynamic = dyn
             dyn.verified.add(s)
@@ -400,6 +416,45 @@ class CompiledFunction:
             # the record is the template: each batch size's program is built on a copy
             return (Dynamic(self, kind, record, lines, key, key_lines, index, dim), s2), None
         return None, None
+
+    def _merge(self, dyn, s):
+        """A new dynamic entry ``dyn`` (of one size, at ``s``) and an earlier one of the
+        same size made at another value of a second size (a batch, at two lengths of a
+        sequence): ``(the entry of both sizes, this pair of sizes)``, the earlier entry
+        dropped; else None (:func:`sitp.compile.dynamic.fit2`)."""
+        for f in reversed(self.entries):
+            g = f.dynamic
+            if g is None or g.second is not None or g.kind != dyn.kind:
+                continue
+            if (g.index, g.dim) != (dyn.index, dyn.dim) or g.key[1] != dyn.key[1]:
+                continue
+            at_s = dynamic_mod.instantiate(g.key[0], g.key_lines, s)
+            change = _batch_change(at_s, dyn.key[0])
+            if change is None or change[:2] == (dyn.index, dyn.dim):
+                continue
+            index, dim, t1, t2 = change
+            key_polys, _ = dynamic_mod.fit2(
+                g.key[0], g.key_lines, t1, dyn.key[0], dyn.key_lines, t2, s
+            )
+            if key_polys is None:
+                continue
+            polys, _ = dynamic_mod.fit2(g.record, g.lines, t1, dyn.record, dyn.lines, t2, s)
+            if polys is None:
+                continue
+            both = Dynamic(
+                self,
+                dyn.kind,
+                dyn.record,
+                polys,
+                dyn.key,
+                key_polys,
+                dyn.index,
+                dyn.dim,
+                second=(index, dim),
+            )
+            self.entries.remove(f)
+            return both, (s, t2)
+        return None
 
     def _trace_backward(self, key, ts, tracer, result, outs, on_cuda=False):
         """Outputs that require grad: trace their backward too, from placeholder output
@@ -673,12 +728,13 @@ def explain_text(cf: CompiledFunction) -> str:
     for i, e in enumerate(cf.entries):
         if e.program is not None:
             r = e.report
-            what = (
-                f"compiled for every size >= 2 of input {e.dynamic.index}'s dim "
-                f"{e.dynamic.dim} (dynamic)"
-                if e.dynamic is not None
-                else "compiled"
-            )
+            d = e.dynamic
+            what = "compiled"
+            if d is not None:
+                what = f"compiled for every size >= 2 of input {d.index}'s dim {d.dim}"
+                if d.second is not None:
+                    what += f" and of input {d.second[0]}'s dim {d.second[1]}"
+                what += " (dynamic)"
             cuda = r.get("device") == "cuda"
             lines.append(
                 f"signature {i}: {what}{' for CUDA' if cuda else ''}, "

@@ -143,7 +143,7 @@ class _Emitter:
         self.reduced = None  # (value id, variable) of a reduction's result, in an epilogue
         self.target = "cpu"
         self.gelu_used: set = set()
-        self.syms: dict = {}  # (a, c) of a SymInt -> its argument's name
+        self.syms: dict = {}  # the polynomial of a SymInt (its .p) -> its argument's name
         kernel.syms = []  # the values of those arguments, in order
         self.unsigned = _symbolic(kernel)  # every index unsigned: see _unsigned
 
@@ -152,7 +152,7 @@ class _Emitter:
         (a :class:`~sitp.compile.dynamic.SymInt`), the name of an argument that the
         runtime passes, so that every batch size gets the same source."""
         if isinstance(x, SymInt):
-            key = (x.a, x.c)
+            key = x.p
             if key not in self.syms:
                 self.syms[key] = f"n{len(self.syms)}"
                 self.k.syms.append(int(x))

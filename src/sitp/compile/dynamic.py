@@ -21,6 +21,15 @@ does not happen for the models they run. Two traces do not show what Python deci
 from a size (``if x.shape[0] > 4``), so the first call at a size the entry has not seen
 traces too, and :func:`check` compares that trace with the template at that size: a
 size whose graph differs gets a static entry (``dynamic=True`` skips the check).
+
+Two sizes at once (a batch ``s`` and a length ``t``): when two dynamic entries of the
+same size ``s`` were made at two values of another size ``t``, each number of the graph
+is a line in ``s`` at each ``t``, and :func:`fit2` asks that both coefficients of the
+line be lines in ``t``: the number is then ``c + a*s + b*t + d*s*t`` (a flattened
+``B*T`` has ``d = 1``), and the two entries become one for every pair of sizes. Two
+values of ``t`` cannot tell a square from a line, as two of ``s`` cannot: a view with
+two dims that grow with the same size (the ``T x T`` scores of attention written out)
+is refused as above, and the checking trace at each new pair of sizes catches the rest.
 """
 
 from __future__ import annotations
@@ -33,60 +42,87 @@ from sitp.compile.graph import ArrRef, CtxArg, Graph, HostIndex, Node, Ref, Valu
 
 
 class SymInt(int):
-    """An integer of one batch size ``s`` that is ``a * s + c``: arithmetic with plain
-    integers keeps the line while it stays a line; anything else is a plain int."""
+    """An integer of a dynamic entry's sizes: ``c + a*s + b*t + d*s*t`` with integer
+    coefficients, ``s`` the first dynamic size (a batch) and ``t`` the second (a
+    sequence's length; ``b`` and ``d`` are 0 in an entry with one size). Arithmetic with
+    plain integers and other SymInts keeps the polynomial while it stays one of that
+    form (``s * t`` does, ``s * s`` does not: the result is then a plain int)."""
 
-    def __new__(cls, value, a, c):
+    def __new__(cls, value, a, c, b=0, d=0):
         o = int.__new__(cls, value)
-        o.a, o.c = a, c
+        o.p = (int(c), int(a), int(b), int(d))
         return o
 
+    @property
+    def a(self):
+        return self.p[1]
+
+    @property
+    def c(self):
+        return self.p[0]
+
     @staticmethod
-    def _lin(o):
+    def _poly(o):
         if isinstance(o, SymInt):
-            return o.a, o.c
+            return o.p
         if isinstance(o, (int, np.integer)) and not isinstance(o, (bool, np.bool_)):
-            return 0, int(o)
+            return (int(o), 0, 0, 0)
         return None
 
     def __add__(self, o):
-        lin = self._lin(o)
-        if lin is None:
+        q = self._poly(o)
+        if q is None:
             return int(self) + o
-        return _mk(int(self) + int(o), self.a + lin[0], self.c + lin[1])
+        return _mk(int(self) + int(o), tuple(x + y for x, y in zip(self.p, q)))
 
     __radd__ = __add__
 
     def __sub__(self, o):
-        lin = self._lin(o)
-        if lin is None:
+        q = self._poly(o)
+        if q is None:
             return int(self) - o
-        return _mk(int(self) - int(o), self.a - lin[0], self.c - lin[1])
+        return _mk(int(self) - int(o), tuple(x - y for x, y in zip(self.p, q)))
 
     def __rsub__(self, o):
-        lin = self._lin(o)
-        if lin is None:
+        q = self._poly(o)
+        if q is None:
             return o - int(self)
-        return _mk(int(o) - int(self), lin[0] - self.a, lin[1] - self.c)
+        return _mk(int(o) - int(self), tuple(y - x for x, y in zip(self.p, q)))
 
     def __mul__(self, o):
-        lin = self._lin(o)
-        if lin is None:
+        q = self._poly(o)
+        if q is None:
             return int(self) * o
-        if lin[0] and self.a:  # s**2: not a line
-            return int(self) * int(o)
-        return _mk(int(self) * int(o), self.a * lin[1] + lin[0] * self.c, self.c * lin[1])
+        r = _times(self.p, q)
+        return int(self) * int(o) if r is None else _mk(int(self) * int(o), r)
 
     __rmul__ = __mul__
 
     def __neg__(self):
-        return _mk(-int(self), -self.a, -self.c)
+        return _mk(-int(self), tuple(-x for x in self.p))
 
     def __floordiv__(self, o):
-        if isinstance(o, int) and not isinstance(o, SymInt) and o and self.a % o == 0:
-            if self.c % o == 0:
-                return _mk(int(self) // o, self.a // o, self.c // o)
+        if isinstance(o, int) and not isinstance(o, SymInt) and o:
+            if all(x % o == 0 for x in self.p):
+                return _mk(int(self) // o, tuple(x // o for x in self.p))
         return int(self) // o
+
+
+def _times(p, q):
+    """The product of two polynomials ``(c, a, b, d)`` in ``s`` and ``t`` (``c + a*s +
+    b*t + d*s*t``), or None when it has a square (``s*s``, ``t*t``)."""
+    c1, a1, b1, d1 = p
+    c2, a2, b2, d2 = q
+    if a1 * a2 or a1 * d2 or d1 * a2 or d1 * d2 or b1 * b2 or b1 * d2 or d1 * b2:
+        return None
+    return (c1 * c2, c1 * a2 + a1 * c2, c1 * b2 + b1 * c2, c1 * d2 + d1 * c2 + a1 * b2 + b1 * a2)
+
+
+def at(p, s):
+    """The polynomial ``p`` at the sizes ``s`` (an int: one size; a pair: two)."""
+    c, a, b, d = p
+    s, t = s if isinstance(s, tuple) else (s, 0)
+    return c + a * s + b * t + d * s * t
 
 
 def _arange_length(a):
@@ -100,8 +136,8 @@ def _arange_length(a):
     return v.size if np.array_equal(v, np.arange(v.size)) else None
 
 
-def _mk(v, a, c):
-    return SymInt(v, a, c) if a else int(v)
+def _mk(v, p):
+    return SymInt(v, p[1], p[0], p[2], p[3]) if any(p[1:]) else int(v)
 
 
 def prod(xs):
@@ -135,9 +171,9 @@ class _Walk:
         self.nums.append(float(x) if isf else int(x))
         self.skel.append("f" if isf else "i")
         if k in self.sub:
-            a, c = self.sub[k]
-            v = a * self.s + c
-            return float(v) if isf else SymInt(v, a, c)
+            q = self.sub[k]
+            v = at(q, self.s)
+            return float(v) if isf else SymInt(v, q[1], q[0], q[2], q[3])
         return x
 
     def seen(self, o):
@@ -324,7 +360,8 @@ def copy(record):
 # ------------------------------------------------------------------ the fit
 def fit(r1, s1: int, r2, s2: int):
     """The lines through two records traced at batch sizes ``s1`` and ``s2``:
-    ``({number index: (a, c)}, None)``, or ``(None, why not)``."""
+    ``({number index: (c, a, 0, 0)}, None)`` (the number is ``c + a*s``), or ``(None,
+    why not)``."""
     w1, w2 = walk(r1), walk(r2)
     if w1.skel != w2.skel:
         return None, _differ(w1.skel, w2.skel)
@@ -339,27 +376,64 @@ def fit(r1, s1: int, r2, s2: int):
                 f"a number of the graph is not a whole multiple of the batch size plus a "
                 f"constant ({v1!r} at {s1}, {v2!r} at {s2})"
             )
-        lines[k] = (int(a), int(c))
-    w = walk(r2, lines, s2)
-    for v in w.views:
-        if sum(isinstance(d, SymInt) for d in v.shape) > 1:
+        lines[k] = (int(c), int(a), 0, 0)
+    why = _square(walk(r2, lines, s2).views)
+    return (None, why) if why else (lines, None)
+
+
+def _square(views) -> str | None:
+    """Why not, when a view has two dims that grow with the same size (a ``B x B``
+    matrix grows as ``B**2``: no line through two points says so)."""
+    for v in views:
+        syms = [d.p for d in v.shape if isinstance(d, SymInt)]
+        for i, name in ((1, "batch size"), (2, "second size")):
+            if sum(bool(q[i] or q[3]) for q in syms) > 1:
+                return f"a view {tuple(int(d) for d in v.shape)} has two dims that grow with the {name}"
+    return None
+
+
+def fit2(r1, lines1, t1: int, r2, lines2, t2: int, s2: int):
+    """Two dynamic entries of one size ``s``, traced at two values ``t1`` and ``t2`` of a
+    second size ``t``, made one entry of both sizes: each number of the graph is a line
+    in ``s`` at each ``t`` (``lines1``, ``lines2``: :func:`fit`'s), and its two
+    coefficients must be lines in ``t``, so that the number is ``c + a*s + b*t + d*s*t``.
+    ``({number index: (c, a, b, d)}, None)`` for the numbers that change, or ``(None,
+    why not)``. The records need not be traced at the same ``s`` (``r2``'s is ``s2``)."""
+    w1, w2 = walk(r1), walk(r2)
+    if w1.skel != w2.skel:
+        return None, _differ(w1.skel, w2.skel)
+    polys = {}
+    for k, (v1, v2) in enumerate(zip(w1.nums, w2.nums)):
+        p1 = lines1.get(k, (v1, 0, 0, 0))
+        p2 = lines2.get(k, (v2, 0, 0, 0))
+        if v1 != v1 and v2 != v2:
+            continue
+        if p1 == p2:  # the same line at both values of t (a batch size: s itself)
+            if p1[1]:
+                polys[k] = p1
+            continue
+        (c1, a1, _, _), (c2, a2, _, _) = p1, p2
+        d, rd = divmod(a2 - a1, t2 - t1)
+        b, rb = divmod(c2 - c1, t2 - t1)
+        if rd or rb or d != int(d) or b != int(b):
             return None, (
-                f"a view {tuple(int(d) for d in v.shape)} has two dims that grow with the "
-                "batch size"
+                f"a number of the graph is not c + a*s + b*t + d*s*t with whole a, b, c, d "
+                f"({p1[1]}*s + {p1[0]} at {t1}, {p2[1]}*s + {p2[0]} at {t2})"
             )
-    return lines, None
+        polys[k] = (int(c1 - b * t1), int(a1 - d * t1), int(b), int(d))
+    why = _square(walk(r2, polys, (s2, t2)).views)
+    return (None, why) if why else (polys, None)
 
 
 def check(record, skel, nums, lines, s):
-    """None when ``record`` (a trace at batch size ``s``) is the template whose walk gave
+    """None when ``record`` (a trace at sizes ``s``) is the template whose walk gave
     ``skel`` and ``nums`` with the numbers of ``lines`` at ``s``; else why not."""
     w = walk(record)
     if w.skel != skel:
         return _differ(skel, w.skel)
     for k, (got, t) in enumerate(zip(w.nums, nums)):
         if k in lines:
-            a, c = lines[k]
-            t = a * s + c
+            t = at(lines[k], s)
         if not (got == t or (got != got and t != t)):
             return f"a number of the graph is {got!r}, where the line gives {t!r}"
     return None
@@ -374,7 +448,8 @@ def _differ(s1, s2) -> str:
 
 
 def instantiate(record, lines, s):
-    """The record at batch size ``s``: the numbers on a line get their :class:`SymInt`."""
+    """The record at sizes ``s`` (an int, or a pair): the numbers on a line get their
+    :class:`SymInt`."""
     return walk(record, lines, s).copy
 
 
