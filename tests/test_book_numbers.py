@@ -261,7 +261,7 @@ QUOTES = [
     (
         "ch06/compiled.md",
         r"On one thread the\s+ladder gains (\d\.\d\d) \(the RNN\), (\d\.\d\d) \(the GRU, short of "
-        r"1\.3 on this machine\) and (\d\.\d\d) \(the\s+CNN\)",
+        r"1\.3 on the Zen 4\) and (\d\.\d\d) \(the\s+CNN\)",
         lambda: tuple(train_ratio(m, "eager/compiled", record=TRAIN_AMD[0]) for m in LADDER),
     ),
     (
