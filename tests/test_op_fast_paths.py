@@ -312,6 +312,9 @@ def test_inputs_are_recorded_as_edges_that_keep_their_place():
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6)
 
 
+VIEWS = ("view", "view_nonleaf", "permute")  # the view shortcuts' cases below
+
+
 def _record_of(y):
     """What an op recorded: the Node's function, its inputs (a leaf itself, else the edge's
     node and output number), what its Context holds, and the output's own fields."""
@@ -320,7 +323,7 @@ def _record_of(y):
     def ref(t):
         return None if t is None else (t if t.grad_fn is None else (t.grad_fn, t._output_nr))
 
-    fields = {k: getattr(ctx, k) for k in ("op", "p0", "p1") if hasattr(ctx, k)}
+    fields = {k: getattr(ctx, k) for k in ("op", "p0", "p1", "shape", "dims") if hasattr(ctx, k)}
     return (
         node.fn,
         node.n_outputs,
@@ -332,23 +335,31 @@ def _record_of(y):
     )
 
 
-@pytest.mark.parametrize("case", ["a", "b", "both", "nonleaf", "unary"])
+@pytest.mark.parametrize(
+    "case", ["a", "b", "both", "nonleaf", "unary", "view", "view_nonleaf", "permute"]
+)
 def test_recorded_shortcut_makes_what_apply_makes(case):
-    """Binary.recorded and Unary.recorded (the elementwise methods' shortcut when they
+    """Binary.recorded, Unary.recorded and View.recorded (the methods' shortcut when they
     record) make the Node, Context and output that Function.apply makes: the same
     inputs, saved tensors, version checks (None where the gradient does not read a
     saved tensor), the same values and the same gradients."""
     import math
 
     g = sitp.Generator().manual_seed(8)
-    a = sitp.randn(3, 4, generator=g).requires_grad_(case in ("a", "both", "unary"))
+    a = sitp.randn(3, 4, generator=g).requires_grad_(
+        case in ("a", "both", "unary", "view", "permute")
+    )
     b = sitp.randn(4, generator=g).requires_grad_(case in ("b", "both"))
-    if case == "nonleaf":
+    if case in ("nonleaf", "view_nonleaf"):
         a = sitp.randn(3, 4, generator=g).requires_grad_() * 2.0
     made = {}
     for how in ("apply", "recorded"):
         if case == "unary":
             y = getattr(D.Unary, how)(a, "tanh", math.nan, math.nan)
+        elif case.startswith("view"):
+            y = getattr(D.View, how)(a, (4, 3), (3, 1), 0)
+        elif case == "permute":
+            y = getattr(D.Permute, how)(a, (1, 0))
         else:
             y = getattr(D.Binary, how)(a, b, "mul")
         made[how] = y
@@ -369,7 +380,8 @@ def test_recorded_shortcut_makes_what_apply_makes(case):
     )
     for how in ("apply", "recorded"):  # the saved inputs are the operands themselves
         saved = made[how].grad_fn.ctx.saved_tensors
-        assert saved[0] is a and (case == "unary" or saved[1] is b)
+        assert saved == () if case in VIEWS else saved[0] is a
+        assert case in ("unary", *VIEWS) or saved[1] is b
     np.testing.assert_array_equal(made["apply"].detach().numpy(), made["recorded"].detach().numpy())
     grads = []
     for y in made.values():

@@ -409,6 +409,36 @@ class View(Function):
     def backward(ctx, g):
         return g.reshape(ctx.shape)
 
+    @classmethod
+    def recorded(cls, x, shape, strides, offset):
+        """``apply`` for ``Tensor.view`` and ``reshape`` when grad mode is on and ``x``
+        requires grad: the same view, Context and Node, without the generic steps (see
+        :meth:`Unary.recorded`; the forward makes a view, which records nothing)."""
+        ctx = _ViewContext()
+        ctx.needs_input_grad = _VIEW_NEEDS
+        ctx.shape = x.shape
+        return _record_view(cls, ctx, x, x._alias(shape, strides, offset), 3)
+
+
+class _ViewContext(Context):
+    """View's Context, its field in a slot (no per-op dict)."""
+
+    __slots__ = ("shape",)
+
+
+_VIEW_NEEDS = (True, False, False, False)
+
+
+def _record_view(cls, ctx, x, y, n_plain):
+    """Record view ``y`` of ``x`` as ``cls.apply`` would (a view's forward records nothing):
+    the Node's inputs are ``x`` and ``n_plain`` arguments that are not tensors."""
+    edge = x if x.grad_fn is None else _Edge((x.grad_fn, x._output_nr))
+    node = Node(cls, ctx, (edge,) + (None,) * n_plain)
+    if y.dtype.is_floating_point:
+        y.requires_grad = True
+        y.grad_fn = node
+    return y
+
 
 class Permute(Function):
     @staticmethod
@@ -418,12 +448,32 @@ class Permute(Function):
             tuple(x._shape[d] for d in dims), tuple(x._strides[d] for d in dims), x._offset
         )
 
+    @classmethod
+    def recorded(cls, x, dims):
+        """``apply`` when grad mode is on and ``x`` requires grad (``transpose``, ``t``,
+        ``permute``): see :meth:`View.recorded`."""
+        ctx = _PermuteContext()
+        ctx.needs_input_grad = _PERMUTE_NEEDS
+        ctx.dims = dims
+        shape, strides = x._shape, x._strides
+        y = x._alias(tuple([shape[d] for d in dims]), tuple([strides[d] for d in dims]), x._offset)
+        return _record_view(cls, ctx, x, y, 1)
+
     @staticmethod
     def backward(ctx, g):
         inv = [0] * len(ctx.dims)
         for i, d in enumerate(ctx.dims):
             inv[d] = i
         return g.permute(inv)
+
+
+class _PermuteContext(Context):
+    """Permute's Context, its field in a slot."""
+
+    __slots__ = ("dims",)
+
+
+_PERMUTE_NEEDS = (True, False)
 
 
 class Expand(Function):

@@ -51,7 +51,7 @@ class TensorViews:
                 f"use .reshape(...) instead."
             )
         if self.requires_grad and _grad_state.enabled:
-            return ops.View.apply(self, shape, strides, self._offset)
+            return ops.View.recorded(self, shape, strides, self._offset)
         return self._alias(shape, strides, self._offset)  # nothing to record: View.forward's
 
     def reshape(self, *shape) -> "Tensor":
@@ -62,7 +62,7 @@ class TensorViews:
         if strides is None:
             return self.clone().view(shape)
         if self.requires_grad and _grad_state.enabled:
-            return ops.View.apply(self, shape, strides, self._offset)
+            return ops.View.recorded(self, shape, strides, self._offset)
         return self._alias(shape, strides, self._offset)  # nothing to record: View.forward's
 
     # --8<-- [end:view]
@@ -233,7 +233,7 @@ class TensorViews:
 def _permute(x, dims):
     """``Permute.apply(x, dims)``; without a graph to record, the view it makes."""
     if x.requires_grad and _grad_state.enabled:
-        return ops.Permute.apply(x, dims)
+        return ops.Permute.recorded(x, dims)
     shape, strides = x._shape, x._strides
     return x._alias(tuple([shape[d] for d in dims]), tuple([strides[d] for d in dims]), x._offset)
 
