@@ -289,6 +289,17 @@ QUOTES = [
     ),
     (
         "ch04/primitives.md",
+        r"`x\.view\(8, 4\)` that records took (\d\.\d\d) µs there and takes (\d\.\d\d) now, against "
+        r"PyTorch's\s+(\d\.\d\d), and `x\.transpose\(0, 1\)` (\d\.\d\d) µs, now (\d\.\d\d), against "
+        r"(\d\.\d\d)",
+        lambda: tuple(
+            ex("op-overhead-amd-second.json")["us_per_call"][op][arm]["median"]
+            for op in ("view+grad", "transpose+grad")
+            for arm in ("sitp_before", "sitp", "torch")
+        ),
+    ),
+    (
+        "ch04/primitives.md",
         r"the \(8, 8\) product: (\d\.\d\d) times PyTorch's time on the Zen 4 and (\d\.\d\d) on the "
         r"Xeon",
         lambda: (
