@@ -20,7 +20,8 @@ right for its size, and compiles anew (correct, only slower), which the tests ch
 does not happen for the models they run. Two traces do not show what Python decided
 from a size (``if x.shape[0] > 4``), so the first call at a size the entry has not seen
 traces too, and :func:`check` compares that trace with the template at that size: a
-size whose graph differs gets a static entry (``dynamic=True`` skips the check).
+size whose graph differs gets a static entry (``dynamic=True`` checks too: a program
+run without the check would give a function that branches on a size wrong values).
 
 Two sizes at once (a batch ``s`` and a length ``t``): when two dynamic entries of the
 same size ``s`` were made at two values of another size ``t``, each number of the graph
