@@ -545,11 +545,6 @@ def overhead(record: str, op: str) -> float:
     return ex(record)["us_per_call"][op]["sitp/torch"]["median"]
 
 
-def plain_speed(record: str, program: str) -> float:
-    """plain_torch_bench.py's record: sitp's speed against PyTorch's (the median)."""
-    return 1 / ex(record)["seconds_per_iteration"][program]["sitp/torch"]["median"]
-
-
 def thread_gains(fused=False, record="thread-profile-intel.json", but=None) -> dict:
     """scripts/thread_profile.py's record: each part's one-thread time over its two-thread
     time (with ``fused``, the fused layers' calls of 0.3 ms a step or more; ``but``: leave
@@ -751,19 +746,30 @@ def compile_table_figures() -> tuple:
     return tuple(figures)
 
 
+def plain_median(record: str, model: str, key: str = "sitp/torch") -> float:
+    """A plain_torch_bench.py record of 4.2: the median over the rounds of ``key`` for
+    ``model``."""
+    return ex(record)["seconds_per_iteration"][model][key]["median"]
+
+
 def plain_third(model: str, key: str) -> float:
-    """4.2's third plain-torch run: the median over the rounds of ``key`` for ``model``."""
-    return ex("plain-torch-intel-third.json")["seconds_per_iteration"][model][key]["median"]
+    """4.2's third plain-torch run."""
+    return plain_median("plain-torch-intel-third.json", model, key)
 
 
 def plain_fourth(model: str, key: str) -> float:
-    """4.2's fourth plain-torch run: the median over the rounds of ``key`` for ``model``."""
-    return ex("plain-torch-intel-fourth.json")["seconds_per_iteration"][model][key]["median"]
+    """4.2's fourth plain-torch run."""
+    return plain_median("plain-torch-intel-fourth.json", model, key)
 
 
 def plain_2t(model: str) -> float:
-    """4.2's two-thread plain-torch run: the median over the rounds of sitp/torch."""
-    return ex("plain-torch-intel-2t.json")["seconds_per_iteration"][model]["sitp/torch"]["median"]
+    """4.2's two-thread plain-torch run: sitp/torch."""
+    return plain_median("plain-torch-intel-2t.json", model)
+
+
+def plain_speed(record: str, program: str) -> float:
+    """plain_torch_bench.py's record: sitp's speed against PyTorch's (the median)."""
+    return 1 / plain_median(record, program)
 
 
 def below_one(value: float) -> float:
