@@ -212,7 +212,7 @@ def test_gemm_epilogue_bits_do_not_depend_on_where_its_buffers_lie():
     for fn in (threaded, serial):
         for c_at, out_at in ((0, n), (0, n + 1), (n + 1, 0), (0, 2 * n + 16), (2 * n + 16, 0)):
             c, out = buf[c_at : c_at + n], buf[out_at : out_at + n]
-            fn(*args, c, *consts, out)
+            fn(*args, c, *consts, out, 1)  # (1: one block of rows per task)
             np.testing.assert_array_equal(out, want)
 
 
@@ -232,7 +232,7 @@ h = rng.standard_normal(B * T * width).astype(np.float32)
 outs = []
 for fn in (codegen.load(source, name), codegen.load_serial(source, name)):
     c, out = np.empty(B * T * width, np.float32), np.empty(B * T * width, np.float32)
-    fn(dy, w, np.empty(0, np.float32), c, h, out)
+    fn(dy, w, np.empty(0, np.float32), c, h, out, 1)
     outs.append(out)
 np.save(sys.argv[1] + ".npy", np.stack(outs + [(dy @ w).reshape(-1), h]))
 """

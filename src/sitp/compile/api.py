@@ -755,8 +755,10 @@ def explain_text(cf: CompiledFunction) -> str:
 
 
 #: torch.compile's modes. Each is a performance hint there (CUDA graphs, autotuning);
-#: sitp has one way to compile, so every mode compiles the same program.
+#: sitp compiles the same program for each, and the two "max-autotune" modes turn its
+#: autotuner on (``tune=True``) unless ``tune`` says otherwise.
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+AUTOTUNE_MODES = ("max-autotune", "max-autotune-no-cudagraphs")
 #: torch.compile's backends that sitp answers: "inductor" (torch's default) is sitp's
 #: fusing compiler; "eager" and "aot_eager" replay the captured graph without fusion.
 BACKENDS = ("inductor", "sitp", "eager", "aot_eager")
@@ -787,7 +789,7 @@ def compile(  # noqa: A001
     torch.compile's parameters: ``fullgraph=True`` makes a graph break an error instead of
     a fall-back to eager; ``backend`` is one of :data:`BACKENDS` ("eager"/"aot_eager"
     replay the graph unfused); ``mode`` one of :data:`MODES`, all compiling the same
-    program; ``disable=True`` returns ``model`` itself; ``name`` labels the function in
+    program, the "max-autotune" ones with ``tune=True``; ``disable=True`` returns ``model`` itself; ``name`` labels the function in
     warnings; ``recompile_limit`` replaces :data:`cache_size_limit` for it. Each compiled
     function keeps its own cache and limit, so ``isolate_recompiles`` changes nothing.
     ``dynamic``: None (the default) compiles the first size as it is and, once a call
@@ -808,9 +810,10 @@ def compile(  # noqa: A001
     (the fusion pass's own choice), "save" (everything the backward reads), "mincut"
     (a minimum cut of the bytes kept, the rest recomputed in the backward), or "auto"
     (the default: "mincut" for a forward whose backward runs later, None for a
-    function that runs both). ``tune=True`` times each generated kernel's parallel and
-    serial version at its first call and keeps the faster (:mod:`sitp.compile.tune`; a
-    :class:`~sitp.compile.tune.Tuner` may be passed; None: the ``SITP_TUNE`` variable,
+    function that runs both). ``tune=True`` searches each generated kernel's thread
+    count, fusion into its GEMM and block size at its first call, by timing them, and
+    keeps the fastest (:mod:`sitp.compile.tune`; a :class:`~sitp.compile.tune.Tuner` may
+    be passed; None: on for the "max-autotune" modes, else the ``SITP_TUNE`` variable,
     off unless set).
     """
     backend = "inductor" if backend is None else backend
@@ -835,6 +838,8 @@ def compile(  # noqa: A001
             f"sitp.compile: options {sorted(options)} are inductor's settings, which sitp "
             "does not have"
         )
+    if tune is None and mode in AUTOTUNE_MODES:
+        tune = True
     fuse = fuse and backend in ("inductor", "sitp")
     if debug_dir is not None and not disable:
         os.makedirs(debug_dir, exist_ok=True)

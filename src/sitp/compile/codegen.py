@@ -477,10 +477,13 @@ def generate_gemm(kernel: Kernel, kind: str, M: int, Ka: int, Nc: int, has_bias:
     (B^T packed once in strips of NR columns, as ``_gemm_set`` packs it); "gw": C = A B
     for A (M, Ka) and B (Ka, Nc), a Linear's input gradient (B read in place). The
     function takes A, B, the bias (empty unless ``has_bias``), the kernel's leaves (C
-    among them, ``c_value``) and its output. The blocks of ``SMALL_MR`` rows are split
-    among the threads (``prange``) when the product is large; the rows left over are one
-    more block, ending flush with the last row, computed after them. The tiles are the
-    CPU backend's (``sitp.kernels.cpu.blas.small``), so C is eager's product.
+    among them, ``c_value``), its output, its size arguments and ``rb``: a task computes
+    ``rb`` blocks of ``SMALL_MR`` rows, then runs the epilogue on them (1 unless the
+    autotuner chose more, ``tune.py``). The tasks are split among the threads
+    (``prange``) when the product is large; the rows left over are computed after them
+    in blocks of ``SMALL_MR``, the last ending flush with the last row. The tiles are the
+    CPU backend's (``sitp.kernels.cpu.blas.small``), so C is eager's product, whatever
+    ``rb``.
     """
     kernel.leaves = []
     em = _Emitter(kernel)
@@ -549,7 +552,7 @@ def generate_gemm(kernel: Kernel, kind: str, M: int, Ka: int, Nc: int, has_bias:
         "",
         "",
         f'@njit(cache=True{", parallel=True" if par else ""}, fastmath=FASTMATH, error_model="numpy")',
-        f"def {name}(A, B, bias, {params}, out{em.sym_params()}):",
+        f"def {name}(A, B, bias, {params}, out{em.sym_params()}, rb):",
         f'    """C = A {"B^T" if kind == "xwT" else "B"} ({M} x {Nc}), then on each block of its rows: '
         f'{kernel.summary()}"""',
         f"    C = {c_par}.reshape({M}, {Nc})",
@@ -565,18 +568,23 @@ def generate_gemm(kernel: Kernel, kind: str, M: int, Ka: int, Nc: int, has_bias:
     if kind == "xwT":
         lines.append("    bp = _pack_wt(B, j_tiles, full, NR)")
     lines += [
-        f"    nb = {M} // SMALL_MR",
+        "    BM = SMALL_MR * rb  # the rows of a task: rb blocks of register tiles",
+        f"    nb = {M} // BM",
         "    for blk in prange(nb):",
-        "        r0 = blk * SMALL_MR",
+        "        b0 = blk * BM",
+        "        for s in range(rb):",
+        "            r0 = b0 + s * SMALL_MR",
     ]
-    lines += tiles(2)
-    lines += epilogue("r0", "r0 + SMALL_MR", 2)
+    lines += tiles(3)
+    lines += epilogue("b0", "b0 + BM", 2)
     lines += [
-        f"    if nb * SMALL_MR < {M}:  # the last rows: one block ending at the edge",
-        f"        r0 = {M} - SMALL_MR",
+        "    rest = nb * BM",
+        f"    if rest < {M}:  # the last rows: blocks of SMALL_MR, the last ending at the edge",
+        f"        for r in range(rest, {M}, SMALL_MR):",
+        f"            r0 = min(r, {M} - SMALL_MR)",
     ]
-    lines += tiles(2)
-    lines += epilogue("nb * SMALL_MR", M, 2)
+    lines += tiles(3)
+    lines += epilogue("rest", M, 2)
     if par:  # the same function without the thread pool, for a call on one thread
         start = next(i for i, ln in enumerate(lines) if ln.startswith("@njit"))
         lines += ["", ""] + [

@@ -530,14 +530,14 @@ def plan_memory(g: Graph) -> dict:
 # ------------------------------------------------------------------ the program
 def kernel_step(node: Node, fn, plan, serial=None):
     """Call a generated kernel on this call's arrays; outputs in planned slots or new.
-    ``serial``: the kernel's twin without ``prange``, which runs when numba has one thread,
-    or, under an autotuner (:mod:`sitp.compile.tune`), whenever it timed faster."""
+    ``serial``: the kernel's twin without ``prange``, which runs when numba has one thread;
+    under an autotuner (:mod:`sitp.compile.tune`) the thread count is the one it chose."""
     leaves = [v.id for v in node.kernel.leaves]
     syms = list(node.kernel.syms)  # its size arguments: this program's batch size
     small = node.kernel.small  # (a dynamic entry's parallel kernel at a small size)
     outs = [(v.id, v.size, v.np_dtype, plan.get(v.id)) for v in node.outputs]
     parallel = fn
-    pick = tune.picker(node.kernel.source, fn, serial) if tune.current() else None
+    pick = tune.picker(node.kernel.source, tune.Choices(fn, serial)) if tune.current() else None
 
     def step(env):
         if pick is None:
@@ -555,8 +555,9 @@ def kernel_step(node: Node, fn, plan, serial=None):
             bufs.append(buf)
         args = [*[env[i] for i in leaves], *bufs, *syms]
         if pick is not None:
-            fn = pick(args)
-        fn(*args)
+            pick(args)(args)
+        else:
+            fn(*args)
 
     return step
 
@@ -567,8 +568,8 @@ PASSES = ("fold", "cse", "dce", "lower", "fuse", "plan")
 def compile_graph(g: Graph, fuse=True, debug_dir=None, only=None, remat=None, tuner=None):
     """Run the passes on ``g``; returns (Program, report of counts and bytes). ``remat``:
     what a training step's forward keeps for its backward (``remat.MODES``); ``tuner``:
-    a :class:`sitp.compile.tune.Tuner` that picks each kernel's thread split at its first
-    call (None: the fixed rule)."""
+    a :class:`sitp.compile.tune.Tuner` that searches each kernel's thread count, fusion and
+    block size at its first call (None: the fixed rules)."""
     on = set(PASSES if only is None else only)
     if not fuse:
         on -= {"lower", "fuse", "plan"}

@@ -33,6 +33,7 @@ import numpy as np
 from sitp.compile import codegen, lower, tune
 from sitp.compile.dynamic import prod
 from sitp.compile.graph import CtxArg, Graph, Node, Ref, Value, contiguous
+from sitp.kernels.cpu import blas
 
 _FLOATS = ("float32", "float64")
 
@@ -350,6 +351,46 @@ def _load(source, name):
     return fn, codegen.load_serial(source, name)
 
 
+def _standalone(k):
+    """The epilogue as a pointwise kernel of its own, reading the product as a leaf: what
+    the autotuner's ``fuse="apart"`` runs after the backend's product (``tune.py``).
+    Returns (source, its leaves' Value ids, its size arguments); written before
+    ``codegen.generate_gemm``, which sets the kernel's leaves and sizes for the GEMM."""
+    source = codegen.generate(k)
+    return source, [v.id for v in k.leaves], list(k.syms)
+
+
+def _choices(k, fn, serial, apart_source, kind, has_bias, c_id, leaves):
+    """The autotuner's choices for a GEMM with an epilogue (``tune.Choices``): the fused
+    kernel (its serial twin, its block size) or the backend's product, then the epilogue
+    apart. The call's arrays are the fused kernel's, ``[A, B, bias, *leaves, out, *sizes]``;
+    a run returns the product's buffer."""
+    source, ids, syms = apart_source
+    c_pos = leaves.index(c_id)
+    n = len(leaves)
+    pos = [leaves.index(i) for i in ids]  # the standalone kernel's leaves among the fused's
+
+    def apart(args, one):
+        par = codegen.load(source, k.name)  # (compiled at the first call, then a lookup)
+        ser = codegen.load_serial(source, k.name)
+        run = ser if one and ser is not None else par
+        A, B, bias = args[0], args[1], args[2]
+        c = blas.matmul(A, B.T if kind == "xwT" else B, bias if has_bias else None)
+        c = c.reshape(-1)
+        run(*[c if i == c_pos else args[3 + i] for i in pos], args[3 + n], *syms)
+        return c
+
+    def fused(*a):
+        fn(*a)
+        return a[3 + c_pos]
+
+    def fused_serial(*a):
+        serial(*a)
+        return a[3 + c_pos]
+
+    return tune.Choices(fused, fused_serial if serial is not None else None, apart, rows=True)
+
+
 def _fuse_forward(n, kn):
     """Node ``n`` (a Linear.forward) takes over kernel ``kn``: it writes h and the
     kernel's output, and leaves the Linear's Context."""
@@ -357,6 +398,7 @@ def _fuse_forward(n, kn):
     _, rx, rw, rb = n.args
     M, K = prod(rx.shape[:-1]), rx.shape[-1]
     N = rw.shape[0]
+    apart = _standalone(k)
     source = codegen.generate_gemm(k, "xwT", M, K, N, rb is not None, n.result.value)
     k.source = source
     n.kernel = k  # (the graph's table prints the epilogue's ops)
@@ -366,10 +408,10 @@ def _fuse_forward(n, kn):
     n.args = n.args + tuple(
         Ref(v, (v.size,), (1,), 0, None, None) for v in k.leaves if v is not n.result.value
     )
-    n.lowered = lambda node, k=k, src=source: _forward_step(node, k, src)
+    n.lowered = lambda node, k=k, src=source, a=apart: _forward_step(node, k, src, a)
 
 
-def _forward_step(n, k, source):
+def _forward_step(n, k, source, apart):
     cv = n.outputs[0]
     _, rx, rw, rb = n.args[:4]
     rh = n.result
@@ -382,7 +424,10 @@ def _forward_step(n, k, source):
     syms = list(k.syms)  # the GEMM's size arguments (codegen._Emitter.num)
     small = k.small  # (a dynamic entry's parallel GEMM at a small size: the serial one)
     fn, serial = _load(source, k.name + "_gemm")
-    pick = tune.picker(source, fn, serial) if tune.current() else None  # tune.py
+    pick = None
+    if tune.current():  # tune.py
+        choices = _choices(k, fn, serial, apart, "xwT", rb is not None, h_id, leaves)
+        pick = tune.picker(source, choices)
 
     def step(env):
         xa, wa = env[rx.value.id].reshape(M, K), env[rw.value.id].reshape(N, K)
@@ -392,10 +437,9 @@ def _forward_step(n, k, source):
         args = [xa, wa, ba, *[env[i] for i in leaves], out, *syms]
         if pick is None:
             one = small or numba.get_num_threads() == 1
-            run = serial if serial is not None and one else fn
+            (serial if serial is not None and one else fn)(*args, 1)
         else:
-            run = pick(args)
-        run(*args)
+            env[h_id] = pick(args)(args)  # the product: the fused kernel's buffer, or apart's
         env[out_v.id] = out
         env[cv.id] = lower._linear_context(
             cv, lower._tensor(rx, env, (M, K)), lower._tensor(rw, env), x_shape
@@ -411,6 +455,7 @@ def _fuse_backward(n, parts, kn):
     M = prod(rg.shape[:-1])
     N = rg.shape[-1]
     K = rdx.shape[-1]
+    apart = _standalone(k)
     source = codegen.generate_gemm(k, "gw", M, N, K, False, rdx.value)
     k.source = source
     n.kernel = k
@@ -419,10 +464,10 @@ def _fuse_backward(n, parts, kn):
     n.outputs = [v for v in n.outputs if v is not rdx.value] + [out_v]
     n.args = n.args + tuple(Ref(v, (v.size,), (1,), 0, None, None) for v in k.leaves
                             if v is not rdx.value)  # fmt: skip
-    n.lowered = lambda node, p=parts, k=k, src=source: _backward_step(node, p, k, src)
+    n.lowered = lambda node, p=parts, k=k, src=source, a=apart: _backward_step(node, p, k, src, a)
 
 
-def _backward_step(n, parts, k, source):
+def _backward_step(n, parts, k, source, apart):
     cv, rg, (rdx, rdw, rdb) = parts
     np_dt = rg.value.np_dtype
     dx_id, out_v = rdx.value.id, k.out
@@ -431,7 +476,9 @@ def _backward_step(n, parts, k, source):
     syms = list(k.syms)  # the GEMM's size arguments (codegen._Emitter.num)
     small = k.small  # (a dynamic entry's parallel GEMM at a small size: the serial one)
     fn, serial = _load(source, k.name + "_gemm")
-    pick = tune.picker(source, fn, serial) if tune.current() else None  # tune.py
+    pick = None
+    if tune.current():  # tune.py
+        pick = tune.picker(source, _choices(k, fn, serial, apart, "gw", False, dx_id, leaves))
 
     def step(env):
         ctx, x_MK, wa, g = lower._linear_backward_inputs(env, cv, rg)
@@ -441,10 +488,9 @@ def _backward_step(n, parts, k, source):
         args = [g, wa, np.empty(0, np_dt), *[env[i] for i in leaves], out, *syms]
         if pick is None:
             one = small or numba.get_num_threads() == 1
-            run = serial if serial is not None and one else fn
+            (serial if serial is not None and one else fn)(*args, 1)
         else:
-            run = pick(args)
-        run(*args)
+            pick(args)(args)
         del env[dx_id]
         env[out_v.id] = out
 
