@@ -555,7 +555,7 @@ def kernel_step(node: Node, fn, plan, serial=None):
             bufs.append(buf)
         args = [*[env[i] for i in leaves], *bufs, *syms]
         if pick is not None:
-            pick(args)(args)
+            pick(args)(*args)
         else:
             fn(*args)
 

@@ -439,7 +439,7 @@ def _forward_step(n, k, source, apart):
             one = small or numba.get_num_threads() == 1
             (serial if serial is not None and one else fn)(*args, 1)
         else:
-            env[h_id] = pick(args)(args)  # the product: the fused kernel's buffer, or apart's
+            env[h_id] = pick(args)(*args)  # the product: the fused kernel's buffer, or apart's
         env[out_v.id] = out
         env[cv.id] = lower._linear_context(
             cv, lower._tensor(rx, env, (M, K)), lower._tensor(rw, env), x_shape
@@ -490,7 +490,7 @@ def _backward_step(n, parts, k, source, apart):
             one = small or numba.get_num_threads() == 1
             (serial if serial is not None and one else fn)(*args, 1)
         else:
-            pick(args)(args)
+            pick(args)(*args)
         del env[dx_id]
         env[out_v.id] = out
 

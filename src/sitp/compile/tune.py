@@ -95,8 +95,8 @@ class Choices:
         rows: whether ``parallel``/``serial`` take a block size (``ROWS``) as their
             last argument (a fused GEMM).
 
-    Every run returns what the version returned (a fused GEMM's product buffer, whose
-    place the ``apart`` run takes with the backend's product).
+    A run returns what the version returned (a fused GEMM's product buffer, whose place
+    the ``apart`` run takes with the backend's product).
     """
 
     def __init__(self, parallel, serial=None, apart=None, rows=False):
@@ -136,18 +136,23 @@ class Choices:
         )
 
     def run(self, config: dict, threads: int):
-        """A function of the call's arrays that runs ``config``."""
+        """The function to call on the call's arrays to run ``config``: the kernel itself
+        where it can be."""
         t = config["threads"]
         if config.get("fuse") == "apart":  # the backend's product threads by numba's count
             apart, one = self.apart, t == 1
             if t == threads:
-                return lambda args: apart(args, one)
-            return lambda args: with_threads(t, apart, args, one)
+                return lambda *args: apart(args, one)
+            return lambda *args: with_threads(t, apart, args, one)
         fn = self.serial if t == 1 and self.serial is not None else self.parallel
-        rows = (config["rows"],) if self.rows else ()
-        if t in (1, threads):  # the serial twin, or every thread: numba's count as it is
-            return lambda args: fn(*args, *rows)
-        return lambda args: with_threads(t, fn, *args, *rows)
+        if self.rows:
+            rows = config["rows"]
+            if t in (1, threads):
+                return lambda *args: fn(*args, rows)
+            return lambda *args: with_threads(t, fn, *args, rows)
+        if t in (1, threads):  # the serial twin, or every thread: the kernel itself
+            return fn
+        return lambda *args: with_threads(t, fn, *args)
 
 
 def with_threads(t: int, fn, *args):
@@ -218,7 +223,7 @@ class Tuner:
         samples = []
         for _ in range(calls):
             s = self.timer()
-            fn(args)
+            fn(*args)
             samples.append(self.timer() - s)
         return sorted(samples)[len(samples) // 2]
 
@@ -232,7 +237,7 @@ class Tuner:
             if n not in configs:
                 configs[n] = c
                 fn = choices.run(c, threads)
-                fn(args)  # numba compiles (or loads) it; the pool starts
+                fn(*args)  # numba compiles (or loads) it; the pool starts
                 probe[n] = self._median(fn, args, PROBE)
 
         fixed = choices.fixed(threads)
@@ -264,7 +269,7 @@ class Tuner:
         for r in range(self.rounds):
             for n in finalists if r % 2 == 0 else finalists[::-1]:
                 s = self.timer()
-                runs[n](args)
+                runs[n](*args)
                 samples[n].append(self.timer() - s)
         med = {n: sorted(v)[len(v) // 2] for n, v in samples.items()}
         win = min(finalists, key=lambda n: (med[n], n != name(fixed)))  # a tie: the rule
@@ -305,9 +310,12 @@ def current() -> Tuner | None:
 
 
 def picker(source: str, choices: Choices):
-    """A function of a call's arrays that returns the function to run them with (which
-    takes the arrays as one list): the tuner's choice at the current thread count.
-    Only called while compiling under a tuner (``using``)."""
+    """A function of a call's arrays (a list) that returns the function to call on them:
+    the tuner's choice at the current thread count; None where there is nothing to
+    choose at any thread count (a kernel without a twin, not a GEMM). Only called while
+    compiling under a tuner (``using``)."""
+    if choices.serial is None and choices.apart is None and not choices.rows:
+        return None  # the kernel itself, as without a tuner (no look-up per call)
     tuner = current()
     chosen: dict[int, object] = {}  # thread count -> runner, so a call looks up one dict
 
