@@ -36,7 +36,7 @@ def test_the_faster_thread_count_wins_by_the_median(tmp_path):
         assert tuner.choose("src", choices, []) == {"threads": want}
         # each: one untimed call, the probe, then the final's rounds (both are finalists)
         assert par.calls == ser.calls == 1 + tune.PROBE + tune.ROUNDS
-        assert tuner.stats["timed"] == 1 and tuner.stats["configs"] == 2
+        assert tuner.stats["timed"] == 1 and tuner.stats["configs"] == tuner.stats["space"] == 2
         assert tuner.stats["serial"] == tuner.stats["fewer"] == (want == 1)
         assert tuner.stats["seconds"] == (p_cost + s_cost) * (1 + tune.PROBE + tune.ROUNDS)
         assert (tuner.stats["fixed_s"], tuner.stats["tuned_s"]) == (p_cost, min(p_cost, s_cost))
@@ -89,7 +89,7 @@ def test_the_beam_search_walks_the_knobs_to_the_fastest(tmp_path):
     # two. Visited: the rule; 1 thread, apart, 2 blocks; apart on 1 thread, 1 thread with
     # 2 blocks; 1 thread with 4; then 8 blocks and 4 on 2 threads. Not visited: 8 blocks
     # on 2 threads, which no configuration in the beam is next to.
-    assert tuner.stats["configs"] == 9
+    assert tuner.stats["configs"] == 9 and tuner.stats["space"] == 10
     assert (2.0, 8) not in log and (1.0, 4) in log
     assert tuner.stats["fixed_s"] == 2.5 and tuner.stats["tuned_s"] == 1.0
     assert tuner.stats["serial"] == 1 and tuner.stats["rows"] == 1 and tuner.stats["apart"] == 0

@@ -789,9 +789,10 @@ def compile(  # noqa: A001
     torch.compile's parameters: ``fullgraph=True`` makes a graph break an error instead of
     a fall-back to eager; ``backend`` is one of :data:`BACKENDS` ("eager"/"aot_eager"
     replay the graph unfused); ``mode`` one of :data:`MODES`, all compiling the same
-    program, the "max-autotune" ones with ``tune=True``; ``disable=True`` returns ``model`` itself; ``name`` labels the function in
-    warnings; ``recompile_limit`` replaces :data:`cache_size_limit` for it. Each compiled
-    function keeps its own cache and limit, so ``isolate_recompiles`` changes nothing.
+    program, the "max-autotune" ones with ``tune=True``; ``disable=True`` returns
+    ``model`` itself; ``name`` labels the function in warnings; ``recompile_limit``
+    replaces :data:`cache_size_limit` for it. Each compiled function keeps its own cache
+    and limit, so ``isolate_recompiles`` changes nothing.
     ``dynamic``: None (the default) compiles the first size as it is and, once a call
     differs from a compiled signature only in one size of its inputs (the batch, a
     sequence's length), one entry for every such size of at least 2

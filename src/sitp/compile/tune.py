@@ -110,6 +110,12 @@ class Choices:
             k["rows"] = list(ROWS)
         return k
 
+    def size(self, threads: int) -> int:
+        """How many configurations there are (a GEMM apart has no block size)."""
+        k = self.knobs(threads)
+        per_thread = len(k.get("rows", [1])) + (self.apart is not None)
+        return len(k["threads"]) * per_thread
+
     def fixed(self, threads: int) -> dict:
         """The fixed rule's configuration: fused, one block per task, every thread."""
         c = {"threads": 1 if threads == 1 and self.serial is not None else threads}
@@ -176,7 +182,8 @@ class Tuner:
         rounds: timed calls of each finalist.
 
     ``stats`` counts what it did: kernels searched (``timed``), decisions read from the
-    disk cache (``cached``), ``configs`` timed in all, the winners that run on fewer
+    disk cache (``cached``), ``configs`` timed in all, of the ``space`` of
+    configurations the searched kernels have, the winners that run on fewer
     threads than numba has (``fewer``; ``serial`` of those on one), that run apart
     (``apart``) and that take more than one block per task (``rows``), the ``seconds``
     spent searching, and the searched kernels' medians added up: the fixed rule's
@@ -190,8 +197,8 @@ class Tuner:
         self.threads = threads or numba.get_num_threads
         self.cpu = cpu or _target.cpu_name()
         self.decisions: dict[str, dict] = {}
-        self.stats = dict(timed=0, cached=0, configs=0, fewer=0, serial=0, apart=0, rows=0,
-                          seconds=0.0, fixed_s=0.0, tuned_s=0.0)  # fmt: skip
+        self.stats = dict(timed=0, cached=0, configs=0, space=0, fewer=0, serial=0, apart=0,
+                          rows=0, seconds=0.0, fixed_s=0.0, tuned_s=0.0)  # fmt: skip
 
     def choose(self, source: str, choices: Choices, args) -> dict:
         """The configuration to run at the current thread count; if undecided, searched
@@ -275,6 +282,7 @@ class Tuner:
         win = min(finalists, key=lambda n: (med[n], n != name(fixed)))  # a tie: the rule
         self.stats["timed"] += 1
         self.stats["configs"] += len(configs)
+        self.stats["space"] += choices.size(threads)
         self.stats["seconds"] += self.timer() - t0
         self.stats["fixed_s"] += med[name(fixed)]
         self.stats["tuned_s"] += med[win]
