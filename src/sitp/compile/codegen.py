@@ -493,7 +493,9 @@ def generate_gemm(kernel: Kernel, kind: str, M: int, Ka: int, Nc: int, has_bias:
     idx = tuple(f"i{d}" for d in range(nd))
     par = M * Nc >= PARALLEL_MIN or isinstance(M, SymInt)  # (as in generate)
     kernel.small = M * Nc < PARALLEL_MIN
-    em.unsigned |= par  # the prange's block index: see _unsigned
+    # every index unsigned (see _unsigned): a prange's block index, and, in any version,
+    # the rows of a block, whose bounds follow ``rb``, an argument LLVM cannot bound
+    em.unsigned = True
     v = em.node(root, idx)
     body = em.lines + [f"out[{_pos(idx, space, em.num, em.unsigned)}] = {v}"]
     M, Ka, Nc = em.num(M), em.num(Ka), em.num(Nc)  # the source's names for them
