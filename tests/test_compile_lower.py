@@ -225,3 +225,53 @@ def test_parallel_kernel_has_a_serial_twin_for_one_thread():
         np.testing.assert_array_equal(cf(x, y).numpy(), want)
     with threads(2):
         np.testing.assert_array_equal(cf(x, y).numpy(), want)
+
+
+@pytest.mark.parametrize("double", [False, True])
+def test_a_linear_on_rows_a_stride_apart_is_lowered_and_equals_eager(double):
+    """An RNN's step reads its state as a time step's slice of the (batch, time, width)
+    states, and its first state broadcast to the batch: both Linear calls become steps on
+    arrays (lower._strided_rows), with eager's values and gradients."""
+    sitp.manual_seed(0)
+    lin = sitp.nn.Linear(6, 5)
+    if double:
+        lin = lin.double()
+    dt = lin.weight.dtype
+    xs = sitp.randn(4, 3, 6, dtype=dt, requires_grad=True)
+    h0 = sitp.randn(6, dtype=dt, requires_grad=True)
+    leaves = (lin.weight, lin.bias, xs, h0)
+
+    def step():
+        for p in leaves:
+            p.grad = None
+        a = lin(xs[:, 1])  # rows 18 entries apart
+        b = lin(h0.expand(4, 6))  # one row, stride 0
+        loss = (a * b).tanh().sum()
+        loss.backward()
+        return [loss.detach().numpy()] + [p.grad.numpy().copy() for p in leaves]
+
+    want = step()
+    cf = sitp.compile(step)
+    for _ in range(2):  # the trace, then the program
+        got = cf()
+    fwd = [n for n in cf.entries[0].graph.nodes if n.fn == "Linear.forward"]
+    assert len(fwd) == 2 and all(n.lowered is not None for n in fwd)
+    tol = 1e-12 if double else 1e-5
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+
+
+def test_strided_rows_are_only_rows_inside_their_buffer():
+    """What lower._strided_rows lets through: unit column stride, a row stride of at
+    least the row's length (or 0), every entry inside the buffer."""
+    from sitp.compile.graph import Ref, Value
+
+    v = Value(1, 40, np.float32, "node")  # 40 entries
+    fits = lambda shape, strides, offset=0: lower._strided_rows(  # noqa: E731
+        Ref(v, shape, strides, offset, sitp.float32, sitp.Tensor)
+    )
+    assert fits((4, 6), (10, 1)) and fits((4, 6), (0, 1), 34)
+    assert not fits((4, 6), (10, 2))  # columns apart
+    assert not fits((4, 6), (5, 1))  # rows overlap
+    assert not fits((4, 6), (10, 1), 5)  # the last row runs past the buffer
+    assert not fits((2, 3, 6), (18, 6, 1))  # not a matrix

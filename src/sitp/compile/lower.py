@@ -363,13 +363,33 @@ def _whole(r, shape=None) -> bool:
     )
 
 
-def _linear_fits(n) -> bool:
+def _strided_rows(r) -> bool:
+    """Whether Ref ``r`` is a matrix whose rows are each contiguous, a fixed stride apart
+    within its buffer: a time step's slice of an RNN's (batch, time, width) states, or
+    one row broadcast to all (stride 0: an initial state expanded to the batch)."""
+    if (
+        not isinstance(r, Ref)
+        or len(r.shape) != 2
+        or any(not isinstance(x, int) for x in (*r.shape, *r.strides, r.offset))
+    ):
+        return False  # fmt: skip
+    (M, K), (rs, cs) = r.shape, r.strides
+    last = r.offset + (M - 1) * rs + K  # one past the last entry read
+    return (
+        M > 0 and K > 0 and cs == 1 and (rs >= K or rs == 0) and r.offset >= 0
+        and last <= r.value.size
+    )  # fmt: skip
+
+
+def _linear_fits(n, rows: bool = False) -> bool:
     """A ``Linear.forward`` node on whole row-major x (..., K), W (N, K) and b (N,) or
-    None, of one float dtype, with a result that is its whole buffer."""
+    None, of one float dtype, with a result that is its whole buffer; with ``rows``, x
+    may also be a matrix of rows a stride apart (:func:`_strided_rows`)."""
     if n.fn != "Linear.forward" or len(n.args) != 4 or n.kwargs:
         return False
     _, x, w, b = n.args
-    if not (_whole(x) and _whole(w) and len(w.shape) == 2 and _whole(n.result)):
+    x_fits = _whole(x) or (rows and _strided_rows(x))
+    if not (x_fits and _whole(w) and len(w.shape) == 2 and _whole(n.result)):
         return False
     if b is not None and not _whole(b, (w.shape[0],)):
         return False
@@ -408,6 +428,19 @@ def linear_step(n):
     M, K = int(np.prod(rx.shape[:-1])), rx.shape[-1]
     N = rw.shape[0]
     x_shape = tuple(rx.shape)
+    if not _whole(rx):  # rows a stride apart (_strided_rows): their view, as eager sees x
+        it = rx.value.np_dtype.itemsize
+        offset, strides = rx.offset * it, (rx.strides[0] * it, it)
+
+        def step(env):
+            buf = env[rx.value.id]
+            xa = np.ndarray((M, K), buf.dtype, buf, offset, strides)
+            ba = env[rb.value.id] if rb is not None else None
+            env[rh.value.id] = blas.matmul(xa, env[rw.value.id].reshape(N, K).T, ba).reshape(-1)
+            x = rx.cls._make(buf, (M, K), tuple(rx.strides), rx.offset, rx.dtype)
+            env[cv.id] = _linear_context(cv, x, _tensor(rw, env), x_shape)
+
+        return step
 
     def step(env):
         xa, wa = env[rx.value.id].reshape(M, K), env[rw.value.id].reshape(N, K)
@@ -487,7 +520,7 @@ def lower_mlp(g: Graph) -> int:
             n.lowered = cross_entropy_step
             count += 1
             continue
-        if n.lowered is None and _linear_fits(n):
+        if n.lowered is None and _linear_fits(n, rows=True):
             n.lowered = linear_step
             linear_ctx.add(n.outputs[0].id)
             count += 1
