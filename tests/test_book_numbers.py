@@ -260,19 +260,19 @@ QUOTES = [
     ),
     (
         "ch06/compiled.md",
-        r"On one thread the\s+ladder gains (\d\.\d\d) \(the RNN\), (\d\.\d\d) \(the GRU, short of "
-        r"1\.3 on the Zen 4\) and (\d\.\d\d) \(the\s+CNN\)",
-        lambda: tuple(train_ratio(m, "eager/compiled", record=TRAIN_AMD[0]) for m in LADDER),
+        r"On one thread the ladder gains (\d\.\d\d) \(the RNN\), (\d\.\d\d) \(the GRU\) and "
+        r"(\d\.\d\d) \(the CNN\); on\s+two, (\d\.\d\d), (\d\.\d\d) and (\d\.\d\d)\.",
+        lambda: tuple(
+            train_ratio(m, "eager/compiled", threads=t, record=rec)
+            for t, rec in zip("12", TRAIN_AMD)
+            for m in LADDER
+        ),
     ),
     (
         "ch06/compiled.md",
-        r"\(the GRU's from (\d\.\d\d) to\s+(\d\.\d\d)\), and eager's GRU step takes longer than on "
-        r"one thread \(([\d.]+) ms against ([\d.]+)\)",
-        lambda: (
-            train_ratio("gru", "eager/compiled", "min", "2", TRAIN_AMD[1]),
-            train_ratio("gru", "eager/compiled", "max", "2", TRAIN_AMD[1]),
-            train_ms("gru", "eager", "2", TRAIN_AMD[1]),
-            train_ms("gru", "eager", record=TRAIN_AMD[0]),
+        r"the compiled\s+step's fixed arm in 6\.3's beam record took ([\d.]+), ([\d.]+) and ([\d.]+) ms",
+        lambda: tuple(
+            1e3 * r["arms"]["fixed"]["median"] for r in tune_runs("gpt", "2", BEAM)
         ),
     ),
     (
