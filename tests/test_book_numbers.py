@@ -271,9 +271,7 @@ QUOTES = [
     (
         "ch06/compiled.md",
         r"the compiled\s+step's fixed arm in 6\.3's beam record took ([\d.]+), ([\d.]+) and ([\d.]+) ms",
-        lambda: tuple(
-            1e3 * r["arms"]["fixed"]["median"] for r in tune_runs("gpt", "2", BEAM)
-        ),
+        lambda: tuple(1e3 * r["arms"]["fixed"]["median"] for r in tune_runs("gpt", "2", BEAM)),
     ),
     (
         "ch04/primitives.md",

@@ -17,7 +17,7 @@ task. With ``sitp.compile(fn, tune=True)`` (or ``SITP_TUNE=1``, or torch's
   runs the epilogue on them (1, 2, 4, 8): bigger blocks, fewer and larger tasks, but rows
   that have left L1 by the time the epilogue reads them.
 
-The search is BEAM search as tinygrad's (``BEAM=2``): it starts from the fixed rule's
+The search is a beam search (as tinygrad's ``BEAM=2`` over its kernels' optimisations): it starts from the fixed rule's
 choice, times every configuration one knob step away from those in its beam (one untimed
 call, then ``PROBE`` timed calls, their median), keeps the ``WIDTH`` fastest seen, and
 stops when the beam has no neighbour left untimed. The finalists then take turns,
