@@ -202,10 +202,11 @@ class Visit:
         page-by-page check loads without it and the other tests settle.
 
         Chromium fails the requests in flight with ``net::ERR_NETWORK_CHANGED`` when the
-        host's network interfaces change, which tests/test_multihost.py does in another
-        worker (it adds a bridge and veth links). A load that saw only such failures is
-        the host's doing, not the page's: it is made once more, the problems it recorded
-        dropped."""
+        host's network interfaces change. tests/test_multihost.py once did that in another
+        worker (it added a bridge and veth links beside the host's interfaces; they now
+        live in network namespaces of their own), and any program on a reader's machine
+        may. A load that saw only such failures is the host's doing, not the page's: it
+        is made once more, the problems it recorded dropped."""
         before = len(self.problems)
         self._load(path, settle)
         new = self.problems[before:]
