@@ -168,11 +168,27 @@ class Visit:
         self.page.set_default_timeout(15_000)
         self.page.on("console", self._console)
         self.page.on("pageerror", lambda exc: self.problems.append(f"page error: {exc}"))
-        self.page.on(
-            "requestfailed",
-            lambda req: self.problems.append(f"request failed: {req.url} ({req.failure})"),
-        )
+        self.loads = 0  # page loads begun (open)
+        self.started: dict = {}  # request in flight -> the load it was made in
+        self.page.on("request", lambda req: self.started.__setitem__(req, self.loads))
+        self.page.on("requestfinished", lambda req: self.started.pop(req, None))
+        self.page.on("requestfailed", self._failed)
         self.page.on("response", self._response)
+
+    def _failed(self, req):
+        """A failed request is a problem, except one the browser cancelled
+        (``net::ERR_ABORTED``) that was not the page's to make: a request of an earlier
+        page cut off when the next load began (the search worker's script, fetched after
+        the load event, which a load that does not wait for the network to settle leaves
+        in flight), or the tab's favicon, which Chromium fetches for itself and cancels
+        at will, during a load as well as between two. A favicon that is missing still
+        fails: as an HTTP 404 (``_response``)."""
+        made_in = self.started.pop(req, self.loads)
+        if "ERR_ABORTED" in (req.failure or ""):
+            icon = req.resource_type == "other" and "favicon" in urlsplit(req.url).path
+            if made_in < self.loads or icon:
+                return
+        self.problems.append(f"request failed: {req.url} ({req.failure})")
 
     def _route(self, route):
         host = urlsplit(route.request.url).hostname
@@ -216,6 +232,7 @@ class Visit:
         return self.page
 
     def _load(self, path: str, settle: bool):
+        self.loads += 1
         self.page.goto(self.base + path, wait_until="load")
         if settle:
             self.page.wait_for_load_state("networkidle")
