@@ -370,9 +370,12 @@ def _choices(k, fn, serial, apart_source, kind, has_bias, c_id, leaves):
     n = len(leaves)
     pos = [leaves.index(i) for i in ids]  # the standalone kernel's leaves among the fused's
 
+    loaded = []  # the standalone kernel and its twin, loaded at the first run apart
+
     def apart(args, one):
-        par = codegen.load(source, k.name)  # (compiled at the first call, then a lookup)
-        ser = codegen.load_serial(source, k.name)
+        if not loaded:
+            loaded.extend([codegen.load(source, k.name), codegen.load_serial(source, k.name)])
+        par, ser = loaded
         run = ser if one and ser is not None else par
         A, B, bias = args[0], args[1], args[2]
         c = blas.matmul(A, B.T if kind == "xwT" else B, bias if has_bias else None)
