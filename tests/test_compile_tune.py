@@ -280,3 +280,16 @@ def test_max_autotune_turns_the_tuner_on(monkeypatch):
         assert isinstance(sitp.compile(f, mode=mode).tuner, tune.Tuner)
         assert sitp.compile(f, mode=mode, tune=False).tuner is None
     assert sitp.compile(f, mode="reduce-overhead").tuner is None
+
+
+def test_a_dynamic_kernel_has_a_decision_per_size(tmp_path):
+    """A dynamic entry's kernel has one source for every batch size (its sizes are
+    arguments), so the call's sizes are in a decision's key: each size is searched."""
+    clock = [0.0]
+    tuner = tune.Tuner(tmp_path, timer=lambda: clock[0], threads=lambda: 2, cpu="x")
+    par, ser = fake(1.0, clock), fake(3.0, clock)
+    for batch in (4, 6, 4):
+        args = [np.empty((batch, 3)), np.empty(batch * 3), batch]
+        assert tuner.choose("src", tune.Choices(par, ser), args) == {"threads": 2}
+    assert tuner.stats["timed"] == 2 and len(list(tmp_path.iterdir())) == 2
+    assert tune.key("src", 2, "x", args) != tune.key("src", 2, "x", [np.empty((6, 3)), 18, 6])

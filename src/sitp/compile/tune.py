@@ -25,8 +25,9 @@ stops when the beam has no neighbour left untimed. The finalists then take turns
 microseconds is noisy, the interleaved final is the decision.
 
 The decision is cached on disk beside the kernels' sources (``codegen.kernel_dir()``),
-one small JSON file per kernel, keyed by the kernel's source hash (which fixes its shapes
-and strides), the CPU numba compiles for and the thread count. A second compile of the
+one small JSON file per kernel, keyed by the kernel's source hash, the call's sizes (which
+the source fixes, except a dynamic entry's, whose source is the same at every batch
+size), the CPU numba compiles for and the thread count. A second compile of the
 same program, in this process or a later one, reads the decision and times nothing.
 
 The thread count and the block size change no value: the twin is the same loops with
@@ -62,9 +63,14 @@ ENV = "SITP_TUNE"  # "1": sitp.compile's default is tune=True
 _current: contextvars.ContextVar = contextvars.ContextVar("sitp_tuner", default=None)
 
 
-def key(source: str, threads: int, cpu: str | None = None) -> str:
-    """The name of a decision: the kernel's source hash, the CPU and the thread count."""
+def key(source: str, threads: int, cpu: str | None = None, args=()) -> str:
+    """The name of a decision: the kernel's source hash, the CPU and the thread count,
+    and, for a source with size arguments (a dynamic entry's, the same at every batch
+    size), the call's sizes: the shapes of its arrays and its integers."""
     h = hashlib.sha1(source.encode()).hexdigest()[:16]  # codegen.load's hash
+    sizes = [a.shape if hasattr(a, "shape") else a for a in args]
+    if sizes:
+        h += "_" + hashlib.sha1(repr(sizes).encode()).hexdigest()[:8]
     return f"{h}_{cpu or _target.cpu_name()}_t{threads}"
 
 
@@ -207,7 +213,7 @@ class Tuner:
         knobs = choices.knobs(threads)
         if all(len(v) == 1 for v in knobs.values()):
             return choices.fixed(threads)  # nothing to choose (one thread, a plain kernel)
-        k = key(source, threads, self.cpu)
+        k = key(source, threads, self.cpu, args)
         if k in self.decisions:
             return self.decisions[k]
         path = os.path.join(self.directory, k + ".json")
