@@ -290,10 +290,10 @@ QUOTES = [
         r"`x\.view\(8, 4\)` that records took (\d\.\d\d) µs there and takes (\d\.\d\d) now, against "
         r"PyTorch's\s+(\d\.\d\d), and `x\.transpose\(0, 1\)` (\d\.\d\d) µs, now (\d\.\d\d), against "
         r"(\d\.\d\d)",
-        lambda: tuple(
-            ex("op-overhead-amd-second.json")["us_per_call"][op][arm]["median"]
-            for op in ("view+grad", "transpose+grad")
-            for arm in ("sitp_before", "sitp", "torch")
+        lambda: overheads(
+            "op-overhead-amd-second.json",
+            ("view+grad", "transpose+grad"),
+            ("sitp_before", "sitp", "torch"),
         ),
     ),
     (
@@ -400,20 +400,17 @@ QUOTES = [
         "ch04/primitives.md",
         r"there `a \+ b` that records takes (\d\.\d\d) µs against PyTorch's (\d\.\d\d), "
         r"(\d\.\d\d)\s+times",
-        lambda: tuple(
-            ex("op-overhead-intel.json")["us_per_call"]["add+grad"][k]["median"]
-            for k in ("sitp", "torch", "sitp/torch")
-        ),
+        lambda: overheads("op-overhead-intel.json", ("add+grad",), ("sitp", "torch", "sitp/torch")),
     ),
     (
         "ch04/primitives.md",
         r"`x\.tanh\(\)` takes (\d\.\d\d) µs against (\d\.\d\d), (\d\.\d\d) times \((\d\.\d\d) µs "
         r"before item 4\), and (\d\.\d\d) µs against (\d\.\d\d) when it records, (\d\.\d\d) times "
         r"\((\d\.\d\d) µs before\)",
-        lambda: tuple(
-            ex("op-overhead-intel.json")["us_per_call"][op][k]["median"]
-            for op in ("tanh", "tanh+grad")
-            for k in ("sitp", "torch", "sitp/torch", "sitp_before")
+        lambda: overheads(
+            "op-overhead-intel.json",
+            ("tanh", "tanh+grad"),
+            ("sitp", "torch", "sitp/torch", "sitp_before"),
         ),
     ),
     ("projects.md", r"innovation rate is already (\d+)% at", innovation_at_half),
@@ -591,6 +588,13 @@ MAKEMORE = ("bigram", "mlp", "bow", "rnn", "gru")  # plain_torch_bench.py's make
 def overhead(record: str, op: str) -> float:
     """op_overhead.py's record: sitp's time over PyTorch's for one row (the median)."""
     return ex(record)["us_per_call"][op]["sitp/torch"]["median"]
+
+
+def overheads(record: str, ops, arms) -> tuple:
+    """op_overhead.py's record: the medians of ``arms`` (µs, or a ratio such as
+    "sitp/torch") for each of ``ops`` in turn."""
+    rows = ex(record)["us_per_call"]
+    return tuple(rows[op][arm]["median"] for op in ops for arm in arms)
 
 
 def thread_gains(fused=False, record="thread-profile-intel.json", but=None) -> dict:

@@ -35,7 +35,7 @@ from numba import njit, prange, types
 from numba.extending import overload
 
 from sitp.autograd.function import Context
-from sitp.compile import kernels
+from sitp.compile import kernels, runtime
 from sitp.compile.graph import CtxArg, Graph, Ref, contiguous
 from sitp.kernels.cpu import blas
 from sitp.kernels.cpu import ops as cpu
@@ -429,16 +429,12 @@ def linear_step(n):
     N = rw.shape[0]
     x_shape = tuple(rx.shape)
     if not _whole(rx):  # rows a stride apart (_strided_rows): their view, as eager sees x
-        it = rx.value.np_dtype.itemsize
-        offset, strides = rx.offset * it, (rx.strides[0] * it, it)
 
         def step(env):
-            buf = env[rx.value.id]
-            xa = np.ndarray((M, K), buf.dtype, buf, offset, strides)
+            xa = runtime._view(env[rx.value.id], rx)
             ba = env[rb.value.id] if rb is not None else None
             env[rh.value.id] = blas.matmul(xa, env[rw.value.id].reshape(N, K).T, ba).reshape(-1)
-            x = rx.cls._make(buf, (M, K), tuple(rx.strides), rx.offset, rx.dtype)
-            env[cv.id] = _linear_context(cv, x, _tensor(rw, env), x_shape)
+            env[cv.id] = _linear_context(cv, runtime.make(rx, env), _tensor(rw, env), x_shape)
 
         return step
 

@@ -383,15 +383,15 @@ def _choices(k, fn, serial, apart_source, kind, has_bias, c_id, leaves):
         run(*[c if i == c_pos else args[3 + i] for i in pos], args[3 + n], *syms)
         return c
 
-    def fused(*a):
-        fn(*a)
-        return a[3 + c_pos]
+    def fused(version):  # the fused kernel, returning its product's buffer
+        def run(*a):
+            version(*a)
+            return a[3 + c_pos]
 
-    def fused_serial(*a):
-        serial(*a)
-        return a[3 + c_pos]
+        return run
 
-    return tune.Choices(fused, fused_serial if serial is not None else None, apart, rows=True)
+    twin = fused(serial) if serial is not None else None
+    return tune.Choices(fused(fn), twin, apart, rows=True)
 
 
 def _fuse_forward(n, kn):

@@ -124,7 +124,7 @@ class Choices:
 
     def fixed(self, threads: int) -> dict:
         """The fixed rule's configuration: fused, one block per task, every thread."""
-        c = {"threads": 1 if threads == 1 and self.serial is not None else threads}
+        c = {"threads": threads}
         if self.apart is not None:
             c["fuse"] = "epilogue"
         if self.rows:
